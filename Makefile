@@ -1,0 +1,67 @@
+# Set-up and day-to-day commands. Every target installs what it needs into .venv first,
+# so each one works on a fresh machine.
+VENV ?= .venv
+BIN := $(VENV)/bin
+DB_FILE ?= partbuild.db
+DB ?= sqlite:///$(DB_FILE)
+GRAPH ?= examples/clicks/pipeline.py
+export PARTBUILD_CLICKS_ROOT ?= $(CURDIR)/clicks-data
+export PARTBUILD_CLICKS_DAYS ?= 28
+PROTO_SRC := proto/partbuild/v1/events.proto
+
+.PHONY: up run test lint proto proto-check bench clean
+
+$(BIN)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+## The main job: partbuild serving workload W1 on the embedded default (SQLite + local Spark):
+## generates the raw clicks once, then runs the HTTP API and the orchestrator on 127.0.0.1:8000.
+up: $(BIN)/.installed
+	test -f $(PARTBUILD_CLICKS_ROOT)/raw/clicks/_SUCCESS || \
+		$(BIN)/python -m examples.clicks.generate --root $(PARTBUILD_CLICKS_ROOT) --days $(PARTBUILD_CLICKS_DAYS) --rows 20000
+	$(BIN)/partbuild up --db $(DB) --graph $(GRAPH) --warehouse warehouse --host 127.0.0.1 --port 8000
+
+## A batch run of workload W1 on the embedded default (SQLite + local Spark). Generates the raw
+## clicks, wants every weekly partition, builds them (dailies come as derivative wants), audits.
+run: $(BIN)/.installed
+	rm -rf $(DB_FILE) $(DB_FILE)-wal $(DB_FILE)-shm warehouse
+	$(BIN)/python -m examples.clicks.generate --root $(PARTBUILD_CLICKS_ROOT) --days $(PARTBUILD_CLICKS_DAYS) --rows 20000
+	$(BIN)/partbuild want --db $(DB) --graph $(GRAPH) --comment "W1 weekly clicks" \
+		$$($(BIN)/python -m examples.clicks.pipeline weekly-refs)
+	$(BIN)/partbuild run --db $(DB) --graph $(GRAPH) --warehouse warehouse --until-idle
+	$(BIN)/partbuild replay --db $(DB) --verify
+
+## The whole test suite, as CI runs it.
+test: $(BIN)/.installed proto-check lint
+	$(BIN)/python -m pytest -q
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
+## Regenerate the committed protobuf code after editing $(PROTO_SRC).
+proto: $(BIN)/.installed
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=proto --pyi_out=proto $(PROTO_SRC)
+
+## Fail when the committed generated code does not match $(PROTO_SRC).
+proto-check: $(BIN)/.installed
+	@tmp=$$(mktemp -d) && \
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=$$tmp --pyi_out=$$tmp $(PROTO_SRC) && \
+	diff -q $$tmp/partbuild/v1/events_pb2.py proto/partbuild/v1/events_pb2.py && \
+	diff -q $$tmp/partbuild/v1/events_pb2.pyi proto/partbuild/v1/events_pb2.pyi || \
+	{ echo "generated protobuf code is stale: run 'make proto' and commit it"; exit 1; }
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/replay_throughput.py
+	$(BIN)/python bench/replay_throughput.py --heartbeats 10
+	$(BIN)/python bench/append_throughput.py
+	$(BIN)/python bench/state_memory.py
+	$(BIN)/python bench/decide_throughput.py
+	$(BIN)/python bench/w1_vs_plain.py
+	$(BIN)/python bench/api_wants.py
+	$(BIN)/python bench/api_lineage.py
+
+clean:
+	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

@@ -1,0 +1,1 @@
+"""The `partbuild` subcommands, one module per area; `partbuild.api.cli` puts them under the root group."""

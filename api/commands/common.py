@@ -1,0 +1,153 @@
+"""What the commands share: options, the exit-code errors, and where the data is (`--server` or `--db`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import getpass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import sqlalchemy as sa
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.client import Client, HttpClient
+from partbuild.api.service import Service
+from partbuild.orchestrator.graph import Graph, GraphError, load_graph
+from partbuild.state.migrate import SchemaNotReady
+from partbuild.state.store import EventLog
+
+DEFAULT_DB = "sqlite:///partbuild.db"
+
+db_option = click.option(
+    "--db",
+    "db_url",
+    envvar="PARTBUILD_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="Database URL of the event log (SQLite file or postgresql://...). Env: PARTBUILD_DB.",
+)
+server_option = click.option(
+    "--server",
+    envvar="PARTBUILD_SERVER",
+    metavar="URL",
+    help="Talk to this partbuild API (http://host:port) instead of a database. Env: PARTBUILD_SERVER.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
+user_option = click.option("--user", default=getpass.getuser, show_default="current user", help="Who asks.")
+as_of_option = click.option(
+    "--as-of", "as_of", type=click.IntRange(min=0), metavar="SEQ", help="Answer as of this seq of the log."
+)
+limit_option = click.option(
+    "--limit",
+    type=click.IntRange(1, m.MAX_PAGE),
+    default=100,
+    show_default=True,
+    help="Items per page (per request with --all).",
+)
+all_option = click.option("--all", "follow", is_flag=True, help="Follow cursors to the last page.")
+cursor_option = click.option("--cursor", help="Start after this `next_cursor` of an earlier page.")
+host_option = click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+port_option = click.option(
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port)."
+)
+
+
+class CommandFailed(click.ClickException):
+    """The command ran and failed: exit code 1, one line."""
+
+
+class BadInput(click.ClickException):
+    """Input the service or server refused (unknown id, invalid ref, not a valid next step): exit code 2."""
+
+    exit_code = 2
+
+
+# ----------------------------------------------------------------- where the data is: --server or --db
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Where a command reads and writes: a server's URL, else a database URL."""
+
+    server: str | None
+    db_url: str
+
+
+def target_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --server and --db to a command, which then receives them as one `target`."""
+
+    @server_option
+    @db_option
+    @functools.wraps(command)
+    def wrapper(*args: Any, server: str | None, db_url: str, **kwargs: Any) -> None:
+        ctx = click.get_current_context()
+        on_line = click.core.ParameterSource.COMMANDLINE
+        db_given = ctx.get_parameter_source("db_url") == on_line
+        if server and db_given and ctx.get_parameter_source("server") == on_line:
+            raise click.UsageError("give either --server or --db, not both")
+        if db_given:  # --db on the command line overrides PARTBUILD_SERVER
+            server = None
+        if server is not None and not server.startswith(("http://", "https://")):
+            raise click.BadParameter(f"{server!r} is not an http:// or https:// URL", param_hint="'--server'")
+        return command(*args, target=Target(server, db_url), **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = None) -> Iterator[Client]:
+    """A client for `target`: HTTP to the server, or a service in this process over the database."""
+    if target.server is not None:
+        if graph is not None:
+            raise click.BadParameter(
+                "applies only with --db; a server checks refs against its own graph", param_hint="'--graph'"
+            )
+        with HttpClient(target.server) as client:
+            yield client
+        return
+    with open_log(target.db_url, must_exist=must_exist) as log:
+        if log.head() >= render.PROGRESS_THRESHOLD and render.err_console.is_terminal:
+            with render.err_console.status("reading the log"):
+                service = Service(log, graph=graph)
+        else:
+            service = Service(log, graph=graph)
+        yield service  # the service is the in-process client
+
+
+def sqlite_path(db_url: str) -> Path | None:
+    """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    url = sa.make_url(db_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database)
+
+
+def open_log(db_url: str, *, must_exist: bool) -> EventLog:
+    """Open the event log, turning every way this can fail into one clear line."""
+    try:
+        path = sqlite_path(db_url)
+    except sa.exc.ArgumentError:
+        raise click.BadParameter(f"{db_url!r} is not a database URL", param_hint="'--db'") from None
+    if must_exist and path is not None and not path.exists():
+        raise click.BadParameter(f"no database at {path} (create one with 'partbuild demo')", param_hint="'--db'")
+    try:
+        return EventLog.open(db_url)
+    except SchemaNotReady as exc:
+        raise CommandFailed(str(exc)) from None
+    except (sa.exc.NoSuchModuleError, ValueError) as exc:
+        raise click.BadParameter(f"{db_url!r}: unsupported database ({exc})", param_hint="'--db'") from None
+    except sa.exc.OperationalError as exc:
+        raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
+
+
+def read_graph(path: str) -> Graph:
+    """The graph of a `--graph` file, or a bad `--graph` value."""
+    try:
+        return load_graph(path)
+    except GraphError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--graph'") from None

@@ -1,0 +1,80 @@
+"""Paged listing groups (`wants`, `partitions`, `runs`): list when called bare, hold subcommands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.commands.common import (
+    Target,
+    all_option,
+    connect,
+    cursor_option,
+    json_option,
+    limit_option,
+    target_options,
+)
+
+_COMMANDLINE = click.core.ParameterSource.COMMANDLINE
+Option = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _collect(fetch: Callable[[str | None], m.Page[Any]], cursor: str | None, follow: bool) -> m.Page[Any]:
+    """One page from `cursor`, or with `follow` every page from there (a counter on a terminal)."""
+    page = fetch(cursor)
+    if not follow or page.next_cursor is None:
+        return page
+    items = list(page.items)
+    with render.counter("fetching") as advance:
+        while page.next_cursor is not None:
+            page = fetch(page.next_cursor)
+            items.extend(page.items)
+            advance(len(items))
+    return page.model_copy(update={"items": items, "next_cursor": None})
+
+
+def _with_options(function: Callable[..., Any], options: Sequence[Option]) -> Callable[..., Any]:
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def listing_group(
+    name: str,
+    summary: str,
+    filters: list[Option],
+    fetch: Callable[..., m.Page[Any]],
+    table: Callable[[list[Any]], Any],
+    noun: str,
+) -> click.Group:
+    """A group that lists when called bare (or as `NAME list`); subcommands are added to it.
+
+    `fetch(client, cursor=..., limit=..., **filters)` reads one page.
+    """
+    options = [target_options, *filters, limit_option, all_option, cursor_option, json_option]
+
+    def list_items(target: Target, limit: int, follow: bool, cursor: str | None, as_json: bool, **chosen: Any) -> None:
+        with connect(target) as client:
+            page = _collect(lambda after: fetch(client, cursor=after, limit=limit, **chosen), cursor, follow)
+        render.emit_page(page, as_json, table, noun)
+
+    @click.pass_context
+    def group(ctx: click.Context, /, **listing: Any) -> None:
+        if ctx.invoked_subcommand is None:
+            list_items(**listing)
+        else:  # `partbuild wants --limit 5 show X` would silently ignore --limit
+            given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name or "") is _COMMANDLINE]
+            if given:
+                raise click.UsageError(
+                    f"{', '.join(given)} before a subcommand: listing options go with 'partbuild {name} list', "
+                    "a subcommand's options after its name"
+                )
+
+    help_text = f"{summary} (also '{name} list'); subcommands below."
+    listing = click.group(name, invoke_without_command=True, help=help_text)(_with_options(group, options))
+    listing.command("list", help=f"{summary}.")(_with_options(list_items, options))
+    return listing

@@ -1,0 +1,166 @@
+"""Commands on the event log itself: `db upgrade`, `replay` and `demo`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import click
+import sqlalchemy as sa
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.audit import AuditInputError, AuditReport, RejectedEvent, audit
+from partbuild.api.commands.common import (
+    CommandFailed,
+    Target,
+    connect,
+    db_option,
+    json_option,
+    open_log,
+    sqlite_path,
+    target_options,
+)
+from partbuild.state.migrate import current_revision, upgrade
+from partbuild.state.replay import load_state, save_snapshot
+from partbuild.state.simulate import SimulationPlan, simulate
+from partbuild.state.store import SnapshotStore
+
+APPEND_BATCH = 2_000
+
+
+@click.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command("upgrade")
+@db_option
+def db_upgrade(db_url: str) -> None:
+    """Create or migrate the event log's schema to the newest revision."""
+    try:
+        sa.make_url(db_url)
+    except sa.exc.ArgumentError:
+        raise click.BadParameter(f"{db_url!r} is not a database URL", param_hint="'--db'") from None
+    try:
+        upgrade(db_url)
+    except sa.exc.OperationalError as exc:
+        raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
+    with open_log(db_url, must_exist=False) as log:
+        render.console.print(f"database at revision {current_revision(log.engine)}, log head seq {log.head()}")
+
+
+@click.command()
+@target_options
+@click.option("--verify", is_flag=True, help="Also replay from seq 0 without snapshots and compare digests.")
+@click.option("--as-of", "as_of", type=click.IntRange(min=0), help="Replay only up to this seq.")
+@click.option("--save-snapshot", is_flag=True, help="Store a snapshot of the replayed state.")
+@click.option(
+    "--rejected",
+    "rejected_limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="How many rejected events to list.",
+)
+@json_option
+def replay(
+    target: Target, verify: bool, as_of: int | None, save_snapshot: bool, rejected_limit: int, as_json: bool
+) -> None:
+    """Replay the event log and print head seq, digest, counts and rejected events.
+
+    With --server the server replays its log (its audit endpoint); --save-snapshot needs --db.
+    """
+    if target.server is not None:
+        if save_snapshot:
+            raise click.UsageError("--save-snapshot needs --db: snapshots are written next to the log")
+        with connect(target) as client:
+            report = _report_of(client.audit(rejected_limit, as_of, verify))
+    else:
+        report = _replay_database(target.db_url, as_of, verify, save_snapshot, rejected_limit)
+    if as_json:
+        payload = dataclasses.asdict(report) | {"events_per_second": round(report.events_per_second)}
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        render.console.print(render.report_grid(report))
+    if report.verified is False:
+        raise CommandFailed("verification failed: " + "; ".join(report.problems))
+
+
+def _replay_database(
+    db_url: str, as_of: int | None, verify: bool, save_snapshot: bool, rejected_limit: int
+) -> AuditReport:
+    with open_log(db_url, must_exist=True) as log:
+        head = log.head()
+        try:
+            with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
+                return audit(
+                    log,
+                    SnapshotStore(log.engine),
+                    as_of=as_of,
+                    verify=verify,
+                    save=save_snapshot,
+                    rejected_limit=rejected_limit,
+                    progress=progress,
+                )
+        except AuditInputError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None
+
+
+def _report_of(found: m.Audit) -> AuditReport:
+    """The server's audit as the report `replay --db` prints (nothing verified or saved)."""
+    rejected = [RejectedEvent(r.seq, r.event_type, r.reason) for r in found.rejected]
+    fields = found.model_dump(exclude={"rejected"})
+    return AuditReport(**fields, rejected=rejected)
+
+
+@click.command()
+@db_option
+@click.option(
+    "--weeks",
+    type=click.IntRange(1, 5_000),
+    default=52,
+    show_default=True,
+    help="Simulated weeks of the clicks pipeline per site.",
+)
+@click.option(
+    "--sites",
+    type=click.IntRange(1, 1_000),
+    default=10,
+    show_default=True,
+    help="Independent copies of the pipeline (distinct refs).",
+)
+@click.option("--fresh", is_flag=True, help="Delete the SQLite database first.")
+def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
+    """Write a simulated W1 history (wants, dep misses, retries, taints) into an empty log."""
+    try:
+        path = sqlite_path(db_url)
+    except sa.exc.ArgumentError:
+        raise click.BadParameter(f"{db_url!r} is not a database URL", param_hint="'--db'") from None
+    if fresh:
+        if path is None:
+            raise click.BadParameter("--fresh only deletes SQLite files", param_hint="'--fresh'")
+        for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            leftover.unlink(missing_ok=True)
+    with open_log(db_url, must_exist=False) as log:
+        head = log.head()
+        if head:
+            raise click.BadParameter(
+                f"the log already holds {head:,} events; the demo needs an empty one (use --fresh for SQLite)",
+                param_hint="'--db'",
+            )
+        events = list(simulate(SimulationPlan(weeks=weeks, sites=sites)))
+        with render.progress("appending", 0, len(events)) as progress:
+            for start in range(0, len(events), APPEND_BATCH):
+                result = log.append(events[start : start + APPEND_BATCH], expected_head=start)
+                if progress is not None:
+                    progress(result.last_seq)
+        # A snapshot half-way, so a later replay shows snapshot + tail and --verify has something to compare.
+        snapshots = SnapshotStore(log.engine)
+        state, _ = load_state(log, upto_seq=len(events) // 2)
+        save_snapshot(state, snapshots)
+        render.console.print(
+            f"wrote {len(events):,} events ({sites} sites x {weeks} weeks of the clicks pipeline) to {db_url}; "
+            f"snapshot at seq {state.head_seq:,}"
+        )

@@ -1,0 +1,146 @@
+"""Partition commands: `partitions` (list, show, history, instance), `lineage`, `taint` and `observe`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, get_args
+
+import click
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.client import Client
+from partbuild.api.commands.common import (
+    Target,
+    as_of_option,
+    connect,
+    json_option,
+    read_graph,
+    target_options,
+    user_option,
+)
+from partbuild.api.commands.listing import listing_group
+from partbuild.api.service import NotFound
+
+partitions_group = listing_group(
+    "partitions",
+    "List partitions (their current instances) ordered by ref",
+    [
+        click.option("--prefix", default="", help="Only refs starting with this."),
+        click.option(
+            "--state", type=click.Choice(get_args(m.InstanceStateName)), help="Only current instances in this state."
+        ),
+    ],
+    lambda client, state, **page: client.partitions(state_filter=state, **page),
+    render.instances_table,
+    "partitions",
+)
+
+
+@partitions_group.command("show")
+@target_options
+@click.argument("ref")
+@as_of_option
+@json_option
+def partitions_show(target: Target, ref: str, as_of: int | None, as_json: bool) -> None:
+    """The current (canonical) instance of a ref."""
+    with connect(target) as client:
+        instance = client.canonical(ref, as_of)
+    render.emit(instance, as_json, lambda: render.instance_grid(instance))
+
+
+@partitions_group.command("history")
+@target_options
+@click.argument("ref")
+@as_of_option
+@json_option
+def partitions_history(target: Target, ref: str, as_of: int | None, as_json: bool) -> None:
+    """Every instance of a ref, newest first."""
+    with connect(target) as client:
+        found = client.history(ref, as_of)
+    render.emit(found, as_json, lambda: render.history_table(found))
+
+
+@partitions_group.command("instance")
+@target_options
+@click.argument("instance_uuid", metavar="UUID")
+@as_of_option
+@json_option
+def partitions_instance(target: Target, instance_uuid: str, as_of: int | None, as_json: bool) -> None:
+    """One partition instance by UUID (current or superseded)."""
+    with connect(target) as client:
+        instance = client.instance(instance_uuid, as_of)
+    render.emit(instance, as_json, lambda: render.instance_grid(instance))
+
+
+@click.command()
+@target_options
+@click.argument("uuid_or_ref")
+@click.option("--direction", type=click.Choice(["upstream", "downstream", "both"]), default="both", show_default=True)
+@click.option("--depth", type=click.IntRange(0, m.MAX_LINEAGE_DEPTH), default=1, show_default=True, help="Hops.")
+@as_of_option
+@json_option
+def lineage(target: Target, uuid_or_ref: str, direction: Any, depth: int, as_of: int | None, as_json: bool) -> None:
+    """Instances an instance was built from (upstream) and built into (downstream); a REF means its current one."""
+    with connect(target) as client:
+        root = _instance_uuid(client, uuid_or_ref, as_of)
+        found = client.lineage(root, direction=direction, depth=depth, as_of_seq=as_of)
+    render.emit(found, as_json, lambda: render.lineage_tree(found, direction))
+
+
+def _instance_uuid(client: Client, uuid_or_ref: str, as_of: int | None) -> str:
+    """The argument itself if it is an instance's UUID, else the UUID of the ref's canonical instance."""
+    try:
+        uuid.UUID(uuid_or_ref)
+    except ValueError:
+        return client.canonical(uuid_or_ref, as_of).uuid
+    try:
+        return client.instance(uuid_or_ref, as_of).uuid
+    except NotFound:
+        pass  # a ref may look like a UUID too
+    try:
+        return client.canonical(uuid_or_ref, as_of).uuid
+    except NotFound:
+        raise NotFound(f"no partition instance or ref {uuid_or_ref!r}") from None
+
+
+@click.command()
+@target_options
+@click.argument("ref")
+@click.option("--reason", default="", help="Why the data is bad (recorded in the log).")
+@click.option("--only-this-ref", is_flag=True, help="Do not taint the Live partitions built from it.")
+@user_option
+@json_option
+def taint(target: Target, ref: str, reason: str, only_this_ref: bool, user: str, as_json: bool) -> None:
+    """Declare a Live partition's data bad (and, transitively, what was built from it)."""
+    request = m.TaintRequest(ref=ref, reason=reason, only_this_ref=only_this_ref)
+    with connect(target) as client:
+        written = client.taint(request, user)
+    render.emit(written, as_json, lambda: f"{ref} tainted at seq {written.seq}")
+
+
+@click.command()
+@target_options
+@click.argument("ref")
+@click.option("--location", required=True, help="Where the data is (path or URI).")
+@click.option("--rows", type=click.IntRange(min=0), default=0, help="Row count, if known.")
+@click.option("--bytes", "size", type=click.IntRange(min=0), default=0, help="Size in bytes, if known.")
+@click.option("--graph", "graph_path", help="With --db: refuse refs that a job of this graph builds.")
+@user_option
+@json_option
+def observe(
+    target: Target,
+    ref: str,
+    location: str,
+    rows: int,
+    size: int,
+    graph_path: str | None,
+    user: str,
+    as_json: bool,
+) -> None:
+    """Record that a source partition (one no job builds) is available."""
+    request = m.ObserveRequest(ref=ref, location=location, row_count=rows, bytes=size)
+    graph = read_graph(graph_path) if graph_path is not None else None
+    with connect(target, must_exist=False, graph=graph) as client:
+        written = client.observe(request, user)
+    render.emit(written, as_json, lambda: f"{ref} observed at {location}, seq {written.seq}")

@@ -1,0 +1,35 @@
+"""Job run commands: `runs` lists them, `runs show` shows one."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import click
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.commands.common import Target, connect, json_option, target_options
+from partbuild.api.commands.listing import listing_group
+
+runs_group = listing_group(
+    "runs",
+    "List job runs, oldest first",
+    [
+        click.option("--state", type=click.Choice(get_args(m.JobRunStateName)), help="Only job runs in this state."),
+        click.option("--job", help="Only runs of this job (its label)."),
+    ],
+    lambda client, state, **page: client.job_runs(state_filter=state, **page),
+    render.runs_table,
+    "job runs",
+)
+
+
+@runs_group.command("show")
+@target_options
+@click.argument("run_id")
+@json_option
+def runs_show(target: Target, run_id: str, as_json: bool) -> None:
+    """One job run: its job, state, partitions, inputs and error."""
+    with connect(target) as client:
+        run = client.job_run(run_id)
+    render.emit(run, as_json, lambda: render.run_grid(run))

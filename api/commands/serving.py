@@ -1,0 +1,206 @@
+"""Long-running processes: `serve` (HTTP API), `run` (orchestrator) and `up` (both in one process)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from partbuild.api import render
+from partbuild.api.commands.common import CommandFailed, db_option, host_option, open_log, port_option, read_graph
+from partbuild.api.service import Service
+from partbuild.state.store import SnapshotStore
+
+DEFAULT_GRAPH = "examples/clicks/pipeline.py"
+
+logger = logging.getLogger("partbuild")
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("alembic", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before anything slow starts, so a busy port fails at once and port 0 has a real number to print."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise CommandFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> None:
+    """Serve `app` on `sock` in this thread until SIGTERM/SIGINT; `on_stop` runs when a signal arrives.
+
+    uvicorn catches the signals while it serves and, once shut down, raises them
+    again under the handlers that were installed before: ours, so the process
+    stops cleanly with exit code 0 instead of dying of the re-raised SIGTERM.
+    """
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, workers=1, log_level="info"))
+
+    def stop(signum: int, _frame: object) -> None:
+        logger.info("%s: stopping", signal.Signals(signum).name)
+        server.should_exit = True
+        on_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise CommandFailed("the HTTP API did not start (see the log above)")
+
+
+@click.command()
+@db_option
+@click.option("--graph", "graph_path", help="Graph file: refuse wants and observations it does not allow.")
+@host_option
+@port_option
+def serve(db_url: str, graph_path: str | None, host: str, port: int) -> None:
+    """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
+    from partbuild.api.app import create_app
+
+    graph = read_graph(graph_path) if graph_path is not None else None
+    sock = _listen(host, port)
+    _configure_logging()
+    with sock, open_log(db_url, must_exist=False) as log:
+        app = create_app(Service(log, graph=graph))
+        click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
+        _serve_http(app, sock, on_stop=lambda: None)
+
+
+@click.command()
+@db_option
+@click.option("--graph", "graph_path", default=DEFAULT_GRAPH, show_default=True, help="Python file defining `graph`.")
+@click.option("--warehouse", default="warehouse", show_default=True, help="Root directory or URI of built data.")
+@host_option
+@port_option
+@click.option(
+    "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
+)
+def up(db_url: str, graph_path: str, warehouse: str, host: str, port: int, master: str | None) -> None:
+    """HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.
+
+    On a stop signal the API shuts down and the orchestrator lets the job runs in
+    flight finish and records their outcomes before the process exits.
+    """
+    from partbuild.api.app import create_app
+    from partbuild.orchestrator.loop import Orchestrator
+    from partbuild.orchestrator.spark import DEFAULT_MASTER, spark_session
+
+    graph = read_graph(graph_path)
+    sock = _listen(host, port)
+    _configure_logging()
+    stop = threading.Event()
+    with sock, open_log(db_url, must_exist=False) as log:
+        try:
+            spark = spark_session(master)
+        except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
+            raise CommandFailed(f"cannot start Spark ({master or DEFAULT_MASTER}): {exc}") from None
+        orchestrator = Orchestrator(log, graph, warehouse=warehouse, spark=spark, snapshots=SnapshotStore(log.engine))
+        app = create_app(Service(log, graph=graph, on_append=orchestrator.wake))
+        failure: list[BaseException] = []
+
+        def orchestrate() -> None:
+            try:
+                orchestrator.run(stop)
+            except Exception as exc:  # an orchestrator that died must not leave an API taking wants nobody builds
+                logger.exception("the orchestrator stopped")
+                failure.append(exc)
+                signal.raise_signal(signal.SIGTERM)
+
+        def request_stop() -> None:
+            stop.set()
+            orchestrator.wake()
+
+        worker = threading.Thread(target=orchestrate, name="partbuild-orchestrator")
+        worker.start()
+        click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on Spark {master or DEFAULT_MASTER}, {db_url}")
+        try:
+            _serve_http(app, sock, on_stop=request_stop)
+        finally:
+            logger.info("finishing the job runs in flight")
+            request_stop()
+            worker.join()
+    if failure:
+        raise CommandFailed(f"the orchestrator stopped: {failure[0]}")
+
+
+@click.command()
+@db_option
+@click.option("--graph", "graph_path", required=True, help="Python file defining `graph` (a Graph or a function).")
+@click.option("--warehouse", default="warehouse", show_default=True, help="Root directory or URI of built data.")
+@click.option(
+    "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
+)
+@click.option("--until-idle", is_flag=True, help="Exit once no want is active and no job run is in flight.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=3600, show_default=True, help="With --until-idle.")
+@click.option("--heartbeat-interval", type=click.FloatRange(min=0.05), default=5, show_default=True)
+@click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30,
+    show_default=True,
+    help="Seconds without heartbeat after which a run is failed and retried.",
+)
+def run(
+    db_url: str,
+    graph_path: str,
+    warehouse: str,
+    master: str | None,
+    until_idle: bool,
+    timeout: float,
+    heartbeat_interval: float,
+    heartbeat_timeout: float,
+) -> None:
+    """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
+    from partbuild.orchestrator.loop import Orchestrator
+    from partbuild.orchestrator.spark import spark_session
+
+    graph = read_graph(graph_path)
+    _configure_logging()
+    stop = threading.Event()
+    with open_log(db_url, must_exist=False) as log:
+        orchestrator = Orchestrator(
+            log,
+            graph,
+            warehouse=warehouse,
+            spark=spark_session(master),
+            snapshots=SnapshotStore(log.engine),
+            heartbeat_interval_s=heartbeat_interval,
+            heartbeat_timeout_s=heartbeat_timeout,
+        )
+
+        def request_stop(signum: int, _frame: object) -> None:
+            logger.info("%s: finishing the runs in flight", signal.Signals(signum).name)
+            stop.set()
+            orchestrator.wake()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        if until_idle:
+            idle = orchestrator.run_until_idle(timeout, stop=stop)
+            orchestrator.close()
+            counts = orchestrator.state.counts()
+            render.console.print(
+                f"log head seq {orchestrator.state.head_seq:,}; wants {render.nonzero(counts['wants'])}; "
+                f"job runs {render.nonzero(counts['job_runs'])}"
+            )
+            if not idle and not stop.is_set():
+                raise CommandFailed(f"not idle after {timeout:g} s")
+        else:
+            orchestrator.run(stop)

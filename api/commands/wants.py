@@ -1,0 +1,160 @@
+"""Want commands: `want` records wants; `wants` lists, shows and cancels them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import IO, get_args
+
+import click
+
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.client import create_wants_chunked
+from partbuild.api.commands.common import Target, connect, json_option, read_graph, target_options, user_option
+from partbuild.api.commands.listing import listing_group
+from partbuild.orchestrator.graph import Graph, GraphError
+from partbuild.state.refs import ref_problem
+
+
+@click.command()
+@target_options
+@click.argument("refs", nargs=-1)
+@click.option(
+    "--file",
+    "refs_file",
+    type=click.File("r", encoding="utf-8"),
+    help="Read refs from FILE, one a line ('-': stdin): one want per ref, in requests of 10,000 refs.",
+)
+@click.option("--one-want", is_flag=True, help="With --file: a single want naming every ref.")
+@click.option("--graph", "graph_path", help="With --db: refuse refs that no job or source of this graph produces.")
+@click.option("--want-id", help="Id of the want (default: a new random id).")
+@click.option("--comment", default="", help="Why the data is wanted.")
+@click.option("--ttl", type=click.IntRange(min=0), default=0, help="Give up after this many seconds (0: never).")
+@click.option("--sla", type=click.IntRange(min=0), default=0, help="Expected Live within this many seconds.")
+@click.option("--data-timestamp", type=click.DateTime(), help="The moment the data describes (UTC; default now).")
+@user_option
+@json_option
+def want(
+    target: Target,
+    refs: tuple[str, ...],
+    refs_file: IO[str] | None,
+    one_want: bool,
+    graph_path: str | None,
+    want_id: str | None,
+    comment: str,
+    ttl: int,
+    sla: int,
+    data_timestamp: dt.datetime | None,
+    user: str,
+    as_json: bool,
+) -> None:
+    """Record a want for one or more partition refs (or a batch of wants from --file)."""
+    wanted = _refs_from(refs, refs_file)
+    graph = read_graph(graph_path) if graph_path is not None else None
+    if graph is not None and target.server is None:
+        _check_producible(graph, wanted)  # all refs before the first request: bad input changes nothing
+    groups = [list(wanted)] if refs_file is None or one_want else [[ref] for ref in wanted]
+    if len(groups) > 1 and want_id is not None:
+        raise click.BadParameter(
+            "names one want; a batch gets generated ids (or use --one-want)", param_hint="'--want-id'"
+        )
+    if len(groups[0]) > m.MAX_BATCH_REFS:
+        raise click.BadParameter(f"a single want names at most {m.MAX_BATCH_REFS:,} refs", param_hint="'REFS'")
+    timestamp_ms = None
+    if data_timestamp is not None:
+        timestamp_ms = int(data_timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000)
+    requests = [
+        m.WantRequest(
+            refs=group,
+            want_id=want_id,
+            data_timestamp_ms=timestamp_ms,
+            ttl_seconds=ttl,
+            sla_seconds=sla,
+            comment=comment,
+        )
+        for group in groups
+    ]
+    bar = render.progress_bar("wanting", show=len(wanted) > m.MAX_BATCH_REFS)
+    with connect(target, must_exist=False, graph=graph) as client, bar:
+        task = bar.add_task("wanting", total=len(wanted))
+        created = create_wants_chunked(client, requests, user, on_sent=lambda refs: bar.advance(task, refs))
+    if refs_file is None:
+        only = created.wants[0]
+        render.emit(only, as_json, lambda: f"want {only.want_id} for {len(wanted)} ref(s) recorded at seq {only.seq}")
+    else:
+        render.emit(
+            created,
+            as_json,
+            lambda: (
+                f"{len(created.wants):,} want(s) for {len(wanted):,} ref(s) recorded "
+                f"at seqs {created.first_seq}..{created.last_seq}"
+            ),
+        )
+
+
+def _refs_from(args: tuple[str, ...], source: IO[str] | None) -> list[str]:
+    """The refs of the command line or of the file, each valid and listed once."""
+    if bool(args) == (source is not None):
+        raise click.UsageError("give refs as arguments or --file FILE, one of the two")
+    if source is None:
+        where = [(ref, "REFS") for ref in args]
+    else:
+        # Surrounding whitespace (and blank lines) in a file are layout, not part of a ref.
+        where = [(line.strip(), f"line {n}") for n, line in enumerate(source, 1) if line.strip()]
+        if not where:
+            raise click.BadParameter("no refs in the file", param_hint="'--file'")
+    seen: set[str] = set()
+    for ref, place in where:
+        problem = ref_problem(ref)
+        if problem:
+            raise click.BadParameter(f"{problem}: {ref!r}", param_hint=f"'{place}'")
+        if ref in seen:
+            raise click.BadParameter(f"{ref!r} is listed more than once", param_hint=f"'{place}'")
+        seen.add(ref)
+    return [ref for ref, _ in where]
+
+
+def _check_producible(graph: Graph, refs: list[str]) -> None:
+    for ref in refs:
+        try:
+            graph.resolve(ref)
+        except GraphError as exc:
+            raise click.BadParameter(str(exc), param_hint="'REFS'") from None
+
+
+wants_group = listing_group(
+    "wants",
+    "List wants, oldest first",
+    [
+        click.option("--state", type=click.Choice(get_args(m.WantStateName)), help="Only wants in this state."),
+        click.option("--ref", help="Only wants naming this ref."),
+        click.option("--root", help="Only wants under this root want (derivative wants included)."),
+    ],
+    lambda client, state, **page: client.wants(state_filter=state, **page),
+    render.wants_table,
+    "wants",
+)
+
+
+@wants_group.command("show")
+@target_options
+@click.argument("want_id")
+@json_option
+def wants_show(target: Target, want_id: str, as_json: bool) -> None:
+    """A want, where each of its refs stands and what it waits for, and its derivative wants."""
+    with connect(target) as client:
+        detail = client.want(want_id)
+    render.emit(detail, as_json, lambda: render.want_detail(detail))
+
+
+@wants_group.command("cancel")
+@target_options
+@click.argument("want_id")
+@click.option("--reason", default="", help="Why (recorded in the log).")
+@user_option
+@json_option
+def wants_cancel(target: Target, want_id: str, reason: str, user: str, as_json: bool) -> None:
+    """Cancel a want and its active derivative wants."""
+    with connect(target) as client:
+        written = client.cancel_want(want_id, reason, user)
+    render.emit(written, as_json, lambda: f"want {want_id} canceled at seq {written.seq}")

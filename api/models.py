@@ -1,0 +1,258 @@
+"""Request and response models of the HTTP API and the CLI (never the protobuf classes)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from partbuild.state.refs import MAX_REF_BYTES, ref_problem
+
+MAX_BATCH_REFS = 10_000
+MAX_PAGE = 1_000
+MAX_LINEAGE_DEPTH = 50
+MAX_COMMENT = 2_000
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,255}$"  # no slash: ids are path segments
+
+
+def _valid_ref(ref: str) -> str:
+    problem = ref_problem(ref)
+    if problem:
+        raise ValueError(problem)
+    return ref
+
+
+Ref = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_REF_BYTES, examples=["agg/daily_clicks/date=2026-01-01"]),
+    AfterValidator(_valid_ref),
+]
+WantId = Annotated[str, Field(pattern=ID_PATTERN, examples=["backfill-2026-01"])]
+NonNegative = Annotated[int, Field(ge=0, le=2**62)]
+
+InstanceStateName = Literal[
+    "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted"
+]
+WantStateName = Literal[
+    "idle", "building", "upstream_building", "successful", "failed", "upstream_failed", "canceled", "expired"
+]
+JobRunStateName = Literal["queued", "running", "succeeded", "failed", "dep_miss", "canceled"]
+
+T = TypeVar("T")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------- requests
+
+
+class WantRequest(_Request):
+    """Ask for partitions to be built (one want, one or more refs)."""
+
+    # No max_length here: the service counts a request's refs in all and answers 413 over MAX_BATCH_REFS.
+    refs: list[Ref] = Field(min_length=1)
+    want_id: WantId | None = Field(default=None, description="Default: a new random id.")
+    data_timestamp_ms: NonNegative | None = Field(default=None, description="Default: now.")
+    ttl_seconds: NonNegative = Field(default=0, description="Give up after data_timestamp + ttl; 0 never.")
+    sla_seconds: NonNegative = Field(default=0, description="Expected Live by data_timestamp + sla; 0 none.")
+    comment: str = Field(default="", max_length=MAX_COMMENT)
+
+
+class WantBatchRequest(_Request):
+    """Many wants in one append (backfills): at most 10,000 refs in all."""
+
+    wants: list[WantRequest] = Field(min_length=1)
+
+
+class CancelRequest(_Request):
+    reason: str = Field(default="", max_length=MAX_COMMENT)
+
+
+class TaintRequest(_Request):
+    ref: Ref
+    reason: str = Field(default="", max_length=MAX_COMMENT)
+    only_this_ref: bool = Field(default=False, description="Do not taint Live partitions built from it.")
+
+
+class ObserveRequest(_Request):
+    """A source partition (one no job builds) became available."""
+
+    ref: Ref
+    location: str = Field(min_length=1, max_length=MAX_REF_BYTES)
+    row_count: NonNegative = 0
+    bytes: NonNegative = 0
+    metadata: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMENT)]] = Field(
+        default_factory=dict, max_length=100
+    )
+
+
+# ----------------------------------------------------------------- responses
+
+
+class Written(BaseModel):
+    """Where a write landed in the log: read with `min_seq` >= this to see it (read-your-writes)."""
+
+    seq: int
+
+
+class WantCreated(Written):
+    want_id: str
+    state: WantStateName
+
+
+class WantBatchCreated(BaseModel):
+    first_seq: int
+    last_seq: int
+    wants: list[WantCreated]
+
+
+class Want(BaseModel):
+    want_id: str
+    refs: list[str]
+    state: WantStateName
+    created_seq: int
+    updated_seq: int
+    created_ms: int
+    data_timestamp_ms: int
+    ttl_seconds: int
+    sla_seconds: int
+    expires_at_ms: int | None
+    sla_deadline_ms: int | None
+    sla_breached: bool
+    comment: str
+    source: str
+    parent_want_id: str | None
+    root_want_id: str
+    children: list[str]
+    satisfied_by: list[str]
+    cancel_reason: str | None
+
+
+class RefStatus(BaseModel):
+    """Where one ref of a want stands, and what it waits for."""
+
+    ref: str
+    instance_uuid: str | None
+    state: InstanceStateName | None
+    waiting_on: list[RefStatus] = Field(default_factory=list, description="Upstream refs not Live yet.")
+
+
+class WantTree(BaseModel):
+    want_id: str
+    state: WantStateName
+    refs: list[str]
+    children: list[WantTree]
+
+
+class WantDetail(Want):
+    refs_status: list[RefStatus]
+    tree: WantTree
+
+
+class Instance(BaseModel):
+    uuid: str
+    ref: str
+    state: InstanceStateName
+    canonical: bool
+    created_seq: int
+    updated_seq: int
+    superseded_seq: int | None
+    previous_uuid: str | None
+    built_by: str | None
+    attempts: list[str]
+    inputs: list[str]
+    consumers: list[str]
+    location: str | None
+    row_count: int
+    byte_count: int
+    metadata: dict[str, str]
+    waiting_on: list[str]
+    note: str | None
+
+
+class JobRun(BaseModel):
+    job_run_id: str
+    job_label: str
+    state: JobRunStateName
+    instance_uuids: list[str]
+    refs: list[str]
+    created_seq: int
+    updated_seq: int
+    created_ms: int
+    updated_ms: int
+    last_heartbeat_ms: int
+    attempt: int = Field(description="1 for a partition's first run, 2 for its first retry, ...")
+    inputs: list[str]
+    error_class: str | None
+    error_message: str | None
+    retry_after_ms: int
+    missing_refs: list[str]
+    cancel_reason: str | None
+
+
+class LineageNode(BaseModel):
+    uuid: str
+    ref: str | None = Field(description="None when retention dropped the instance.")
+    state: InstanceStateName | None
+    depth: int
+    built_by: str | None
+
+
+class LineageEdge(BaseModel):
+    input: str
+    output: str
+
+
+class Lineage(BaseModel):
+    root: str
+    as_of_seq: int
+    nodes: list[LineageNode]
+    edges: list[LineageEdge]
+
+
+class StoredEvent(BaseModel):
+    seq: int
+    event_id: str
+    event_type: str
+    recorded_at_ms: int
+    event: dict[str, object]
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class Rejected(BaseModel):
+    seq: int
+    event_type: str
+    reason: str
+
+
+class Validated(BaseModel):
+    """A batch that `create` would accept now (a concurrent writer may still take an id first)."""
+
+    wants: int
+    refs: int
+
+
+class Audit(BaseModel):
+    head_seq: int
+    state_seq: int
+    digest: str
+    counts: dict[str, dict[str, int]]
+    rejected_total: int
+    rejected: list[Rejected]
+    snapshot_seq: int
+    replayed_events: int
+    seconds: float
+    verified: bool | None = Field(default=None, description="With verify: did a full replay from seq 0 agree?")
+    problems: list[str] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    head_seq: int
+    state_seq: int

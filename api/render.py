@@ -1,0 +1,397 @@
+"""Human-readable output of the CLI: rich tables, grids and trees of the API models, JSON, progress.
+
+Every ref, id and message is put in a `Text`, never in markup: refs may hold
+square brackets that rich would otherwise read as styles.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from partbuild.api import models as m
+from partbuild.api.audit import AuditReport
+from partbuild.state.replay import Progress as ProgressCallback
+
+# Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True)
+# Below this many events a progress bar only flickers.
+PROGRESS_THRESHOLD = 50_000
+_GOOD = {"live", "successful", "succeeded"}
+_BAD = {"failed", "upstream_failed", "expired", "tainted"}
+_BUSY = {"building", "upstream_building", "running", "queued", "up_for_retry", "dep_miss"}
+MAX_REFS_SHOWN = 3
+
+
+def state_text(state: str | None) -> Text:
+    """A state name, coloured by how it is going."""
+    if state is None:
+        return Text("(dropped)", style="dim")
+    style = "green" if state in _GOOD else "red" if state in _BAD else "yellow" if state in _BUSY else ""
+    return Text(state, style=style)
+
+
+def when(ms: int | None) -> str:
+    """Milliseconds since the epoch as UTC ISO time; '-' for unset."""
+    if not ms:
+        return "-"
+    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def refs_text(refs: list[str]) -> Text:
+    """The first few refs, one a line, and how many more."""
+    shown = "\n".join(refs[:MAX_REFS_SHOWN])
+    if len(refs) > MAX_REFS_SHOWN:
+        shown += f"\n(+{len(refs) - MAX_REFS_SHOWN:,} more)"
+    return Text(shown)
+
+
+def _table(*columns: str) -> Table:
+    table = Table(header_style="bold", pad_edge=False, box=None)
+    for column in columns:
+        # Ids and seqs are what people copy into the next command: never wrap them.
+        wraps = column in ("REFS", "REF", "ERROR", "COMMENT")
+        table.add_column(column, no_wrap=not wraps, overflow="fold")
+    return table
+
+
+def _grid(rows: Iterable[tuple[str, RenderableType | str | None]]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        if value is None or value == "":
+            continue
+        grid.add_row(label, value if not isinstance(value, str) else Text(value))
+    return grid
+
+
+def _joined(values: list[str]) -> str:
+    return "\n".join(values)
+
+
+# ----------------------------------------------------------------- wants
+
+
+def wants_table(wants: list[m.Want]) -> Table:
+    table = _table("WANT", "STATE", "REFS", "CREATED SEQ", "CREATED", "SOURCE", "PARENT")
+    for want in wants:
+        table.add_row(
+            Text(want.want_id),
+            state_text(want.state),
+            refs_text(want.refs),
+            str(want.created_seq),
+            when(want.created_ms),
+            Text(want.source),
+            Text(want.parent_want_id or "-"),
+        )
+    return table
+
+
+def want_detail(want: m.WantDetail) -> Group:
+    """The want's fields, where each of its refs stands, and its derivative wants."""
+    grid = _grid(
+        [
+            ("want", want.want_id),
+            ("state", state_text(want.state)),
+            ("created", f"seq {want.created_seq} at {when(want.created_ms)}"),
+            ("updated", f"seq {want.updated_seq}"),
+            ("data timestamp", when(want.data_timestamp_ms)),
+            ("ttl", f"{want.ttl_seconds} s, expires {when(want.expires_at_ms)}" if want.ttl_seconds else None),
+            ("sla", _sla(want) if want.sla_seconds else None),
+            ("comment", want.comment),
+            ("source", want.source),
+            ("parent", want.parent_want_id),
+            ("root", want.root_want_id if want.root_want_id != want.want_id else None),
+            ("satisfied by", _joined(want.satisfied_by)),
+            ("cancel reason", want.cancel_reason),
+        ]
+    )
+    refs = Tree(Text("refs", style="bold"))
+    for status in want.refs_status:
+        _ref_branch(refs, status)
+    return Group(grid, refs, want_tree(want.tree))
+
+
+def _sla(want: m.WantDetail) -> str:
+    breached = " (breached)" if want.sla_breached else ""
+    return f"{want.sla_seconds} s, due {when(want.sla_deadline_ms)}{breached}"
+
+
+def _ref_label(status: m.RefStatus) -> Text:
+    label = Text(status.ref)
+    label.append("  ")
+    label.append_text(state_text(status.state) if status.state else Text("no instance", style="dim"))
+    if status.waiting_on:
+        label.append("  waits for", style="dim")
+    return label
+
+
+def _ref_branch(parent: Tree, status: m.RefStatus) -> None:
+    branch = parent.add(_ref_label(status))
+    for upstream in status.waiting_on:
+        _ref_branch(branch, upstream)
+
+
+def want_tree(tree: m.WantTree) -> Tree:
+    """The want and its derivative wants (created for missing upstream data) as a tree."""
+    root = Tree(Text("derivative wants", style="bold"))
+    _want_branch(root, tree)
+    return root
+
+
+def _want_branch(parent: Tree, node: m.WantTree) -> None:
+    label = Text(node.want_id)
+    label.append("  ")
+    label.append_text(state_text(node.state))
+    label.append("  " + ", ".join(node.refs[:MAX_REFS_SHOWN]), style="dim")
+    if len(node.refs) > MAX_REFS_SHOWN:
+        label.append(f" (+{len(node.refs) - MAX_REFS_SHOWN} more)", style="dim")
+    branch = parent.add(label)
+    for child in node.children:
+        _want_branch(branch, child)
+
+
+# ----------------------------------------------------------------- partitions
+
+
+def instances_table(instances: list[m.Instance]) -> Table:
+    table = _table("REF", "STATE", "UUID", "BUILT BY", "ROWS", "UPDATED SEQ")
+    for instance in instances:
+        table.add_row(
+            Text(instance.ref),
+            state_text(instance.state),
+            instance.uuid,
+            Text(instance.built_by or "-"),
+            f"{instance.row_count:,}",
+            str(instance.updated_seq),
+        )
+    return table
+
+
+def history_table(instances: list[m.Instance]) -> Table:
+    table = _table("UUID", "STATE", "CANONICAL", "CREATED SEQ", "SUPERSEDED SEQ", "BUILT BY", "NOTE")
+    for instance in instances:
+        table.add_row(
+            instance.uuid,
+            state_text(instance.state),
+            "yes" if instance.canonical else "no",
+            str(instance.created_seq),
+            str(instance.superseded_seq or "-"),
+            Text(instance.built_by or "-"),
+            Text(instance.note or ""),
+        )
+    return table
+
+
+def instance_grid(instance: m.Instance) -> Table:
+    metadata = "\n".join(f"{key}={value}" for key, value in sorted(instance.metadata.items()))
+    return _grid(
+        [
+            ("ref", instance.ref),
+            ("uuid", instance.uuid),
+            ("state", state_text(instance.state)),
+            ("canonical", "yes" if instance.canonical else f"no (superseded at seq {instance.superseded_seq})"),
+            ("created seq", str(instance.created_seq)),
+            ("updated seq", str(instance.updated_seq)),
+            ("previous", instance.previous_uuid),
+            ("built by", instance.built_by),
+            ("attempts", _joined(instance.attempts)),
+            ("location", instance.location),
+            ("rows", f"{instance.row_count:,}" if instance.row_count else None),
+            ("bytes", f"{instance.byte_count:,}" if instance.byte_count else None),
+            ("metadata", metadata),
+            ("inputs", _joined(instance.inputs)),
+            ("consumers", _joined(instance.consumers)),
+            ("waiting on", _joined(instance.waiting_on)),
+            ("note", instance.note),
+        ]
+    )
+
+
+def lineage_tree(lineage: m.Lineage, direction: str) -> Tree:
+    """The root instance with its inputs (upstream) and/or consumers (downstream) as branches."""
+    nodes = {node.uuid: node for node in lineage.nodes}
+    inputs: dict[str, list[str]] = defaultdict(list)
+    consumers: dict[str, list[str]] = defaultdict(list)
+    for edge in lineage.edges:
+        inputs[edge.output].append(edge.input)
+        consumers[edge.input].append(edge.output)
+    tree = Tree(_node_label(nodes.get(lineage.root), lineage.root))
+    for name, links in (("upstream", inputs), ("downstream", consumers)):
+        if direction in (name, "both") and links.get(lineage.root):
+            branch = tree.add(Text(f"{name} ({'inputs' if name == 'upstream' else 'consumers'})", style="bold"))
+            _lineage_branch(branch, lineage.root, links, nodes, {lineage.root})
+    return tree
+
+
+def _lineage_branch(
+    parent: Tree, uuid: str, links: dict[str, list[str]], nodes: dict[str, m.LineageNode], seen: set[str]
+) -> None:
+    for other in links.get(uuid, ()):
+        label = _node_label(nodes.get(other), other)
+        if other in seen:  # a diamond: show the node once in full
+            parent.add(label.append(" (shown above)", style="dim"))
+            continue
+        seen.add(other)
+        _lineage_branch(parent.add(label), other, links, nodes, seen)
+
+
+def _node_label(node: m.LineageNode | None, uuid: str) -> Text:
+    label = Text(node.ref if node and node.ref else "(dropped by retention)")
+    label.append("  ")
+    label.append_text(state_text(node.state if node else None))
+    label.append(f"  {uuid}", style="dim")
+    if node and node.built_by:
+        label.append(f"  built by {node.built_by}", style="dim")
+    return label
+
+
+# ----------------------------------------------------------------- job runs
+
+
+def runs_table(runs: list[m.JobRun]) -> Table:
+    table = _table("JOB RUN", "JOB", "STATE", "ATTEMPT", "REFS", "CREATED SEQ", "ERROR")
+    for run in runs:
+        table.add_row(
+            Text(run.job_run_id),
+            Text(run.job_label),
+            state_text(run.state),
+            str(run.attempt),
+            refs_text(run.refs),
+            str(run.created_seq),
+            Text(_run_error(run)),
+        )
+    return table
+
+
+def _run_error(run: m.JobRun) -> str:
+    if run.missing_refs:
+        return f"missing {len(run.missing_refs)} input(s)"
+    if run.error_class or run.error_message:
+        return f"{run.error_class or 'error'}: {run.error_message or ''}".strip()
+    return run.cancel_reason or ""
+
+
+def run_grid(run: m.JobRun) -> Table:
+    return _grid(
+        [
+            ("job run", run.job_run_id),
+            ("job", run.job_label),
+            ("state", state_text(run.state)),
+            ("attempt", str(run.attempt)),
+            ("created", f"seq {run.created_seq} at {when(run.created_ms)}"),
+            ("updated", f"seq {run.updated_seq} at {when(run.updated_ms)}"),
+            ("last heartbeat", when(run.last_heartbeat_ms) if run.last_heartbeat_ms else None),
+            ("refs", _joined(run.refs)),
+            ("instances", _joined(run.instance_uuids)),
+            ("inputs", _joined(run.inputs)),
+            ("error", f"{run.error_class or ''} {run.error_message or ''}".strip()),
+            ("retry after", when(run.retry_after_ms) if run.retry_after_ms else None),
+            ("missing inputs", _joined(run.missing_refs)),
+            ("cancel reason", run.cancel_reason),
+        ]
+    )
+
+
+# ----------------------------------------------------------------- replay report
+
+
+def report_grid(report: AuditReport) -> Table:
+    """What `partbuild replay` prints: head, digest, replay speed, counts, rejected events, verification."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("log head seq", f"{report.head_seq:,}")
+    if report.state_seq != report.head_seq:
+        grid.add_row("state as of seq", f"{report.state_seq:,}")
+    grid.add_row("digest", f"sha256:{report.digest}")
+    source = f"snapshot at seq {report.snapshot_seq:,} + " if report.snapshot_seq else ""
+    grid.add_row(
+        "replayed",
+        f"{source}{report.replayed_events:,} events in {report.seconds:.2f} s "
+        f"({report.events_per_second:,.0f} events/s)",
+    )
+    for kind, counts in report.counts.items():
+        grid.add_row(kind.replace("_", " "), nonzero(counts))
+    grid.add_row("rejected events", f"{report.rejected_total:,}")
+    for rejected in report.rejected:
+        grid.add_row("", f"seq {rejected.seq}  {rejected.event_type}: {rejected.reason}")
+    if report.verified is not None:
+        grid.add_row("verify", "ok: full replay from seq 0 matches" if report.verified else "FAILED")
+    if report.snapshot_saved_at is not None:
+        grid.add_row("snapshot", f"saved at seq {report.snapshot_saved_at:,}")
+    return grid
+
+
+def nonzero(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n:,}" for name, n in counts.items() if n) or "none"
+
+
+# ----------------------------------------------------------------- printing and progress
+
+
+def emit(value: BaseModel | list[Any], as_json: bool, human: Callable[[], RenderableType | str]) -> None:
+    """The API's JSON with --json (the same in --db and --server mode), else the human rendering."""
+    if as_json:
+        click.echo(json.dumps(to_jsonable_python(value), indent=2))
+    else:
+        console.print(human())
+
+
+def emit_page(page: m.Page[Any], as_json: bool, table: Callable[[list[Any]], Table], noun: str) -> None:
+    """A page as JSON, or as a table with a hint for the next page."""
+    if as_json:
+        emit(page, True, str)
+    elif not page.items:
+        console.print(f"no {noun}")
+    else:
+        console.print(table(page.items))
+        if page.next_cursor is not None:
+            console.print(f"(more: --cursor {page.next_cursor}, or --all)", style="dim", highlight=False)
+
+
+@contextmanager
+def counter(description: str) -> Iterator[Callable[[int], None]]:
+    """How many items so far, on a terminal only."""
+    if not err_console.is_terminal:
+        yield lambda _: None
+        return
+    columns = (TextColumn(description), TextColumn("{task.completed:,}"))
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done: bar.update(task, completed=done)
+
+
+@contextmanager
+def progress(description: str, start: int, end: int) -> Iterator[ProgressCallback | None]:
+    """A progress bar over seqs start..end on a terminal, for long work only."""
+    total = end - start
+    if total < PROGRESS_THRESHOLD or not err_console.is_terminal:
+        yield None
+        return
+    with progress_bar(description) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda seq: bar.update(task, completed=seq - start)
+
+
+def progress_bar(description: str, *, show: bool = True) -> Progress:
+    """A transient bar with count and time left on stderr, shown only on a terminal."""
+    columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    return Progress(*columns, console=err_console, transient=True, disable=not (show and err_console.is_terminal))

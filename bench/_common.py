@@ -1,0 +1,43 @@
+"""Shared bits of the benchmarks: machine description and the simulated W1-shaped history."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+import sys
+from collections.abc import Iterator
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.simulate import SimulationPlan, simulate
+
+WEEKS_PER_SITE = 52
+
+
+def machine() -> str:
+    """One line naming the machine, for RESULTS.md."""
+    cpu = "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()} ({sys.implementation.name})"
+
+
+def w1_history(events: int, heartbeats_per_run: int = 1) -> Iterator[pb.Event]:
+    """The first `events` events of a simulated W1 history big enough to hold them."""
+    # simulate() is lazy: ask for more sites than can be needed and stop at `events`.
+    plan = SimulationPlan(weeks=WEEKS_PER_SITE, sites=events, heartbeats_per_run=heartbeats_per_run)
+    return itertools.islice(simulate(plan), events)
+
+
+def rss_bytes() -> tuple[int, int]:
+    """(current, peak) resident set size of this process, from /proc."""
+    fields = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                name, value = line.split(":")
+                fields[name] = int(value.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]

@@ -1,0 +1,180 @@
+"""The W1 clicks pipeline as a partbuild graph: raw clicks -> daily counts -> ISO-weekly counts.
+
+- source `raw/clicks/date=YYYY-MM-DD`: parquet (user_id int, url string, ts timestamp), see `generate.py`;
+- `agg/daily_clicks/date=YYYY-MM-DD`: `groupBy(url).count()` of that day's raw partition;
+- `agg/weekly_clicks/week=YYYY-Www`: the week's in-range daily partitions, `groupBy(url).sum(count)`.
+
+`partbuild` loads this file with `load_graph`, which calls `graph()`: data root and
+day count come from `PARTBUILD_CLICKS_ROOT` (default `clicks-data`) and
+`PARTBUILD_CLICKS_DAYS` (default 28). The Spark work lives in `daily_counts` /
+`weekly_counts` / `write_daily` / `write_weekly`, shared with the plain-loop floor
+in `plain.py`, so both do provably the same work.
+
+Only `partbuild.*` is imported at module level (this file is also imported by
+path, outside any package), and pyspark only inside the Spark functions, so
+loading the graph needs no Spark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from partbuild.orchestrator.context import JobContext, PermanentJobError
+from partbuild.orchestrator.graph import Graph, IsoWeek, Job, Partition, PartitionPattern, SourceDataset
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+RAW = "raw/clicks/date={date:date}"
+DAILY = "agg/daily_clicks/date={date:date}"
+WEEKLY = "agg/weekly_clicks/week={week:isoweek}"
+START = date(2026, 1, 1)
+
+_RAW = PartitionPattern(RAW)
+_DAILY = PartitionPattern(DAILY)
+_WEEKLY = PartitionPattern(WEEKLY)
+
+
+def raw_ref(day: date) -> str:
+    """`raw/clicks/date=YYYY-MM-DD`."""
+    return _RAW.format(date=day)
+
+
+def daily_ref(day: date) -> str:
+    """`agg/daily_clicks/date=YYYY-MM-DD`."""
+    return _DAILY.format(date=day)
+
+
+def weekly_ref(week: IsoWeek) -> str:
+    """`agg/weekly_clicks/week=YYYY-Www`."""
+    return _WEEKLY.format(week=week)
+
+
+def days_in_range(days: int, start: date = START) -> list[date]:
+    """The `days` consecutive days from `start`."""
+    return [start + timedelta(days=offset) for offset in range(days)]
+
+
+def weeks_in_range(days: int, start: date = START) -> list[IsoWeek]:
+    """The ISO weeks with at least one of the `days` days from `start`, in order."""
+    return sorted({IsoWeek.of(day) for day in days_in_range(days, start)})
+
+
+def week_days_in_range(week: IsoWeek, days: int, start: date = START) -> list[date]:
+    """The days of `week` that fall in `[start, start + days)`; empty for a week outside the range."""
+    end = start + timedelta(days=days)
+    return [day for day in week.days() if start <= day < end]
+
+
+# --- The Spark work, shared by the job functions and the plain loop ---------------------------
+
+
+def daily_counts(raw: DataFrame) -> DataFrame:
+    """Clicks per url in one day's raw data: columns url, count."""
+    return raw.groupBy("url").count()
+
+
+def weekly_counts(daily: DataFrame) -> DataFrame:
+    """Sum of daily counts per url: columns url, count."""
+    from pyspark.sql import functions as F
+
+    return daily.groupBy("url").agg(F.sum("count").alias("count"))
+
+
+def write_daily(spark: Any, raw_location: str, location: str) -> None:
+    """Read one raw partition, count per url, write parquet to `location`."""
+    # Overwrite is safe: partbuild gives every instance its own location.
+    daily_counts(spark.read.parquet(raw_location)).write.mode("overwrite").parquet(location)
+
+
+def write_weekly(spark: Any, daily_locations: Sequence[str], location: str) -> None:
+    """Read the daily partitions in one scan, sum per url, write parquet to `location`."""
+    weekly_counts(spark.read.parquet(*daily_locations)).write.mode("overwrite").parquet(location)
+
+
+# --- Job functions -------------------------------------------------------------------------------
+
+
+def run_daily(ctx: JobContext) -> None:
+    """Build each daily partition of the batch from the raw partition of the same day."""
+    # All inputs are looked up before any Spark work: a batch with absent raw days
+    # fails fast, and its MissingInputs names every absent ref at once.
+    raw_locations = ctx.inputs(raw_ref(target.partition["date"]) for target in ctx.outputs)
+    for target, raw_location in zip(ctx.outputs, raw_locations, strict=True):
+        write_daily(ctx.spark, raw_location, target.location)
+
+
+def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
+    """Build each weekly partition from its week's daily partitions inside `[start, start + days)`."""
+    plans: list[tuple[str, list[str]]] = []
+    for target in ctx.outputs:
+        week: IsoWeek = target.partition["week"]
+        refs = [daily_ref(day) for day in week_days_in_range(week, days, start)]
+        if not refs:
+            # Retrying cannot conjure days: the graph's range does not reach this week.
+            last = start + timedelta(days=days - 1)
+            raise PermanentJobError(f"{target.ref}: no day of {week} is in the pipeline's range {start}..{last}")
+        plans.append((target.location, refs))
+    all_refs = [ref for _, refs in plans for ref in refs]
+    located = dict(zip(all_refs, ctx.inputs(all_refs), strict=True))
+    for location, refs in plans:
+        write_weekly(ctx.spark, [located[ref] for ref in refs], location)
+
+
+# --- The graph -----------------------------------------------------------------------------------
+
+
+def build_graph(data_root: str | Path, days: int = 28, start: date = START, daily_batch: int = 7) -> Graph:
+    """The W1 graph over raw data under `data_root`, for the `days` days from `start`."""
+    # Absolute, so locations stay valid whatever the job process's working directory.
+    root = Path(data_root).absolute()
+
+    def locate_raw(partition: Partition) -> str | None:
+        # Spark writes _SUCCESS last: a directory without it is absent or half-written.
+        directory = root / partition.ref
+        return str(directory) if (directory / "_SUCCESS").is_file() else None
+
+    def daily_inputs(partition: Partition) -> list[str]:
+        return [raw_ref(partition["date"])]
+
+    def weekly_inputs(partition: Partition) -> list[str]:
+        return [daily_ref(day) for day in week_days_in_range(partition["week"], days, start)]
+
+    def run_weekly_in_range(ctx: JobContext) -> None:
+        """`run_weekly` over this graph's day range."""
+        run_weekly(ctx, days=days, start=start)
+
+    return Graph(
+        jobs=[
+            Job("daily_clicks", [DAILY], run=run_daily, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2),
+            Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2),
+        ],
+        sources=[SourceDataset("raw_clicks", RAW, locate=locate_raw)],
+    )
+
+
+def graph() -> Graph:
+    """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS."""
+    return build_graph(
+        os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data"),
+        int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28")),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m examples.clicks.pipeline weekly-refs [--days 28]`: print the weekly refs to want."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m examples.clicks.pipeline")
+    parser.add_argument("what", choices=["weekly-refs"])
+    parser.add_argument("--days", type=int, default=int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28")))
+    args = parser.parse_args(argv)
+    print("\n".join(weekly_ref(week) for week in weeks_in_range(args.days)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""What a job run sees: its Spark session, resolved inputs, instance-specific outputs, a logger.
+
+A job function takes a `JobContext` and returns nothing. The ways it can end,
+all recorded as events:
+
+| how the function ends | event | what happens next |
+| --- | --- | --- |
+| returns | JobRunSuccess, with the inputs read and `ctx.record(...)` metadata | instances Live |
+| raises `MissingInputs(refs)` | JobRunMissingDeps + derivative wants | retried once those refs are Live |
+| raises `PermanentJobError` | JobRunFailure (permanent) | wants Failed, waiters UpstreamFailed |
+| raises anything else | JobRunFailure (retryable) | retried per the job's RetryPolicy, then permanent |
+| is canceled | JobRunCancel | instances Missing again |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from partbuild.orchestrator.graph import Partition
+
+
+class MissingInputs(Exception):
+    """Raised by a job that found inputs absent; partbuild builds them and retries."""
+
+    def __init__(self, refs: Iterable[str]) -> None:
+        self.refs = sorted(set(refs))
+        super().__init__(f"missing inputs: {', '.join(self.refs)}")
+
+
+class PermanentJobError(Exception):
+    """Raised by a job when retrying cannot help (bad data, bad code, bad configuration)."""
+
+
+@dataclass(frozen=True)
+class OutputTarget:
+    """One partition a run builds: its instance and where that instance's data goes."""
+
+    partition: Partition
+    instance_uuid: str
+    location: str  # unique to the instance: a rebuild never overwrites an older instance
+
+    @property
+    def ref(self) -> str:
+        return self.partition.ref
+
+
+@dataclass
+class OutputRecord:
+    row_count: int = 0
+    byte_count: int = 0
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+# ref -> (instance UUID, location) of its canonical instance if Live, else None.
+Resolver = Callable[[str], tuple[str, str] | None]
+
+
+@dataclass
+class JobContext:
+    """Handed to a job function for one job run."""
+
+    spark: Any  # pyspark.sql.SparkSession (typed loosely so that state-only users need no pyspark)
+    job_run_id: str
+    job_label: str
+    outputs: list[OutputTarget]
+    # Input ref -> location of its canonical Live instance, for every declared input that is Live.
+    input_locations: Mapping[str, str]
+    log: logging.Logger
+    # Looks up refs the job did not declare (inputs discovered while running).
+    resolve: Resolver | None = None
+    records: dict[str, OutputRecord] = field(default_factory=dict)
+    # Undeclared refs read through `resolve`: ref -> instance UUID, recorded as provenance.
+    extra_reads: dict[str, str] = field(default_factory=dict)
+    # Refs this context looked up and found not Live: a MissingInputs naming them is a real dep miss,
+    # even if they became Live since (another run may finish between the lookup and the raise).
+    found_absent: set[str] = field(default_factory=set)
+
+    def input(self, ref: str) -> str:
+        """The location of an input's Live instance; raises MissingInputs if it is not Live."""
+        return self.inputs([ref])[0]
+
+    def inputs(self, refs: Iterable[str]) -> list[str]:
+        """Locations of several inputs; raises MissingInputs naming every absent one."""
+        locations: list[str] = []
+        absent: list[str] = []
+        for ref in refs:
+            location = self.input_locations.get(ref) or self._resolve_extra(ref)
+            if location is None:
+                absent.append(ref)
+            else:
+                locations.append(location)
+        if absent:
+            self.found_absent.update(absent)
+            raise MissingInputs(absent)
+        return locations
+
+    def _resolve_extra(self, ref: str) -> str | None:
+        found = self.resolve(ref) if self.resolve is not None else None
+        if found is None:
+            return None
+        uuid, location = found
+        self.extra_reads[ref] = uuid
+        return location
+
+    def record(self, ref: str, *, row_count: int = 0, byte_count: int = 0, **metadata: Any) -> None:
+        """Attach output metadata (row count, size, anything else) to the partition just written."""
+        if ref not in {target.ref for target in self.outputs}:
+            raise ValueError(f"{ref!r} is not an output of job run {self.job_run_id}")
+        self.records[ref] = OutputRecord(row_count, byte_count, {k: str(v) for k, v in metadata.items()})

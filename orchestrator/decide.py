@@ -1,0 +1,290 @@
+"""Scheduling decisions: pure functions of BuildState and the graph that return events.
+
+No clock (the caller passes `now_ms`), no I/O, no randomness: job run and
+derivative want ids are derived from the state's head seq, so two orchestrators
+deciding on the same state produce the same ids and the fold rejects the
+second copy instead of running the work twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+
+from partbuild.orchestrator.context import OutputTarget
+from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.events import envelope, from_job_run, system
+from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want
+
+ORCHESTRATOR = system("orchestrator")
+_SCHEDULABLE = (InstanceState.MISSING, InstanceState.UP_FOR_RETRY)
+# Upstream refs in these states become Live (or fail) without anyone asking again. Not
+# UpstreamBuilding: its own upstream chain needs an active want to keep moving.
+_IN_PROGRESS = (InstanceState.LIVE, InstanceState.BUILDING)
+
+
+@dataclass(frozen=True)
+class SourceCheck:
+    """A wanted source partition to look for (the I/O is the caller's)."""
+
+    ref: str
+    source: SourceDataset
+    partition: Partition
+
+
+@dataclass
+class Decision:
+    """What to append now, what to dispatch once the fold accepts it, what to look for."""
+
+    events: list[pb.Event] = field(default_factory=list)
+    new_runs: list[str] = field(default_factory=list)
+    source_checks: list[SourceCheck] = field(default_factory=list)
+    next_retry_ms: int | None = None  # earliest time a backed-off retry becomes due
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything an executor needs to run one buffered job run, resolved from the state."""
+
+    job: Job
+    job_run_id: str
+    targets: list[OutputTarget]
+    input_locations: dict[str, str]  # declared input ref -> location of its canonical Live instance
+    input_uuids: dict[str, tuple[str, ...]]  # output instance UUID -> input instance UUIDs it reads
+    prior_failures: int  # failed attempts of these instances before this run
+
+
+def decide(state: BuildState, graph: Graph, now_ms: int) -> Decision:
+    """Buffer job runs for schedulable wants, wait and want upstream data for the rest."""
+    return _Decider(state, graph, now_ms).decide()
+
+
+class _Decider:
+    """One decision round: collects what to append, then emits it in a fixed order."""
+
+    def __init__(self, state: BuildState, graph: Graph, now_ms: int) -> None:
+        self.state = state
+        self.graph = graph
+        self.now_ms = now_ms
+        self.decision = Decision()
+        # job label -> (instance, failed attempts) ready to run, in want order
+        self.ready: dict[str, list[tuple[Instance, int]]] = defaultdict(list)
+        self.waits: list[pb.InstanceWait] = []
+        self.wanted_upstream: dict[str, list[str]] = {}  # parent want id -> refs it needs wanted
+        self.cause: dict[str, str] = {}  # parent want id -> job run whose dep miss asked for them
+        self.needed: set[str] = set()
+        self.cancels: dict[str, str] = {}
+
+    def decide(self) -> Decision:
+        for ref in self.state.active_refs():
+            self._consider(ref)
+        self._want_waited_for_refs()
+        self._emit()
+        return self.decision
+
+    def _consider(self, ref: str) -> None:
+        state = self.state
+        instance = state.canonical_instance(ref)
+        if instance is None or instance.state not in _SCHEDULABLE:
+            return
+        try:
+            resolution = self.graph.resolve(ref)
+        except GraphError as exc:
+            self._cancel_wants_of(ref, str(exc))
+            return
+        producer = resolution.producer
+        if isinstance(producer, SourceDataset):
+            self.decision.source_checks.append(SourceCheck(ref, producer, resolution.partition))
+            return
+        if instance.state == InstanceState.UP_FOR_RETRY:
+            due = retry_due_ms(state, instance, producer)
+            if due > self.now_ms:
+                soonest = self.decision.next_retry_ms
+                self.decision.next_retry_ms = due if soonest is None else min(soonest, due)
+                return
+        missing = [upstream for upstream in producer.inputs(resolution.partition) if not _is_live(state, upstream)]
+        if not missing:
+            self.ready[producer.label].append((instance, failed_attempts(state, instance)))
+            return
+        parent = next(iter(state.active_wants_for_ref(ref)))
+        for upstream in missing:
+            problem = self._need(upstream, parent, None)
+            if problem is not None:
+                self._cancel_wants_of(ref, f"input {upstream!r} cannot be built: {problem}")
+                return
+        self.waits.append(pb.InstanceWait(instance_uuid=instance.uuid, upstream_refs=missing))
+
+    def _want_waited_for_refs(self) -> None:
+        """Refs that instances wait for (run-time dep misses, earlier waits) and that nobody wants now."""
+        state = self.state
+        for upstream in state.waiting_refs():
+            for uuid in state.waiting_for(upstream):
+                waiter = state.instances[uuid]
+                parent = next(iter(state.active_wants_for_ref(waiter.ref)), None)
+                if parent is None:
+                    continue
+                problem = self._need(upstream, parent, waiter.attempts[-1] if waiter.attempts else None)
+                if problem is not None:
+                    reason = f"input {upstream!r} cannot be built: {problem}"
+                    for other in state.waiting_for(upstream):
+                        self._cancel_wants_of(state.instances[other].ref, reason)
+                break
+
+    def _need(self, upstream: str, parent: Want, run_id: str | None) -> str | None:
+        """Make sure something will bring `upstream` to Live; says why it cannot, if it cannot."""
+        try:
+            self.graph.resolve(upstream)
+        except GraphError as exc:
+            return str(exc)
+        if upstream in self.needed or _has_active_want(self.state, upstream):
+            return None
+        current = self.state.canonical_instance(upstream)
+        if current is not None and current.state in _IN_PROGRESS:
+            return None
+        self.needed.add(upstream)
+        self.wanted_upstream.setdefault(parent.want_id, []).append(upstream)
+        if run_id is not None:
+            self.cause.setdefault(parent.want_id, run_id)
+        return None
+
+    def _cancel_wants_of(self, ref: str, reason: str) -> None:
+        for want in self.state.active_wants_for_ref(ref):
+            self.cancels.setdefault(want.want_id, reason)
+
+    def _emit(self) -> None:
+        state, now_ms = self.state, self.now_ms
+        emit = self.decision.events.append
+        for want_id, reason in self.cancels.items():
+            emit(_event(pb.WantCancel(want_id=want_id, reason=reason), now_ms))
+        if self.waits:
+            emit(_event(pb.InstancesWaitUpstream(waits=self.waits), now_ms))
+        for index, (parent_id, refs) in enumerate(self.wanted_upstream.items()):
+            if parent_id in self.cancels:
+                continue
+            parent = state.wants[parent_id]
+            derivative = pb.WantCreate(
+                want_id=f"derived-{state.head_seq}-{index}",
+                partition_refs=refs,
+                data_timestamp_ms=parent.data_timestamp_ms,
+                ttl_seconds=parent.ttl_seconds,
+                sla_seconds=parent.sla_seconds,
+                comment=f"upstream of want {parent_id}",
+                parent_want_id=parent_id,
+            )
+            source = from_job_run(self.cause[parent_id]) if parent_id in self.cause else ORCHESTRATOR
+            emit(envelope(derivative, source=source, timestamp_ms=now_ms))
+        self._buffer_runs()
+
+    def _buffer_runs(self) -> None:
+        """Group ready instances into runs of up to batch_size, within each job's concurrency.
+
+        Only instances with the same number of failed attempts share a run: a run
+        fails as a whole, so mixing them would spend a fresh partition's retries.
+        Instances whose every want is being canceled in this round are left out.
+        """
+        active = active_runs_by_job(self.state)
+        for label, ready in self.ready.items():
+            job = self.graph.jobs[label]
+            room = job.max_concurrency - active.get(label, 0)
+            by_failures: dict[int, list[Instance]] = defaultdict(list)
+            for instance, failures in ready:
+                if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
+                    by_failures[failures].append(instance)
+            batches = [
+                group[start : start + job.batch_size]
+                for group in by_failures.values()
+                for start in range(0, len(group), job.batch_size)
+            ]
+            for batch in batches[: max(room, 0)]:
+                run_id = f"{label}-{self.state.head_seq}-{len(self.decision.new_runs)}"
+                buffer = pb.JobRunBuffer(job_run_id=run_id, job_label=label, instance_uuids=[i.uuid for i in batch])
+                self.decision.events.append(_event(buffer, self.now_ms))
+                self.decision.new_runs.append(run_id)
+
+
+def active_runs_by_job(state: BuildState) -> dict[str, int]:
+    """How many queued or running job runs each job has."""
+    counts: dict[str, int] = defaultdict(int)
+    for run_id in state.active_run_ids:
+        counts[state.job_runs[run_id].job_label] += 1
+    return counts
+
+
+def failed_attempts(state: BuildState, instance: Instance) -> int:
+    return sum(1 for run_id in instance.attempts if state.job_runs[run_id].state == JobRunState.FAILED)
+
+
+def retry_due_ms(state: BuildState, instance: Instance, job: Job) -> int:
+    """When an instance that failed with a retryable error may be tried again."""
+    last: JobRun = state.job_runs[instance.attempts[-1]]
+    delay = max(job.retry.delay_ms(failed_attempts(state, instance)), last.retry_after_ms)
+    return last.updated_ms + delay
+
+
+def stale_runs(state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str]) -> list[pb.Event]:
+    """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried."""
+    alive = set(alive)
+    events = []
+    for run_id in state.active_run_ids:
+        if run_id in alive:
+            continue
+        run = state.job_runs[run_id]
+        last_sign = max(run.last_heartbeat_ms, run.created_ms)
+        if now_ms - last_sign <= timeout_ms:
+            continue
+        job = graph.jobs.get(run.job_label)
+        prior = max(failed_attempts(state, state.instances[uuid]) for uuid in run.instance_uuids)
+        exhausted = job is None or prior + 1 >= job.retry.max_attempts
+        failure = pb.JobRunFailure(
+            job_run_id=run_id,
+            error_class=pb.ERROR_CLASS_PERMANENT if exhausted else pb.ERROR_CLASS_RETRYABLE,
+            message=f"no heartbeat for {(now_ms - last_sign) / 1000:.1f} s: the process running it is gone",
+        )
+        events.append(_event(failure, now_ms))
+    return events
+
+
+def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> RunPlan:
+    """Resolve a buffered run's outputs, instance locations and inputs for execution."""
+    run = state.job_runs[run_id]
+    job = graph.jobs[run.job_label]
+    targets: list[OutputTarget] = []
+    input_locations: dict[str, str] = {}
+    input_uuids: dict[str, tuple[str, ...]] = {}
+    prior = 0
+    for uuid in run.instance_uuids:
+        instance = state.instances[uuid]
+        partition = graph.resolve(instance.ref).partition
+        targets.append(OutputTarget(partition, uuid, instance_location(warehouse, instance.ref, uuid)))
+        read: list[str] = []
+        for upstream in job.inputs(partition):
+            current = state.canonical_instance(upstream)
+            if current is not None and current.state == InstanceState.LIVE and current.location:
+                input_locations[upstream] = current.location
+                read.append(current.uuid)
+        input_uuids[uuid] = tuple(read)
+        prior = max(prior, failed_attempts(state, instance))
+    return RunPlan(job, run_id, targets, input_locations, input_uuids, prior)
+
+
+def instance_location(warehouse: str, ref: str, uuid: str) -> str:
+    """Where an instance's data goes: unique per instance, so a rebuild never overwrites older data."""
+    return f"{warehouse.rstrip('/')}/{ref}/_instance={uuid}"
+
+
+def _has_active_want(state: BuildState, ref: str) -> bool:
+    return next(iter(state.active_wants_for_ref(ref)), None) is not None
+
+
+def _is_live(state: BuildState, ref: str) -> bool:
+    instance = state.canonical_instance(ref)
+    return instance is not None and instance.state == InstanceState.LIVE
+
+
+def _event(payload: Message, now_ms: int) -> pb.Event:
+    return envelope(payload, source=ORCHESTRATOR, timestamp_ms=now_ms)

@@ -1,0 +1,294 @@
+"""Graph declarations: partition patterns, jobs, source datasets, and resolving a ref to its producer.
+
+A graph is a set of jobs and source datasets. Every ref a want names must be
+produced by exactly one of them; `Graph.resolve` says which, or raises
+`GraphError` with the reason (nobody produces it, or two claim it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partbuild.orchestrator.context import JobContext
+
+
+class GraphError(ValueError):
+    """A graph that cannot be loaded, or a ref it cannot place."""
+
+
+@dataclass(frozen=True, order=True)
+class IsoWeek:
+    """An ISO 8601 week, written `2026-W02`."""
+
+    year: int
+    week: int
+
+    @classmethod
+    def parse(cls, text: str) -> IsoWeek:
+        year, week = text.split("-W")
+        parsed = cls(int(year), int(week))
+        parsed.monday()  # raises ValueError for a week the year does not have
+        return parsed
+
+    @classmethod
+    def of(cls, day: dt.date) -> IsoWeek:
+        year, week, _ = day.isocalendar()
+        return cls(year, week)
+
+    def monday(self) -> dt.date:
+        return dt.date.fromisocalendar(self.year, self.week, 1)
+
+    def days(self) -> list[dt.date]:
+        first = self.monday()
+        return [first + dt.timedelta(days=offset) for offset in range(7)]
+
+    def __str__(self) -> str:
+        return f"{self.year}-W{self.week:02d}"
+
+
+@dataclass(frozen=True)
+class _FieldType:
+    regex: str
+    parse: Callable[[str], Any]
+    format: Callable[[Any], str]
+
+
+FIELD_TYPES: dict[str, _FieldType] = {
+    "str": _FieldType(r"[^/]+", str, str),
+    # No leading zeros: `x/007` and `x/7` must not be two refs of one partition.
+    "int": _FieldType(r"0|-?[1-9][0-9]*", int, str),
+    "date": _FieldType(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", dt.date.fromisoformat, dt.date.isoformat),
+    "isoweek": _FieldType(r"[0-9]{4}-W[0-9]{2}", IsoWeek.parse, str),
+}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
+
+
+class PartitionPattern:
+    """A ref template with typed fields, e.g. `agg/daily_clicks/date={date:date}`.
+
+    Field types: str (default, no slash), int, date (YYYY-MM-DD), isoweek (YYYY-Www).
+    """
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.fields: dict[str, _FieldType] = {}
+        parts, position = [], 0
+        for match in _PLACEHOLDER.finditer(template):
+            name, type_name = match.group(1), match.group(2) or "str"
+            if type_name not in FIELD_TYPES:
+                raise GraphError(f"pattern {template!r}: unknown field type {type_name!r} (use {sorted(FIELD_TYPES)})")
+            if name in self.fields:
+                raise GraphError(f"pattern {template!r}: field {name!r} appears twice")
+            self.fields[name] = FIELD_TYPES[type_name]
+            parts.append(re.escape(template[position : match.start()]))
+            parts.append(f"(?P<{name}>{self.fields[name].regex})")
+            position = match.end()
+        parts.append(re.escape(template[position:]))
+        if "{" in _PLACEHOLDER.sub("", template) or "}" in _PLACEHOLDER.sub("", template):
+            raise GraphError(f"pattern {template!r}: unbalanced braces")
+        self._regex = re.compile("".join(parts))
+        # The literal text before the first field: a cheap pre-filter when resolving refs.
+        first = _PLACEHOLDER.search(template)
+        self.prefix = template[: first.start()] if first else template
+
+    def match(self, ref: str) -> dict[str, Any] | None:
+        """The typed fields of `ref`, or None if it does not fit this pattern."""
+        found = self._regex.fullmatch(ref)
+        if found is None:
+            return None
+        try:
+            return {name: kind.parse(found.group(name)) for name, kind in self.fields.items()}
+        except ValueError:
+            return None  # e.g. date=2026-02-30 has the shape but is no date
+
+    def format(self, **values: Any) -> str:
+        """The ref for these field values."""
+        missing = set(self.fields) - set(values)
+        if missing:
+            raise GraphError(f"pattern {self.template!r} needs {sorted(missing)}")
+        rendered = {name: kind.format(values[name]) for name, kind in self.fields.items()}
+        return _PLACEHOLDER.sub(lambda m: rendered[m.group(1)], self.template)
+
+    def __repr__(self) -> str:
+        return f"PartitionPattern({self.template!r})"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A ref together with the typed fields its pattern extracted."""
+
+    ref: str
+    fields: Mapping[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.fields[name]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often a retryable failure is retried, and how long to wait before each retry."""
+
+    max_attempts: int = 3
+    backoff_ms: int = 1_000
+    multiplier: float = 2.0
+    max_backoff_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise GraphError("retry max_attempts must be at least 1")
+        if self.backoff_ms < 0 or self.max_backoff_ms < 0 or self.multiplier < 1:
+            raise GraphError("retry backoff must be non-negative and multiplier at least 1")
+
+    def delay_ms(self, failures: int) -> int:
+        """Wait before the attempt that follows `failures` failed ones."""
+        if failures <= 0:
+            return 0
+        # The exponent is capped so huge failure counts cannot overflow the float power.
+        return int(min(self.max_backoff_ms, self.backoff_ms * self.multiplier ** min(failures - 1, 64)))
+
+
+JobFunction = Callable[["JobContext"], None]
+InputsFunction = Callable[[Partition], Sequence[str]]
+
+
+def _no_inputs(_: Partition) -> Sequence[str]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Job:
+    """A PySpark job: the partitions it produces, what each reads, how it runs."""
+
+    label: str
+    outputs: Sequence[PartitionPattern | str]
+    run: JobFunction
+    inputs: InputsFunction = _no_inputs
+    batch_size: int = 1  # how many partitions one run may build together
+    max_concurrency: int = 1  # job runs of this job at once
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __post_init__(self) -> None:
+        patterns = tuple(p if isinstance(p, PartitionPattern) else PartitionPattern(p) for p in self.outputs)
+        object.__setattr__(self, "outputs", patterns)
+        if not self.label or "/" in self.label:
+            raise GraphError(f"job label {self.label!r} must be non-empty and contain no slash")
+        if not patterns:
+            raise GraphError(f"job {self.label!r} declares no output patterns")
+        if self.batch_size < 1 or self.max_concurrency < 1:
+            raise GraphError(f"job {self.label!r}: batch_size and max_concurrency must be at least 1")
+
+
+@dataclass(frozen=True)
+class SourceDataset:
+    """Data that arrives from outside (no job builds it), with a way to check for presence.
+
+    `locate` returns the location of a present partition, or None while it is absent.
+    """
+
+    name: str
+    pattern: PartitionPattern | str
+    locate: Callable[[Partition], str | None]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pattern, str):
+            object.__setattr__(self, "pattern", PartitionPattern(self.pattern))
+
+
+Producer = Job | SourceDataset
+
+
+@dataclass(frozen=True)
+class Resolution:
+    producer: Producer
+    partition: Partition
+
+
+class Graph:
+    """A validated set of jobs and source datasets."""
+
+    def __init__(self, jobs: Iterable[Job], sources: Iterable[SourceDataset] = ()) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.sources: dict[str, SourceDataset] = {}
+        self._claims: list[tuple[PartitionPattern, Producer]] = []
+        seen_templates: dict[str, str] = {}
+        for job in jobs:
+            if job.label in self.jobs:
+                raise GraphError(f"two jobs are labelled {job.label!r}")
+            self.jobs[job.label] = job
+            for pattern in job.outputs:
+                self._claim(pattern, job, f"job {job.label!r}", seen_templates)  # type: ignore[arg-type]
+        for source in sources:
+            if source.name in self.sources:
+                raise GraphError(f"two source datasets are named {source.name!r}")
+            self.sources[source.name] = source
+            self._claim(source.pattern, source, f"source {source.name!r}", seen_templates)  # type: ignore[arg-type]
+        self._cache: dict[str, Resolution] = {}
+
+    def _claim(self, pattern: PartitionPattern, producer: Producer, who: str, seen: dict[str, str]) -> None:
+        # Same template up to field names: certainly the same refs. Overlaps between
+        # different shapes (x/{a} and x/{n:int}) are caught when a ref is resolved.
+        shape = _PLACEHOLDER.sub(lambda m: "{" + (m.group(2) or "str") + "}", pattern.template)
+        if shape in seen:
+            raise GraphError(f"{who} and {seen[shape]} both produce {pattern.template!r}")
+        seen[shape] = who
+        self._claims.append((pattern, producer))
+
+    def resolve(self, ref: str) -> Resolution:
+        """The one job or source that produces `ref`; GraphError if none or several do."""
+        cached = self._cache.get(ref)
+        if cached is not None:
+            return cached
+        found = []
+        for pattern, producer in self._claims:
+            if not ref.startswith(pattern.prefix):
+                continue
+            fields = pattern.match(ref)
+            if fields is not None:
+                found.append(Resolution(producer, Partition(ref, fields)))
+        if not found:
+            raise GraphError(f"no job or source dataset produces {ref!r}")
+        if len(found) > 1:
+            names = " and ".join(_producer_name(r.producer) for r in found)
+            raise GraphError(f"{ref!r} is claimed by {names}")
+        if len(self._cache) < 1_000_000:
+            self._cache[ref] = found[0]
+        return found[0]
+
+    def inputs_of(self, ref: str) -> list[str]:
+        """The refs a job reads to build `ref` (empty for source data)."""
+        resolution = self.resolve(ref)
+        if isinstance(resolution.producer, SourceDataset):
+            return []
+        return list(resolution.producer.inputs(resolution.partition))
+
+
+def _producer_name(producer: Producer) -> str:
+    return f"job {producer.label!r}" if isinstance(producer, Job) else f"source {producer.name!r}"
+
+
+def load_graph(path: str | Path, attribute: str = "graph") -> Graph:
+    """Import the Python file at `path` and return its `graph` (a Graph, or a function returning one)."""
+    path = Path(path)
+    if not path.is_file():
+        raise GraphError(f"no graph file at {path}")
+    module_name = f"partbuild_graph_{abs(hash(path.resolve()))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise GraphError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    found = getattr(module, attribute, None)
+    if callable(found) and not isinstance(found, Graph):
+        found = found()
+    if not isinstance(found, Graph):
+        raise GraphError(f"{path} defines no Graph named {attribute!r}")
+    return found

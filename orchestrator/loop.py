@@ -1,0 +1,196 @@
+"""The run loop: read state, decide, append, act.
+
+Each step folds new events into the in-memory state, appends the decisions
+(stale runs failed, derivative wants, waits, job runs) in one batch guarded by
+the head it decided on, looks for wanted source data, and dispatches the runs
+the fold accepted. Only accepted JobRunBuffer events are dispatched: if another
+writer got there first the append conflicts and the step is simply redone on
+the newer state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from partbuild.orchestrator.decide import ORCHESTRATOR, SourceCheck, decide, plan_run, stale_runs
+from partbuild.orchestrator.executor import JobExecutor
+from partbuild.orchestrator.graph import Graph
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.collector import settle_loaded_state
+from partbuild.state.db import open_append_listener
+from partbuild.state.events import Clock, envelope, wall_clock_ms
+from partbuild.state.model import InstanceState, JobRunState
+from partbuild.state.replay import load_state, replay_into
+from partbuild.state.store import AppendConflict, EventLog, SnapshotStore
+
+logger = logging.getLogger("partbuild.orchestrator")
+
+
+class Orchestrator:
+    """Turns wants recorded in the log into job runs, and job runs into built partitions."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        graph: Graph,
+        *,
+        warehouse: str,
+        spark: object = None,
+        snapshots: SnapshotStore | None = None,
+        clock: Clock = wall_clock_ms,
+        poll_interval_s: float = 0.05,
+        heartbeat_interval_s: float = 5.0,
+        heartbeat_timeout_s: float = 30.0,
+        source_check_interval_s: float = 2.0,
+        max_workers: int | None = None,
+        listen_timeout_s: float = 1.0,
+    ) -> None:
+        self.log = log
+        self.graph = graph
+        self.warehouse = warehouse
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
+        self.source_check_interval_ms = int(source_check_interval_s * 1000)
+        self.state: BuildState
+        self.state, _ = load_state(log, snapshots)
+        settle_loaded_state()
+        self._wake = threading.Event()
+        # PostgreSQL pushes appends from any process; elsewhere the loop polls every poll_interval_s.
+        self._listener = open_append_listener(log.engine)
+        self.listen_timeout_s = listen_timeout_s
+        self._next_due_ms: int | None = None
+        # Held while the loop folds events, so job threads resolving inputs never see a half-applied event.
+        self._state_lock = threading.Lock()
+        self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
+        self._last_source_check: dict[str, int] = {}
+        workers = max_workers or max(1, sum(job.max_concurrency for job in graph.jobs.values()))
+        self.executor = JobExecutor(
+            spark,
+            self._append_from_run,
+            resolve=self.live_instance,
+            max_workers=workers,
+            heartbeat_interval_s=heartbeat_interval_s,
+            clock=clock,
+            on_finished=self.wake,
+        )
+
+    def wake(self) -> None:
+        """Something was appended in this process: step now rather than after the poll interval."""
+        self._wake.set()
+
+    def _append_from_run(self, events: list[pb.Event]) -> None:
+        self.log.append(events)
+
+    def catch_up(self) -> int:
+        """Fold events appended since the last step (by anyone); returns how many."""
+        with self._state_lock:
+            return replay_into(self.state, self.log)
+
+    def live_instance(self, ref: str) -> tuple[str, str] | None:
+        """(UUID, location) of the canonical instance of `ref` if it is Live; safe from job threads."""
+        with self._state_lock:
+            instance = self.state.canonical_instance(ref)
+            if instance is None or instance.state != InstanceState.LIVE or not instance.location:
+                return None
+            return instance.uuid, instance.location
+
+    def step(self) -> bool:
+        """One round of read, decide, append, act. Returns whether anything happened."""
+        self.catch_up()
+        now = self.clock()
+        alive = [*self.executor.running_ids(), *self._pending]
+        events = stale_runs(self.state, self.graph, now, self.heartbeat_timeout_ms, alive)
+        decision = decide(self.state, self.graph, now)
+        events += decision.events
+        expiry = self.state.next_expiry_ms()
+        if not events and expiry is not None and expiry <= now:
+            events.append(envelope(pb.ClockTick(), source=ORCHESTRATOR, timestamp_ms=now))
+        if events:
+            try:
+                self.log.append(events, expected_head=self.state.head_seq)
+            except AppendConflict:
+                return True  # another writer appended since we read: decide again on the newer state
+            self._pending.extend(decision.new_runs)
+            self.catch_up()
+        observed = self._look_for_sources(decision.source_checks, now)
+        dispatched = self._dispatch()
+        self._next_due_ms = min(
+            (t for t in (decision.next_retry_ms, self.state.next_expiry_ms()) if t is not None), default=None
+        )
+        return bool(events) or observed or dispatched
+
+    def _look_for_sources(self, checks: list[SourceCheck], now: int) -> bool:
+        """Append PartitionObserved for wanted source partitions that have appeared."""
+        found = []
+        for check in checks:
+            if now - self._last_source_check.get(check.ref, -(10**15)) < self.source_check_interval_ms:
+                continue
+            self._last_source_check[check.ref] = now
+            try:
+                location = check.source.locate(check.partition)
+            except Exception:
+                logger.exception("presence check of %s failed", check.ref)
+                continue
+            if location is not None:
+                observed = pb.PartitionObserved(partition_ref=check.ref, location=location)
+                found.append(envelope(observed, source=ORCHESTRATOR, timestamp_ms=now))
+        if found:
+            self.log.append(found)
+        return bool(found)
+
+    def _dispatch(self) -> bool:
+        dispatched = False
+        for run_id in self._pending:
+            run = self.state.job_runs.get(run_id)
+            if run is not None and run.state == JobRunState.QUEUED:
+                self.executor.submit(plan_run(self.state, self.graph, run_id, self.warehouse))
+                dispatched = True
+        self._pending.clear()
+        return dispatched
+
+    def is_idle(self) -> bool:
+        """No active wants and no job runs in flight."""
+        return not self.state.active_refs() and not self.state.active_run_ids and not self.executor.running_ids()
+
+    def run(self, stop: threading.Event) -> None:
+        """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""
+        try:
+            while not stop.is_set():
+                if not self.step():
+                    self._wait()
+        finally:
+            self.close()
+
+    def run_until_idle(self, timeout_s: float = 600.0, stop: threading.Event | None = None) -> bool:
+        """Step until idle, `timeout_s` or `stop`; returns whether it became idle (batch runs, tests, benchmarks)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+            busy = self.step()
+            if self.is_idle():
+                return True
+            if not busy:
+                self._wait()
+        return False
+
+    def close(self) -> None:
+        """Stop taking runs; wait for those in flight and fold their outcomes."""
+        self.executor.shutdown(wait=True)
+        self.catch_up()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _wait(self) -> None:
+        """Sleep until something may have changed: an append, a wake-up, or a retry/expiry coming due."""
+        if self._listener is None or self._wake.is_set():
+            self._wake.wait(self.poll_interval_s)
+        else:
+            timeout = self.listen_timeout_s
+            if self._next_due_ms is not None:
+                timeout = min(timeout, max(0.0, (self._next_due_ms - self.clock()) / 1000))
+            self._listener.wait(timeout)
+        self._wake.clear()

@@ -1,0 +1,241 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_CLASS_UNSPECIFIED: _ClassVar[ErrorClass]
+    ERROR_CLASS_RETRYABLE: _ClassVar[ErrorClass]
+    ERROR_CLASS_PERMANENT: _ClassVar[ErrorClass]
+ERROR_CLASS_UNSPECIFIED: ErrorClass
+ERROR_CLASS_RETRYABLE: ErrorClass
+ERROR_CLASS_PERMANENT: ErrorClass
+
+class EventSource(_message.Message):
+    __slots__ = ("manual", "job_run", "system")
+    MANUAL_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    manual: ManualSource
+    job_run: JobRunSource
+    system: SystemSource
+    def __init__(self, manual: _Optional[_Union[ManualSource, _Mapping]] = ..., job_run: _Optional[_Union[JobRunSource, _Mapping]] = ..., system: _Optional[_Union[SystemSource, _Mapping]] = ...) -> None: ...
+
+class ManualSource(_message.Message):
+    __slots__ = ("user",)
+    USER_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    def __init__(self, user: _Optional[str] = ...) -> None: ...
+
+class JobRunSource(_message.Message):
+    __slots__ = ("job_run_id",)
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    def __init__(self, job_run_id: _Optional[str] = ...) -> None: ...
+
+class SystemSource(_message.Message):
+    __slots__ = ("component",)
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    def __init__(self, component: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    WANT_CREATE_FIELD_NUMBER: _ClassVar[int]
+    WANT_CANCEL_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_BUFFER_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_CANCEL_FIELD_NUMBER: _ClassVar[int]
+    JOB_RUN_MISSING_DEPS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_TAINT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_RETENTION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_WAIT_UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_TICK_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    timestamp_ms: int
+    source: EventSource
+    want_create: WantCreate
+    want_cancel: WantCancel
+    job_run_buffer: JobRunBuffer
+    job_run_heartbeat: JobRunHeartbeat
+    job_run_success: JobRunSuccess
+    job_run_failure: JobRunFailure
+    job_run_cancel: JobRunCancel
+    job_run_missing_deps: JobRunMissingDeps
+    partition_taint: PartitionTaint
+    partition_observed: PartitionObserved
+    instance_retention: InstanceRetention
+    instances_wait_upstream: InstancesWaitUpstream
+    clock_tick: ClockTick
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ...) -> None: ...
+
+class WantCreate(_message.Message):
+    __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id")
+    WANT_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_REFS_FIELD_NUMBER: _ClassVar[int]
+    DATA_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SLA_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_WANT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_WANT_ID_FIELD_NUMBER: _ClassVar[int]
+    want_id: str
+    partition_refs: _containers.RepeatedScalarFieldContainer[str]
+    data_timestamp_ms: int
+    ttl_seconds: int
+    sla_seconds: int
+    comment: str
+    parent_want_id: str
+    root_want_id: str
+    def __init__(self, want_id: _Optional[str] = ..., partition_refs: _Optional[_Iterable[str]] = ..., data_timestamp_ms: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., sla_seconds: _Optional[int] = ..., comment: _Optional[str] = ..., parent_want_id: _Optional[str] = ..., root_want_id: _Optional[str] = ...) -> None: ...
+
+class WantCancel(_message.Message):
+    __slots__ = ("want_id", "reason")
+    WANT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    want_id: str
+    reason: str
+    def __init__(self, want_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class JobRunBuffer(_message.Message):
+    __slots__ = ("job_run_id", "job_label", "instance_uuids")
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_LABEL_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    job_label: str
+    instance_uuids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class JobRunHeartbeat(_message.Message):
+    __slots__ = ("job_run_id",)
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    def __init__(self, job_run_id: _Optional[str] = ...) -> None: ...
+
+class OutputResult(_message.Message):
+    __slots__ = ("instance_uuid", "location", "row_count", "bytes", "input_instance_uuids", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    instance_uuid: str
+    location: str
+    row_count: int
+    bytes: int
+    input_instance_uuids: _containers.RepeatedScalarFieldContainer[str]
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, instance_uuid: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class JobRunSuccess(_message.Message):
+    __slots__ = ("job_run_id", "input_instance_uuids", "outputs")
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    input_instance_uuids: _containers.RepeatedScalarFieldContainer[str]
+    outputs: _containers.RepeatedCompositeFieldContainer[OutputResult]
+    def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ...) -> None: ...
+
+class JobRunFailure(_message.Message):
+    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms")
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    error_class: ErrorClass
+    message: str
+    retry_after_ms: int
+    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class JobRunCancel(_message.Message):
+    __slots__ = ("job_run_id", "reason")
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    reason: str
+    def __init__(self, job_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class JobRunMissingDeps(_message.Message):
+    __slots__ = ("job_run_id", "missing_refs")
+    JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MISSING_REFS_FIELD_NUMBER: _ClassVar[int]
+    job_run_id: str
+    missing_refs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_run_id: _Optional[str] = ..., missing_refs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PartitionTaint(_message.Message):
+    __slots__ = ("partition_ref", "reason", "only_this_ref")
+    PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ONLY_THIS_REF_FIELD_NUMBER: _ClassVar[int]
+    partition_ref: str
+    reason: str
+    only_this_ref: bool
+    def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ...) -> None: ...
+
+class PartitionObserved(_message.Message):
+    __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    partition_ref: str
+    location: str
+    row_count: int
+    bytes: int
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class InstancesWaitUpstream(_message.Message):
+    __slots__ = ("waits",)
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    waits: _containers.RepeatedCompositeFieldContainer[InstanceWait]
+    def __init__(self, waits: _Optional[_Iterable[_Union[InstanceWait, _Mapping]]] = ...) -> None: ...
+
+class InstanceWait(_message.Message):
+    __slots__ = ("instance_uuid", "upstream_refs")
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_REFS_FIELD_NUMBER: _ClassVar[int]
+    instance_uuid: str
+    upstream_refs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, instance_uuid: _Optional[str] = ..., upstream_refs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ClockTick(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InstanceRetention(_message.Message):
+    __slots__ = ("drop_superseded_created_before_seq",)
+    DROP_SUPERSEDED_CREATED_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    drop_superseded_created_before_seq: int
+    def __init__(self, drop_superseded_created_before_seq: _Optional[int] = ...) -> None: ...

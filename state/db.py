@@ -1,0 +1,147 @@
+"""Engine creation: the one narrow seam where SQLite and PostgreSQL differ.
+
+Everything above this module (store, migrations) is dialect-neutral SQLAlchemy Core.
+What differs per backend lives here: how a connection is configured, and how a
+write transaction takes its lock up front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+# Execution option read by the SQLite "begin" listener: start with BEGIN IMMEDIATE.
+_BEGIN_IMMEDIATE = "partbuild_begin_immediate"
+
+# Arbitrary constant key for PostgreSQL's transaction-scoped advisory lock that
+# serializes schema migrations run by several processes at once.
+_MIGRATION_LOCK_KEY = 0x70617274  # "part"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse `url`, routing plain PostgreSQL URLs to the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def create_engine_for(url: str | URL) -> Engine:
+    """Create an engine for a SQLite file (embedded default) or PostgreSQL (psycopg 3)."""
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(parsed)
+    if backend == "postgresql":
+        if parsed.get_driver_name() != "psycopg":
+            raise ValueError(f"unsupported PostgreSQL driver {parsed.drivername!r}: use postgresql+psycopg://")
+        # READ COMMITTED pinned, whatever the server default: a writer waiting on the
+        # log_head row lock must then re-read the new head rather than fail with a
+        # serialization error (see EventLog.append). pre_ping: a long-lived
+        # orchestrator must survive a server restart.
+        return sa.create_engine(parsed, isolation_level="READ COMMITTED", pool_pre_ping=True)
+    raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite:// or postgresql://")
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    engine = sa.create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's legacy mode only BEGINs before DML, so SELECTs and DDL would run
+        # outside the transaction. Take transaction control away from the driver...
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first: switching to WAL itself may wait on another process.
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            # WAL: readers never block the writer and vice versa (a tailing reader
+            # runs while orchestrators append).
+            cursor.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable against application crashes in WAL mode and avoids
+            # an fsync per commit; a power loss may lose the last commits only.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # ...and emit BEGIN ourselves so every SQLAlchemy transaction is a real one.
+        # BEGIN IMMEDIATE takes the write lock now (waiting up to busy_timeout) rather
+        # than at the first write, where a deferred upgrade can fail with SQLITE_BUSY
+        # without waiting when another writer committed in between.
+        immediate = conn.get_execution_options().get(_BEGIN_IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+@contextmanager
+def begin_write(engine: Engine) -> Iterator[Connection]:
+    """A transaction that will write: on SQLite it holds the write lock from BEGIN.
+
+    On PostgreSQL this is an ordinary transaction; row locks are taken by the
+    statements themselves.
+    """
+    with engine.connect() as conn:
+        conn.execution_options(**{_BEGIN_IMMEDIATE: True})
+        with conn.begin():
+            yield conn
+
+
+def lock_for_migration(conn: Connection) -> None:
+    """Serialize schema migrations of concurrent processes for the rest of `conn`'s transaction.
+
+    SQLite needs nothing here: `begin_write` already holds the database write lock.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+
+
+# PostgreSQL channel on which every append announces itself (delivered at commit).
+APPEND_CHANNEL = "partbuild_log"
+
+
+def notify_append(conn: Connection) -> None:
+    """Wake listeners in other processes once this transaction commits; nothing to do on SQLite."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"NOTIFY {APPEND_CHANNEL}")
+
+
+class AppendListener:
+    """Blocks until some process commits an append (PostgreSQL LISTEN/NOTIFY) or a timeout passes.
+
+    A hint, not a guarantee: a notification that arrives between two waits can be
+    missed, so callers always re-read the log after waking and keep the timeout short.
+    """
+
+    def __init__(self, url: URL) -> None:
+        import psycopg  # only PostgreSQL deployments need it
+
+        # libpq takes the same URL without SQLAlchemy's driver suffix (options= and all).
+        conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conn = psycopg.connect(conninfo, autocommit=True)
+        self._conn.execute(f"LISTEN {APPEND_CHANNEL}")
+
+    def wait(self, timeout_s: float) -> bool:
+        """True when an append was announced within `timeout_s`."""
+        for _ in self._conn.notifies(timeout=max(timeout_s, 0.0), stop_after=1):
+            return True
+        return False
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def open_append_listener(engine: Engine) -> AppendListener | None:
+    """A listener where the backend can push appends (PostgreSQL); None where callers must poll."""
+    if engine.dialect.name != "postgresql":
+        return None
+    return AppendListener(engine.url)

@@ -1,0 +1,50 @@
+"""The one SQLAlchemy Core schema of the event store. Alembic owns how it gets created.
+
+Dialect differences are expressed only in column types. On SQLite a 64-bit key
+column is declared INTEGER so that it becomes the table's rowid: `events.seq` then
+needs no separate primary-key index (append speed) and `snapshots.id` can
+autoincrement (SQLite only does that for INTEGER PRIMARY KEY; its INTEGER is 64-bit).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+Int64Key = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+metadata = sa.MetaData()
+
+# One row per event: the serialized `pb.Event` plus the few columns we query by.
+# `seq` is assigned by the appender from `log_head`, never by the database, so it is
+# gapless and in commit order. No secondary indexes: every one slows every append.
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("seq", Int64Key, primary_key=True, autoincrement=False),
+    sa.Column("event_id", sa.String(64), nullable=False),
+    sa.Column("event_type", sa.String(40), nullable=False),
+    sa.Column("recorded_at_ms", sa.BigInteger(), nullable=False),
+    sa.Column("payload", sa.LargeBinary(), nullable=False),
+)
+
+# A single row (id = 1): the last assigned seq. Updating it is the append lock.
+log_head = sa.Table(
+    "log_head",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("head_seq", sa.BigInteger(), nullable=False),
+    sa.CheckConstraint("id = 1", name="log_head_single_row"),
+)
+
+# Cached serialized BuildState at a log position. `format` names the producer's
+# serialization version; a reader only ever asks for the format it understands.
+snapshots = sa.Table(
+    "snapshots",
+    metadata,
+    sa.Column("id", Int64Key, primary_key=True, autoincrement=True),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("format", sa.String(80), nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger(), nullable=True),
+    sa.Column("payload", sa.LargeBinary(), nullable=False),
+    sa.Index("ix_snapshots_format_seq", "format", "seq"),
+)

@@ -1,0 +1,117 @@
+"""The `partbuild` CLI: demo, replay, db upgrade, and one clear line with exit 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from partbuild.api.cli import main
+from partbuild.state.store import EventLog
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+def test_demo_then_replay_verify_json(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    code, out, _ = run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "8", "--sites", "2")
+    assert code == 0 and "wrote" in out
+    code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--verify", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verified"] is True and report["problems"] == []
+    assert report["head_seq"] == report["state_seq"] > 0
+    assert report["snapshot_seq"] == report["head_seq"] // 2  # the demo leaves a snapshot half-way
+    assert report["rejected_total"] == 0
+    assert report["counts"]["wants"]["successful"] > 0
+    assert len(report["digest"]) == 64
+
+
+def test_replay_as_of_and_human_output(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "4", "--sites", "1")
+    code, full, _ = run_cli(capsys, "replay", "--db", sqlite_url)
+    assert code == 0 and "log head seq" in full and "digest" in full and "rejected events" in full
+    code, past, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--as-of", "10", "--json")
+    assert code == 0 and json.loads(past)["state_seq"] == 10
+
+
+def test_replay_lists_rejected_events(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    from partbuild.proto.v1 import events_pb2 as pb
+    from partbuild.state.events import envelope
+
+    with EventLog.open(sqlite_url) as log:
+        log.append([envelope(pb.WantCancel(want_id="ghost"))])
+    code, out, _ = run_cli(capsys, "replay", "--db", sqlite_url)
+    assert code == 0
+    assert "seq 1  want_cancel: want 'ghost' does not exist" in out
+
+
+def test_replay_save_snapshot_is_used_next_time(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "4", "--sites", "1")
+    code, out, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--save-snapshot", "--json")
+    head = json.loads(out)["head_seq"]
+    assert code == 0 and json.loads(out)["snapshot_saved_at"] == head
+    _, out, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--json")
+    assert json.loads(out)["snapshot_seq"] == head and json.loads(out)["replayed_events"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["replay", "--db", "{db}", "--as-of", "-1"], "Invalid value for '--as-of': -1 is not in the range x>=0."),
+        (["replay", "--db", "{db}", "--as-of", "abc"], "'abc' is not a valid integer"),
+        (["replay", "--db", "{db}", "--as-of", "999999"], "999999 is after the log head"),
+        (["replay", "--db", "{db}", "--bogus"], "No such option '--bogus'"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+        (["demo", "--db", "{db}"], "the log already holds"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, args: list[str], message: str
+) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "1", "--sites", "1")
+    with EventLog.open(sqlite_url) as log:
+        head_before = log.head()
+    code, _, err = run_cli(capsys, *(arg.replace("{db}", sqlite_url) for arg in args))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("partbuild: error: ")
+    assert message in err
+    with EventLog.open(sqlite_url) as log:
+        assert log.head() == head_before  # nothing recorded was lost or changed
+
+
+def test_missing_database_and_bad_url(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_cli(capsys, "replay", "--db", f"sqlite:///{tmp_path / 'absent.db'}")
+    assert code == 2 and "no database at" in err
+    assert not (tmp_path / "absent.db").exists()  # a typo must not create an empty database
+    code, _, err = run_cli(capsys, "replay", "--db", "not a url")
+    assert code == 2 and "is not a database URL" in err
+    code, _, err = run_cli(capsys, "replay", "--db", "mysql://localhost/x")
+    assert code == 2 and "unsupported database" in err and err.count("\n") == 1
+
+
+def test_db_upgrade_creates_schema(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and "log head seq 0" in out
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)  # idempotent
+    assert code == 0
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    """The real entry point, as a user runs it."""
+    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    demo = subprocess.run([exe, "demo", "--db", url, "--weeks", "2", "--sites", "1"], capture_output=True, text=True)
+    assert demo.returncode == 0, demo.stderr
+    bad = subprocess.run([exe, "replay", "--db", url, "--as-of", "x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

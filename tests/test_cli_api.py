@@ -1,0 +1,583 @@
+"""The `partbuild` query and write commands, against a database (`--db`) and a real HTTP server (`--server`).
+
+Every command runs in-process through `partbuild.api.cli.main`; the server is a
+real uvicorn on a free port in a thread. Reads of one seeded history must give
+the same JSON in both modes; writes and bad input are checked in each mode.
+`partbuild serve` and `partbuild up` run as real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from conftest import CLICKS_DAYS, CLICKS_START
+
+from partbuild.api import models as m
+from partbuild.api.app import create_app
+from partbuild.api.cli import main
+from partbuild.api.client import Client, HttpClient, ServerError, Unreachable
+from partbuild.api.service import InvalidInput, NotFound, Service
+from partbuild.orchestrator.graph import Graph, Job, load_graph
+from partbuild.state.simulate import SimulationPlan, simulate
+from partbuild.state.store import EventLog
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = REPO_ROOT / "examples/clicks/pipeline.py"
+# Three simulated weeks; week 1 has a failed daily run and a tainted daily that was rebuilt.
+PLAN = SimulationPlan(weeks=3, sites=1, fail_every=2, taint_every=2)
+WEEKLY_W02 = "agg/weekly_clicks/site=0/week=2026-W02"
+TAINTED_DAILY = "agg/daily_clicks/site=0/date=2026-01-12"
+MODES = ["db", "server"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def head_of(db_url: str) -> int:
+    with EventLog.open(db_url) as log:
+        return log.head()
+
+
+@contextmanager
+def http_api(db_url: str, graph: Graph | None = None) -> Iterator[str]:
+    """A real uvicorn serving `create_app(Service(...))` over `db_url` on a free port; yields its URL."""
+    log = EventLog.open(db_url, auto_upgrade=True)
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(Service(log, graph=graph)), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "test server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+        log.close()
+
+
+@pytest.fixture
+def seeded(sqlite_url: str) -> str:
+    """A database holding a simulated W1 history (wants, dep misses, a retry, a taint and rebuild)."""
+    with EventLog.open(sqlite_url) as log:
+        log.append(list(simulate(PLAN)), expected_head=0)
+    return sqlite_url
+
+
+@pytest.fixture
+def seeded_server(seeded: str) -> Iterator[str]:
+    with http_api(seeded) as url:
+        yield url
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def where(mode: str, sqlite_url: str) -> Iterator[list[str]]:
+    """The CLI arguments that select a fresh database, directly or through a server over it."""
+    if mode == "db":
+        yield ["--db", sqlite_url]
+    else:
+        with http_api(sqlite_url) as url:
+            yield ["--server", url]
+
+
+# ----------------------------------------------------------------- reads: the same JSON in both modes
+
+
+def test_every_read_gives_the_same_json_in_both_modes(
+    capsys: pytest.CaptureFixture[str], seeded: str, seeded_server: str
+) -> None:
+    def both(*args: str) -> Any:
+        code, direct, err = run_cli(capsys, *args, "--db", seeded, "--json")
+        assert code == 0, err
+        code, served, err = run_cli(capsys, *args, "--server", seeded_server, "--json")
+        assert code == 0, err
+        assert json.loads(direct) == json.loads(served), args
+        return json.loads(direct)
+
+    every_want = both("wants", "--all", "--limit", "3")
+    assert len(every_want["items"]) == 8 and every_want["next_cursor"] is None
+    assert set(every_want["items"][0]) == set(m.Want.model_fields)
+    first_page = both("wants", "--limit", "3")
+    assert [w["want_id"] for w in first_page["items"]] == ["want-s0w0", "want-s0w0-daily", "want-s0w1"]
+    second_page = both("wants", "list", "--limit", "3", "--cursor", first_page["next_cursor"])
+    assert second_page["items"][0]["want_id"] == "want-s0w1-daily"
+    assert {w["want_id"] for w in both("wants", "--root", "want-s0w1")["items"]} == {"want-s0w1", "want-s0w1-daily"}
+    assert [w["want_id"] for w in both("wants", "--ref", WEEKLY_W02)["items"]] == ["want-s0w0"]
+    assert all(w["state"] == "successful" for w in both("wants", "--state", "successful")["items"])
+
+    detail = both("wants", "show", "want-s0w0")
+    assert set(detail) == set(m.WantDetail.model_fields)
+    assert detail["refs_status"][0] == {
+        "ref": WEEKLY_W02,
+        "instance_uuid": detail["satisfied_by"][0],
+        "state": "live",
+        "waiting_on": [],
+    }
+    assert detail["tree"]["children"][0]["want_id"] == "want-s0w0-daily"
+
+    partitions = both("partitions", "--all", "--limit", "7")
+    refs = [p["ref"] for p in partitions["items"]]
+    assert refs == sorted(refs) and len(refs) == 3 * (7 + 7 + 1)
+    weeklies = both("partitions", "--prefix", "agg/weekly_clicks/")["items"]
+    assert [p["ref"] for p in weeklies] == [WEEKLY_W02, *(f"agg/weekly_clicks/site=0/week=2026-W0{n}" for n in (3, 4))]
+    assert both("partitions", "--state", "tainted")["items"] == []  # tainted instances are never canonical
+
+    live = both("partitions", "show", WEEKLY_W02)
+    assert live["state"] == "live" and live["canonical"] and len(live["inputs"]) == 7
+    history = both("partitions", "history", TAINTED_DAILY)
+    assert [i["state"] for i in history] == ["live", "tainted"] and history[0]["previous_uuid"] == history[1]["uuid"]
+    old = both("partitions", "instance", history[1]["uuid"])
+    assert old["canonical"] is False and old["superseded_seq"] == history[0]["created_seq"]
+    before_taint = both("partitions", "show", TAINTED_DAILY, "--as-of", str(history[0]["created_seq"] - 1))
+    assert before_taint["uuid"] == history[1]["uuid"] and before_taint["state"] == "live"
+    assert both("partitions", "history", TAINTED_DAILY, "--as-of", "30")[0]["uuid"] == history[1]["uuid"]
+
+    upstream = both("lineage", WEEKLY_W02, "--direction", "upstream", "--depth", "2")
+    assert upstream["root"] == live["uuid"] and set(upstream) == set(m.Lineage.model_fields)
+    assert len(upstream["nodes"]) == 1 + 7 + 7 and len(upstream["edges"]) == 7 + 7
+    assert {n["depth"] for n in upstream["nodes"]} == {0, 1, 2}
+    assert both("lineage", live["inputs"][0], "--direction", "downstream")["nodes"][1]["uuid"] == live["uuid"]
+    assert both("lineage", live["uuid"], "--depth", "0")["edges"] == []
+
+    runs = both("runs", "--all", "--limit", "4")["items"]
+    assert len(runs) == 3 * 3 + 1 + 2 and set(runs[0]) == set(m.JobRun.model_fields)
+    failed = both("runs", "--state", "failed")["items"]
+    assert [r["job_run_id"] for r in failed] == ["run-s0w1-daily-1"] and failed[0]["error_message"] == "executor lost"
+    assert {r["job_label"] for r in both("runs", "--job", "weekly")["items"]} == {"weekly"}
+    retried = both("runs", "show", "run-s0w1-daily-2")
+    assert retried["attempt"] == 2 and retried["state"] == "succeeded"
+
+
+def test_replay_over_the_server_reports_what_the_database_replay_does(
+    capsys: pytest.CaptureFixture[str], seeded: str, seeded_server: str
+) -> None:
+    code, direct, _ = run_cli(capsys, "replay", "--db", seeded, "--json")
+    assert code == 0
+    code, served, _ = run_cli(capsys, "replay", "--server", seeded_server, "--json")
+    assert code == 0
+    direct_report, served_report = json.loads(direct), json.loads(served)
+    timing = {"seconds", "events_per_second"}
+    assert set(direct_report) == set(served_report)
+    assert {k: v for k, v in direct_report.items() if k not in timing} == {
+        k: v for k, v in served_report.items() if k not in timing
+    }
+    code, human, _ = run_cli(capsys, "replay", "--server", seeded_server)
+    assert code == 0 and f"sha256:{direct_report['digest']}" in human and "rejected events" in human
+
+
+@pytest.mark.parametrize("server_mode", [False, True], ids=MODES)
+def test_human_output_shows_the_key_fields(
+    capsys: pytest.CaptureFixture[str], seeded: str, seeded_server: str, server_mode: bool
+) -> None:
+    where = ["--server", seeded_server] if server_mode else ["--db", seeded]
+
+    def human(*args: str) -> str:
+        code, out, err = run_cli(capsys, *args, *where)
+        assert code == 0 and err == ""
+        return out
+
+    listing = human("wants")
+    assert "want-s0w1-rebuild-daily" in listing and "successful" in listing and "STATE" in listing
+    shown = human("wants", "show", "want-s0w1")
+    assert "derivative wants" in shown and "want-s0w1-daily" in shown and "weekly report" in shown
+    assert "(more: --cursor 12, or --all)" in human("wants", "--limit", "2")
+    assert "no wants" in human("wants", "--state", "canceled")
+    assert WEEKLY_W02 in human("partitions", "--prefix", "agg/weekly")
+    canonical = human("partitions", "show", WEEKLY_W02)
+    assert "live" in canonical and "run-s0w0-weekly-2" in canonical and "/data/agg/weekly_clicks" in canonical
+    history = human("partitions", "history", TAINTED_DAILY)
+    assert "tainted" in history and "live" in history
+    tree = human("lineage", WEEKLY_W02, "--depth", "2")
+    assert "upstream (inputs)" in tree and "raw/clicks/site=0/date=2026-01-05" in tree
+    runs = human("runs", "--state", "failed")
+    assert "run-s0w1-daily-1" in runs and "executor lost" in runs
+    assert "missing inputs" in human("runs", "show", "run-s0w0-weekly-1")
+
+
+# ----------------------------------------------------------------- writes, in each mode
+
+
+def test_want_observe_taint_cancel(capsys: pytest.CaptureFixture[str], where: list[str], sqlite_url: str) -> None:
+    code, out, err = run_cli(capsys, "want", "src/a", "out/b", "--want-id", "w-1", "--comment", "c", *where, "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"seq": 1, "want_id": "w-1", "state": "idle"}
+    code, out, _ = run_cli(capsys, "want", "out/c", "--ttl", "60", "--data-timestamp", "2026-01-02", *where)
+    assert code == 0 and "for 1 ref(s) recorded at seq 2" in out
+
+    code, out, _ = run_cli(capsys, "wants", "show", "w-1", *where, "--json")
+    detail = json.loads(out)
+    assert detail["comment"] == "c" and [s["state"] for s in detail["refs_status"]] == ["missing", "missing"]
+
+    code, out, _ = run_cli(capsys, "observe", "src/a", "--location", "/x/a", "--rows", "5", *where, "--json")
+    assert code == 0 and json.loads(out) == {"seq": 3}
+    code, out, _ = run_cli(capsys, "partitions", "show", "src/a", *where, "--json")
+    assert json.loads(out)["state"] == "live" and json.loads(out)["row_count"] == 5
+
+    code, out, _ = run_cli(capsys, "taint", "src/a", "--reason", "bad", "--only-this-ref", *where)
+    assert code == 0 and "src/a tainted at seq 4" in out
+    code, out, _ = run_cli(capsys, "partitions", "history", "src/a", *where, "--json")
+    assert [i["state"] for i in json.loads(out)] == ["missing", "tainted"]
+
+    code, out, _ = run_cli(capsys, "wants", "cancel", "w-1", "--reason", "not needed", "--user", "ann", *where)
+    assert code == 0 and "want w-1 canceled at seq 5" in out
+    code, out, _ = run_cli(capsys, "wants", "--state", "canceled", *where, "--json")
+    [canceled] = json.loads(out)["items"]
+    assert canceled["want_id"] == "w-1" and canceled["cancel_reason"] == "not needed"
+    assert head_of(sqlite_url) == 5
+
+
+def test_want_file_batch_of_25000_refs_takes_three_requests(
+    capsys: pytest.CaptureFixture[str], where: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    create_wants = Service.create_wants
+
+    def counting(self: Service, requests: list[m.WantRequest], user: str) -> m.WantBatchCreated:
+        sizes.append(sum(len(request.refs) for request in requests))
+        return create_wants(self, requests, user)
+
+    monkeypatch.setattr(Service, "create_wants", counting)  # the in-process server's service too
+    refs = tmp_path / "refs.txt"
+    refs.write_text("".join(f"backfill/day={n:05d}\n" for n in range(25_000)))
+    code, out, err = run_cli(capsys, "want", "--file", str(refs), "--comment", "backfill", *where, "--json")
+    assert code == 0, err
+    assert sizes == [10_000, 10_000, 5_000]
+    batch = json.loads(out)
+    assert (batch["first_seq"], batch["last_seq"], len(batch["wants"])) == (1, 25_000, 25_000)
+    assert batch["wants"][-1]["seq"] == 25_000
+
+    code, out, _ = run_cli(capsys, "wants", "--all", "--limit", "1000", *where, "--json")
+    listed = json.loads(out)["items"]
+    assert len(listed) == 25_000 and listed[-1]["refs"] == ["backfill/day=24999"]
+    assert {w["comment"] for w in listed} == {"backfill"}
+
+
+def test_want_file_from_stdin_and_as_one_want(
+    capsys: pytest.CaptureFixture[str], where: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x/1\n\n  x/2  \nx/3\n")))
+    code, out, err = run_cli(capsys, "want", "--file", "-", "--one-want", "--want-id", "all-3", *where, "--json")
+    assert code == 0, err
+    assert [w["want_id"] for w in json.loads(out)["wants"]] == ["all-3"]
+    code, out, _ = run_cli(capsys, "wants", "show", "all-3", *where, "--json")
+    assert json.loads(out)["refs"] == ["x/1", "x/2", "x/3"]
+
+
+# ----------------------------------------------------------------- bad input: exit 2, one line, nothing changed
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["wants", "show", "nope"], "no want 'nope'"),
+        (["wants", "cancel", "nope"], "no want 'nope'"),
+        (["wants", "cancel", "w-0"], "want 'w-0' is already canceled"),
+        (["want", "a\x01b"], "partition ref contains control character"),
+        (["want", "x/1", "x/1"], "listed more than once"),
+        (["want", "x/1", "--want-id", "w-0"], "want 'w-0' already exists"),
+        (["want", "x/1", "--want-id", "bad/id"], "want_id: String should match pattern"),
+        (["want"], "give refs as arguments or --file FILE"),
+        (["partitions", "show", "no/such"], "partition 'no/such' has no instance"),
+        (["partitions", "history", "no/such"], "partition 'no/such' has no instance"),
+        (["partitions", "instance", "00000000-0000-0000-0000-000000000000"], "no partition instance"),
+        (["lineage", "00000000-0000-0000-0000-000000000000"], "no partition instance or ref '00000000-"),
+        (["partitions", "show", "x/0", "--as-of", "99"], "as_of_seq 99 is after the log head"),
+        (["lineage", "no/such"], "partition 'no/such' has no instance"),
+        (["runs", "show", "nope"], "no job run 'nope'"),
+        (["taint", "x/0"], "is missing; only a Live partition can be tainted"),
+        (["observe", "x/0", "--location", ""], "location: String should have at least 1 character"),
+        (["wants", "--state", "bogus"], "'bogus' is not one of"),
+        (["wants", "--limit", "0"], "0 is not in the range 1<=x<=1000"),
+        (["wants", "--limit", "5", "show", "w-0"], "--limit before a subcommand"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], where: list[str], sqlite_url: str, args: list[str], message: str
+) -> None:
+    for setup in (["want", "x/0", "--want-id", "w-0"], ["wants", "cancel", "w-0"]):
+        code, _, err = run_cli(capsys, *setup, *where)
+        assert code == 0, err
+    head = head_of(sqlite_url)
+    code, _, err = run_cli(capsys, *args, *where)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("partbuild: error: ")
+    assert message in err
+    assert head_of(sqlite_url) == head
+
+
+def test_graph_checks_refs_before_anything_is_written(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    bad = tmp_path / "refs.txt"
+    bad.write_text("".join(f"raw/clicks/date=2026-01-{n:02d}\n" for n in range(1, 29)) + "no/producer\n")
+    code, _, err = run_cli(capsys, "want", "--file", str(bad), "--db", sqlite_url, "--graph", str(PIPELINE))
+    assert code == 2 and err.count("\n") == 1 and "no/producer" in err
+    with http_api(sqlite_url, graph=load_graph(str(PIPELINE))) as url:
+        code, _, err = run_cli(capsys, "want", "--file", str(bad), "--server", url)
+        assert code == 2 and err.count("\n") == 1 and "no/producer" in err
+        code, _, err = run_cli(
+            capsys, "observe", "agg/daily_clicks/date=2026-01-01", "--location", "/x", "--server", url
+        )
+        assert code == 2 and "only source partitions are observed" in err
+    assert head_of(sqlite_url) == 0
+
+
+def test_file_errors_name_the_line(capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path) -> None:
+    refs = tmp_path / "refs.txt"
+    refs.write_text("a/1\na/2\na/1\n")
+    code, _, err = run_cli(capsys, "want", "--file", str(refs), "--db", sqlite_url)
+    assert code == 2 and "Invalid value for 'line 3': 'a/1' is listed more than once" in err
+    code, _, err = run_cli(capsys, "want", "--file", str(tmp_path / "absent.txt"), "--db", sqlite_url)
+    assert code == 2 and "No such file or directory" in err and err.count("\n") == 1
+    refs.write_text("".join(f"a/{n}\n" for n in range(10_001)))
+    code, _, err = run_cli(capsys, "want", "--file", str(refs), "--one-want", "--db", sqlite_url)
+    assert code == 2 and "a single want names at most 10,000 refs" in err
+    assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()  # bad input did not even create the database
+
+
+def test_replay_through_a_server_verifies_and_goes_back_in_time(
+    capsys: pytest.CaptureFixture[str], seeded: str, seeded_server: str
+) -> None:
+    code, out, err = run_cli(capsys, "replay", "--verify", "--json", "--server", seeded_server)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verified"] is True and report["problems"] == []
+    code, out, _ = run_cli(capsys, "replay", "--as-of", "5", "--json", "--server", seeded_server)
+    assert code == 0 and json.loads(out)["state_seq"] == 5
+    code, local, _ = run_cli(capsys, "replay", "--as-of", "5", "--json", "--db", seeded)
+    assert json.loads(local)["digest"] == json.loads(out)["digest"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["want", "x/1", "--graph", str(PIPELINE)], "Invalid value for '--graph': applies only with --db"),
+        (["replay", "--save-snapshot"], "--save-snapshot needs --db"),
+        (["replay", "--as-of", "999999999"], "as_of_seq 999999999 is after the log head"),
+    ],
+)
+def test_database_only_options_are_refused_with_a_server(
+    capsys: pytest.CaptureFixture[str], seeded: str, seeded_server: str, args: list[str], message: str
+) -> None:
+    code, _, err = run_cli(capsys, *args, "--server", seeded_server)
+    assert code == 2 and err.count("\n") == 1 and message in err
+    assert head_of(seeded) == len(list(simulate(PLAN)))
+
+
+def test_server_and_db_together_is_a_usage_error(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    code, _, err = run_cli(capsys, "wants", "--server", "http://127.0.0.1:1", "--db", sqlite_url)
+    assert code == 2 and "give either --server or --db" in err
+    code, _, err = run_cli(capsys, "wants", "--server", "localhost:8000")
+    assert code == 2 and "not an http:// or https:// URL" in err
+
+
+def test_db_on_the_command_line_overrides_the_server_env(
+    capsys: pytest.CaptureFixture[str], seeded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARTBUILD_SERVER", f"http://127.0.0.1:{free_port()}")
+    code, _, err = run_cli(capsys, "wants")
+    assert code == 1 and "cannot reach server" in err  # the env var selects the server...
+    code, out, _ = run_cli(capsys, "wants", "--db", seeded, "--json")
+    assert code == 0 and len(json.loads(out)["items"]) == 8  # ...unless --db is given
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["wants"], ["want", "x/1"], ["wants", "show", "w"], ["replay"], ["lineage", "x/1"], ["taint", "x/1"]],
+)
+def test_unreachable_server_exits_1_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = run_cli(capsys, *args, "--server", url)
+    assert code == 1 and out == ""
+    assert err == f"partbuild: error: cannot reach server {url}: [Errno 111] Connection refused\n"
+
+
+# ----------------------------------------------------------------- the client itself
+
+
+def test_both_clients_answer_events_and_health_alike(seeded: str, seeded_server: str) -> None:
+    with EventLog.open(seeded) as log, HttpClient(seeded_server) as http:
+        local: Client = Service(log)  # the in-process client is the service itself
+        assert local.events(after_seq=5, limit=3) == http.events(after_seq=5, limit=3)
+        assert local.health() == http.health()
+        for client in (local, http):
+            with pytest.raises(InvalidInput, match="limit"):
+                client.wants(limit=0)
+            with pytest.raises(NotFound, match=r"no partition instance '\.\.'"):
+                client.instance("..")  # a dot segment must reach the route, not be normalised away
+        assert http.canonical(WEEKLY_W02) == local.canonical(WEEKLY_W02)
+        with pytest.raises(InvalidInput, match="must be printable ASCII"):
+            http.cancel_want("want-s0w0", "", "jos\u00e9")  # refused before any request
+
+
+def test_http_client_failures_are_client_errors() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/wants"):
+            return httpx.Response(500, json={"detail": "boom"})
+        if request.url.path.endswith("/audit"):
+            return httpx.Response(200, text="<html>")
+        return httpx.Response(200, json={"unexpected": True})
+
+    with HttpClient("http://test", transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(ServerError, match="server error 500: boom"):
+            client.wants()
+        with pytest.raises(ServerError, match="non-JSON"):
+            client.audit()
+        with pytest.raises(ServerError, match="not a JobRun"):
+            client.job_run("r")
+    with HttpClient(f"http://127.0.0.1:{free_port()}") as client, pytest.raises(Unreachable):
+        client.health()
+
+
+# ----------------------------------------------------------------- real processes: serve and up
+
+
+def partbuild_exe() -> str:
+    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    return exe
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"exited early:\n{log_file.read_text()[-3000:]}"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} not healthy within {timeout_s} s:\n{log_file.read_text()[-3000:]}")
+
+
+def stop_with_sigterm(process: subprocess.Popen[bytes], timeout_s: float, log_file: Path) -> int:
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"did not stop in {timeout_s} s:\n{log_file.read_text()[-3000:]}") from None
+
+
+@contextmanager
+def started(command: list[str], log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    with log_file.open("wb") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = tmp_path / "serve.log"
+    with started([partbuild_exe(), "serve", "--db", sqlite_url, "--port", str(port)], log_file) as process:
+        wait_healthy(url, process, 30, log_file)
+        code, out, err = run_cli(capsys, "want", "x/y", "--want-id", "served", "--server", url, "--json")
+        assert code == 0, err
+        assert json.loads(out)["want_id"] == "served"
+        assert stop_with_sigterm(process, 30, log_file) == 0
+    output = log_file.read_text()
+    assert f"partbuild API on {url}" in output and "Application shutdown complete" in output
+    assert head_of(sqlite_url) == 1
+
+
+def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
+        time.sleep(0.5)
+
+
+def test_up_builds_a_wanted_weekly_partition(
+    capsys: pytest.CaptureFixture[str], clicks_root: Path, sqlite_url: str, tmp_path: Path
+) -> None:
+    from examples.clicks.pipeline import weekly_ref, weeks_in_range
+
+    week = weekly_ref(weeks_in_range(CLICKS_DAYS, CLICKS_START)[0])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = os.environ | {
+        "PARTBUILD_CLICKS_ROOT": str(clicks_root),
+        "PARTBUILD_CLICKS_DAYS": str(CLICKS_DAYS),
+        "PARTBUILD_SPARK_MASTER": "local[2]",
+    }
+    command = [
+        partbuild_exe(), "up", "--db", sqlite_url, "--graph", str(PIPELINE),
+        "--warehouse", str(tmp_path / "warehouse"), "--port", str(port),
+    ]  # fmt: skip
+    log_file = tmp_path / "up.log"
+    with started(command, log_file, env) as process:
+        wait_healthy(url, process, 120, log_file)
+        code, out, err = run_cli(capsys, "want", week, "--server", url, "--json")
+        assert code == 0, err
+        want_id = json.loads(out)["want_id"]
+
+        def successful() -> bool:
+            assert process.poll() is None, log_file.read_text()[-3000:]
+            code, out, err = run_cli(capsys, "wants", "show", want_id, "--server", url, "--json")
+            assert code == 0, err
+            state = json.loads(out)["state"]
+            assert state not in ("failed", "upstream_failed"), log_file.read_text()[-3000:]
+            return bool(state == "successful")
+
+        poll(successful, 120, "successful")
+        code, out, _ = run_cli(capsys, "lineage", week, "--direction", "upstream", "--depth", "2", "--server", url)
+        assert code == 0 and "raw/clicks/date=2026-01-01" in out and "agg/daily_clicks/date=2026-01-04" in out
+        assert stop_with_sigterm(process, 60, log_file) == 0
+    output = log_file.read_text()
+    assert f"partbuild up: API on {url}" in output and "SIGTERM" in output
+
+
+def test_chunked_batch_over_a_server_records_nothing_when_a_later_chunk_is_bad(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    """Requests are atomic one by one; the CLI validates every chunk on the server before the first write."""
+    graph = Graph([Job("noop", ["ok/{n:int}"], lambda ctx: None)])
+    refs = tmp_path / "refs.txt"
+    refs.write_text("\n".join([*(f"ok/{n}" for n in range(15_000)), "nobody/makes/this"]) + "\n")
+    with http_api(sqlite_url, graph) as url:
+        code, _, err = run_cli(capsys, "want", "--file", str(refs), "--server", url)
+        assert code == 2 and err.count("\n") == 1 and "no job or source dataset produces 'nobody/makes/this'" in err
+        assert head_of(sqlite_url) == 0
