@@ -452,13 +452,12 @@ def test_want_waits_for_a_source_that_appears_later(
 def test_want_for_a_source_that_never_appears_expires(
     orchestrators: OrchestratorFactory, log: EventLog, pipeline: Pipeline
 ) -> None:
-    now = wall_clock_ms()
+    started, now = time.monotonic(), wall_clock_ms()
     # Expires 0.5 s from now: data timestamp 10.5 s ago, TTL 11 s.
     want(log, "w", daily(DAYS[0]), data_timestamp_ms=now - 10_500, ttl_seconds=11)
     o = orchestrators(pipeline.graph)
-    started = time.monotonic()
     assert o.run_until_idle(timeout_s=10)
-    assert time.monotonic() - started >= 0.3
+    assert time.monotonic() - started >= 0.45  # not before its time (a little slack between the two clocks)
     state = verified(o)
     assert {w.want_id: w.state for w in state.wants.values()} == dict.fromkeys(state.wants, W.EXPIRED)
     assert len(state.wants) == 2  # w and the derivative want of raw, which inherited its TTL
