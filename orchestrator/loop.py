@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from partbuild.orchestrator.decide import ORCHESTRATOR, SourceCheck, decide, plan_run, stale_runs
+from partbuild.orchestrator.decide import ORCHESTRATOR, Decision, SourceCheck, decide, plan_run, stale_runs
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
@@ -67,6 +67,10 @@ class Orchestrator:
         self._state_lock = threading.Lock()
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
+        self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then
+        # The last decision and the head it was made on: with nothing folded since and no retry
+        # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
+        self._last_decision: tuple[int, Decision] | None = None
         workers = max_workers or max(1, sum(job.max_concurrency for job in graph.jobs.values()))
         self.executor = JobExecutor(
             spark,
@@ -104,7 +108,7 @@ class Orchestrator:
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         events = stale_runs(self.state, self.graph, now, self.heartbeat_timeout_ms, alive)
-        decision = decide(self.state, self.graph, now)
+        decision = self._decide(now)
         events += decision.events
         expiry = self.state.next_expiry_ms()
         if not events and expiry is not None and expiry <= now:
@@ -123,13 +127,34 @@ class Orchestrator:
         )
         return bool(events) or observed or dispatched
 
+    def _decide(self, now: int) -> Decision:
+        """`decide` on the current state, or the previous decision if deciding again cannot differ."""
+        head = self.state.head_seq
+        if self._last_decision is not None:
+            decided_at, last = self._last_decision
+            retry_due = last.next_retry_ms is not None and last.next_retry_ms <= now
+            # A decision with events was appended (moving the head) or failed to be: decide again.
+            if decided_at == head and not last.events and not retry_due:
+                return last
+        decision = decide(self.state, self.graph, now)
+        self._last_decision = (head, decision)
+        self._source_checks_due_ms = 0  # the checks may have changed: look at them on this step
+        return decision
+
     def _look_for_sources(self, checks: list[SourceCheck], now: int) -> bool:
         """Append PartitionObserved for wanted source partitions that have appeared."""
+        if now < self._source_checks_due_ms:
+            return False
         found = []
+        interval = self.source_check_interval_ms
+        due = None
         for check in checks:
-            if now - self._last_source_check.get(check.ref, -(10**15)) < self.source_check_interval_ms:
+            last = self._last_source_check.get(check.ref)
+            if last is not None and now - last < interval:
+                due = last + interval if due is None else min(due, last + interval)
                 continue
             self._last_source_check[check.ref] = now
+            due = now + interval if due is None else min(due, now + interval)
             try:
                 location = check.source.locate(check.partition)
             except Exception:
@@ -138,6 +163,7 @@ class Orchestrator:
             if location is not None:
                 observed = pb.PartitionObserved(partition_ref=check.ref, location=location)
                 found.append(envelope(observed, source=ORCHESTRATOR, timestamp_ms=now))
+        self._source_checks_due_ms = due if due is not None else 0
         if found:
             self.log.append(found)
         return bool(found)
@@ -154,7 +180,7 @@ class Orchestrator:
 
     def is_idle(self) -> bool:
         """No active wants and no job runs in flight."""
-        return not self.state.active_refs() and not self.state.active_run_ids and not self.executor.running_ids()
+        return not self.state.has_active_wants() and not self.state.active_run_ids and not self.executor.running_ids()
 
     def run(self, stop: threading.Event) -> None:
         """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""

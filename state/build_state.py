@@ -188,6 +188,10 @@ class BuildState:
         """Refs that at least one active want names, in the order they were first wanted."""
         return list(self._active_wants_by_ref)
 
+    def has_active_wants(self) -> bool:
+        """Whether any want is still active (cheaper than `active_refs()` for a yes/no)."""
+        return bool(self._active_wants_by_ref)
+
     def waiting_refs(self) -> list[str]:
         """Refs that at least one UpstreamBuilding instance waits for."""
         return list(self._waiters)

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+import partbuild.orchestrator.loop as loop_module
 from partbuild.orchestrator.context import JobContext, MissingInputs, PermanentJobError
-from partbuild.orchestrator.decide import instance_location
+from partbuild.orchestrator.decide import decide, instance_location
 from partbuild.orchestrator.graph import Graph, IsoWeek, Job, Partition, RetryPolicy, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
@@ -465,6 +466,53 @@ def test_want_for_a_source_that_never_appears_expires(
     types = [e.WhichOneof("payload") for e in log_events(log)]
     assert types[-1] == "clock_tick"  # nothing else happened: the loop moved the log's clock itself
     assert state.clock_ms >= now - 10_500 + 11_000
+
+
+def test_idle_steps_do_not_decide_again_or_look_for_sources_before_due(
+    orchestrators: OrchestratorFactory, log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing folded since the last decision, a step reuses it; sources are looked at per interval."""
+    looked: list[dt.date] = []
+
+    def locate(partition: Partition) -> str | None:
+        looked.append(partition["date"])
+        return None  # the raw data never arrives in this test
+
+    graph = Graph(
+        [Job("daily", ["daily/date={date:date}"], lambda ctx: None, inputs=lambda p: [raw(p["date"])])],
+        [SourceDataset("raw", "raw/date={date:date}", locate=locate)],
+    )
+    decisions: list[int] = []
+
+    def counting_decide(state: BuildState, graph: Graph, now_ms: int) -> Any:
+        decisions.append(state.head_seq)
+        return decide(state, graph, now_ms)
+
+    monkeypatch.setattr(loop_module, "decide", counting_decide)
+    clock = [wall_clock_ms()]
+    want(log, "w", daily(DAYS[0]))
+    o = orchestrators(graph, clock=lambda: clock[0], source_check_interval_s=60)
+    for _ in range(6):
+        o.step()
+    # Decided on the want, then on the derivative want and wait that decision appended; no more.
+    assert len(decisions) == 2 and decisions[1] > decisions[0]
+    assert looked == [DAYS[0]]  # the next look is due in 60 s
+    assert canonical(o.state, daily(DAYS[0])).state == I.UPSTREAM_BUILDING
+
+    clock[0] += 60_000
+    o.step()
+    assert looked == [DAYS[0], DAYS[0]] and len(decisions) == 2
+
+    want(log, "w2", daily(DAYS[1]))  # a new event: the next step decides again
+    o.step()
+    o.step()
+    assert len(decisions) == 4
+    assert looked == [DAYS[0], DAYS[0], DAYS[1]]  # the new source partition at once, the old one not yet
+    states = {w.want_id: w.state for w in o.state.wants.values()}
+    # The wants wait for their raw inputs; the derivative wants of those inputs wait to be observed.
+    derived = sorted(states.keys() - {"w", "w2"})
+    assert len(derived) == 2
+    assert states == {"w": W.UPSTREAM_BUILDING, "w2": W.UPSTREAM_BUILDING, **dict.fromkeys(derived, W.IDLE)}
 
 
 # ----------------------------------------------------------------- dead orchestrators
