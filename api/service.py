@@ -38,7 +38,7 @@ from partbuild.state.model import Instance as InstanceRecord
 from partbuild.state.model import JobRun as JobRunRecord
 from partbuild.state.model import Want as WantRecord
 from partbuild.state.queries import lineage, ref_history
-from partbuild.state.replay import load_state, replay_into, state_as_of
+from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, checkpoint, load_state, replay_into, state_as_of
 from partbuild.state.store import AppendConflict, EventLog, SnapshotStore, parse_event
 
 MAX_TREE_NODES = 1_000
@@ -74,6 +74,7 @@ class Service:
         clock: Clock = wall_clock_ms,
         on_append: Callable[[], None] | None = None,
         progress: Callable[[int], None] | None = None,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -82,7 +83,10 @@ class Service:
         self.on_append = on_append or (lambda: None)
         self._lock = threading.RLock()  # guards the state: folding and multi-step reads
         self._write_lock = threading.Lock()  # in-process writers take turns
-        self.state, _ = load_state(log, self.snapshots, progress=progress)
+        self.state, self.loaded = load_state(log, self.snapshots, progress=progress)
+        # Snapshot now and on stop when far enough past the newest one, so restarts replay a short tail.
+        self.snapshot_every = snapshot_every
+        checkpoint(self.state, self.snapshots, snapshot_every)
         settle_loaded_state()
         self._as_of: OrderedDict[int, BuildState] = OrderedDict()
         # Creation-ordered ids with their seqs, for cursor paging by bisection.
@@ -124,9 +128,12 @@ class Service:
             self._tailer.start()
 
     def stop(self) -> None:
+        """Stop tailing; snapshot the state if it is far past the newest snapshot."""
         self._stop.set()
         if self._tailer is not None:
             self._tailer.join(timeout=5)
+        with self._lock:
+            checkpoint(self.state, self.snapshots, self.snapshot_every)
 
     def _tail(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):

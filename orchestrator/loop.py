@@ -23,7 +23,7 @@ from partbuild.state.collector import settle_loaded_state
 from partbuild.state.db import open_append_listener
 from partbuild.state.events import Clock, envelope, wall_clock_ms
 from partbuild.state.model import InstanceState, JobRunState
-from partbuild.state.replay import load_state, replay_into
+from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, checkpoint, load_state, replay_into
 from partbuild.state.store import AppendConflict, EventLog, SnapshotStore
 
 logger = logging.getLogger("partbuild.orchestrator")
@@ -47,6 +47,7 @@ class Orchestrator:
         source_check_interval_s: float = 2.0,
         max_workers: int | None = None,
         listen_timeout_s: float = 1.0,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -56,7 +57,11 @@ class Orchestrator:
         self.heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
         self.source_check_interval_ms = int(source_check_interval_s * 1000)
         self.state: BuildState
-        self.state, _ = load_state(log, snapshots)
+        self.state, self.loaded = load_state(log, snapshots)
+        # With a snapshot store: snapshot now and on close when far enough past the newest one.
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self._checkpoint()
         settle_loaded_state()
         self._wake = threading.Event()
         # PostgreSQL pushes appends from any process; elsewhere the loop polls every poll_interval_s.
@@ -126,6 +131,10 @@ class Orchestrator:
             (t for t in (decision.next_retry_ms, self.state.next_expiry_ms()) if t is not None), default=None
         )
         return bool(events) or observed or dispatched
+
+    def _checkpoint(self) -> None:
+        if self.snapshots is not None:
+            checkpoint(self.state, self.snapshots, self.snapshot_every)
 
     def _decide(self, now: int) -> Decision:
         """`decide` on the current state, or the previous decision if deciding again cannot differ."""
@@ -206,6 +215,7 @@ class Orchestrator:
         """Stop taking runs; wait for those in flight and fold their outcomes."""
         self.executor.shutdown(wait=True)
         self.catch_up()
+        self._checkpoint()
         if self._listener is not None:
             self._listener.close()
             self._listener = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,8 +12,13 @@ from partbuild.state.collector import collector_paused
 from partbuild.state.snapshot import SnapshotError, decode_state, encode_state, snapshot_format
 from partbuild.state.store import EventLog, SnapshotStore
 
+logger = logging.getLogger("partbuild.snapshots")
+
 Progress = Callable[[int], None]
 PROGRESS_EVERY = 20_000
+# Long-running processes snapshot when they start or stop this many events past the newest snapshot.
+DEFAULT_SNAPSHOT_EVERY = 50_000
+SNAPSHOTS_KEPT = 3
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,25 @@ def save_snapshot(state: BuildState, snapshots: SnapshotStore) -> int:
     """Store a snapshot of `state` at its head seq; returns that seq."""
     snapshots.save(state.head_seq, snapshot_format(), encode_state(state))
     return state.head_seq
+
+
+def checkpoint(state: BuildState, snapshots: SnapshotStore, every_events: int) -> int | None:
+    """Snapshot `state` if it is at least `every_events` past the newest usable snapshot.
+
+    Called by long-running processes after loading and when they stop, so the
+    next start replays only a short tail. Returns the seq saved, or None. Keeps
+    the newest `SNAPSHOTS_KEPT` snapshots: older ones only cost space.
+    """
+    if every_events <= 0 or state.head_seq == 0:
+        return None
+    try:
+        newest = snapshots.latest_seq(snapshot_format()) or 0
+        if state.head_seq - newest < every_events:
+            return None
+        saved = save_snapshot(state, snapshots)
+        snapshots.prune(keep=SNAPSHOTS_KEPT)
+    except Exception:  # a snapshot is only a cache: failing to write one must not stop the process
+        logger.exception("could not save a snapshot at seq %d", state.head_seq)
+        return None
+    logger.info("saved a snapshot at seq %d: the next start replays from there", saved)
+    return saved

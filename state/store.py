@@ -273,6 +273,13 @@ class SnapshotStore:
             row = conn.execute(query).first()
         return None if row is None else (int(row.seq), bytes(row.payload))
 
+    def latest_seq(self, format: str) -> int | None:
+        """The seq of the newest snapshot in `format`, without reading its payload."""
+        query = sa.select(sa.func.max(snapshots.c.seq)).where(snapshots.c.format == format)
+        with self._engine.connect() as conn:
+            seq = conn.execute(query).scalar()
+        return None if seq is None else int(seq)
+
     def prune(self, keep: int) -> int:
         """Keep the newest `keep` snapshots of each format; return how many were deleted."""
         if keep < 0:

@@ -19,6 +19,7 @@ from partbuild.api.client import Client, HttpClient
 from partbuild.api.service import Service
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
 from partbuild.state.migrate import SchemaNotReady
+from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY
 from partbuild.state.store import EventLog
 
 DEFAULT_DB = "sqlite:///partbuild.db"
@@ -54,6 +55,14 @@ cursor_option = click.option("--cursor", help="Start after this `next_cursor` of
 host_option = click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 port_option = click.option(
     "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port)."
+)
+snapshot_every_option = click.option(
+    "--snapshot-every",
+    type=click.IntRange(min=0),
+    default=DEFAULT_SNAPSHOT_EVERY,
+    show_default=True,
+    envvar="PARTBUILD_SNAPSHOT_EVERY",
+    help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never).",
 )
 
 

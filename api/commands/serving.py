@@ -12,7 +12,15 @@ from typing import Any
 import click
 
 from partbuild.api import render
-from partbuild.api.commands.common import CommandFailed, db_option, host_option, open_log, port_option, read_graph
+from partbuild.api.commands.common import (
+    CommandFailed,
+    db_option,
+    host_option,
+    open_log,
+    port_option,
+    read_graph,
+    snapshot_every_option,
+)
 from partbuild.api.service import Service
 from partbuild.state.store import SnapshotStore
 
@@ -70,7 +78,8 @@ def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> N
 @click.option("--graph", "graph_path", help="Graph file: refuse wants and observations it does not allow.")
 @host_option
 @port_option
-def serve(db_url: str, graph_path: str | None, host: str, port: int) -> None:
+@snapshot_every_option
+def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_every: int) -> None:
     """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
     from partbuild.api.app import create_app
 
@@ -78,7 +87,7 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int) -> None:
     sock = _listen(host, port)
     _configure_logging()
     with sock, open_log(db_url, must_exist=False) as log:
-        app = create_app(Service(log, graph=graph))
+        app = create_app(Service(log, graph=graph, snapshot_every=snapshot_every))
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         _serve_http(app, sock, on_stop=lambda: None)
 
@@ -92,7 +101,10 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int) -> None:
 @click.option(
     "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
 )
-def up(db_url: str, graph_path: str, warehouse: str, host: str, port: int, master: str | None) -> None:
+@snapshot_every_option
+def up(
+    db_url: str, graph_path: str, warehouse: str, host: str, port: int, master: str | None, snapshot_every: int
+) -> None:
     """HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.
 
     On a stop signal the API shuts down and the orchestrator lets the job runs in
@@ -111,8 +123,14 @@ def up(db_url: str, graph_path: str, warehouse: str, host: str, port: int, maste
             spark = spark_session(master)
         except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
             raise CommandFailed(f"cannot start Spark ({master or DEFAULT_MASTER}): {exc}") from None
-        orchestrator = Orchestrator(log, graph, warehouse=warehouse, spark=spark, snapshots=SnapshotStore(log.engine))
-        app = create_app(Service(log, graph=graph, on_append=orchestrator.wake))
+        snapshots = SnapshotStore(log.engine)
+        orchestrator = Orchestrator(
+            log, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, snapshot_every=snapshot_every
+        )
+        service = Service(
+            log, graph=graph, snapshots=snapshots, on_append=orchestrator.wake, snapshot_every=snapshot_every
+        )
+        app = create_app(service)
         failure: list[BaseException] = []
 
         def orchestrate() -> None:
@@ -157,6 +175,7 @@ def up(db_url: str, graph_path: str, warehouse: str, host: str, port: int, maste
     show_default=True,
     help="Seconds without heartbeat after which a run is failed and retried.",
 )
+@snapshot_every_option
 def run(
     db_url: str,
     graph_path: str,
@@ -166,6 +185,7 @@ def run(
     timeout: float,
     heartbeat_interval: float,
     heartbeat_timeout: float,
+    snapshot_every: int,
 ) -> None:
     """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
     from partbuild.orchestrator.loop import Orchestrator
@@ -183,6 +203,7 @@ def run(
             snapshots=SnapshotStore(log.engine),
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
+            snapshot_every=snapshot_every,
         )
 
         def request_stop(signum: int, _frame: object) -> None:
