@@ -13,6 +13,8 @@ import uuid
 INSTANCE_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "partbuild:instance")
 # SHA-1 state after hashing the namespace; copying it skips re-hashing 16 bytes per UUID.
 _NAMESPACE_SHA1 = hashlib.sha1(INSTANCE_NAMESPACE.bytes)
+# Hex digit -> the same digit with its top two bits set to 10 (8, 9, a or b).
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def instance_uuid(seq: int, ref: str) -> str:
@@ -23,11 +25,9 @@ def instance_uuid(seq: int, ref: str) -> str:
     """
     sha1 = _NAMESPACE_SHA1.copy()
     sha1.update(f"{seq}/{ref}".encode())
-    digest = bytearray(sha1.digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    h = sha1.hexdigest()
+    # Version 5 in the 13th hex digit; the RFC 4122 variant (10xx) in the top bits of the 17th.
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
 def is_uuid(text: str) -> bool:
