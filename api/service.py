@@ -38,7 +38,7 @@ from partbuild.state.model import Instance as InstanceRecord
 from partbuild.state.model import JobRun as JobRunRecord
 from partbuild.state.model import Want as WantRecord
 from partbuild.state.queries import lineage, ref_history
-from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, checkpoint, load_state, replay_into, state_as_of
+from partbuild.state.replay import checkpoint, load_state, replay_into, state_as_of
 from partbuild.state.store import AppendConflict, EventLog, SnapshotStore, parse_event
 
 MAX_TREE_NODES = 1_000
@@ -74,7 +74,7 @@ class Service:
         clock: Clock = wall_clock_ms,
         on_append: Callable[[], None] | None = None,
         progress: Callable[[int], None] | None = None,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        snapshot_every: int = 0,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -84,7 +84,8 @@ class Service:
         self._lock = threading.RLock()  # guards the state: folding and multi-step reads
         self._write_lock = threading.Lock()  # in-process writers take turns
         self.state, self.loaded = load_state(log, self.snapshots, progress=progress)
-        # Snapshot now and on stop when far enough past the newest one, so restarts replay a short tail.
+        # Servers (not one-shot CLI reads, which may have read-only access) snapshot now and on stop
+        # when far enough past the newest snapshot, so their restarts replay a short tail.
         self.snapshot_every = snapshot_every
         checkpoint(self.state, self.snapshots, snapshot_every)
         settle_loaded_state()

@@ -124,6 +124,14 @@ def test_service_snapshots_on_start_and_on_stop(event_log: EventLog) -> None:
     assert SnapshotStore(event_log.engine).latest_seq(snapshot_format()) == head + 12
 
 
+def test_service_as_a_local_cli_client_writes_no_snapshot(event_log: EventLog) -> None:
+    """One-shot CLI reads (`--db`) use a Service too; they must not write (their access may be read-only)."""
+    _fill(event_log)
+    service = Service(event_log)
+    service.stop()
+    assert _snapshot_seqs(event_log) == []
+
+
 def test_cli_run_snapshots_and_replay_starts_from_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, spark: Any
 ) -> None:
