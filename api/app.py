@@ -1,8 +1,8 @@
 """The FastAPI application: versioned routes under /api/v1, problem+json errors, health and metrics.
 
 Every error is `application/problem+json` with a detail that says what was
-wrong. Bad input is a 4xx and changes nothing: validation happens before the
-one append a write makes.
+wrong, and a status declared in `partbuild.api.errors`. Bad input is a 4xx and
+changes nothing: validation happens before the one append a write makes.
 """
 
 from __future__ import annotations
@@ -14,33 +14,23 @@ from importlib.metadata import version
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from partbuild.api import models as m
-from partbuild.api.routes import partitions, runs, wants
-from partbuild.api.routes.common import PROBLEM_JSON, ServiceDep
-from partbuild.api.service import Conflict, InvalidInput, NotFound, Service, TooLarge
+from partbuild.api.errors import TITLES, ApiError, validation_message
+from partbuild.api.routes import audit, events, operations, partitions, runs, wants
+from partbuild.api.routes.common import PROBLEM_JSON
+from partbuild.api.service import Service
 
 logger = logging.getLogger("partbuild.api")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-def problem(status: int, title: str, detail: str) -> JSONResponse:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
-
-
-def _validation_detail(exc: RequestValidationError) -> str:
-    """One readable sentence per invalid field, e.g. "body.refs.0: partition ref is empty"."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts) or "invalid request"
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status, "detail": detail}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
@@ -62,38 +52,59 @@ def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
         docs_url="/docs",
     )
     app.state.service = service
-    for router in (wants.router, partitions.router, runs.router):
-        app.include_router(router, prefix="/api/v1")
-
-    @app.get("/healthz", tags=["operations"], summary="Liveness and how far the served state is")
-    def healthz(service: ServiceDep) -> m.Health:
-        return service.health()
-
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics", response_class=Response)
-    def metrics(service: ServiceDep) -> Response:
-        return Response(generate_latest(service.registry), media_type=CONTENT_TYPE_LATEST)
-
+    routers = [module.router for module in (wants, partitions, runs, events, audit, operations)]
+    for router in routers:
+        app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    _add_error_handlers(app, [route for router in routers for route in router.routes])
+    return app
 
-    for error, (status, title) in _DOMAIN_ERRORS.items():
-        app.add_exception_handler(error, _domain_handler(status, title))
 
-    @app.exception_handler(RequestValidationError)
-    async def validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem(422, "Invalid Input", _validation_detail(exc))
+def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
+    async def domain_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return problem(exc.status, str(exc))
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return problem(422, validation_message(exc.errors(), "invalid request"))
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
         if exc.status_code == 400:  # FastAPI could not even decode the body: invalid input like any other
-            return problem(422, "Invalid Input", "the request body is not valid JSON in UTF-8")
-        return problem(exc.status_code, _TITLES.get(exc.status_code, "Error"), str(exc.detail))
+            return problem(422, "the request body is not valid JSON in UTF-8")
+        if exc.status_code == 405:
+            allowed = allowed_methods(routes, request.scope)
+            detail = f"method not allowed: {request.method}; {request.url.path} allows {allowed}"
+            return problem(405, detail, {"Allow": allowed})
+        return problem(exc.status_code, str(exc.detail))
 
-    @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error: %s", exc)
-        return problem(500, "Internal Server Error", "an unexpected error occurred; it was logged")
+        return problem(500, "an unexpected error occurred; it was logged")
 
-    return app
+    handlers: dict[type[Exception], Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
+        ApiError: domain_error,
+        RequestValidationError: invalid,
+        StarletteHTTPException: http_error,
+        Exception: unexpected,
+    }
+    for error, handler in handlers.items():
+        app.add_exception_handler(error, handler)
+
+
+def allowed_methods(routes: list[BaseRoute], scope: Scope) -> str:
+    """Every method some route serves at this path (RFC 9110: a 405 says which ones are allowed).
+
+    Starlette names only the first route whose path matched; a path served by
+    several routes (GET and POST /wants) must list them all.
+    """
+    methods: set[str] = set()
+    for route in routes:
+        match, _ = route.matches(scope)
+        if match in (Match.FULL, Match.PARTIAL):
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 class BodyLimit:
@@ -107,24 +118,7 @@ class BodyLimit:
         if scope["type"] == "http":
             for name, value in scope["headers"]:
                 if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                    response = problem(413, "Content Too Large", f"request body over {self.max_bytes} bytes")
+                    response = problem(413, f"request body over {self.max_bytes} bytes")
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)
-
-
-_TITLES = {404: "Not Found", 405: "Method Not Allowed", 413: "Content Too Large", 422: "Invalid Input"}
-# Most specific first: TooLarge is an InvalidInput, and Starlette picks the handler by the exception's MRO.
-_DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
-    NotFound: (404, "Not Found"),
-    Conflict: (409, "Conflict"),
-    TooLarge: (413, "Content Too Large"),
-    InvalidInput: (422, "Invalid Input"),
-}
-
-
-def _domain_handler(status: int, title: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
-    async def handle(_: Request, exc: Exception) -> JSONResponse:
-        return problem(status, title, str(exc))
-
-    return handle

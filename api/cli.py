@@ -24,10 +24,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from partbuild.api.client import ClientError
 from partbuild.api.commands import log, partitions, runs, serving, wants
 from partbuild.api.commands.common import BadInput, CommandFailed
-from partbuild.api.service import Conflict, InvalidInput, NotFound
+from partbuild.api.errors import ApiError, ClientError, validation_message
 
 
 class PartbuildGroup(click.Group):
@@ -36,22 +35,12 @@ class PartbuildGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (NotFound, InvalidInput, Conflict) as exc:  # TooLarge is an InvalidInput
+        except ApiError as exc:
             raise BadInput(str(exc)) from None
         except ValidationError as exc:  # a request model built from the command line
-            raise BadInput(_validation_message(exc)) from None
+            raise BadInput(validation_message(exc.errors())) from None
         except ClientError as exc:
             raise CommandFailed(str(exc)) from None
-
-
-def _validation_message(exc: ValidationError) -> str:
-    """One readable phrase per invalid field, as the HTTP API words them."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts) or "invalid input"
 
 
 @click.group(cls=PartbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})

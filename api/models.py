@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Generic, Literal, TypeVar
+import re
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from partbuild.state.refs import MAX_REF_BYTES, ref_problem
 
@@ -13,6 +14,10 @@ MAX_PAGE = 1_000
 MAX_LINEAGE_DEPTH = 50
 MAX_COMMENT = 2_000
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,255}$"  # no slash: ids are path segments
+# JSON numbers are doubles: above 2^53 - 1 a bound in the document is not the number the server
+# compares with (4611686018427387999 reads as 2^62), so every integer bound stays within it.
+MAX_SAFE_INT = 2**53 - 1
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _valid_ref(ref: str) -> str:
@@ -28,7 +33,32 @@ Ref = Annotated[
     AfterValidator(_valid_ref),
 ]
 WantId = Annotated[str, Field(pattern=ID_PATTERN, examples=["backfill-2026-01"])]
-NonNegative = Annotated[int, Field(ge=0, le=2**62)]
+NonNegative = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+
+
+def _query_int(value: Any) -> Any:
+    """A query string holding an integer is its digits: "5.0", "1e3" and "true" are not integers."""
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not a boolean")
+    if isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not an integer")
+        return int(value)
+    return value
+
+
+def _query_bool(value: Any) -> Any:
+    """A query flag is `true` or `false`: "1", "yes" and "on" are not booleans in the document's terms."""
+    if isinstance(value, str):
+        if value not in ("true", "false"):
+            raise ValueError(f"{value[:40]!r} is not true or false")
+        return value == "true"
+    return value
+
+
+# Query parameters arrive as text: parsed strictly, so what the document calls an integer is one.
+QueryInt = Annotated[int, BeforeValidator(_query_int)]
+QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
 
 InstanceStateName = Literal[
     "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted"
@@ -42,7 +72,8 @@ T = TypeVar("T")
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: "10" is not an integer and true is not a number; unknown fields are refused.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ----------------------------------------------------------------- requests
@@ -86,6 +117,13 @@ class ObserveRequest(_Request):
     metadata: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMENT)]] = Field(
         default_factory=dict, max_length=100
     )
+
+
+class RetentionRequest(_Request):
+    """Drop superseded (non-canonical) instances created more than `retain_days` days ago."""
+
+    retain_days: int = Field(ge=0, le=1_000_000, description="Keep superseded instances this many days.")
+    dry_run: bool = Field(default=False, description="Only report what would be dropped.")
 
 
 # ----------------------------------------------------------------- responses
@@ -250,6 +288,16 @@ class Audit(BaseModel):
     seconds: float
     verified: bool | None = Field(default=None, description="With verify: did a full replay from seq 0 agree?")
     problems: list[str] = Field(default_factory=list)
+
+
+class RetentionReport(BaseModel):
+    """What retention dropped (or, on a dry run, would drop)."""
+
+    cutoff_seq: int = Field(description="Superseded instances created before this seq go; 0: none is old enough.")
+    dropped: int
+    instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
+    seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")
+    dry_run: bool
 
 
 class Health(BaseModel):

@@ -24,7 +24,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from partbuild.api import models as m
-from partbuild.api.audit import AuditReport
+from partbuild.state.audit import AuditReport
 from partbuild.state.replay import Progress as ProgressCallback
 
 # Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.

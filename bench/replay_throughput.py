@@ -23,7 +23,7 @@ from partbuild.state.build_state import BuildState
 from partbuild.state.digest import state_digest
 from partbuild.state.replay import checkpoint, load_state, replay_into
 from partbuild.state.snapshot import decode_state, encode_state
-from partbuild.state.store import EventLog, SnapshotStore
+from partbuild.state.store import EventLog
 
 TARGET_EVENTS_PER_S = 200_000
 BATCH = 5_000
@@ -81,7 +81,7 @@ def measure(log: EventLog) -> dict[str, float]:
     del blob
 
     # What a restart costs after `up`/`serve`/`run` checkpointed: newest snapshot from the store + empty tail.
-    snapshots = SnapshotStore(log.engine)
+    snapshots = log.snapshots
     started = time.perf_counter()
     assert checkpoint(state, snapshots, every_events=1) == state.head_seq
     timings["checkpoint"] = time.perf_counter() - started

@@ -19,11 +19,10 @@ from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
-from partbuild.state.collector import settle_loaded_state
-from partbuild.state.db import open_append_listener
 from partbuild.state.events import Clock, envelope, wall_clock_ms
+from partbuild.state.live import LiveState
 from partbuild.state.model import InstanceState, JobRunState
-from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, checkpoint, load_state, replay_into
+from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, LoadReport
 from partbuild.state.store import AppendConflict, EventLog, SnapshotStore
 
 logger = logging.getLogger("partbuild.orchestrator")
@@ -39,6 +38,7 @@ class Orchestrator:
         *,
         warehouse: str,
         spark: object = None,
+        live: LiveState | None = None,
         snapshots: SnapshotStore | None = None,
         clock: Clock = wall_clock_ms,
         poll_interval_s: float = 0.05,
@@ -56,20 +56,15 @@ class Orchestrator:
         self.poll_interval_s = poll_interval_s
         self.heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
         self.source_check_interval_ms = int(source_check_interval_s * 1000)
-        self.state: BuildState
-        self.state, self.loaded = load_state(log, snapshots)
-        # With a snapshot store: snapshot now and on close when far enough past the newest one.
-        self.snapshots = snapshots
-        self.snapshot_every = snapshot_every
-        self._checkpoint()
-        settle_loaded_state()
+        # The process's one state: shared (`up`: its owner checkpoints it) or our own, loaded from the
+        # snapshot store when given one and then checkpointed on start and close.
+        self._owns_live = live is None
+        self.live = live or LiveState(log, use_snapshots=snapshots is not None, snapshot_every=snapshot_every)
         self._wake = threading.Event()
         # PostgreSQL pushes appends from any process; elsewhere the loop polls every poll_interval_s.
-        self._listener = open_append_listener(log.engine)
+        self._listener = log.append_listener()
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
-        # Held while the loop folds events, so job threads resolving inputs never see a half-applied event.
-        self._state_lock = threading.Lock()
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then
@@ -94,15 +89,23 @@ class Orchestrator:
     def _append_from_run(self, events: list[pb.Event]) -> None:
         self.log.append(events)
 
+    @property
+    def state(self) -> BuildState:
+        """The live state (unlocked: for counts and tests)."""
+        return self.live.state
+
+    @property
+    def loaded(self) -> LoadReport:
+        return self.live.loaded
+
     def catch_up(self) -> int:
         """Fold events appended since the last step (by anyone); returns how many."""
-        with self._state_lock:
-            return replay_into(self.state, self.log)
+        return self.live.catch_up()
 
     def live_instance(self, ref: str) -> tuple[str, str] | None:
         """(UUID, location) of the canonical instance of `ref` if it is Live; safe from job threads."""
-        with self._state_lock:
-            instance = self.state.canonical_instance(ref)
+        with self.live.read() as state:
+            instance = state.canonical_instance(ref)
             if instance is None or instance.state != InstanceState.LIVE or not instance.location:
                 return None
             return instance.uuid, instance.location
@@ -112,15 +115,17 @@ class Orchestrator:
         self.catch_up()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
-        events = stale_runs(self.state, self.graph, now, self.heartbeat_timeout_ms, alive)
-        decision = self._decide(now)
-        events += decision.events
-        expiry = self.state.next_expiry_ms()
+        with self.live.read() as state:
+            events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive)
+            decision = self._decide(state, now)
+            events += decision.events
+            expiry = state.next_expiry_ms()
+            decided_on = state.head_seq
         if not events and expiry is not None and expiry <= now:
             events.append(envelope(pb.ClockTick(), source=ORCHESTRATOR, timestamp_ms=now))
         if events:
             try:
-                self.log.append(events, expected_head=self.state.head_seq)
+                self.log.append(events, expected_head=decided_on)
             except AppendConflict:
                 return True  # another writer appended since we read: decide again on the newer state
             self._pending.extend(decision.new_runs)
@@ -128,24 +133,20 @@ class Orchestrator:
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
         self._next_due_ms = min(
-            (t for t in (decision.next_retry_ms, self.state.next_expiry_ms()) if t is not None), default=None
+            (t for t in (decision.next_retry_ms, self.live.state.next_expiry_ms()) if t is not None), default=None
         )
         return bool(events) or observed or dispatched
 
-    def _checkpoint(self) -> None:
-        if self.snapshots is not None:
-            checkpoint(self.state, self.snapshots, self.snapshot_every)
-
-    def _decide(self, now: int) -> Decision:
-        """`decide` on the current state, or the previous decision if deciding again cannot differ."""
-        head = self.state.head_seq
+    def _decide(self, state: BuildState, now: int) -> Decision:
+        """`decide` on the state, or the previous decision if deciding again cannot differ."""
+        head = state.head_seq
         if self._last_decision is not None:
             decided_at, last = self._last_decision
             retry_due = last.next_retry_ms is not None and last.next_retry_ms <= now
             # A decision with events was appended (moving the head) or failed to be: decide again.
             if decided_at == head and not last.events and not retry_due:
                 return last
-        decision = decide(self.state, self.graph, now)
+        decision = decide(state, self.graph, now)
         self._last_decision = (head, decision)
         self._source_checks_due_ms = 0  # the checks may have changed: look at them on this step
         return decision
@@ -178,18 +179,22 @@ class Orchestrator:
         return bool(found)
 
     def _dispatch(self) -> bool:
-        dispatched = False
-        for run_id in self._pending:
-            run = self.state.job_runs.get(run_id)
-            if run is not None and run.state == JobRunState.QUEUED:
-                self.executor.submit(plan_run(self.state, self.graph, run_id, self.warehouse))
-                dispatched = True
+        with self.live.read() as state:
+            plans = [
+                plan_run(state, self.graph, run_id, self.warehouse)
+                for run_id in self._pending
+                if (run := state.job_runs.get(run_id)) is not None and run.state == JobRunState.QUEUED
+            ]
         self._pending.clear()
-        return dispatched
+        for plan in plans:
+            self.executor.submit(plan)
+        return bool(plans)
 
     def is_idle(self) -> bool:
         """No active wants and no job runs in flight."""
-        return not self.state.has_active_wants() and not self.state.active_run_ids and not self.executor.running_ids()
+        with self.live.read() as state:
+            quiet = not state.has_active_wants() and not state.active_run_ids
+        return quiet and not self.executor.running_ids()
 
     def run(self, stop: threading.Event) -> None:
         """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""
@@ -215,7 +220,8 @@ class Orchestrator:
         """Stop taking runs; wait for those in flight and fold their outcomes."""
         self.executor.shutdown(wait=True)
         self.catch_up()
-        self._checkpoint()
+        if self._owns_live:
+            self.live.close()
         if self._listener is not None:
             self._listener.close()
             self._listener = None

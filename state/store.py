@@ -2,6 +2,8 @@
 
 One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
+The SQL engine stays inside `state/`: callers get a log, its snapshot store
+(`EventLog.snapshots`) and its append notifications (`EventLog.append_listener`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import begin_write, create_engine_for, notify_append
-from partbuild.state.migrate import ensure_schema
+from partbuild.state.db import AppendListener, begin_write, create_engine_for, notify_append, open_append_listener
+from partbuild.state.migrate import current_revision, ensure_schema
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
 
@@ -98,6 +100,7 @@ class EventLog:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._owns_engine = False
+        self.snapshots = SnapshotStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):
@@ -130,8 +133,21 @@ class EventLog:
         return log
 
     @property
-    def engine(self) -> Engine:
-        return self._engine
+    def backend(self) -> str:
+        """The database behind the log: "sqlite" or "postgresql"."""
+        return self._engine.dialect.name
+
+    def describe(self) -> str:
+        """The database URL with any password hidden, for messages."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def schema_revision(self) -> str | None:
+        """The Alembic revision the database is at."""
+        return current_revision(self._engine)
+
+    def append_listener(self) -> AppendListener | None:
+        """Wakes when any process appends (PostgreSQL); None where callers must poll (SQLite)."""
+        return open_append_listener(self._engine)
 
     def append(self, events: Sequence[pb.Event], *, expected_head: int | None = None) -> AppendResult:
         """Append a batch atomically; with `expected_head`, only if the head is still there."""
@@ -199,7 +215,14 @@ class EventLog:
     def iter_payloads(
         self, after_seq: int = 0, upto_seq: int | None = None, page_size: int = 20_000
     ) -> Iterator[tuple[int, bytes]]:
-        """(seq, payload) for after_seq < seq <= upto_seq (default: the head now), for replay.
+        """(seq, payload) for after_seq < seq <= upto_seq (default: the head now), for replay."""
+        for page in self.iter_payload_pages(after_seq, upto_seq, page_size):
+            yield from page
+
+    def iter_payload_pages(
+        self, after_seq: int = 0, upto_seq: int | None = None, page_size: int = 20_000
+    ) -> Iterator[list[tuple[int, bytes]]]:
+        """Pages of (seq, payload) for after_seq < seq <= upto_seq (default: the head now).
 
         Pages through a driver cursor, one short connection per page, so an
         abandoned iterator holds no connection and no Row objects are built.
@@ -224,7 +247,7 @@ class EventLog:
                     rows: list[tuple[int, bytes]] = cursor.fetchall()
                 finally:
                     cursor.close()
-            yield from rows
+            yield rows
             last = page_end
 
     def close(self) -> None:

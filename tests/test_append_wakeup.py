@@ -9,7 +9,6 @@ from pathlib import Path
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import open_append_listener
 from partbuild.state.events import envelope
 from partbuild.state.model import WantState
 from partbuild.state.store import EventLog
@@ -21,8 +20,8 @@ def _want(want_id: str, ref: str) -> pb.Event:
 
 def test_listener_wakes_on_append_from_another_connection(db_url: str) -> None:
     with EventLog.open(db_url, auto_upgrade=True) as log:
-        listener = open_append_listener(log.engine)
-        if log.engine.dialect.name == "sqlite":
+        listener = log.append_listener()
+        if log.backend == "sqlite":
             assert listener is None  # no push on SQLite: the run loop polls
             return
         assert listener is not None
@@ -43,7 +42,7 @@ def test_run_loop_reacts_to_a_new_want_without_waiting_out_its_timeout(db_url: s
     graph = Graph([Job("noop", ["noop/{n:int}"], lambda ctx: None)])
     with EventLog.open(db_url, auto_upgrade=True) as log:
         # A long listen timeout and poll interval: only a push (or the 0.05 s SQLite poll) can explain a quick reaction.
-        poll = 0.05 if log.engine.dialect.name == "sqlite" else 30.0
+        poll = 0.05 if log.backend == "sqlite" else 30.0
         orchestrator = Orchestrator(
             log, graph, warehouse=str(tmp_path), spark=None, poll_interval_s=poll, listen_timeout_s=30.0
         )

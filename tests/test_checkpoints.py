@@ -39,12 +39,12 @@ def _want(log: EventLog, want_id: str, *refs: str) -> None:
 
 
 def _snapshot_seqs(log: EventLog) -> list[int]:
-    with log.engine.connect() as conn:
+    with log._engine.connect() as conn:
         return sorted(conn.execute(sa.select(snapshots_table.c.seq)).scalars())
 
 
 def test_checkpoint_saves_only_when_far_enough_past_the_newest_snapshot(event_log: EventLog) -> None:
-    store = SnapshotStore(event_log.engine)
+    store = event_log.snapshots
     head = _fill(event_log)
     state, _ = load_state(event_log)
     assert checkpoint(state, store, every_events=head + 1) is None
@@ -61,7 +61,7 @@ def test_checkpoint_saves_only_when_far_enough_past_the_newest_snapshot(event_lo
 
 
 def test_checkpoint_keeps_only_the_newest_snapshots(event_log: EventLog) -> None:
-    store = SnapshotStore(event_log.engine)
+    store = event_log.snapshots
     saved = []
     for _ in range(SNAPSHOTS_KEPT + 2):
         _fill(event_log, weeks=1)
@@ -83,7 +83,7 @@ def test_checkpoint_failure_is_logged_not_raised(tmp_path: Path, caplog: pytest.
 
 
 def test_orchestrator_snapshots_on_start_and_on_close(event_log: EventLog, tmp_path: Path) -> None:
-    store = SnapshotStore(event_log.engine)
+    store = event_log.snapshots
     head = _fill(event_log)
     first = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
     first.close()
@@ -107,7 +107,7 @@ def test_orchestrator_snapshots_on_start_and_on_close(event_log: EventLog, tmp_p
 def test_orchestrator_without_a_store_or_with_zero_writes_no_snapshot(event_log: EventLog, tmp_path: Path) -> None:
     _fill(event_log)
     Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshot_every=1).close()
-    store = SnapshotStore(event_log.engine)
+    store = event_log.snapshots
     Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=0).close()
     assert _snapshot_seqs(event_log) == []
 
@@ -121,7 +121,7 @@ def test_service_snapshots_on_start_and_on_stop(event_log: EventLog) -> None:
     service.refresh()
     service.stop()
     assert _snapshot_seqs(event_log) == [head, head + 12]
-    assert SnapshotStore(event_log.engine).latest_seq(snapshot_format()) == head + 12
+    assert event_log.snapshots.latest_seq(snapshot_format()) == head + 12
 
 
 def test_service_as_a_local_cli_client_writes_no_snapshot(event_log: EventLog) -> None:

@@ -31,7 +31,8 @@ from partbuild.api import models as m
 from partbuild.api.app import create_app
 from partbuild.api.cli import main
 from partbuild.api.client import Client, HttpClient, ServerError, Unreachable
-from partbuild.api.service import InvalidInput, NotFound, Service
+from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.service import Service
 from partbuild.orchestrator.graph import Graph, Job, load_graph
 from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.store import EventLog
@@ -266,9 +267,9 @@ def test_want_file_batch_of_25000_refs_takes_three_requests(
     sizes: list[int] = []
     create_wants = Service.create_wants
 
-    def counting(self: Service, requests: list[m.WantRequest], user: str) -> m.WantBatchCreated:
-        sizes.append(sum(len(request.refs) for request in requests))
-        return create_wants(self, requests, user)
+    def counting(self: Service, request: m.WantBatchRequest, user: str) -> m.WantBatchCreated:
+        sizes.append(sum(len(want.refs) for want in request.wants))
+        return create_wants(self, request, user)
 
     monkeypatch.setattr(Service, "create_wants", counting)  # the in-process server's service too
     refs = tmp_path / "refs.txt"
@@ -443,7 +444,7 @@ def test_both_clients_answer_events_and_health_alike(seeded: str, seeded_server:
                 client.instance("..")  # a dot segment must reach the route, not be normalised away
         assert http.canonical(WEEKLY_W02) == local.canonical(WEEKLY_W02)
         with pytest.raises(InvalidInput, match="must be printable ASCII"):
-            http.cancel_want("want-s0w0", "", "jos\u00e9")  # refused before any request
+            http.cancel_want("want-s0w0", None, "jos\u00e9")  # refused before any request
 
 
 def test_http_client_failures_are_client_errors() -> None:

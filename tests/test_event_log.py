@@ -21,7 +21,7 @@ from partbuild.state.migrate import (
     upgrade,
 )
 from partbuild.state.schema import metadata
-from partbuild.state.store import AppendConflict, AppendResult, EventLog, SnapshotStore, StoredEvent
+from partbuild.state.store import AppendConflict, AppendResult, EventLog, StoredEvent
 
 
 def want(n: int, *refs: str) -> pb.Event:
@@ -170,7 +170,7 @@ def test_iter_payloads_defaults_to_the_head_when_called(event_log: EventLog) -> 
 
 
 def test_snapshots_latest_by_format_and_max_seq(event_log: EventLog) -> None:
-    snaps = SnapshotStore(event_log.engine)
+    snaps = event_log.snapshots
     assert snaps.latest("state-v1") is None
     snaps.save(10, "state-v1", b"\x00at10")
     snaps.save(30, "state-v1", b"\x00at30")
@@ -187,7 +187,7 @@ def test_snapshots_latest_by_format_and_max_seq(event_log: EventLog) -> None:
 
 
 def test_snapshots_prune_keeps_newest_per_format(event_log: EventLog) -> None:
-    snaps = SnapshotStore(event_log.engine)
+    snaps = event_log.snapshots
     for seq in (5, 1, 4, 2, 3):
         snaps.save(seq, "a", f"a{seq}".encode())
     for seq in (1, 2):
@@ -225,7 +225,7 @@ def test_upgrade_is_idempotent(db_url: str) -> None:
 
 def test_migrations_match_the_schema_module(event_log: EventLog) -> None:
     """Alembic's autogenerate finds nothing to change: state/schema.py and the revisions agree."""
-    with event_log.engine.connect() as conn:
+    with event_log._engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
@@ -290,7 +290,7 @@ def test_unknown_revision_is_refused(db_url: str) -> None:
 def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: str) -> None:
     """The postgres URL's search_path isolates the tables and alembic_version in its own schema."""
     expected = {"alembic_version", "events", "log_head", "snapshots"}
-    with event_log.engine.connect() as conn:
+    with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()
             assert set(names) == expected

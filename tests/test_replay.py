@@ -13,7 +13,7 @@ from partbuild.state.queries import ref_history
 from partbuild.state.replay import load_state, replay_into, save_snapshot, state_as_of
 from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.snapshot import encode_state, snapshot_format
-from partbuild.state.store import EventLog, SnapshotStore
+from partbuild.state.store import EventLog
 
 PLAN = SimulationPlan(weeks=26, sites=2)
 
@@ -43,7 +43,7 @@ def test_simulated_history_replays_without_rejections(event_log: EventLog) -> No
 
 def test_snapshot_plus_tail_equals_full_replay(event_log: EventLog) -> None:
     total = _fill(event_log)
-    snapshots = SnapshotStore(event_log.engine)
+    snapshots = event_log.snapshots
     cut = total // 3
     save_snapshot(_full_replay(event_log, cut), snapshots)
 
@@ -54,7 +54,7 @@ def test_snapshot_plus_tail_equals_full_replay(event_log: EventLog) -> None:
 
 def test_state_as_of_uses_older_snapshot_and_stops_at_seq(event_log: EventLog) -> None:
     total = _fill(event_log)
-    snapshots = SnapshotStore(event_log.engine)
+    snapshots = event_log.snapshots
     for cut in (total // 4, total // 2):
         save_snapshot(_full_replay(event_log, cut), snapshots)
     target = total // 3  # between the two snapshots: only the older one may be used
@@ -65,7 +65,7 @@ def test_state_as_of_uses_older_snapshot_and_stops_at_seq(event_log: EventLog) -
 
 def test_incompatible_or_corrupt_snapshots_are_ignored(event_log: EventLog) -> None:
     total = _fill(event_log)
-    snapshots = SnapshotStore(event_log.engine)
+    snapshots = event_log.snapshots
     good_cut = total // 4
     save_snapshot(_full_replay(event_log, good_cut), snapshots)
     # Written by other code: a different format tag is never even returned.
@@ -103,4 +103,4 @@ def test_unparseable_rows_replay_as_rejections(event_log: EventLog) -> None:
 @pytest.mark.parametrize("upto", [0, 1])
 def test_state_as_of_start_of_log(event_log: EventLog, upto: int) -> None:
     _fill(event_log)
-    assert state_as_of(event_log, SnapshotStore(event_log.engine), upto).head_seq == upto
+    assert state_as_of(event_log, event_log.snapshots, upto).head_seq == upto

@@ -15,8 +15,9 @@ import sqlalchemy as sa
 
 from partbuild.api import models as m
 from partbuild.api import render
-from partbuild.api.client import Client, HttpClient
+from partbuild.api.client import HttpClient
 from partbuild.api.service import Service
+from partbuild.api.surface import Client
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
 from partbuild.state.migrate import SchemaNotReady
 from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY

@@ -11,7 +11,6 @@ import sqlalchemy as sa
 
 from partbuild.api import models as m
 from partbuild.api import render
-from partbuild.api.audit import AuditInputError, AuditReport, RejectedEvent, audit
 from partbuild.api.commands.common import (
     CommandFailed,
     Target,
@@ -22,10 +21,10 @@ from partbuild.api.commands.common import (
     sqlite_path,
     target_options,
 )
-from partbuild.state.migrate import current_revision, upgrade
+from partbuild.state.audit import AuditInputError, AuditReport, RejectedEvent, audit
+from partbuild.state.migrate import upgrade
 from partbuild.state.replay import load_state, save_snapshot
 from partbuild.state.simulate import SimulationPlan, simulate
-from partbuild.state.store import SnapshotStore
 
 APPEND_BATCH = 2_000
 
@@ -48,7 +47,7 @@ def db_upgrade(db_url: str) -> None:
     except sa.exc.OperationalError as exc:
         raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
     with open_log(db_url, must_exist=False) as log:
-        render.console.print(f"database at revision {current_revision(log.engine)}, log head seq {log.head()}")
+        render.console.print(f"database at revision {log.schema_revision()}, log head seq {log.head()}")
 
 
 @click.command()
@@ -97,7 +96,7 @@ def _replay_database(
             with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
                 return audit(
                     log,
-                    SnapshotStore(log.engine),
+                    log.snapshots,
                     as_of=as_of,
                     verify=verify,
                     save=save_snapshot,
@@ -157,9 +156,8 @@ def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
                 if progress is not None:
                     progress(result.last_seq)
         # A snapshot half-way, so a later replay shows snapshot + tail and --verify has something to compare.
-        snapshots = SnapshotStore(log.engine)
         state, _ = load_state(log, upto_seq=len(events) // 2)
-        save_snapshot(state, snapshots)
+        save_snapshot(state, log.snapshots)
         render.console.print(
             f"wrote {len(events):,} events ({sites} sites x {weeks} weeks of the clicks pipeline) to {db_url}; "
             f"snapshot at seq {state.head_seq:,}"

@@ -9,7 +9,6 @@ import click
 
 from partbuild.api import models as m
 from partbuild.api import render
-from partbuild.api.client import Client
 from partbuild.api.commands.common import (
     Target,
     as_of_option,
@@ -20,7 +19,8 @@ from partbuild.api.commands.common import (
     user_option,
 )
 from partbuild.api.commands.listing import listing_group
-from partbuild.api.service import NotFound
+from partbuild.api.errors import NotFound
+from partbuild.api.surface import Client
 
 partitions_group = listing_group(
     "partitions",

@@ -22,7 +22,7 @@ from partbuild.api.commands.common import (
     snapshot_every_option,
 )
 from partbuild.api.service import Service
-from partbuild.state.store import SnapshotStore
+from partbuild.state.live import LiveState
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
@@ -123,13 +123,10 @@ def up(
             spark = spark_session(master)
         except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
             raise CommandFailed(f"cannot start Spark ({master or DEFAULT_MASTER}): {exc}") from None
-        snapshots = SnapshotStore(log.engine)
-        orchestrator = Orchestrator(
-            log, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, snapshot_every=snapshot_every
-        )
-        service = Service(
-            log, graph=graph, snapshots=snapshots, on_append=orchestrator.wake, snapshot_every=snapshot_every
-        )
+        # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
+        live = LiveState(log, snapshot_every=snapshot_every)
+        orchestrator = Orchestrator(log, graph, warehouse=warehouse, spark=spark, live=live)
+        service = Service(log, graph=graph, live=live, on_append=orchestrator.wake)
         app = create_app(service)
         failure: list[BaseException] = []
 
@@ -154,6 +151,7 @@ def up(
             logger.info("finishing the job runs in flight")
             request_stop()
             worker.join()
+            live.close()
     if failure:
         raise CommandFailed(f"the orchestrator stopped: {failure[0]}")
 
@@ -200,7 +198,7 @@ def run(
             graph,
             warehouse=warehouse,
             spark=spark_session(master),
-            snapshots=SnapshotStore(log.engine),
+            snapshots=log.snapshots,
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,

@@ -156,5 +156,5 @@ def wants_show(target: Target, want_id: str, as_json: bool) -> None:
 def wants_cancel(target: Target, want_id: str, reason: str, user: str, as_json: bool) -> None:
     """Cancel a want and its active derivative wants."""
     with connect(target) as client:
-        written = client.cancel_want(want_id, reason, user)
+        written = client.cancel_want(want_id, m.CancelRequest(reason=reason), user)
     render.emit(written, as_json, lambda: f"want {want_id} canceled at seq {written.seq}")

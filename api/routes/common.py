@@ -1,13 +1,23 @@
-"""What every router shares: the service dependency, the caller's name, documented error responses."""
+"""What every router shares: routes derived from the declared API, the service dependency, documented errors.
+
+A route is never written by hand for an operation of `partbuild.api.surface.Client`:
+`operations_router` derives it (path, method, status, parameters with their
+bounds, response model) from the declaration, and calls the service method of
+the same name. So the server, the HTTP client and the document cannot drift apart.
+"""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
+from partbuild.api.errors import DOMAIN_ERRORS
 from partbuild.api.service import Service
+from partbuild.api.surface import OPERATIONS, Operation
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -26,30 +36,60 @@ def _problem(description: str) -> dict[str, Any]:
     return {"description": description, "content": {PROBLEM_JSON: {"schema": Problem.model_json_schema()}}}
 
 
+_DESCRIPTIONS = {
+    400: "A request the HTTP layer could not parse (bad request line, header or URL)",
+    404: "No such want, partition, instance or job run",
+    405: "The path exists but not with this method; `Allow` lists the methods it has",
+    409: "Valid, but not a valid next step in the current state",
+    413: "A batch over the limits",
+    422: "Invalid input: the detail says what was wrong",
+}
 # Documented on every route, so clients (and schemathesis) know errors are problem+json.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    404: _problem("No such want, partition, instance or job run"),
-    409: _problem("Valid, but not a valid next step in the current state"),
-    413: _problem("A batch over the limits"),
-    422: _problem("Invalid input: the detail says what was wrong"),
+    error.status: _problem(_DESCRIPTIONS[error.status]) for error in sorted(DOMAIN_ERRORS, key=lambda e: e.status)
 }
+# The HTTP server itself (before the app) answers an unparseable request with a plain-text 400.
+ERRORS[400]["content"]["text/plain"] = {"schema": {"type": "string"}}
 
 
 def get_service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-def get_user(x_partbuild_user: Annotated[str, Header(max_length=128)] = "anonymous") -> str:
-    """Who is asking: recorded as the manual source of every event a request appends.
-
-    HTTP headers carry ISO-8859-1, so names outside it cannot travel this way (the CLI refuses them).
-    """
-    return x_partbuild_user
-
-
 ServiceDep = Annotated[Service, Depends(get_service)]
-UserDep = Annotated[str, Depends(get_user)]
-MinSeq = Annotated[int | None, Query(ge=0, le=2**62, description="Read at least up to this seq (read-your-writes).")]
-AsOfSeq = Annotated[int | None, Query(ge=0, le=2**62, description="Answer as of this seq of the log.")]
-Cursor = Annotated[str | None, Query(max_length=4096, description="`next_cursor` of the previous page.")]
-Limit = Annotated[int, Query(ge=1, le=1_000)]
+
+
+def operations_router(*names: str, tags: list[str]) -> APIRouter:
+    """A router serving these operations of the declared API."""
+    router = APIRouter(tags=list(tags), responses=ERRORS)
+    for name in names:
+        operation = OPERATIONS[name]
+        router.add_api_route(
+            operation.route,
+            _endpoint(operation),
+            methods=[operation.method],
+            status_code=operation.status,
+            summary=operation.summary,
+            response_model=operation.returns,
+        )
+    return router
+
+
+def _endpoint(operation: Operation) -> Callable[..., Any]:
+    """A FastAPI endpoint with the operation's declared parameters, calling the service method."""
+    name = operation.name
+    if operation.inline:
+
+        async def endpoint(service: Service, **arguments: Any) -> Any:
+            return getattr(service, name)(**arguments)
+
+    else:
+
+        def endpoint(service: Service, **arguments: Any) -> Any:  # type: ignore[misc]
+            return getattr(service, name)(**arguments)
+
+    service = inspect.Parameter("service", inspect.Parameter.KEYWORD_ONLY, annotation=ServiceDep)
+    declared = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY) for parameter in operation.parameters]
+    endpoint.__signature__ = inspect.Signature([service, *declared], return_annotation=operation.returns)  # type: ignore[attr-defined]
+    endpoint.__name__ = name
+    return endpoint

@@ -1,4 +1,4 @@
-"""Audit by replay: the service behind `partbuild replay` (and, later, the HTTP audit endpoint)."""
+"""Audit by replay: what `partbuild replay` and the HTTP audit endpoint report."""
 
 from __future__ import annotations
 

@@ -1,0 +1,232 @@
+"""partbuild's API, declared once: every operation's name, parameters, result and HTTP route.
+
+`Client` is the interface the CLI talks to. Its two implementations never
+restate a signature:
+- `Service` (the in-process back end, `--db`) implements each method; a test
+  checks its signatures against these;
+- `HttpClient` (`--server`) and the FastAPI routes are derived from the
+  declarations below: each parameter's FastAPI marker (`Path`, `Query`, `Body`,
+  `Header`) says where it travels, with the bounds the server enforces and the
+  OpenAPI document states.
+
+Adding an endpoint: a method here with `@operation(...)`, its implementation on
+the service, and its name in the resource's router (`api/routes/`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Protocol, TypeVar, get_type_hints
+
+from fastapi import Body, Header, Path, Query
+
+from partbuild.api import models as m
+
+MAX_SEQ = m.MAX_SAFE_INT
+ANONYMOUS = "anonymous"
+USER_HEADER = "X-Partbuild-User"
+
+# Parameters, with where they travel over HTTP and the bounds both ends enforce.
+User = Annotated[
+    str,
+    Header(alias=USER_HEADER, max_length=128, description="Who asks: recorded as the source of what is appended."),
+]
+MinSeq = Annotated[
+    m.QueryInt | None, Query(ge=0, le=MAX_SEQ, description="Read at least up to this seq (read-your-writes).")
+]
+AsOfSeq = Annotated[m.QueryInt | None, Query(ge=0, le=MAX_SEQ, description="Answer as of this seq of the log.")]
+Cursor = Annotated[str | None, Query(max_length=4096, description="`next_cursor` of the previous page.")]
+Limit = Annotated[m.QueryInt, Query(ge=1, le=m.MAX_PAGE, description="Items per page.")]
+WantIdPath = Annotated[str, Path(description="A want's id.")]
+RunIdPath = Annotated[str, Path(description="A job run's id.")]
+UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
+RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
+Direction = Literal["upstream", "downstream", "both"]
+WantStateFilter = Annotated[m.WantStateName | None, Query(alias="state", description="Only wants in this state.")]
+InstanceStateFilter = Annotated[
+    m.InstanceStateName | None, Query(alias="state", description="Only current instances in this state.")
+]
+RunStateFilter = Annotated[m.JobRunStateName | None, Query(alias="state", description="Only job runs in this state.")]
+T = TypeVar("T", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of the API and its HTTP route."""
+
+    name: str
+    method: str
+    path: str  # under /api/v1 unless `versioned` is false
+    status: int
+    summary: str
+    parameters: tuple[inspect.Parameter, ...]  # annotations resolved, FastAPI markers included
+    returns: Any
+    versioned: bool = True
+    inline: bool = False  # served on the event loop: cheaper than a worker thread for tiny calls
+
+    @property
+    def route(self) -> str:
+        return f"/api/v1{self.path}" if self.versioned else self.path
+
+
+def operation(
+    method: str, path: str, summary: str, *, status: int = 200, versioned: bool = True, inline: bool = False
+) -> Callable[[T], T]:
+    """Mark a `Client` method as an operation served at `method path`."""
+
+    def mark(function: T) -> T:
+        function.__operation__ = {  # type: ignore[attr-defined]
+            "method": method,
+            "path": path,
+            "summary": summary,
+            "status": status,
+            "versioned": versioned,
+            "inline": inline,
+        }
+        return function
+
+    return mark
+
+
+class Client(Protocol):
+    """Every read and write of partbuild, as the CLI, the HTTP API and tests use them."""
+
+    # ----------------------------------------------------------------- writes
+
+    @operation("POST", "/wants", "Want partitions built", status=201, inline=True)
+    def create_want(self, request: Annotated[m.WantRequest, Body()], user: User = ANONYMOUS) -> m.WantCreated: ...
+
+    @operation("POST", "/wants/batch", "Many wants in one atomic append (backfills)", status=201)
+    def create_wants(
+        self, request: Annotated[m.WantBatchRequest, Body()], user: User = ANONYMOUS
+    ) -> m.WantBatchCreated: ...
+
+    @operation("POST", "/wants/batch/validate", "Check a batch as /wants/batch would, recording nothing")
+    def validate_wants(self, request: Annotated[m.WantBatchRequest, Body()]) -> m.Validated: ...
+
+    @operation("POST", "/wants/{want_id}/cancel", "Cancel a want (and its active derivative wants)")
+    def cancel_want(
+        self,
+        want_id: WantIdPath,
+        request: Annotated[m.CancelRequest | None, Body()] = None,
+        user: User = ANONYMOUS,
+    ) -> m.Written: ...
+
+    @operation("POST", "/partitions/taint", "Declare a Live partition's data bad", status=201)
+    def taint(self, request: Annotated[m.TaintRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
+
+    @operation("POST", "/partitions/observe", "A source partition became available", status=201)
+    def observe(self, request: Annotated[m.ObserveRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
+
+    @operation("POST", "/job-runs/{job_run_id}/cancel", "Stop a queued or running job run")
+    def cancel_job_run(
+        self,
+        job_run_id: RunIdPath,
+        request: Annotated[m.CancelRequest | None, Body()] = None,
+        user: User = ANONYMOUS,
+    ) -> m.Written: ...
+
+    @operation("POST", "/retention", "Drop superseded instances older than a number of days (or preview it)")
+    def retention(
+        self, request: Annotated[m.RetentionRequest, Body()], user: User = ANONYMOUS
+    ) -> m.RetentionReport: ...
+
+    # ----------------------------------------------------------------- reads
+
+    @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants")
+    def want(self, want_id: WantIdPath, min_seq: MinSeq = None) -> m.WantDetail: ...
+
+    @operation("GET", "/wants", "List wants, oldest first")
+    def wants(
+        self,
+        state_filter: WantStateFilter = None,
+        ref: Annotated[str | None, Query(max_length=4096, description="Only wants naming this ref.")] = None,
+        root: Annotated[str | None, Query(max_length=256, description="Only wants under this root want.")] = None,
+        cursor: Cursor = None,
+        limit: Limit = 100,
+        min_seq: MinSeq = None,
+    ) -> m.Page[m.Want]: ...
+
+    @operation("GET", "/partitions", "Canonical instances ordered by ref")
+    def partitions(
+        self,
+        prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
+        state_filter: InstanceStateFilter = None,
+        cursor: Cursor = None,
+        limit: Limit = 100,
+        min_seq: MinSeq = None,
+    ) -> m.Page[m.Instance]: ...
+
+    @operation("GET", "/partitions/canonical/{ref:path}", "The current instance of a ref")
+    def canonical(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> m.Instance: ...
+
+    @operation("GET", "/partitions/history/{ref:path}", "Every instance of a ref, newest first")
+    def history(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.Instance]: ...
+
+    @operation("GET", "/instances/{uuid}", "One partition instance by UUID")
+    def instance(self, uuid: UuidPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> m.Instance: ...
+
+    @operation("GET", "/instances/{uuid}/lineage", "Upstream and downstream instances to a depth")
+    def lineage(
+        self,
+        uuid: UuidPath,
+        direction: Annotated[Direction, Query(description="Inputs, consumers, or both.")] = "both",
+        depth: Annotated[m.QueryInt, Query(ge=0, le=m.MAX_LINEAGE_DEPTH, description="Hops.")] = 1,
+        as_of_seq: AsOfSeq = None,
+        min_seq: MinSeq = None,
+    ) -> m.Lineage: ...
+
+    @operation("GET", "/job-runs/{job_run_id}", "One job run: what it built and what it read")
+    def job_run(self, job_run_id: RunIdPath, min_seq: MinSeq = None) -> m.JobRun: ...
+
+    @operation("GET", "/job-runs", "List job runs, oldest first")
+    def job_runs(
+        self,
+        state_filter: RunStateFilter = None,
+        job: Annotated[str | None, Query(max_length=256, description="Only runs of this job.")] = None,
+        cursor: Cursor = None,
+        limit: Limit = 100,
+        min_seq: MinSeq = None,
+    ) -> m.Page[m.JobRun]: ...
+
+    @operation("GET", "/events", "The raw event log as JSON, by seq")
+    def events(
+        self,
+        after_seq: Annotated[m.QueryInt, Query(ge=0, le=MAX_SEQ, description="Events after this seq.")] = 0,
+        limit: Limit = 100,
+    ) -> m.Page[m.StoredEvent]: ...
+
+    @operation("POST", "/audit", "Replay the log: head seq, digest, counts, rejected events")
+    def audit(
+        self,
+        rejected_limit: Annotated[
+            m.QueryInt, Query(alias="rejected", ge=0, le=1_000, description="How many rejected events to list.")
+        ] = 100,
+        as_of_seq: AsOfSeq = None,
+        verify: Annotated[
+            m.QueryBool, Query(description="Also replay from seq 0 without snapshots and compare.")
+        ] = False,
+    ) -> m.Audit: ...
+
+    @operation("GET", "/healthz", "Liveness and how far the served state is", versioned=False)
+    def health(self) -> m.Health: ...
+
+
+def _operations() -> dict[str, Operation]:
+    found: dict[str, Operation] = {}
+    for name, function in vars(Client).items():
+        marks = getattr(function, "__operation__", None)
+        if marks is None:
+            continue
+        hints = get_type_hints(function, include_extras=True)
+        parameters = tuple(
+            parameter.replace(annotation=hints[parameter.name])
+            for parameter in list(inspect.signature(function).parameters.values())[1:]  # without self
+        )
+        found[name] = Operation(name=name, parameters=parameters, returns=hints["return"], **marks)
+    return found
+
+
+OPERATIONS: dict[str, Operation] = _operations()

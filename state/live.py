@@ -1,0 +1,187 @@
+"""The one live BuildState of a process: loaded once, kept current, read by many, folded by one.
+
+`up` runs the HTTP API and the orchestrator in one process; both read the same
+`LiveState` instead of each keeping (and replaying, and checkpointing) a copy.
+
+Discipline: a readers/writer lock. API reads and orchestrator decisions are
+readers (decisions are pure functions of the state); folding new events is the
+only writer. Readers hold the lock only while they look at the state, never
+while they append or do I/O. Folding is done page by page, so a large tail
+never blocks readers for long, and events are read from the database before
+the write lock is taken.
+
+Past states (`as_of`) are built from the newest snapshot before that seq plus
+a replay, cached a few at a time; they never change once built, so they are
+read without the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import fasteners
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.collector import collector_paused, settle_loaded_state
+from partbuild.state.replay import Progress, checkpoint, load_state
+from partbuild.state.store import EventLog
+
+logger = logging.getLogger("partbuild.state")
+
+# Called under the write lock after events were folded: (state, events folded, seconds it took).
+FoldListener = Callable[[BuildState, int, float], None]
+AS_OF_CACHED = 4
+
+
+class SeqAfterHead(ValueError):
+    """A read asked about a seq the log has not reached."""
+
+    def __init__(self, what: str, seq: int, head: int) -> None:
+        super().__init__(f"{what} {seq} is after the log head {head}")
+        self.seq = seq
+        self.head = head
+
+
+class LiveState:
+    """A BuildState kept current with the log, shared by every component of a process."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        snapshot_every: int = 0,
+        use_snapshots: bool = True,
+        progress: Progress | None = None,
+        strict: bool = False,
+    ) -> None:
+        """Load from the newest usable snapshot plus the tail (or, without `use_snapshots`, replay it all).
+
+        With `snapshot_every` > 0, checkpoint now and on `close` when that many events past the newest.
+        """
+        self.log = log
+        self.snapshots = log.snapshots if use_snapshots else None
+        self.snapshot_every = snapshot_every if use_snapshots else 0
+        self._state, self.loaded = load_state(log, self.snapshots, progress=progress)
+        self._state.strict = strict
+        self._lock = fasteners.ReaderWriterLock()
+        self._fold_lock = threading.Lock()  # one folder at a time, so events are applied once and in order
+        self._listeners: list[FoldListener] = []
+        self._as_of: OrderedDict[int, BuildState] = OrderedDict()
+        self._as_of_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._tailer: threading.Thread | None = None
+        # Servers (not one-shot CLI reads, which may have read-only access) snapshot at start and stop.
+        self.checkpoint()
+        settle_loaded_state()
+
+    # ----------------------------------------------------------------- reading
+
+    @property
+    def state(self) -> BuildState:
+        """The live state object, unlocked: for counts and tests. Readers use `read()`."""
+        return self._state
+
+    @property
+    def head_seq(self) -> int:
+        return self._state.head_seq
+
+    @contextmanager
+    def read(self) -> Iterator[BuildState]:
+        """Hold the state still while looking at it (shared with other readers)."""
+        with self._lock.read_lock():
+            yield self._state
+
+    def read_at_least(self, min_seq: int | None) -> None:
+        """Fold until the state has seen `min_seq` (read-your-writes across processes)."""
+        if min_seq is not None and min_seq > self._state.head_seq:
+            self.catch_up()
+            if min_seq > self._state.head_seq:
+                raise SeqAfterHead("min_seq", min_seq, self._state.head_seq)
+
+    def as_of(self, seq: int) -> BuildState:
+        """The state exactly as it was after the event at `seq`: the live one if that is its head."""
+        if seq < 0:
+            raise ValueError("as_of_seq must not be negative")
+        if seq > self._state.head_seq:
+            # Another process may have appended since we last caught up: the past we are asked
+            # about may be our future.
+            self.catch_up()
+            if seq > self._state.head_seq:
+                raise SeqAfterHead("as_of_seq", seq, self._state.head_seq)
+        with self._as_of_lock:
+            past = self._as_of.get(seq)
+            if past is None:
+                past, _ = load_state(self.log, self.snapshots, upto_seq=seq)
+                self._as_of[seq] = past
+                while len(self._as_of) > AS_OF_CACHED:
+                    self._as_of.popitem(last=False)
+            else:
+                self._as_of.move_to_end(seq)
+            return past
+
+    # ----------------------------------------------------------------- folding (the one writer)
+
+    def on_fold(self, listener: FoldListener) -> None:
+        """Call `listener` under the write lock whenever new events were folded (derived indexes)."""
+        self._listeners.append(listener)
+
+    def catch_up(self) -> int:
+        """Fold whatever was appended since the last catch-up; returns how many events."""
+        with self._fold_lock:
+            folded = 0
+            started = time.perf_counter()
+            scratch = pb.Event()
+            for page in self.log.iter_payload_pages(after_seq=self._state.head_seq):
+                with self._lock.write_lock(), collector_paused():
+                    apply_payload = self._state.apply_payload
+                    for seq, payload in page:
+                        apply_payload(seq, payload, scratch)
+                folded += len(page)
+            if folded:
+                seconds = time.perf_counter() - started
+                with self._lock.write_lock():
+                    for listener in self._listeners:
+                        listener(self._state, folded, seconds)
+            return folded
+
+    def start_tailing(self, interval_s: float = 0.05) -> None:
+        """Keep the state current in the background (other processes append too)."""
+        if self._tailer is None:
+            self._stop.clear()
+            self._tailer = threading.Thread(target=self._tail, args=(interval_s,), name="partbuild-tail", daemon=True)
+            self._tailer.start()
+
+    def _tail(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.catch_up()
+            except Exception:  # a database hiccup must not kill the reader; the next tick retries
+                logger.debug("catching up with the log failed; retrying", exc_info=True)
+                time.sleep(interval_s)
+
+    def stop_tailing(self) -> None:
+        self._stop.set()
+        if self._tailer is not None:
+            self._tailer.join(timeout=5)
+            self._tailer = None
+
+    # ----------------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> int | None:
+        """Snapshot the state if it is `snapshot_every` events past the newest snapshot."""
+        if self.snapshots is None or self.snapshot_every <= 0:
+            return None
+        with self.read() as state:
+            return checkpoint(state, self.snapshots, self.snapshot_every)
+
+    def close(self) -> None:
+        """Stop tailing and checkpoint: called once, by whoever created this live state."""
+        self.stop_tailing()
+        self.checkpoint()
+
