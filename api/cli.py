@@ -53,6 +53,7 @@ for command in (
     log.db,
     log.replay,
     log.demo,
+    log.retention,
     wants.want,
     wants.wants_group,
     partitions.partitions_group,

@@ -340,6 +340,16 @@ def report_grid(report: AuditReport) -> Table:
     return grid
 
 
+def retention_text(report: m.RetentionReport) -> str:
+    """What retention dropped, or on a dry run would drop."""
+    if not report.dropped:
+        return "no superseded instance is old enough to drop"
+    verb = "would drop" if report.dry_run else f"dropped at seq {report.seq}"
+    shown = "\n".join(f"  {uuid}" for uuid in report.instances)
+    more = f"\n  (+{report.dropped - len(report.instances):,} more)" if report.dropped > len(report.instances) else ""
+    return f"{verb}: {report.dropped:,} superseded instance(s) created before seq {report.cutoff_seq}\n{shown}{more}"
+
+
 def nonzero(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {n:,}" for name, n in counts.items() if n) or "none"
 

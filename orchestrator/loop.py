@@ -17,6 +17,7 @@ import time
 from partbuild.orchestrator.decide import ORCHESTRATOR, Decision, SourceCheck, decide, plan_run, stale_runs
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
+from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, wall_clock_ms
@@ -48,6 +49,7 @@ class Orchestrator:
         max_workers: int | None = None,
         listen_timeout_s: float = 1.0,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -65,6 +67,7 @@ class Orchestrator:
         self._listener = log.append_listener()
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
+        self.retention = retention
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then
@@ -115,10 +118,13 @@ class Orchestrator:
         self.catch_up()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
+        cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
         with self.live.read() as state:
             events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive)
             decision = self._decide(state, now)
             events += decision.events
+            if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
+                events.append(dropping)
             expiry = state.next_expiry_ms()
             decided_on = state.head_seq
         if not events and expiry is not None and expiry <= now:

@@ -64,6 +64,8 @@ COVERED: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/instances/{uuid}/lineage"): "test_w1_weekly_wants_build_over_http",
     ("GET", "/api/v1/job-runs"): "test_w1_weekly_wants_build_over_http",
     ("GET", "/api/v1/job-runs/{job_run_id}"): "test_w1_weekly_wants_build_over_http",
+    ("POST", "/api/v1/job-runs/{job_run_id}/cancel"): "test_cancel_job_run_then_cancel_again_conflicts",
+    ("POST", "/api/v1/retention"): "test_retention_previews_then_drops_superseded_instances",
     ("GET", "/api/v1/events"): "test_events_are_the_raw_log_paged_by_seq",
     ("POST", "/api/v1/audit"): "test_audit_digest_is_stable_and_lists_rejected_events",
     ("GET", "/healthz"): "test_healthz_and_metrics",
@@ -477,6 +479,49 @@ def test_refs_with_url_special_characters_round_trip(shared_client: httpx.Client
     assert listed(client, PARTITIONS, "ref", prefix=ref) == [ref]
     assert listed(client, WANTS, "want_id", ref=ref) == [created["want_id"]]
     assert ok(client.get(f"{WANTS}/{created['want_id']}"))["refs"] == [ref]
+
+
+def test_cancel_job_run_then_cancel_again_conflicts(api_server: ApiServer) -> None:
+    """Cancelling a queued run records JobRunCancel: the run is canceled, its instance schedulable again."""
+    client = api_server.client
+    want(client, ["j/1"], want_id="j-1")
+    uuid = canonical(client, "j/1")["uuid"]
+    api_server.log.append([envelope(pb.JobRunBuffer(job_run_id="run-1", job_label="j", instance_uuids=[uuid]))])
+    assert ok(client.get(f"{API}/job-runs/run-1", params={"min_seq": head_seq(client)}))["state"] == "queued"
+
+    written = ok(client.post(f"{API}/job-runs/run-1/cancel", json={"reason": "wrong code"}))
+    run = ok(client.get(f"{API}/job-runs/run-1", params={"min_seq": written["seq"]}))
+    assert (run["state"], run["cancel_reason"], run["updated_seq"]) == ("canceled", "wrong code", written["seq"])
+    assert canonical(client, "j/1")["state"] == "missing"
+
+    before = head_seq(client)
+    problem(client.post(f"{API}/job-runs/run-1/cancel"), 409, "run-1", "canceled")
+    problem(client.post(f"{API}/job-runs/nope/cancel"), 404, "nope")
+    problem(client.post(f"{API}/job-runs/run-1/cancel", json={"reason": 5}), 422, "body.reason")
+    assert head_seq(client) == before
+
+
+def test_retention_previews_then_drops_superseded_instances(api_server: ApiServer) -> None:
+    """A dry run lists what would go and appends nothing; the real run drops only superseded instances."""
+    client = api_server.client
+    observe(client, "r/1", "/data/v1")
+    old = canonical(client, "r/1")["uuid"]
+    observe(client, "r/1", "/data/v2")  # a new version supersedes the first instance
+    new = canonical(client, "r/1")["uuid"]
+    before = head_seq(client)
+
+    nothing_old = ok(client.post(f"{API}/retention", json={"retain_days": 1}))
+    assert (nothing_old["dropped"], nothing_old["seq"]) == (0, None)
+    preview = ok(client.post(f"{API}/retention", json={"retain_days": 0, "dry_run": True}))
+    assert (preview["dropped"], preview["instances"], preview["seq"]) == (1, [old], None)
+    assert head_seq(client) == before
+
+    done = ok(client.post(f"{API}/retention", json={"retain_days": 0}))
+    assert (done["dropped"], done["instances"], done["seq"]) == (1, [old], before + 1)
+    problem(client.get(f"{API}/instances/{old}", params={"min_seq": done["seq"]}), 404, old)
+    assert [i["uuid"] for i in ok(client.get(f"{PARTITIONS}/history/r/1"))] == [new]
+    assert ok(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}))["uuid"] == old  # the past keeps it
+    problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")
 
 
 def test_taint_then_taint_again_conflicts(api_server: ApiServer) -> None:

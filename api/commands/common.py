@@ -66,6 +66,13 @@ snapshot_every_option = click.option(
     help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never).",
 )
 
+retain_days_option = click.option(
+    "--retain-days",
+    type=click.IntRange(min=0),
+    envvar="PARTBUILD_RETAIN_DAYS",
+    help="Drop superseded instances older than this many days (checked hourly; default: keep them all).",
+)
+
 
 class CommandFailed(click.ClickException):
     """The command ran and failed: exit code 1, one line."""

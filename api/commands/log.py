@@ -1,4 +1,4 @@
-"""Commands on the event log itself: `db upgrade`, `replay` and `demo`."""
+"""Commands on the event log itself: `db upgrade`, `replay`, `retention` and `demo`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from partbuild.api.commands.common import (
     open_log,
     sqlite_path,
     target_options,
+    user_option,
 )
 from partbuild.state.audit import AuditInputError, AuditReport, RejectedEvent, audit
 from partbuild.state.migrate import upgrade
@@ -162,3 +163,22 @@ def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
             f"wrote {len(events):,} events ({sites} sites x {weeks} weeks of the clicks pipeline) to {db_url}; "
             f"snapshot at seq {state.head_seq:,}"
         )
+
+
+@click.command()
+@target_options
+@click.option(
+    "--retain-days",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Keep superseded instances this many days; older ones are dropped (canonical ones never).",
+)
+@click.option("--dry-run", is_flag=True, help="Only show what would be dropped.")
+@user_option
+@json_option
+def retention(target: Target, retain_days: int, dry_run: bool, user: str, as_json: bool) -> None:
+    """Drop superseded (non-canonical) instances older than --retain-days, or preview it with --dry-run."""
+    request = m.RetentionRequest(retain_days=retain_days, dry_run=dry_run)
+    with connect(target) as client:
+        report = client.retention(request, user)
+    render.emit(report, as_json, lambda: render.retention_text(report))

@@ -19,14 +19,20 @@ from partbuild.api.commands.common import (
     open_log,
     port_option,
     read_graph,
+    retain_days_option,
     snapshot_every_option,
 )
 from partbuild.api.service import Service
+from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.state.live import LiveState
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
 logger = logging.getLogger("partbuild")
+
+
+def _retention(retain_days: int | None) -> RetentionPolicy | None:
+    return RetentionPolicy(retain_days) if retain_days is not None else None
 
 
 def _configure_logging() -> None:
@@ -102,8 +108,16 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
     "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
 )
 @snapshot_every_option
+@retain_days_option
 def up(
-    db_url: str, graph_path: str, warehouse: str, host: str, port: int, master: str | None, snapshot_every: int
+    db_url: str,
+    graph_path: str,
+    warehouse: str,
+    host: str,
+    port: int,
+    master: str | None,
+    snapshot_every: int,
+    retain_days: int | None,
 ) -> None:
     """HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.
 
@@ -125,7 +139,9 @@ def up(
             raise CommandFailed(f"cannot start Spark ({master or DEFAULT_MASTER}): {exc}") from None
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(log, snapshot_every=snapshot_every)
-        orchestrator = Orchestrator(log, graph, warehouse=warehouse, spark=spark, live=live)
+        orchestrator = Orchestrator(
+            log, graph, warehouse=warehouse, spark=spark, live=live, retention=_retention(retain_days)
+        )
         service = Service(log, graph=graph, live=live, on_append=orchestrator.wake)
         app = create_app(service)
         failure: list[BaseException] = []
@@ -174,6 +190,7 @@ def up(
     help="Seconds without heartbeat after which a run is failed and retried.",
 )
 @snapshot_every_option
+@retain_days_option
 def run(
     db_url: str,
     graph_path: str,
@@ -184,6 +201,7 @@ def run(
     heartbeat_interval: float,
     heartbeat_timeout: float,
     snapshot_every: int,
+    retain_days: int | None,
 ) -> None:
     """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
     from partbuild.orchestrator.loop import Orchestrator
@@ -202,6 +220,7 @@ def run(
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,
+            retention=_retention(retain_days),
         )
 
         def request_stop(signum: int, _frame: object) -> None:
