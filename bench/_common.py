@@ -8,8 +8,8 @@ import platform
 import sys
 from collections.abc import Iterator
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.simulate import SimulationPlan, simulate
 
 WEEKS_PER_SITE = 52
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from _common import machine
 from api_wants import ApiServer, LoadResult, RequestSpec, exit_on_sigterm, run_load
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.ids import instance_uuid
-from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.store import EventLog
 
 TARGET_P99_S = 0.020

@@ -24,36 +24,6 @@ class GraphError(ValueError):
     """A graph that cannot be loaded, or a ref it cannot place."""
 
 
-@dataclass(frozen=True, order=True)
-class IsoWeek:
-    """An ISO 8601 week, written `2026-W02`."""
-
-    year: int
-    week: int
-
-    @classmethod
-    def parse(cls, text: str) -> IsoWeek:
-        year, week = text.split("-W")
-        parsed = cls(int(year), int(week))
-        parsed.monday()  # raises ValueError for a week the year does not have
-        return parsed
-
-    @classmethod
-    def of(cls, day: dt.date) -> IsoWeek:
-        year, week, _ = day.isocalendar()
-        return cls(year, week)
-
-    def monday(self) -> dt.date:
-        return dt.date.fromisocalendar(self.year, self.week, 1)
-
-    def days(self) -> list[dt.date]:
-        first = self.monday()
-        return [first + dt.timedelta(days=offset) for offset in range(7)]
-
-    def __str__(self) -> str:
-        return f"{self.year}-W{self.week:02d}"
-
-
 @dataclass(frozen=True)
 class _FieldType:
     regex: str
@@ -66,15 +36,28 @@ FIELD_TYPES: dict[str, _FieldType] = {
     # No leading zeros: `x/007` and `x/7` must not be two refs of one partition.
     "int": _FieldType(r"0|-?[1-9][0-9]*", int, str),
     "date": _FieldType(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", dt.date.fromisoformat, dt.date.isoformat),
-    "isoweek": _FieldType(r"[0-9]{4}-W[0-9]{2}", IsoWeek.parse, str),
 }
+
+
+def register_field_type(name: str, regex: str, parse: Callable[[str], Any], format: Callable[[Any], str]) -> None:
+    """Make `{field:name}` usable in patterns: `regex` matches the text, `parse`/`format` convert it.
+
+    `parse` may raise ValueError for text the regex admits but the type refuses. Registering a
+    name again replaces it (a module imported twice registers twice); patterns built before keep theirs.
+    """
+    if not re.fullmatch(r"[a-z]+", name):
+        raise GraphError(f"field type name {name!r} must be lowercase letters")
+    if "/" in regex or "(" in regex:
+        raise GraphError(f"field type {name!r}: the regex must not match '/' nor hold groups")
+    FIELD_TYPES[name] = _FieldType(regex, parse, format)
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
 
 
 class PartitionPattern:
     """A ref template with typed fields, e.g. `agg/daily_clicks/date={date:date}`.
 
-    Field types: str (default, no slash), int, date (YYYY-MM-DD), isoweek (YYYY-Www).
+    Field types: str (default, no slash), int, date (YYYY-MM-DD), and any registered with
+    `register_field_type` (the clicks example adds isoweek, YYYY-Www).
     """
 
     def __init__(self, template: str) -> None:

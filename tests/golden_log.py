@@ -12,10 +12,10 @@ from pathlib import Path
 from google.protobuf.internal.decoder import _DecodeVarint32
 from google.protobuf.internal.encoder import _VarintBytes
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import envelope, manual, system
 from partbuild.state.ids import instance_uuid
-from partbuild.state.simulate import SimulationPlan, simulate
 
 GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from partbuild.api.cli import main
 from partbuild.api.service import Service
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
@@ -20,7 +21,6 @@ from partbuild.state.digest import state_digest
 from partbuild.state.events import envelope, manual
 from partbuild.state.replay import SNAPSHOTS_KEPT, checkpoint, load_state
 from partbuild.state.schema import snapshots as snapshots_table
-from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.snapshot import snapshot_format
 from partbuild.state.store import EventLog, SnapshotStore
 

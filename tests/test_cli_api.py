@@ -33,8 +33,8 @@ from partbuild.api.cli import main
 from partbuild.api.client import Client, HttpClient, ServerError, Unreachable
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.service import Service
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job, load_graph
-from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.store import EventLog
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

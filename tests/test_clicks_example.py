@@ -33,8 +33,9 @@ from examples.clicks.pipeline import (
     weeks_in_range,
 )
 from examples.clicks.plain import run_plain
+from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputTarget, PermanentJobError
-from partbuild.orchestrator.graph import Graph, GraphError, IsoWeek, Job, SourceDataset, load_graph
+from partbuild.orchestrator.graph import Graph, GraphError, Job, SourceDataset, load_graph
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 D = 10

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from partbuild.examples.clicks.isoweek import IsoWeek  # registers the isoweek field type
 from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.decide import (
     Decision,
@@ -26,7 +27,6 @@ from partbuild.orchestrator.decide import (
 from partbuild.orchestrator.graph import (
     Graph,
     GraphError,
-    IsoWeek,
     Job,
     Partition,
     PartitionPattern,

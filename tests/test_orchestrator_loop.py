@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 import partbuild.orchestrator.loop as loop_module
+from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.context import JobContext, MissingInputs, PermanentJobError
 from partbuild.orchestrator.decide import decide, instance_location
-from partbuild.orchestrator.graph import Graph, IsoWeek, Job, Partition, RetryPolicy, SourceDataset
+from partbuild.orchestrator.graph import Graph, Job, Partition, RetryPolicy, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.digest import state_digest
@@ -11,7 +12,6 @@ from partbuild.state.events import envelope
 from partbuild.state.model import InstanceState
 from partbuild.state.queries import ref_history
 from partbuild.state.replay import load_state, replay_into, save_snapshot, state_as_of
-from partbuild.state.simulate import SimulationPlan, simulate
 from partbuild.state.snapshot import encode_state, snapshot_format
 from partbuild.state.store import EventLog
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, week_days_in_range, weekly_ref, weeks_in_range
-from partbuild.orchestrator.graph import IsoWeek
+from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState

@@ -17,6 +17,7 @@ from partbuild.api.commands.common import (
     json_option,
     limit_option,
     target_options,
+    user_option,
 )
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
@@ -78,3 +79,23 @@ def listing_group(
     listing = click.group(name, invoke_without_command=True, help=help_text)(_with_options(group, options))
     listing.command("list", help=f"{summary}.")(_with_options(list_items, options))
     return listing
+
+
+def add_cancel_command(
+    group: click.Group, noun: str, cancel: Callable[[Any, str, m.CancelRequest, str], m.Written], summary: str
+) -> None:
+    """`NAME cancel ID [--reason R]`: `cancel(client, id, request, user)` records it."""
+
+    def cancel_item(target: Target, item_id: str, reason: str, user: str, as_json: bool) -> None:
+        with connect(target) as client:
+            written = cancel(client, item_id, m.CancelRequest(reason=reason), user)
+        render.emit(written, as_json, lambda: f"{noun} {item_id} canceled at seq {written.seq}")
+
+    options = [
+        target_options,
+        click.argument("item_id", metavar="ID"),
+        click.option("--reason", default="", help="Why (recorded in the log)."),
+        user_option,
+        json_option,
+    ]
+    group.command("cancel", help=summary)(_with_options(cancel_item, options))

@@ -22,10 +22,10 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.state.audit import AuditInputError, AuditReport, RejectedEvent, audit
 from partbuild.state.migrate import upgrade
 from partbuild.state.replay import load_state, save_snapshot
-from partbuild.state.simulate import SimulationPlan, simulate
 
 APPEND_BATCH = 2_000
 

@@ -8,8 +8,8 @@ import click
 
 from partbuild.api import models as m
 from partbuild.api import render
-from partbuild.api.commands.common import Target, connect, json_option, target_options, user_option
-from partbuild.api.commands.listing import listing_group
+from partbuild.api.commands.common import Target, connect, json_option, target_options
+from partbuild.api.commands.listing import add_cancel_command, listing_group
 
 runs_group = listing_group(
     "runs",
@@ -35,14 +35,9 @@ def runs_show(target: Target, run_id: str, as_json: bool) -> None:
     render.emit(run, as_json, lambda: render.run_grid(run))
 
 
-@runs_group.command("cancel")
-@target_options
-@click.argument("run_id")
-@click.option("--reason", default="", help="Why (recorded in the log).")
-@user_option
-@json_option
-def runs_cancel(target: Target, run_id: str, reason: str, user: str, as_json: bool) -> None:
-    """Stop a queued or running job run: its Spark jobs are cancelled, its partitions built again later."""
-    with connect(target) as client:
-        written = client.cancel_job_run(run_id, m.CancelRequest(reason=reason), user)
-    render.emit(written, as_json, lambda: f"job run {run_id} canceled at seq {written.seq}")
+add_cancel_command(
+    runs_group,
+    "job run",
+    lambda client, run_id, request, user: client.cancel_job_run(run_id, request, user),
+    "Stop a queued or running job run: its Spark jobs are cancelled, its partitions built again later.",
+)

@@ -131,7 +131,6 @@ def up(
     graph = read_graph(graph_path)
     sock = _listen(host, port)
     _configure_logging()
-    stop = threading.Event()
     with sock, open_log(db_url, must_exist=False) as log:
         try:
             spark = spark_session(master)
@@ -142,34 +141,41 @@ def up(
         orchestrator = Orchestrator(
             log, graph, warehouse=warehouse, spark=spark, live=live, retention=_retention(retain_days)
         )
-        service = Service(log, graph=graph, live=live, on_append=orchestrator.wake)
-        app = create_app(service)
-        failure: list[BaseException] = []
-
-        def orchestrate() -> None:
-            try:
-                orchestrator.run(stop)
-            except Exception as exc:  # an orchestrator that died must not leave an API taking wants nobody builds
-                logger.exception("the orchestrator stopped")
-                failure.append(exc)
-                signal.raise_signal(signal.SIGTERM)
-
-        def request_stop() -> None:
-            stop.set()
-            orchestrator.wake()
-
-        worker = threading.Thread(target=orchestrate, name="partbuild-orchestrator")
-        worker.start()
+        app = create_app(Service(log, graph=graph, live=live, on_append=orchestrator.wake))
+        background = _Background(orchestrator)
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on Spark {master or DEFAULT_MASTER}, {db_url}")
         try:
-            _serve_http(app, sock, on_stop=request_stop)
+            _serve_http(app, sock, on_stop=background.request_stop)
         finally:
             logger.info("finishing the job runs in flight")
-            request_stop()
-            worker.join()
+            background.request_stop()
+            background.thread.join()
             live.close()
-    if failure:
-        raise CommandFailed(f"the orchestrator stopped: {failure[0]}")
+    if background.failure:
+        raise CommandFailed(f"the orchestrator stopped: {background.failure[0]}")
+
+
+class _Background:
+    """The orchestrator of `up`, running in a thread beside the HTTP server."""
+
+    def __init__(self, orchestrator: Any) -> None:
+        self.orchestrator = orchestrator
+        self.stop = threading.Event()
+        self.failure: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, name="partbuild-orchestrator")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.orchestrator.run(self.stop)
+        except Exception as exc:  # an orchestrator that died must not leave an API taking wants nobody builds
+            logger.exception("the orchestrator stopped")
+            self.failure.append(exc)
+            signal.raise_signal(signal.SIGTERM)
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        self.orchestrator.wake()
 
 
 @click.command()

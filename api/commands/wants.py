@@ -11,7 +11,7 @@ from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.client import create_wants_chunked
 from partbuild.api.commands.common import Target, connect, json_option, read_graph, target_options, user_option
-from partbuild.api.commands.listing import listing_group
+from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.orchestrator.graph import Graph, GraphError
 from partbuild.state.refs import ref_problem
 
@@ -147,14 +147,9 @@ def wants_show(target: Target, want_id: str, as_json: bool) -> None:
     render.emit(detail, as_json, lambda: render.want_detail(detail))
 
 
-@wants_group.command("cancel")
-@target_options
-@click.argument("want_id")
-@click.option("--reason", default="", help="Why (recorded in the log).")
-@user_option
-@json_option
-def wants_cancel(target: Target, want_id: str, reason: str, user: str, as_json: bool) -> None:
-    """Cancel a want and its active derivative wants."""
-    with connect(target) as client:
-        written = client.cancel_want(want_id, m.CancelRequest(reason=reason), user)
-    render.emit(written, as_json, lambda: f"want {want_id} canceled at seq {written.seq}")
+add_cancel_command(
+    wants_group,
+    "want",
+    lambda client, want_id, request, user: client.cancel_want(want_id, request, user),
+    "Cancel a want and its active derivative wants.",
+)

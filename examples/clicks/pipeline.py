@@ -23,8 +23,9 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.context import JobContext, PermanentJobError
-from partbuild.orchestrator.graph import Graph, IsoWeek, Job, Partition, PartitionPattern, SourceDataset
+from partbuild.orchestrator.graph import Graph, Job, Partition, PartitionPattern, SourceDataset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

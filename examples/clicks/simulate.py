@@ -71,6 +71,16 @@ _ORCHESTRATOR = system("orchestrator")
 _CONNECTOR = system("connector")
 
 
+def _failed_run(w: _Writer, run_id: str, uuids: list[str], beats: int) -> Iterator[pb.Event]:
+    """A daily run that fails with a retryable error (its retry is the caller's)."""
+    yield w.emit(pb.JobRunBuffer(job_run_id=run_id, job_label="daily", instance_uuids=uuids))
+    yield from _heartbeats(w, run_id, beats)
+    failure = pb.JobRunFailure(
+        job_run_id=run_id, error_class=pb.ERROR_CLASS_RETRYABLE, message="executor lost", retry_after_ms=30_000
+    )
+    yield w.emit(failure)
+
+
 def _simulate_week(w: _Writer, plan: SimulationPlan, site: int, week: int) -> Iterator[pb.Event]:
     """One weekly want of one site, from the raw data arriving to the weekly partition built."""
     beats = max(1, plan.heartbeats_per_run)
@@ -108,17 +118,7 @@ def _simulate_week(w: _Writer, plan: SimulationPlan, site: int, week: int) -> It
 
     attempt = 1
     if plan.fail_every and week % plan.fail_every == plan.fail_every - 1:
-        failed_run = f"run-{tag}-daily-{attempt}"
-        yield w.emit(pb.JobRunBuffer(job_run_id=failed_run, job_label="daily", instance_uuids=daily_uuids))
-        yield from _heartbeats(w, failed_run, beats)
-        yield w.emit(
-            pb.JobRunFailure(
-                job_run_id=failed_run,
-                error_class=pb.ERROR_CLASS_RETRYABLE,
-                message="executor lost",
-                retry_after_ms=30_000,
-            )
-        )
+        yield from _failed_run(w, f"run-{tag}-daily-{attempt}", daily_uuids, beats)
         attempt += 1
     yield from _build_dailies(w, f"run-{tag}-daily-{attempt}", daily_refs, daily_uuids, raw_uuids, beats)
 
