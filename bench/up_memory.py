@@ -278,7 +278,7 @@ def run_up(executable: str, db_file: Path, graph: Path, workdir: Path, run: Run,
         )
     sampler = Sampler(process.pid)
     sampler.start()
-    stop_started = None
+    start_checkpoints: int | None = None  # "saved a snapshot" lines before SIGTERM
     try:
         base_url = wait_ready(process, output_path, started, args.startup_timeout)
         run.ready_s = time.perf_counter() - started
@@ -300,7 +300,6 @@ def run_up(executable: str, db_file: Path, graph: Path, workdir: Path, run: Run,
         run.stop_s = time.perf_counter() - stop_started
     except Exception as exc:
         run.error = f"{type(exc).__name__}: {exc}"
-        start_checkpoints = None
     finally:
         sampler.done.set()
         sampler.join(5)
@@ -373,14 +372,17 @@ def stop_process(process: subprocess.Popen[bytes], jvm_pid: int | None) -> None:
 
 
 def mib(value: float) -> str:
+    """Bytes as whole MiB."""
     return f"{value / MIB:,.0f}"
 
 
 def seconds(value: float) -> str:
+    """Seconds to a tenth."""
     return f"{value:.1f}"
 
 
 def print_runs(runs: list[Run]) -> None:
+    """One line per run."""
     header = (
         f"{'label':<8} {'round':>5} {'scenario':<8} {'ready s':>8} {'healthy s':>9} {'peak MiB':>9} "
         f"{'+stop MiB':>9} {'rss MiB':>8} {'jvm MiB':>8} {'ckpt start':>12} {'ckpt stop':>10} {'stop s':>7} "
@@ -404,6 +406,7 @@ def print_runs(runs: list[Run]) -> None:
 
 
 def median_of(runs: list[Run], label: str, scenario: str, metric: str) -> float:
+    """Median of a metric over the rounds that did not fail."""
     values = [getattr(r, metric) for r in runs if r.label == label and r.scenario == scenario and not r.error]
     return statistics.median(values) if values else float("nan")
 
@@ -423,6 +426,7 @@ def span(runs: list[Run], label: str, scenario: str, metric: str) -> str:
 
 
 def print_summary(runs: list[Run], labels: list[str], events: int) -> None:
+    """Medians per executable and scenario; ratios and the verdict when `before` and `after` are given."""
     print()
     print("medians over the rounds (min - max):")
     for label in labels:
@@ -464,6 +468,7 @@ def print_summary(runs: list[Run], labels: list[str], events: int) -> None:
 
 
 def parse_executables(values: list[str]) -> dict[str, str]:
+    """LABEL=PATH arguments as {label: absolute path}, in the order given."""
     executables: dict[str, str] = {}
     for value in values:
         label, sep, path = value.partition("=")
@@ -478,6 +483,7 @@ def parse_executables(values: list[str]) -> dict[str, str]:
 
 
 def main() -> None:
+    """Build or reuse the log, run every executable cold and from a checkpoint per round, report."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--partbuild",
