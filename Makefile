@@ -63,6 +63,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/w1_vs_plain.py
 	$(BIN)/python bench/api_wants.py
 	$(BIN)/python bench/api_lineage.py
+	$(BIN)/python bench/up_memory.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse
