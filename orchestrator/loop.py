@@ -14,7 +14,15 @@ import logging
 import threading
 import time
 
-from partbuild.orchestrator.decide import ORCHESTRATOR, Decision, SourceCheck, decide, plan_run, stale_runs
+from partbuild.orchestrator.decide import (
+    ORCHESTRATOR,
+    Decision,
+    SourceCheck,
+    canceled_runs,
+    decide,
+    plan_run,
+    stale_runs,
+)
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
@@ -110,6 +118,7 @@ class Orchestrator:
     def step(self) -> bool:
         """One round of read, decide, append, act. Returns whether anything happened."""
         self.catch_up()
+        self._stop_canceled_runs()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         events = stale_runs(self.state, self.graph, now, self.heartbeat_timeout_ms, alive)
@@ -131,6 +140,16 @@ class Orchestrator:
             (t for t in (decision.next_retry_ms, self.state.next_expiry_ms()) if t is not None), default=None
         )
         return bool(events) or observed or dispatched
+
+    def _stop_canceled_runs(self) -> None:
+        """Stop the runs in flight here that the fold has canceled (O(runs in flight), not O(all runs)).
+
+        A canceled run records nothing more, and its instances are Missing again: the executor
+        keeps a rebuild from starting until the canceled run's thread has ended.
+        """
+        for run_id in canceled_runs(self.state, self.executor.running_ids()):
+            if self.executor.cancel(run_id):
+                logger.info("job run %s was canceled: stopping it", run_id)
 
     def _checkpoint(self) -> None:
         if self.snapshots is not None:
