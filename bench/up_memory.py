@@ -11,7 +11,7 @@ i.e. /tmp/partbuild-bench-up-memory; delete it to rebuild).
 
 Every run spawns the given executable as a real process:
 
-    partbuild up --db sqlite:///<copy> --graph <this checkout>/examples/clicks/pipeline.py
+    partbuild up --db sqlite:///<copy> --graph <its checkout>/examples/clicks/pipeline.py
                  --warehouse <tmp>/warehouse --host 127.0.0.1 --port 0
 
 on its own byte-for-byte copy of the cached database (`up` writes snapshots into
@@ -257,6 +257,13 @@ def child_env(workdir: Path) -> dict[str, str]:
     return env
 
 
+def graph_of(executable: str) -> Path:
+    """The clicks graph of the checkout whose `.venv/bin/partbuild` this is (else this checkout's)."""
+    checkout = Path(executable).resolve().parent.parent.parent
+    candidate = checkout / "examples" / "clicks" / "pipeline.py"
+    return candidate if candidate.exists() else DEFAULT_GRAPH
+
+
 def run_up(executable: str, db_file: Path, graph: Path, workdir: Path, run: Run, args: argparse.Namespace) -> None:
     """Start `partbuild up` on `db_file`, measure it until healthy and settled, stop it; fills `run`."""
     output_path = workdir / f"up-{run.scenario}.log"
@@ -495,7 +502,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events in the W1 log")
     parser.add_argument("--rounds", type=int, default=2, help="rounds; each runs every executable cold + restart")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where the built log is kept")
-    parser.add_argument("--graph", type=Path, default=DEFAULT_GRAPH, help="graph file given to `up`")
+    parser.add_argument(
+        "--graph",
+        type=Path,
+        help="graph file given to `up` (default: examples/clicks/pipeline.py of the checkout each executable's "
+        "venv lives in, so builds whose example differs each get their own)",
+    )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds to keep `up` running once healthy")
     parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds at most for one start-up")
     parser.add_argument("--keep-logs", type=Path, help="copy the output of every `up` run into this directory")
@@ -524,7 +536,8 @@ def main() -> None:
                 for scenario in SCENARIOS:
                     run = Run(label, round_no, scenario)
                     print(f"round {round_no}: {label} {scenario} ...", flush=True)
-                    run_up(executables[label], db_file, args.graph, workdir, run, args)
+                    graph = args.graph or graph_of(executables[label])
+                    run_up(executables[label], db_file, graph, workdir, run, args)
                     runs.append(run)
                     if args.keep_logs is not None:
                         args.keep_logs.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,15 @@ all recorded as events:
 | raises `MissingInputs(refs)` | JobRunMissingDeps + derivative wants | retried once those refs are Live |
 | raises `PermanentJobError` | JobRunFailure (permanent) | wants Failed, waiters UpstreamFailed |
 | raises anything else | JobRunFailure (retryable) | retried per the job's RetryPolicy, then permanent |
-| is canceled | JobRunCancel | instances Missing again |
+| is canceled (someone appended JobRunCancel) | none more from the run | see below |
+
+A canceled run's instances are Missing again as soon as the fold accepts the
+JobRunCancel. The orchestrator running it then cancels its Spark jobs (tagged
+with the run id; so an action in flight raises) and drops whatever the function
+returns or raises, with no heartbeats meanwhile. A run still waiting for a
+thread never starts. A rebuild of the same instances by a new run in the same
+process starts only once the canceled function has returned: Python code cannot
+be stopped from outside, so work outside Spark runs on until the function ends.
 """
 
 from __future__ import annotations

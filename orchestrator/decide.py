@@ -249,6 +249,16 @@ def stale_runs(state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, al
     return events
 
 
+def canceled_runs(state: BuildState, run_ids: Iterable[str]) -> list[str]:
+    """Those of `run_ids` (runs in flight in this process) that the log has canceled: O(len(run_ids))."""
+    canceled = []
+    for run_id in run_ids:
+        run = state.job_runs.get(run_id)
+        if run is not None and run.state == JobRunState.CANCELED:
+            canceled.append(run_id)
+    return canceled
+
+
 def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> RunPlan:
     """Resolve a buffered run's outputs, instance locations and inputs for execution."""
     run = state.job_runs[run_id]

@@ -2,7 +2,8 @@
 
 Spark accepts jobs from several threads of one session and runs them
 concurrently, so several job runs share the session (and its start-up cost).
-Every run ends in exactly one outcome event (see `context` for the table).
+Every run ends in exactly one outcome event (see `context` for the table),
+except a run canceled in the log: `cancel` stops it and it records nothing more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from google.protobuf.message import Message
 
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
+from partbuild.orchestrator.spark import cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import Clock, envelope, from_job_run, wall_clock_ms
 
@@ -28,7 +30,14 @@ logger = logging.getLogger("partbuild.executor")
 
 
 class JobExecutor:
-    """Runs `RunPlan`s in a thread pool and appends their heartbeats and outcomes."""
+    """Runs `RunPlan`s in a thread pool and appends their heartbeats and outcomes.
+
+    A run canceled in the log is stopped with `cancel`: it records nothing more (no heartbeat,
+    no outcome: the fold would reject them), its Spark jobs are canceled, and if it was still
+    waiting for a thread it never starts. A Python job function cannot be killed, so its
+    thread may keep running for a while; until it ends, no other run of this process starts
+    building the same instances (they would write the same instance location).
+    """
 
     def __init__(
         self,
@@ -47,23 +56,48 @@ class JobExecutor:
         self._clock = clock
         self._on_finished = on_finished or (lambda: None)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="partbuild-run")
-        self._running: dict[str, RunPlan] = {}  # submitted, maybe still waiting for a thread
-        self._started: set[str] = set()  # executing: these send heartbeats
-        self._lock = threading.Lock()
+        self._running: dict[str, RunPlan] = {}  # submitted and not finished (waiting, parked or executing)
+        self._started: set[str] = set()  # their job has started: heartbeats, unless canceled
+        self._canceled: set[str] = set()  # canceled in the log while submitted here: record nothing more
+        self._building: dict[str, str] = {}  # instance UUID -> the run handed to a thread to build it
+        self._parked: list[RunPlan] = []  # runs waiting for a thread still building one of their instances
+        self._lock = threading.Lock()  # guards the bookkeeping above
+        # Held while a run's events are appended: once `cancel` has it, nothing of the run is in flight.
+        self._emit_lock = threading.Lock()  # taken before `_lock`, never after
         self._stopping = threading.Event()
         self._heartbeat_interval_s = heartbeat_interval_s
         self._ticker = threading.Thread(target=self._beat, name="partbuild-heartbeat", daemon=True)
         self._ticker.start()
 
     def running_ids(self) -> list[str]:
-        """Job runs this process is executing right now (their heartbeats are alive)."""
+        """Job runs submitted here and not finished: waiting, held back or executing (canceled ones too)."""
         with self._lock:
             return list(self._running)
 
     def submit(self, plan: RunPlan) -> None:
+        """Run `plan` in a thread, once no thread of this process is still building one of its instances."""
         with self._lock:
             self._running[plan.job_run_id] = plan
+            if self._blocked(plan):
+                self._parked.append(plan)
+                return
+            self._claim(plan)
         self._pool.submit(self._execute, plan)
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop a run the log says is canceled; returns whether it was here and not already canceled.
+
+        From when this returns, the run appends nothing. Its active Spark jobs are canceled now, and
+        again on every heartbeat tick while its thread still runs (a job function may start more).
+        """
+        with self._emit_lock, self._lock:
+            if run_id not in self._running or run_id in self._canceled:
+                return False
+            self._canceled.add(run_id)
+            started = run_id in self._started
+        if started:
+            self._cancel_spark_jobs(run_id)
+        return True
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop taking runs; with `wait`, let the ones in flight finish and record their outcomes."""
@@ -71,39 +105,102 @@ class JobExecutor:
         self._stopping.set()
         self._ticker.join(timeout=5)
 
+    def _blocked(self, plan: RunPlan) -> bool:
+        return any(target.instance_uuid in self._building for target in plan.targets)
+
+    def _claim(self, plan: RunPlan) -> None:
+        for target in plan.targets:
+            self._building[target.instance_uuid] = plan.job_run_id
+
     def _execute(self, plan: RunPlan) -> None:
+        """A pool thread: run `plan`, then the parked runs its end unblocks (in this thread, no new slot)."""
+        queue = [plan]
+        while queue:
+            current = queue.pop(0)
+            outcome = self._attempt(current)
+            queue.extend(self._finish(current, outcome))
+            self._on_finished()
+
+    def _attempt(self, plan: RunPlan) -> Message | None:
+        """Run the job unless it was canceled first; the outcome to record, or None."""
         run_id = plan.job_run_id
         log = logger.getChild(plan.job.label)
         try:
+            # Tagged before the start check: a cancel that comes after it finds every Spark job of the run.
+            self._tag_spark_jobs(plan)
+            try:
+                if not self._start(run_id):
+                    log.info("job run %s was canceled before it started", run_id)
+                    return None
+                context = JobContext(
+                    spark=self.spark,
+                    job_run_id=run_id,
+                    job_label=plan.job.label,
+                    outputs=plan.targets,
+                    input_locations=plan.input_locations,
+                    log=log,
+                    resolve=self._resolve,
+                )
+                return self._run_job(plan, context, log)
+            finally:
+                self._untag_spark_jobs(plan)
+        except Exception as exc:  # e.g. the log is unreachable: the heartbeat timeout recovers the run
+            log.exception("job run %s could not be executed: %s", run_id, exc)
+            return None
+
+    def _start(self, run_id: str) -> bool:
+        """Record that the run is running, unless it was canceled while it waited."""
+        with self._emit_lock:
+            with self._lock:
+                if run_id in self._canceled:
+                    return False
             self._emit(pb.JobRunHeartbeat(job_run_id=run_id), run_id)  # queued -> running
             with self._lock:
                 self._started.add(run_id)
-            context = JobContext(
-                spark=self.spark,
-                job_run_id=run_id,
-                job_label=plan.job.label,
-                outputs=plan.targets,
-                input_locations=plan.input_locations,
-                log=log,
-                resolve=self._resolve,
-            )
-            outcome = self._run_job(plan, context, log)
-        except Exception as exc:  # e.g. the log is unreachable: the heartbeat timeout recovers the run
-            log.exception("job run %s could not be executed: %s", run_id, exc)
-            outcome = None
-        with self._lock:
-            del self._running[run_id]
-            self._started.discard(run_id)
-        if outcome is not None:
-            try:
-                self._emit(outcome, run_id)
-            except Exception:
-                log.exception("could not record the outcome of job run %s", run_id)
-        self._on_finished()
+        return True
 
-    def _run_job(self, plan: RunPlan, context: JobContext, log: logging.Logger) -> Message:
+    def _finish(self, plan: RunPlan, outcome: Message | None) -> list[RunPlan]:
+        """Record the outcome unless the run was canceled; returns the parked runs now free to run."""
         run_id = plan.job_run_id
-        self._tag_spark_jobs(plan)
+        with self._emit_lock:
+            with self._lock:
+                canceled = run_id in self._canceled
+                self._forget(plan)
+                unblocked = self._unpark()
+            if outcome is not None and not canceled:
+                try:
+                    self._emit(outcome, run_id)
+                except Exception:
+                    logger.exception("could not record the outcome of job run %s", run_id)
+        if canceled and outcome is not None:
+            logger.info("job run %s was canceled: its %s is not recorded", run_id, outcome.DESCRIPTOR.name)
+        return unblocked
+
+    def _forget(self, plan: RunPlan) -> None:
+        run_id = plan.job_run_id
+        del self._running[run_id]
+        self._started.discard(run_id)
+        self._canceled.discard(run_id)
+        for target in plan.targets:
+            if self._building.get(target.instance_uuid) == run_id:
+                del self._building[target.instance_uuid]
+
+    def _unpark(self) -> list[RunPlan]:
+        """Claim the parked runs no thread blocks any more, oldest first."""
+        unblocked: list[RunPlan] = []
+        still: list[RunPlan] = []
+        for plan in self._parked:
+            if self._blocked(plan):
+                still.append(plan)
+            else:
+                self._claim(plan)
+                unblocked.append(plan)
+        self._parked = still
+        return unblocked
+
+    def _run_job(self, plan: RunPlan, context: JobContext, log: logging.Logger) -> Message | None:
+        """Run the job function; the outcome to record (None: it ended because it was canceled)."""
+        run_id = plan.job_run_id
         try:
             plan.job.run(context)
         except MissingInputs as exc:
@@ -122,6 +219,9 @@ class JobExecutor:
             log.error("job run %s failed permanently: %s", run_id, exc)
             return _failure(run_id, exc, permanent=True)
         except Exception as exc:
+            if self._is_canceled(run_id):  # most likely its Spark jobs were canceled: not a failure
+                log.info("job run %s stopped after it was canceled: %s", run_id, _first_line(exc))
+                return None
             exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
             log.warning("job run %s failed (%s): %s", run_id, "retries exhausted" if exhausted else "retryable", exc)
             return _failure(run_id, exc, permanent=exhausted)
@@ -130,23 +230,50 @@ class JobExecutor:
     def _is_live(self, ref: str) -> bool:
         return self._resolve is not None and self._resolve(ref) is not None
 
+    def _is_canceled(self, run_id: str) -> bool:
+        with self._lock:
+            return run_id in self._canceled
+
     def _tag_spark_jobs(self, plan: RunPlan) -> None:
-        """Name this thread's Spark jobs after the run (Spark UI, cancellation); not on Spark Connect."""
+        """Label this thread's Spark jobs as the run's (Spark UI, cancellation)."""
         if self.spark is None:
             return
-        # Spark Connect sessions have no SparkContext: accessing it raises there.
-        with contextlib.suppress(Exception):
-            self.spark.sparkContext.setJobGroup(plan.job_run_id, f"partbuild {plan.job.label}", interruptOnCancel=True)
+        try:
+            tag_spark_jobs(self.spark, plan.job_run_id, f"partbuild {plan.job.label}")
+        except Exception:  # the run can still run; only canceling its Spark jobs would not work
+            logger.warning("could not tag the Spark jobs of job run %s", plan.job_run_id, exc_info=True)
+
+    def _untag_spark_jobs(self, plan: RunPlan) -> None:
+        if self.spark is not None:
+            with contextlib.suppress(Exception):  # the run is over either way
+                untag_spark_jobs(self.spark, plan.job_run_id)
+
+    def _cancel_spark_jobs(self, run_id: str) -> None:
+        if self.spark is None:
+            return
+        try:
+            cancel_spark_jobs(self.spark, run_id)
+        except Exception:  # e.g. the Spark Connect server is unreachable: the next tick tries again
+            logger.exception("could not cancel the Spark jobs of job run %s", run_id)
 
     def _emit(self, payload: Message, run_id: str) -> None:
         self._append([envelope(payload, source=from_job_run(run_id), timestamp_ms=self._clock())])
 
     def _beat(self) -> None:
         while not self._stopping.wait(self._heartbeat_interval_s):
+            self._send_heartbeats()
             with self._lock:
-                running = sorted(self._started)
+                stopping = sorted(self._started & self._canceled)
+            # Cancel again: a canceled job function may have started Spark jobs after the last cancel.
+            for run_id in stopping:
+                self._cancel_spark_jobs(run_id)
+
+    def _send_heartbeats(self) -> None:
+        with self._emit_lock:  # a run canceled meanwhile gets no heartbeat
+            with self._lock:
+                running = sorted(self._started - self._canceled)
             if not running:
-                continue
+                return
             now = self._clock()
             beats = [
                 envelope(pb.JobRunHeartbeat(job_run_id=run_id), source=from_job_run(run_id), timestamp_ms=now)
@@ -184,3 +311,8 @@ def _failure(run_id: str, exc: BaseException, *, permanent: bool) -> pb.JobRunFa
         message = message[: MAX_MESSAGE - 3] + "..."
     error_class = pb.ERROR_CLASS_PERMANENT if permanent else pb.ERROR_CLASS_RETRYABLE
     return pb.JobRunFailure(job_run_id=run_id, error_class=error_class, message=message)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"

@@ -14,7 +14,15 @@ import logging
 import threading
 import time
 
-from partbuild.orchestrator.decide import ORCHESTRATOR, Decision, SourceCheck, decide, plan_run, stale_runs
+from partbuild.orchestrator.decide import (
+    ORCHESTRATOR,
+    Decision,
+    SourceCheck,
+    canceled_runs,
+    decide,
+    plan_run,
+    stale_runs,
+)
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
@@ -116,6 +124,7 @@ class Orchestrator:
     def step(self) -> bool:
         """One round of read, decide, append, act. Returns whether anything happened."""
         self.catch_up()
+        self._stop_canceled_runs()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
@@ -142,6 +151,18 @@ class Orchestrator:
             (t for t in (decision.next_retry_ms, self.live.state.next_expiry_ms()) if t is not None), default=None
         )
         return bool(events) or observed or dispatched
+
+    def _stop_canceled_runs(self) -> None:
+        """Stop the runs in flight here that the fold has canceled (O(runs in flight), not O(all runs)).
+
+        A canceled run records nothing more, and its instances are Missing again: the executor
+        keeps a rebuild from starting until the canceled run's thread has ended.
+        """
+        with self.live.read() as state:
+            canceled = canceled_runs(state, self.executor.running_ids())
+        for run_id in canceled:
+            if self.executor.cancel(run_id):
+                logger.info("job run %s was canceled: stopping it", run_id)
 
     def _decide(self, state: BuildState, now: int) -> Decision:
         """`decide` on the state, or the previous decision if deciding again cannot differ."""

@@ -36,3 +36,50 @@ def spark_session(master: str | None = None, app_name: str = "partbuild", conf: 
         for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
             builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# --- Tagging a job run's Spark jobs, to cancel them from another thread -----------------------------
+#
+# Classic sessions: a job group. `setJobGroup` labels the Spark jobs the calling thread starts (PySpark
+# pins each Python thread to its own JVM thread), and `cancelJobGroup` cancels them from any thread.
+# Session tags (`addTag`/`interruptTag`, classic since Spark 4.0) do not fit here: classic
+# `interruptTag(tag)` looks the tag up in the *calling* thread's tags, so the orchestrator thread
+# cannot cancel a job thread's work with it, and it only covers DataFrame/SQL executions, not RDD jobs.
+# Spark Connect sessions have no SparkContext: the client sends the calling thread's tags with every
+# operation, and `interruptTag` asks the server to interrupt every operation of the session that
+# carries the tag, whichever thread asks.
+
+
+def tag_spark_jobs(spark: Any, run_id: str, description: str) -> None:
+    """Label the Spark jobs this thread starts from now on as the run's (Spark UI, cancellation)."""
+    context = _spark_context(spark)
+    if context is not None:
+        context.setJobGroup(run_id, description, interruptOnCancel=True)  # interrupt running tasks too
+    else:
+        spark.addTag(connect_tag(run_id))
+
+
+def untag_spark_jobs(spark: Any, run_id: str) -> None:
+    """Stop labelling this thread's Spark jobs as the run's (the thread goes back to the pool)."""
+    # Classic: PySpark has no clearJobGroup; the next run's setJobGroup replaces the group.
+    if _spark_context(spark) is None:
+        spark.removeTag(connect_tag(run_id))
+
+
+def cancel_spark_jobs(spark: Any, run_id: str) -> None:
+    """Cancel the run's active Spark jobs, from any thread; jobs it starts later are not affected."""
+    context = _spark_context(spark)
+    if context is not None:
+        context.cancelJobGroup(run_id)
+    else:
+        spark.interruptTag(connect_tag(run_id))
+
+
+def connect_tag(run_id: str) -> str:
+    """The run's Spark Connect operation tag: tags may not contain ',' (escaped, so still one per run)."""
+    return run_id.replace("%", "%25").replace(",", "%2C")
+
+
+def _spark_context(spark: Any) -> Any:
+    # A Spark Connect session raises an AttributeError for `sparkContext`.
+    return getattr(spark, "sparkContext", None)

@@ -2,14 +2,17 @@
 
 The server is PySpark's own Spark Connect server (spark-submit of
 SparkConnectServer, local[2]) in a separate JVM on a free port; the orchestrator
-process talks to it only over gRPC and starts no JVM of its own.
+process talks to it only over gRPC and starts no JVM of its own. A canceled job
+run's operations are interrupted on the server through their tag.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,10 @@ import pytest
 from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
 from examples.clicks.pipeline import weekly_ref
-from partbuild.state.model import InstanceState, WantState
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.events import envelope, manual
+from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.store import EventLog
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTUP_TIMEOUT_S = 180
@@ -92,3 +98,81 @@ def test_w1_builds_on_a_spark_connect_server(
         assert f"file:{weekly.location}" in written_by_server, weekly.location
     last = state.canonical_instance(weekly_ref(WEEKS[-1]))
     assert last is not None and sum(read_counts(spark, last.location or "").values()) == 6 * 1000
+
+
+# A graph whose first attempt at a partition holds a Spark operation for CONNECT_SLEEP_MS on the server
+# (a SQL sleep: no Python worker involved) and notes when and how that operation ended.
+CANCEL_GRAPH = """
+import time
+from pathlib import Path
+
+from partbuild.orchestrator.graph import Graph, Job
+
+ROOT = Path(__file__).parent
+SLEEP = "reflect('java.lang.Thread', 'sleep', cast({sleep_ms} as bigint))"
+
+
+def run(ctx):
+    for target in ctx.outputs:
+        marker = ROOT / f"attempted-{{target.partition['n']}}"
+        if not marker.exists():
+            marker.touch()
+            (ROOT / "first-started").write_text(ctx.job_run_id)
+            try:
+                ctx.spark.range(0, 2, 1, 2).selectExpr(SLEEP).collect()
+            except Exception as exc:
+                (ROOT / "first-ended").write_text(f"{{time.time()}}\\n{{exc}}")
+                raise
+        ctx.spark.range(10).write.mode("overwrite").parquet(target.location)
+
+
+graph = Graph([Job("slow", ["slow/n={{n:int}}"], run, max_concurrency=2)])
+"""
+CONNECT_SLEEP_MS = 60_000
+
+
+def test_canceling_a_run_interrupts_its_operation_on_the_server(
+    connect_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = connect_server
+    db = f"sqlite:///{tmp_path / 'cancel.db'}"
+    graph_file = tmp_path / "graph.py"
+    graph_file.write_text(CANCEL_GRAPH.format(sleep_ms=CONNECT_SLEEP_MS))
+    with EventLog.open(db, auto_upgrade=True) as log:
+        log.append([envelope(pb.WantCreate(want_id="w1", partition_refs=["slow/n=1"]), source=manual("test"))])
+    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    command = [
+        exe, "run", "--db", db, "--graph", str(graph_file), "--warehouse", str(tmp_path / "warehouse"),
+        "--master", url, "--until-idle", "--timeout", "120", "--heartbeat-interval", "1",
+    ]  # fmt: skip
+    run_log = tmp_path / "cancel.log"
+    with run_log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "first-started").exists():
+            assert process.poll() is None, run_log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first attempt did not start within 60 s"
+            time.sleep(0.05)
+        time.sleep(1)  # let the operation reach the server (a cancel before it is repeated every heartbeat)
+        first = (tmp_path / "first-started").read_text()
+        canceled_at = time.time()
+        with EventLog.open(db) as log:
+            log.append([envelope(pb.JobRunCancel(job_run_id=first, reason="test"), source=manual("test"))])
+        assert finished(process, 120, run_log) == 0, run_log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    ended_at, error = (tmp_path / "first-ended").read_text().split("\n", 1)
+    assert "OPERATION_CANCELED" in error
+    assert float(ended_at) - canceled_at < 20  # the server stopped it long before its sleep would end
+    state = replay(db)
+    assert state.job_runs[first].state == JobRunState.CANCELED
+    instance = state.canonical_instance("slow/n=1")
+    assert instance is not None and instance.state == InstanceState.LIVE
+    assert instance.built_by not in (None, first)
+    # A periodic heartbeat may race the cancel (appended after it, before the orchestrator folded it).
+    assert [r for r in state.rejections if r.event_type != "job_run_heartbeat"] == []

@@ -1,0 +1,342 @@
+"""Canceling a job run: a JobRunCancel in the log stops the run in the orchestrator executing it.
+
+The orchestrator tests run the real loop in a background thread (`run(stop)`) on a
+real SQLite log and the shared local[2] SparkSession; the test appends
+JobRunCancel like an operator would and watches Spark through its status
+tracker. The executor test drives `JobExecutor` alone, with no Spark, to pin down
+what happens around `cancel()` exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from partbuild.orchestrator.context import JobContext, OutputTarget
+from partbuild.orchestrator.decide import RunPlan, instance_location
+from partbuild.orchestrator.executor import JobExecutor
+from partbuild.orchestrator.graph import Graph, Job
+from partbuild.orchestrator.loop import Orchestrator
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.events import envelope, manual
+from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.replay import replay_into
+from partbuild.state.store import EventLog
+
+SLOW_TASK_S = 60  # what each Spark task of a first attempt would sleep if nobody canceled it
+CANCEL_TIMEOUT_S = 20  # Spark must report the job stopped well before SLOW_TASK_S
+AFTER_CANCEL_S = 1.5  # a canceled first attempt "cleans up" this long after its Spark job failed
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def append(log: EventLog, payload: Any) -> int:
+    """Append one event as an operator would; returns its seq."""
+    return log.append([envelope(payload, source=manual("test"))]).first_seq
+
+
+def replayed(log: EventLog) -> BuildState:
+    """A strict replay of the whole log: thread-safe to read, unlike the orchestrator's live state."""
+    state = BuildState(strict=True)
+    replay_into(state, log)
+    return state
+
+
+def events_from_run(log: EventLog, run_id: str) -> list[tuple[int, str]]:
+    """(seq, event type) of every event the job run itself appended."""
+    found = []
+    for stored in log.read(0, 10_000):
+        event = stored.to_event()
+        if event.source.WhichOneof("kind") == "job_run" and event.source.job_run.job_run_id == run_id:
+            found.append((stored.seq, stored.event_type))
+    return found
+
+
+@dataclass
+class Calls:
+    """What the job function saw: per job run id, when it started and when it returned or raised."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started_ms: dict[str, int] = field(default_factory=dict)
+    ended_ms: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def start(self, run_id: str) -> None:
+        with self.lock:
+            self.started_ms[run_id] = now_ms()
+
+    def end(self, run_id: str, error: BaseException | None) -> None:
+        with self.lock:
+            self.ended_ms[run_id] = now_ms()
+            if error is not None:
+                self.errors[run_id] = type(error).__name__
+
+
+@pytest.fixture
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """Released at teardown at the latest, so no job thread outlives its test blocked."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+@pytest.fixture
+def run_orchestrator(sqlite_url: str, tmp_path: Path, spark: Any) -> Iterator[Callable[..., Orchestrator]]:
+    """Start an Orchestrator on the test's SQLite log in a background thread; stopped at teardown."""
+    started: list[tuple[Orchestrator, threading.Thread, threading.Event, EventLog]] = []
+
+    def start(graph: Graph, **options: Any) -> Orchestrator:
+        log = EventLog.open(sqlite_url, auto_upgrade=True)
+        settings: dict[str, Any] = {
+            "warehouse": str(tmp_path / "warehouse"),
+            "spark": spark,
+            "poll_interval_s": 0.01,
+            "source_check_interval_s": 0,
+            # Longer than a test: a periodic heartbeat cannot race the test's JobRunCancel (it would be
+            # appended after it and rejected). The first heartbeat (queued -> running) is not periodic.
+            "heartbeat_interval_s": 60,
+            **options,
+        }
+        orchestrator = Orchestrator(log, graph, **settings)
+        stop = threading.Event()
+        thread = threading.Thread(target=orchestrator.run, args=(stop,), name="cancel-orchestrator", daemon=True)
+        thread.start()
+        started.append((orchestrator, thread, stop, log))
+        return orchestrator
+
+    yield start
+    for _, thread, stop, log in started:
+        stop.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the orchestrator did not stop within 60 s"
+        log.close()
+
+
+@pytest.fixture
+def log(sqlite_url: str) -> Iterator[EventLog]:
+    """The test's own handle on the log (the orchestrator opens its own, like another process)."""
+    with EventLog.open(sqlite_url, auto_upgrade=True) as handle:
+        yield handle
+
+
+def run_of(state: BuildState, ref: str, *, index: int = -1) -> str | None:
+    """The id of a job run that tried to build `ref`'s canonical instance (the last one by default)."""
+    instance = state.canonical_instance(ref)
+    return instance.attempts[index] if instance is not None and instance.attempts else None
+
+
+def active_group_jobs(spark: Any, run_id: str) -> list[int]:
+    """Ids of the Spark jobs of the run's job group that Spark reports as running."""
+    tracker = spark.sparkContext.statusTracker()
+    running = []
+    for job_id in tracker.getJobIdsForGroup(run_id):
+        info = tracker.getJobInfo(job_id)
+        if info is not None and info.status == "RUNNING":
+            running.append(job_id)
+    return running
+
+
+# ----------------------------------------------------------------- canceling a running run
+
+
+def slow_first_attempt(root: Path, calls: Calls) -> Callable[[JobContext], None]:
+    """A job whose first attempt at a ref runs a Spark job of SLOW_TASK_S per task; later ones are quick."""
+
+    def run(ctx: JobContext) -> None:
+        calls.start(ctx.job_run_id)
+        error: BaseException | None = None
+        try:
+            for target in ctx.outputs:
+                marker = root / f"attempted-{target.partition['n']}"
+                if not marker.exists():  # the marker file decides: only the first attempt is slow
+                    marker.touch()
+                    ctx.spark.range(0, 2, 1, 2).rdd.map(lambda x: (time.sleep(SLOW_TASK_S), x)).count()
+                ctx.spark.range(10).write.mode("overwrite").parquet(target.location)
+                ctx.record(target.ref, row_count=10)
+        except BaseException as exc:
+            error = exc
+            time.sleep(AFTER_CANCEL_S)  # cleaning up: the thread outlives the canceled Spark job a while
+            raise
+        finally:
+            calls.end(ctx.job_run_id, error)
+
+    return run
+
+
+def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
+    run_orchestrator: Callable[..., Orchestrator], log: EventLog, spark: Any, tmp_path: Path, calls: Calls
+) -> None:
+    ref = "slow/n=1"
+    job = Job("slow", ["slow/n={n:int}"], slow_first_attempt(tmp_path, calls), max_concurrency=2)
+    run_orchestrator(Graph([job]))  # two worker threads: a free one for the rebuild while the first ends
+    append(log, pb.WantCreate(want_id="w1", partition_refs=[ref]))
+
+    def running_with_spark_job() -> tuple[str, list[int]] | None:
+        state = replayed(log)
+        first = run_of(state, ref, index=0)
+        if first is None or state.job_runs[first].state != JobRunState.RUNNING:
+            return None
+        jobs = active_group_jobs(spark, first)
+        return (first, jobs) if jobs else None
+
+    first, spark_jobs = wait_for("the run to be running with an active Spark job", running_with_spark_job, 60)
+    cancel_seq = append(log, pb.JobRunCancel(job_run_id=first, reason="test"))
+
+    # Spark stops the job well before its tasks' sleep would have ended.
+    wait_for("Spark to stop the canceled run's job", lambda: not active_group_jobs(spark, first), CANCEL_TIMEOUT_S)
+    tracker = spark.sparkContext.statusTracker()
+    assert {tracker.getJobInfo(j).status for j in spark_jobs} == {"FAILED"}
+
+    def rebuilt() -> BuildState | None:
+        state = replayed(log)
+        return state if state.wants["w1"].state == WantState.SUCCESSFUL else None
+
+    state = wait_for("a new run to rebuild the partition", rebuilt, 30)
+    assert state.job_runs[first].state == JobRunState.CANCELED
+    assert state.job_runs[first].cancel_reason == "test"
+    assert state.rejections == []
+    instance = state.canonical_instance(ref)
+    assert instance is not None and instance.state == InstanceState.LIVE
+    assert instance.built_by is not None and instance.built_by != first
+    assert instance.attempts == (first, instance.built_by)
+    # The canceled run recorded only its start: no heartbeat, no outcome after the cancel.
+    [(started_seq, kind)] = events_from_run(log, first)
+    assert kind == "job_run_heartbeat" and started_seq < cancel_seq
+    # Its function did end (its Spark action failed), and the rebuild started only after that:
+    # both would write the same instance location. It was buffered before, so it was held back.
+    rebuild = instance.built_by
+    assert calls.errors[first] == "Py4JJavaError"
+    assert calls.started_ms[rebuild] >= calls.ended_ms[first]
+    assert state.job_runs[rebuild].created_ms < calls.ended_ms[first]
+
+
+# ----------------------------------------------------------------- canceling a run that waits for a thread
+
+
+def test_run_canceled_while_waiting_for_a_thread_never_starts(
+    run_orchestrator: Callable[..., Orchestrator], log: EventLog, calls: Calls, gate: threading.Event
+) -> None:
+    """One worker thread: the first run holds it, the second waits, is canceled, and never runs."""
+
+    def run(ctx: JobContext) -> None:
+        calls.start(ctx.job_run_id)
+        gate.wait(timeout=30)
+        for target in ctx.outputs:
+            ctx.spark.range(3).write.mode("overwrite").parquet(target.location)
+        calls.end(ctx.job_run_id, None)
+
+    job = Job("gated", ["gated/n={n:int}"], run, max_concurrency=2)
+    run_orchestrator(Graph([job]), max_workers=1)
+    append(log, pb.WantCreate(want_id="w1", partition_refs=["gated/n=1"]))
+    append(log, pb.WantCreate(want_id="w2", partition_refs=["gated/n=2"]))
+
+    def one_running_one_queued() -> tuple[str, str] | None:
+        state = replayed(log)
+        runs = [run_of(state, "gated/n=1"), run_of(state, "gated/n=2")]
+        if None in runs:
+            return None
+        by_state = {state.job_runs[r].state: r for r in runs if r is not None}
+        if set(by_state) != {JobRunState.RUNNING, JobRunState.QUEUED} or not calls.started_ms:
+            return None
+        return by_state[JobRunState.RUNNING], by_state[JobRunState.QUEUED]
+
+    holder, waiting = wait_for("one run holding the thread and one waiting", one_running_one_queued)
+    state = replayed(log)
+    waiting_ref = state.instances[state.job_runs[waiting].instance_uuids[0]].ref
+    append(log, pb.JobRunCancel(job_run_id=waiting, reason="test"))
+    # The orchestrator buffers the rebuild in the step that folds the cancel, after stopping the run.
+    wait_for("the rebuild to be buffered", lambda: run_of(replayed(log), waiting_ref) != waiting)
+    gate.set()
+
+    def all_successful() -> BuildState | None:
+        state = replayed(log)
+        return state if all(w.state == WantState.SUCCESSFUL for w in state.wants.values()) else None
+
+    state = wait_for("both wants to be successful", all_successful)
+    assert state.rejections == []
+    assert waiting not in calls.started_ms  # its job function never ran
+    assert events_from_run(log, waiting) == []  # not even the heartbeat that marks it running
+    assert state.job_runs[waiting].state == JobRunState.CANCELED
+    assert state.job_runs[holder].state == JobRunState.SUCCEEDED
+    rebuilt = state.canonical_instance(waiting_ref)
+    assert rebuilt is not None and rebuilt.state == InstanceState.LIVE
+    assert rebuilt.built_by not in (None, waiting, holder)
+
+
+# ----------------------------------------------------------------- the executor on its own
+
+
+def test_executor_records_nothing_after_cancel_and_holds_back_the_same_instance(
+    tmp_path: Path, gate: threading.Event
+) -> None:
+    """After cancel() returns: no heartbeat, no outcome; a rebuild of its instance waits for its thread."""
+    appended: list[pb.Event] = []
+    lock = threading.Lock()
+    started: list[str] = []
+
+    def append_events(events: list[pb.Event]) -> None:
+        with lock:
+            appended.extend(events)
+
+    def run(ctx: JobContext) -> None:
+        started.append(ctx.job_run_id)
+        if ctx.job_run_id == "first":
+            gate.wait(timeout=30)  # a job function busy outside Spark: cancel cannot stop it
+
+    graph = Graph([Job("j", ["j/n={n:int}"], run)])
+    partition = graph.resolve("j/n=1").partition
+    target = OutputTarget(partition, "uuid-1", instance_location(str(tmp_path), "j/n=1", "uuid-1"))
+
+    def plan(run_id: str) -> RunPlan:
+        return RunPlan(graph.jobs["j"], run_id, [target], {}, {"uuid-1": ()}, 0)
+
+    def from_run(run_id: str) -> list[str]:
+        with lock:
+            return [e.WhichOneof("payload") for e in appended if e.source.job_run.job_run_id == run_id]
+
+    executor = JobExecutor(None, append_events, max_workers=2, heartbeat_interval_s=0.02)
+    try:
+        executor.submit(plan("first"))
+        wait_for("heartbeats of the first run", lambda: len(from_run("first")) >= 3)
+        assert executor.cancel("first")
+        assert not executor.cancel("first")  # once is enough
+        recorded = from_run("first")
+        executor.submit(plan("rebuild"))  # same instance: held back while "first" still runs
+        time.sleep(0.3)
+        assert started == ["first"]
+        assert from_run("first") == recorded
+        assert from_run("rebuild") == []
+        assert set(executor.running_ids()) == {"first", "rebuild"}
+        gate.set()
+        wait_for("the rebuild to succeed", lambda: "job_run_success" in from_run("rebuild"))
+    finally:
+        gate.set()
+        executor.shutdown(wait=True)
+    assert started == ["first", "rebuild"]
+    assert from_run("first") == recorded  # the first run's success was dropped
+    assert executor.running_ids() == []
