@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from partbuild.api import models as m
+from partbuild.api.service import Service
 from partbuild.orchestrator.context import JobContext, OutputTarget
 from partbuild.orchestrator.decide import RunPlan, instance_location
 from partbuild.orchestrator.executor import JobExecutor
@@ -205,7 +207,10 @@ def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
         return (first, jobs) if jobs else None
 
     first, spark_jobs = wait_for("the run to be running with an active Spark job", running_with_spark_job, 60)
-    cancel_seq = append(log, pb.JobRunCancel(job_run_id=first, reason="test"))
+    # As an operator would: through the service behind `POST /job-runs/{id}/cancel` and `runs cancel`.
+    service = Service(log)
+    cancel_seq = service.cancel_job_run(first, m.CancelRequest(reason="test"), "operator").seq
+    service.stop()
 
     # Spark stops the job well before its tasks' sleep would have ended.
     wait_for("Spark to stop the canceled run's job", lambda: not active_group_jobs(spark, first), CANCEL_TIMEOUT_S)
