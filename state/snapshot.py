@@ -17,13 +17,14 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import build_state, ids, model, refs
+from partbuild.state import build_state, fold, ids, model, refs
 from partbuild.state.build_state import BuildState
 from partbuild.state.collector import collector_paused
 
 # Bump to invalidate snapshots for a reason the source fingerprint cannot see.
 SNAPSHOT_EPOCH = 1
 
+# What a snapshot may contain. Fold plans are never pickled: they live for one event.
 _ALLOWED_CLASSES = {
     ("partbuild.state.build_state", "BuildState"),
     *(
@@ -34,21 +35,36 @@ _ALLOWED_CLASSES = {
 
 
 class SnapshotError(Exception):
-    """A snapshot payload that cannot be decoded into a BuildState."""
+    """A snapshot payload that cannot be decoded into a BuildState, or a state that must not be encoded."""
+
+
+def _fold_sources() -> list[Path]:
+    """The source files whose change must invalidate snapshots: entities, the fold (every module of
+    `partbuild.state.fold`, new ones included), ids and refs."""
+    paths = []
+    for module in (model, build_state, ids, refs):
+        assert module.__file__ is not None
+        paths.append(Path(module.__file__))
+    assert fold.__file__ is not None
+    paths.extend(sorted(Path(fold.__file__).parent.glob("*.py")))
+    return paths
 
 
 @cache
 def snapshot_format() -> str:
     """The format tag of snapshots this code writes and accepts."""
     h = hashlib.sha256()
-    for module in (model, build_state, ids, refs):
-        assert module.__file__ is not None
-        h.update(Path(module.__file__).read_bytes())
+    for path in _fold_sources():
+        # The name too, so moving code between fold modules changes the tag.
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
     return f"buildstate/{SNAPSHOT_EPOCH}/{h.hexdigest()[:16]}"
 
 
 def encode_state(state: BuildState) -> bytes:
     """Serialize a BuildState (fast compression: snapshots are written on the hot path of start-up)."""
+    if state.broken:
+        raise SnapshotError("the state is half-applied (an apply phase raised); it must not be snapshotted")
     with collector_paused():
         return zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
