@@ -21,14 +21,13 @@ from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import HANDLERS as _HANDLERS
-from partbuild.state.fold import Apply
 from partbuild.state.fold.transitions import derive_want_state
 from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
 
 # Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
-__all__ = ["MAX_ID_LENGTH", "BuildState", "FoldError", "derive_want_state", "describe_source"]
+__all__ = ["MAX_ID_LENGTH", "BrokenBuildState", "BuildState", "FoldError", "derive_want_state", "describe_source"]
 
 
 class FoldError(RuntimeError):
@@ -40,11 +39,9 @@ class FoldError(RuntimeError):
     remedy is a fresh replay from the log (or an older snapshot) with fixed code.
     """
 
-    def __init__(self, seq: int, kind: str | None) -> None:
-        super().__init__(
-            f"applying the {kind} event at seq {seq} failed half-way: this state is inconsistent; "
-            "discard it and rebuild it from the log"
-        )
+    def __init__(self, seq: int, kind: str | None = None) -> None:
+        what = f"the {kind} event at seq {seq} failed half-way" if kind else f"an event failed half-way at seq {seq}"
+        super().__init__(f"applying {what}: this state is inconsistent; discard it and rebuild it from the log")
         self.seq = seq
 
 
@@ -76,57 +73,54 @@ class BuildState:
         self.dropped_instances = 0
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
-        self._broken_seq = 0  # seq whose apply phase raised (FoldError); 0 while healthy
 
     # ----------------------------------------------------------------- applying events
 
     def apply(self, seq: int, event: pb.Event) -> str | None:
         """Fold one event in. Returns None when applied, else the rejection reason.
 
-        Raises ValueError for a seq not after `head_seq`, and FoldError when the
-        apply phase failed (the state is then unusable; see FoldError). With
-        `strict=True`, an exception raised by a check propagates as is (the state
-        is then exactly as before the call).
+        Runs the event's check (pure: a rejection reason or a plan), then the
+        plan's apply phase, then moves the log's clock and expires the wants
+        whose TTL passed. Raises ValueError for a seq not after `head_seq`, and
+        FoldError when the apply phase raised (see FoldError: the state is then
+        unusable). With `strict=True`, an exception raised by a check propagates
+        as is, the state exactly as before the call.
         """
         if seq <= self.head_seq:
             raise ValueError(f"seq {seq} is not after head seq {self.head_seq}")
-        if self._broken_seq:
-            raise FoldError(self._broken_seq, "earlier")
         kind = event.WhichOneof("payload")
         handler = _HANDLERS.get(kind) if kind is not None else None
         if handler is None:
             reason = "event has no payload of a type this version knows"
         else:
+            check, mutate = handler
             try:
-                plan = handler[0](self, seq, getattr(event, kind), event)
+                plan = check(self, seq, getattr(event, kind), event)
             except Exception as exc:  # a bug in a check, which mutated nothing; replay must still never raise
                 if self.strict:
                     raise
                 plan = f"internal error while applying: {exc!r}"
-            if plan.__class__ is not str:
+            if type(plan) is not str:
                 self.head_seq = seq
-                self._apply_plan(handler[1], seq, plan, event)
+                # Inline, not a helper: this is the replay hot path (one call less per event).
+                try:
+                    mutate(self, seq, plan, event)
+                    # Only applied events move the clock: a rejected event with a wild timestamp expires nothing.
+                    if event.timestamp_ms > self.clock_ms:
+                        self.clock_ms = event.timestamp_ms
+                    if self._expiry and self._expiry[0][0] <= self.clock_ms:
+                        _expire_due(self, seq)
+                except BaseException as exc:
+                    # Half-applied: never let it be served, folded further or snapshotted.
+                    self._break(seq)
+                    if isinstance(exc, Exception):
+                        raise FoldError(seq, kind) from exc
+                    raise
                 return None
             reason = plan
         self.head_seq = seq
         self.rejections.append(Rejection(seq, kind or "none", reason))
         return reason
-
-    def _apply_plan(self, mutate: Apply, seq: int, plan: object, event: pb.Event) -> None:
-        """Run an apply phase, then move the log's clock and expire the wants whose TTL passed."""
-        try:
-            mutate(self, seq, plan, event)
-            # Only applied events move the clock: a rejected event with a wild timestamp expires nothing.
-            if event.timestamp_ms > self.clock_ms:
-                self.clock_ms = event.timestamp_ms
-            if self._expiry and self._expiry[0][0] <= self.clock_ms:
-                _expire_due(self, seq)
-        except BaseException as exc:
-            # Half-applied: never let it be served, folded further or snapshotted.
-            self._broken_seq = seq
-            if isinstance(exc, Exception):
-                raise FoldError(seq, event.WhichOneof("payload")) from exc
-            raise
 
     def apply_payload(self, seq: int, payload: bytes, scratch: pb.Event | None = None) -> str | None:
         """Parse and fold one stored event; an unparseable payload is a rejection, not an error."""
@@ -136,18 +130,24 @@ class BuildState:
         except DecodeError as exc:
             if seq <= self.head_seq:
                 raise ValueError(f"seq {seq} is not after head seq {self.head_seq}") from None
-            if self._broken_seq:
-                raise FoldError(self._broken_seq, "earlier") from None
+            if self.broken:  # a bound method taken before the state broke (replay_into's) ends up here
+                raise FoldError(self.broken_seq) from None
             self.head_seq = seq
             reason = f"payload is not a partbuild.v1.Event: {exc}"
             self.rejections.append(Rejection(seq, "unparseable", reason))
             return reason
         return self.apply(seq, event)
 
-    @property
-    def broken(self) -> bool:
-        """Whether an apply phase failed half-way (FoldError): the state must be discarded."""
-        return bool(self._broken_seq)
+    broken = False  # True once an apply phase failed half-way (FoldError): the state must be discarded
+    broken_seq = 0  # the seq whose apply phase failed, when broken
+
+    def _break(self, seq: int) -> None:
+        """Turn this state into a BrokenBuildState: reads still work (post-mortem), applying refuses.
+
+        A class change rather than a flag tested on every event: replay stays as fast as before.
+        """
+        self.broken_seq = seq
+        self.__class__ = BrokenBuildState
 
     # ----------------------------------------------------------------- reads
 
@@ -188,3 +188,18 @@ class BuildState:
             "wants": {s.name.lower(): self.want_counts[s] for s in WantState},
             "job_runs": {s.name.lower(): self.run_counts[s] for s in JobRunState},
         }
+
+
+class BrokenBuildState(BuildState):
+    """A BuildState whose apply phase raised at `broken_seq`: half-applied, it refuses every further event.
+
+    Snapshots refuse it too (`encode_state`), so it can only be discarded and rebuilt from the log.
+    """
+
+    broken = True
+
+    def apply(self, seq: int, event: pb.Event) -> str | None:
+        raise FoldError(self.broken_seq)
+
+    def apply_payload(self, seq: int, payload: bytes, scratch: pb.Event | None = None) -> str | None:
+        raise FoldError(self.broken_seq)

@@ -21,6 +21,7 @@ from partbuild.state.fold.transitions import (
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
 from partbuild.state.model import BUILDABLE_INSTANCE_STATES, Instance
+from partbuild.state.refs import ref_problem
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
@@ -93,16 +94,17 @@ def check_partition_observed(
 ) -> str | ObservedPlan:
     """Validate a PartitionObserved; decide whether its current instance becomes Live or a new one."""
     ref = intern(msg.partition_ref)
-    problem = ref_rejection(ref)
+    problem = ref_problem(ref)  # inline rather than ref_rejection: source data arrives often
     if problem:
-        return problem
+        return f"{problem}: {short(ref)}"
     if not msg.location:
         return "observed partition has no location"
     if msg.row_count < 0 or msg.bytes < 0:
         return "row_count and bytes must not be negative"
-    current = state.canonical_instance(ref)
-    if current is None:
+    uuid = state.canonical.get(ref)
+    if uuid is None:
         return ref, msg, None, None
+    current = state.instances[uuid]
     current_state = current.state
     if current_state in (BUILDING, UPSTREAM_BUILDING):
         return f"partition {short(ref)} is being built by a job run; it cannot also be observed"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from operator import attrgetter
 from sys import intern
 from typing import TYPE_CHECKING
@@ -27,10 +27,12 @@ if TYPE_CHECKING:
 
 # (run id, interned job label, the canonical instances it builds)
 BufferPlan = tuple[str, str, list[Instance]]
-# An output's message and the instances it names as its own inputs (empty: the run's apply).
-OutputPlan = tuple[pb.OutputResult, tuple[Instance, ...]]
+# Input instances: their UUIDs (the held strings) and the instances themselves, in the same order.
+Inputs = tuple[tuple[str, ...], Sequence[Instance]]
+# An output's message and the inputs it names as its own (none: the run's apply).
+OutputPlan = tuple[pb.OutputResult, Inputs]
 # (run, the instances it built, run-level inputs, outputs described by the event, by instance UUID)
-SuccessPlan = tuple[JobRun, list[Instance], tuple[Instance, ...], dict[str, OutputPlan]]
+SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan]]
 # (run, the event's message, the run's instances)
 FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance]]
 CancelPlan = tuple[JobRun, str | None, list[Instance]]
@@ -41,6 +43,7 @@ _QUEUED = JobRunState.QUEUED
 _RUNNING = JobRunState.RUNNING
 _PERMANENT = pb.ERROR_CLASS_PERMANENT
 _uuid_of = attrgetter("uuid")
+_NO_INPUTS: Inputs = ((), ())
 
 
 def _active_run(state: BuildState, job_run_id: str) -> JobRun | str:
@@ -55,8 +58,7 @@ def _active_run(state: BuildState, job_run_id: str) -> JobRun | str:
 
 def _instances_of(state: BuildState, run: JobRun) -> list[Instance]:
     """The instances a run builds (an active run's instances are canonical, never dropped)."""
-    instances = state.instances
-    return [instances[uuid] for uuid in run.instance_uuids]
+    return list(map(state.instances.__getitem__, run.instance_uuids))
 
 
 def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event: pb.Event) -> None:
@@ -132,9 +134,14 @@ def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.
 
 
 def _resolve_inputs(
-    state: BuildState, inputs: Iterable[str], built: frozenset[str] | tuple[str, ...]
-) -> tuple[Instance, ...] | str:
-    """The held instances named by `inputs`, or why they cannot be inputs of this run."""
+    state: BuildState, inputs: Sequence[str], built: frozenset[str] | tuple[str, ...]
+) -> Inputs | str:
+    """The held UUID strings and the instances named by `inputs`, or why they cannot be inputs of this run.
+
+    The held strings, not the event's copies: memory holds one string per UUID.
+    """
+    if not inputs:
+        return _NO_INPUTS
     resolved = []
     instances = state.instances
     for uuid in inputs:
@@ -144,21 +151,21 @@ def _resolve_inputs(
         if uuid in built:
             return f"instance {uuid} is listed as an input of its own build"
         resolved.append(instance)
-    # Instances are unique per UUID, so a repeated instance is a repeated UUID.
-    if len(resolved) > 1 and len(set(resolved)) != len(resolved):
+    held = tuple(map(_uuid_of, resolved))
+    if len(held) > 1 and len(set(held)) != len(held):
         return "an input instance is listed more than once"
-    return tuple(resolved)
+    return held, resolved
 
 
 def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, event: pb.Event) -> str | SuccessPlan:
     """Validate a JobRunSuccess; resolve the run, its instances, and every input instance named."""
     run = _active_run(state, msg.job_run_id)
-    if isinstance(run, str):
+    if type(run) is str:
         return run
     built = run.instance_uuids
     built_set = frozenset(built) if len(built) > 8 else built
     run_inputs = _resolve_inputs(state, msg.input_instance_uuids, built_set)
-    if isinstance(run_inputs, str):
+    if type(run_inputs) is str:
         return run_inputs
     # uuid -> (output, its own inputs); protobuf fields are read once, here.
     outputs: dict[str, OutputPlan] = {}
@@ -171,7 +178,7 @@ def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, ev
         if output.row_count < 0 or output.bytes < 0:
             return "row_count and bytes must not be negative"
         own_inputs = _resolve_inputs(state, output.input_instance_uuids, built_set)
-        if isinstance(own_inputs, str):
+        if type(own_inputs) is str:
             return own_inputs
         outputs[uuid] = (output, own_inputs)
     return run, _instances_of(state, run), run_inputs, outputs
@@ -181,25 +188,24 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
     """The run succeeded: its instances become Live with their outputs and provenance."""
     run, built, run_inputs, outputs = plan
     _move_run(state, run, JobRunState.SUCCEEDED, seq, event)
-    run_input_uuids = tuple(map(_uuid_of, run_inputs))
-    run.inputs = run_input_uuids
+    run.inputs = run_inputs[0]
     run_id = run.job_run_id
     for instance in built:
-        upstreams, inputs = run_inputs, run_input_uuids
+        inputs = run_inputs
         described = outputs.get(instance.uuid)
         if described is not None:
             output, own_inputs = described
-            if own_inputs:
-                upstreams, inputs = own_inputs, tuple(map(_uuid_of, own_inputs))
+            if own_inputs[0]:
+                inputs = own_inputs
             instance.location = output.location or None
             instance.row_count = output.row_count
             instance.byte_count = output.bytes
             if output.metadata:
                 instance.metadata = dict(sorted(output.metadata.items()))
-        instance.inputs = inputs
+        instance.inputs = inputs[0]
         instance.built_by = run_id
         uuid = instance.uuid
-        for upstream in upstreams:
+        for upstream in inputs[1]:
             if upstream.consumers is None:
                 upstream.consumers = [uuid]
             else:
@@ -213,7 +219,7 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
 def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, event: pb.Event) -> str | FailurePlan:
     """Validate a JobRunFailure; resolve the run and its instances."""
     run = _active_run(state, msg.job_run_id)
-    if isinstance(run, str):
+    if type(run) is str:
         return run
     if msg.retry_after_ms < 0:
         return "retry_after_ms must not be negative"
@@ -238,7 +244,7 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
 def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:
     """Validate a JobRunCancel; resolve the run and its instances."""
     run = _active_run(state, msg.job_run_id)
-    if isinstance(run, str):
+    if type(run) is str:
         return run
     return run, msg.reason or None, _instances_of(state, run)
 
@@ -260,7 +266,7 @@ def check_job_run_missing_deps(
 ) -> str | MissingDepsPlan:
     """Validate a JobRunMissingDeps; resolve the run, its instances, and which missing refs are not Live."""
     run = _active_run(state, msg.job_run_id)
-    if isinstance(run, str):
+    if type(run) is str:
         return run
     missing = tuple(map(intern, msg.missing_refs))
     instances = _instances_of(state, run)

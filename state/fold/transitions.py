@@ -191,13 +191,12 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
         assert tally is not None
         tally[old] -= 1
         tally[new] += 1
-        refresh_want(state, want, seq)
+        refresh_want(state, want, tally, seq)
 
 
-def refresh_want(state: BuildState, want: Want, seq: int) -> None:
-    """Re-derive an active want's state from its tally; retire it if that state is terminal."""
-    assert want.tally is not None
-    new = derive_want_state(want.tally, len(want.refs))
+def refresh_want(state: BuildState, want: Want, tally: list[int], seq: int) -> None:
+    """Re-derive an active want's state from its tally (`want.tally`); retire it if that state is terminal."""
+    new = derive_want_state(tally, len(want.refs))
     if new == want.state:
         return
     state.want_counts[want.state] -= 1

@@ -37,9 +37,9 @@ def upstream_refs_problem(refs: tuple[str, ...], own_refs: set[str]) -> str | No
     if not refs:
         return "no upstream refs listed"
     for ref in refs:
-        problem = ref_rejection(ref)
+        problem = ref_problem(ref)
         if problem:
-            return problem
+            return f"{problem}: {short(ref)}"
         if ref in own_refs:
             return f"{short(ref)} is listed as a missing input of its own build"
     if len(refs) > 1 and len(set(refs)) != len(refs):

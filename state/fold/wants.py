@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.transitions import TALLY_SIZE, derive_want_state, end_want, new_canonical
-from partbuild.state.fold.validation import describe_source, id_problem, ref_rejection, short
+from partbuild.state.fold.validation import describe_source, id_problem, short
 from partbuild.state.model import RETRYABLE_BY_NEW_WANT, Instance, Want, WantState
+from partbuild.state.refs import ref_problem
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
 
-# (message, interned refs, their canonical instances or None, parent want, source label)
-WantCreatePlan = tuple[pb.WantCreate, tuple[str, ...], tuple[Instance | None, ...], Want | None, str]
+# (the new want's record, the current canonical instance of each of its refs or None, its parent)
+WantCreatePlan = tuple[Want, list[Instance | None], Want | None]
 # The wants to cancel, each with its cancel reason, in the order they are canceled.
 WantCancelPlan = list[tuple[Want, str]]
 
@@ -28,16 +29,35 @@ _SUCCESSFUL = WantState.SUCCESSFUL
 
 
 def check_want_create(state: BuildState, seq: int, msg: pb.WantCreate, event: pb.Event) -> str | WantCreatePlan:
-    """Validate a WantCreate; resolve its parent and the current instance of each ref."""
+    """Validate a WantCreate; resolve its parent and the current instance of each ref; build its record."""
     # Interned: a ref string is then held once however many events, wants and runs name it.
     refs = tuple(map(intern, msg.partition_refs))
     problem = _want_create_problem(state, msg, refs)
     if problem:
         return problem
+    want_id = msg.want_id
     parent = state.wants[msg.parent_want_id] if msg.parent_want_id else None
-    currents = tuple(map(state.canonical_instance, refs))
-    source = intern(describe_source(event)) if event.HasField("source") else ""
-    return msg, refs, currents, parent, source
+    canonical, instances = state.canonical, state.instances
+    currents = []  # a loop, not a generator: most wants name one ref, and this is the replay hot path
+    for ref in refs:
+        uuid = canonical.get(ref)
+        currents.append(None if uuid is None else instances[uuid])
+    created_ms = event.timestamp_ms
+    # The new record (not in the state until the apply phase inserts it).
+    want = Want(
+        want_id,
+        refs,
+        seq,
+        created_ms,
+        msg.data_timestamp_ms or created_ms,
+        msg.ttl_seconds,
+        msg.sla_seconds,
+        intern(msg.comment),
+        intern(describe_source(event)) if event.HasField("source") else "",
+        parent.want_id if parent is not None else None,
+        parent.root_want_id if parent is not None else want_id,
+    )
+    return want, currents, parent
 
 
 def _want_create_problem(state: BuildState, msg: pb.WantCreate, refs: tuple[str, ...]) -> str | None:
@@ -51,9 +71,9 @@ def _want_create_problem(state: BuildState, msg: pb.WantCreate, refs: tuple[str,
     if not refs:
         return "want lists no partition refs"
     for ref in refs:
-        problem = ref_rejection(ref)
+        problem = ref_problem(ref)
         if problem:
-            return problem
+            return f"{problem}: {short(ref)}"
     if len(refs) > 1 and len(set(refs)) != len(refs):
         return "want lists a partition ref more than once"
     if msg.ttl_seconds < 0 or msg.sla_seconds < 0 or msg.data_timestamp_ms < 0:
@@ -70,28 +90,21 @@ def _want_create_problem(state: BuildState, msg: pb.WantCreate, refs: tuple[str,
 
 
 def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: pb.Event) -> None:
-    """Record the want, give each ref a canonical instance to join, and derive the want's state."""
-    msg, refs, currents, parent, source = plan
-    want_id = msg.want_id
-    created_ms = event.timestamp_ms
-    want = Want(
-        want_id,
-        refs,
-        seq,
-        created_ms,
-        msg.data_timestamp_ms or created_ms,
-        msg.ttl_seconds,
-        msg.sla_seconds,
-        intern(msg.comment),
-        source,
-        parent.want_id if parent is not None else None,
-        parent.root_want_id if parent is not None else want_id,
-    )
+    """Record the want, give each ref a canonical instance to join, and derive the want's state.
+
+    One function rather than several: most wants name one ref, so calls are a good part of the cost.
+    """
+    want, currents, parent = plan
+    want_id, refs = want.want_id, want.refs
     state.wants[want_id] = want
     tally = [0] * TALLY_SIZE
     wants_by_ref = state.wants_by_ref
-    for ref, current in zip(refs, currents, strict=True):
-        tally[_instance_for_new_want(state, seq, ref, current).state] += 1
+    for ref, current in zip(refs, currents, strict=False):  # same length by construction
+        if current is None:
+            current = new_canonical(state, seq, ref, None)
+        elif current.state in RETRYABLE_BY_NEW_WANT:  # asking again after a failure: a new attempt
+            current = new_canonical(state, seq, ref, current)
+        tally[current.state] += 1
         listed = wants_by_ref.get(ref)
         if listed is None:
             wants_by_ref[ref] = [want_id]
@@ -102,34 +115,17 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
             parent.children = [want_id]
         else:
             parent.children.append(want_id)
-    _start_want(state, seq, want, tally)
-
-
-def _instance_for_new_want(state: BuildState, seq: int, ref: str, current: Instance | None) -> Instance:
-    """The canonical instance a new want joins; a fresh one if there is none or it failed."""
-    if current is None:
-        return new_canonical(state, seq, ref, None)
-    if current.state in RETRYABLE_BY_NEW_WANT:
-        # Asking again after a failure is asking for a new attempt.
-        return new_canonical(state, seq, ref, current)
-    return current
-
-
-def _start_want(state: BuildState, seq: int, want: Want, tally: list[int]) -> None:
-    """Set a new want's state from its tally: fulfilled at once, or active (indexed, maybe expiring)."""
-    new = derive_want_state(tally, len(want.refs))
-    want.state = new
+    new = want.state = derive_want_state(tally, len(refs))
     state.want_counts[new] += 1
     if new == _SUCCESSFUL:
         # Everything already Live: fulfilled on arrival. (Failed states cannot occur
-        # here because failed canonical instances were replaced by fresh ones.)
+        # here because failed canonical instances were replaced by fresh ones above.)
         canonical = state.canonical
-        want.satisfied_by = tuple(canonical[ref] for ref in want.refs)
+        want.satisfied_by = tuple(canonical[ref] for ref in refs)
         return
     want.tally = tally
     active = state._active_wants_by_ref
-    want_id = want.want_id
-    for ref in want.refs:
+    for ref in refs:
         waiting = active.get(ref)
         if waiting is None:
             active[ref] = {want_id: None}
