@@ -133,9 +133,7 @@ def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.
 # ----------------------------------------------------------------- JobRunSuccess
 
 
-def _resolve_inputs(
-    state: BuildState, inputs: Sequence[str], built: frozenset[str] | tuple[str, ...]
-) -> Inputs | str:
+def _resolve_inputs(state: BuildState, inputs: Sequence[str], built: frozenset[str] | tuple[str, ...]) -> Inputs | str:
     """The held UUID strings and the instances named by `inputs`, or why they cannot be inputs of this run.
 
     The held strings, not the event's copies: memory holds one string per UUID.

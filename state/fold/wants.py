@@ -146,17 +146,23 @@ def check_want_cancel(state: BuildState, seq: int, msg: pb.WantCancel, event: pb
         return f"want {short(msg.want_id)} does not exist"
     if want.tally is None:
         return f"want {short(msg.want_id)} is already {want.state.name.lower()}"
-    # Derivative wants exist only to serve their parent: cancel the active ones with it.
-    # Same walk (and order) as the cancellation itself; `planned` stands in for "already canceled".
+    return _cancellation(state, want, msg.reason or "canceled")
+
+
+def _cancellation(state: BuildState, want: Want, reason: str) -> WantCancelPlan:
+    """`want` and its active derivative wants (they exist only to serve it), each with its cancel reason.
+
+    In the order the cancellation visits them; `planned` stands in for "already canceled".
+    """
     plan: WantCancelPlan = []
     planned: set[str] = set()
-    stack = [(want, msg.reason or "canceled")]
+    stack = [(want, reason)]
     while stack:
-        current, reason = stack.pop()
+        current, why = stack.pop()
         if current.tally is None or current.want_id in planned:
             continue
         planned.add(current.want_id)
-        plan.append((current, reason))
+        plan.append((current, why))
         for child_id in current.children or ():
             stack.append((state.wants[child_id], f"parent want {current.want_id} canceled"))
     return plan
