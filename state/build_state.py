@@ -106,9 +106,11 @@ class BuildState:
                 try:
                     mutate(self, seq, plan, event)
                     # Only applied events move the clock: a rejected event with a wild timestamp expires nothing.
-                    if event.timestamp_ms > self.clock_ms:
-                        self.clock_ms = event.timestamp_ms
-                    if self._expiry and self._expiry[0][0] <= self.clock_ms:
+                    timestamp_ms = event.timestamp_ms  # read once: each protobuf field read builds an int
+                    if timestamp_ms > self.clock_ms:
+                        self.clock_ms = timestamp_ms
+                    expiry = self._expiry
+                    if expiry and expiry[0][0] <= self.clock_ms:
                         _expire_due(self, seq)
                 except BaseException as exc:
                     # Half-applied: never let it be served, folded further or snapshotted.

@@ -177,13 +177,19 @@ def _stop_waiting(state: BuildState, instance: Instance, except_ref: str) -> Non
 
 
 def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: InstanceState, seq: int) -> None:
-    """The canonical state of `ref` went from `old` to `new`: adjust its active wants."""
+    """The canonical state of `ref` went from `old` to `new`: adjust its active wants.
+
+    Each want's tally moves, its state is derived again, and a want that became
+    Successful, Failed or UpstreamFailed is retired. One function, no helper per
+    want: it runs for nearly every instance transition of the replay.
+    """
     if old == new:
         return
     active = state._active_wants_by_ref.get(ref)
     if not active:
         return
     wants = state.wants
+    counts = state.want_counts
     # Copy: a want that becomes terminal leaves this index while we iterate.
     for want_id in list(active):
         want = wants[want_id]
@@ -191,24 +197,19 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
         assert tally is not None
         tally[old] -= 1
         tally[new] += 1
-        refresh_want(state, want, tally, seq)
-
-
-def refresh_want(state: BuildState, want: Want, tally: list[int], seq: int) -> None:
-    """Re-derive an active want's state from its tally (`want.tally`); retire it if that state is terminal."""
-    new = derive_want_state(tally, len(want.refs))
-    if new == want.state:
-        return
-    state.want_counts[want.state] -= 1
-    state.want_counts[new] += 1
-    want.state = new
-    want.updated_seq = seq
-    if new == _SUCCESSFUL:
-        canonical = state.canonical
-        want.satisfied_by = tuple(canonical[ref] for ref in want.refs)
-        retire_want(state, want)
-    elif new in _WANT_FAILURES:
-        retire_want(state, want)
+        derived = derive_want_state(tally, len(want.refs))
+        if derived == want.state:
+            continue
+        counts[want.state] -= 1
+        counts[derived] += 1
+        want.state = derived
+        want.updated_seq = seq
+        if derived == _SUCCESSFUL:
+            canonical = state.canonical
+            want.satisfied_by = tuple(canonical[r] for r in want.refs)
+            retire_want(state, want)
+        elif derived in _WANT_FAILURES:
+            retire_want(state, want)
 
 
 def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
