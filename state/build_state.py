@@ -201,7 +201,9 @@ class BrokenBuildState(BuildState):
     broken = True
 
     def apply(self, seq: int, event: pb.Event) -> str | None:
+        """Refuse: the state is half-applied."""
         raise FoldError(self.broken_seq)
 
     def apply_payload(self, seq: int, payload: bytes, scratch: pb.Event | None = None) -> str | None:
+        """Refuse: the state is half-applied."""
         raise FoldError(self.broken_seq)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from partbuild.state.digest import state_digest
 from partbuild.state.events import manual
 from partbuild.state.fold import instances, job_runs, wants
 from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.snapshot import SnapshotError, encode_state
+from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
 
 from foldkit import Story
 
@@ -270,3 +271,12 @@ def test_an_apply_phase_that_raises_breaks_the_state_for_good(monkeypatch: pytes
     with pytest.raises(SnapshotError, match="half-applied"):
         encode_state(state)
     assert not BuildState().broken
+
+
+def test_snapshot_format_fingerprints_every_fold_module() -> None:
+    """A change to any module of the fold package (a new one included) makes older snapshots invisible."""
+    package = Path(fold.__file__).parent
+    assert set(package.glob("*.py")) <= set(_fold_sources())
+    assert {"__init__.py", "transitions.py", "wants.py", "job_runs.py", "instances.py"} <= {
+        path.name for path in _fold_sources()
+    }

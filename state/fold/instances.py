@@ -167,6 +167,7 @@ def apply_instance_retention(state: BuildState, seq: int, plan: RetentionPlan, e
 
 
 def _drop(state: BuildState, instance: Instance) -> None:
+    """Forget one instance; whatever still names it (inputs of others, runs, wants) keeps the UUID only."""
     instances = state.instances
     uuid = instance.uuid
     del instances[uuid]
