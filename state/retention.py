@@ -1,30 +1,93 @@
-"""Retention: which superseded instances an InstanceRetention would drop, and the seq a point in time maps to."""
+"""Retention, the state side: what an `InstanceRetention` event would drop, and where "N days ago" is in the log.
+
+`InstanceRetention{drop_superseded_created_before_seq: C}` drops every
+superseded (non-canonical) instance whose creating event has a seq below C.
+Writers (the orchestrator's `--retain-days N`, `partbuild retention --dry-run`)
+compute C with `cutoff_seq_before(log, now_ms - N days)` and preview the effect
+with `retention_candidates(state, C)`; the fold stays the only judge.
+
+What retention never drops: canonical instances (so never an instance an active
+job run builds, nor a waiting one: both are canonical). What it may drop that a
+later event still names: an instance a running job read as an input, if it was
+superseded (tainted, or replaced by a new version of source data) while the job
+ran and the cutoff is past its creation; that job's JobRunSuccess is then
+rejected ("input instance ... is unknown") and the run is retried after its
+heartbeat timeout. `cutoff_sparing_active_runs` lowers a cutoff so that this
+cannot happen; whether to use it is the writer's choice (it changes what one
+event drops, never how the fold replays old logs).
+"""
 
 from __future__ import annotations
 
 from partbuild.state.build_state import BuildState
+from partbuild.state.fold.instances import split_superseded
 from partbuild.state.model import Instance
 from partbuild.state.store import EventLog
 
 
 def retention_candidates(state: BuildState, cutoff_seq: int) -> list[Instance]:
-    """The instances `InstanceRetention(cutoff_seq)` would drop now: superseded, created before the cutoff."""
-    instances = state.instances
-    return [
-        instances[uuid]
-        for uuid in state._superseded
-        if uuid in instances and instances[uuid].created_seq < cutoff_seq
-    ]
+    """Exactly the instances `InstanceRetention(cutoff_seq)` would drop if applied now, in the fold's order.
+
+    Empty for a cutoff the fold would reject (not positive). The fold's own
+    selection, so the preview and the event cannot disagree.
+    """
+    if cutoff_seq <= 0:
+        return []
+    dropped, _ = split_superseded(state, cutoff_seq)
+    return dropped
 
 
 def cutoff_seq_before(log: EventLog, before_ms: int) -> int:
-    """The first seq recorded at or after `before_ms` (head + 1 if none): everything below it is older."""
-    low, high = 1, log.head() + 1
-    while low < high:
-        middle = (low + high) // 2
-        row = log.read(middle - 1, 1)[0]
-        if row.recorded_at_ms >= before_ms:
-            high = middle
+    """The first seq whose stored `recorded_at_ms` is >= `before_ms`; `log.head() + 1` if there is none.
+
+    As the cutoff of `InstanceRetention`, "created before the cutoff" then means
+    "created by an event recorded before `before_ms`": with `before_ms` = now - N
+    days, instances created more than N days ago. The result is always >= 1, a
+    valid cutoff: 1 (an empty log, or every event recorded at or after
+    `before_ms`) drops nothing; head + 1 (every event older) makes every
+    superseded instance a candidate.
+
+    Binary search over seqs (gapless, 1..head) with one point read each:
+    O(log n) reads through the log's public API. `recorded_at_ms` is the
+    appender's wall clock, taken just before its append transaction: it is
+    non-decreasing in practice, but concurrent writers (or writers on hosts
+    with skewed clocks) can record slightly out of order. The search then still
+    ends at a seq between events recorded just before and just after
+    `before_ms`, so a skew of a few seconds moves the cutoff by the events of
+    those seconds, nothing more.
+    """
+    lo, hi = 1, log.head() + 1  # the answer is in [lo, hi]; hi: none recorded at or after before_ms
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _recorded_at_ms(log, mid) >= before_ms:
+            hi = mid
         else:
-            low = middle + 1
-    return low if log.head() else 0
+            lo = mid + 1
+    return lo
+
+
+def _recorded_at_ms(log: EventLog, seq: int) -> int:
+    """The `recorded_at_ms` of the event at `seq` (1 <= seq <= head: committed, seqs are gapless)."""
+    rows = log.read(after_seq=seq - 1, limit=1)
+    if not rows or rows[0].seq != seq:
+        raise LookupError(f"the log has no event at seq {seq}, although its head is past it")
+    return rows[0].recorded_at_ms
+
+
+def cutoff_sparing_active_runs(state: BuildState, cutoff_seq: int) -> int:
+    """`cutoff_seq`, lowered if needed so that no instance a queued or running job may have read is dropped.
+
+    A job run reads the canonical Live instances of its inputs after it was
+    buffered; one of those superseded since then (after the oldest active run's
+    buffer event) may still be named by that run's JobRunSuccess. The result
+    keeps every such instance: it is at most the creation seq of the oldest one.
+    """
+    if not state.active_run_ids:
+        return cutoff_seq
+    oldest_run = state.job_runs[next(iter(state.active_run_ids))]  # the index is in buffer order
+    spared = [
+        instance.created_seq
+        for instance in retention_candidates(state, cutoff_seq)
+        if instance.superseded_seq > oldest_run.created_seq
+    ]
+    return min(cutoff_seq, *spared) if spared else cutoff_seq

@@ -17,13 +17,14 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import build_state, ids, model, refs
+from partbuild.state import build_state, fold, ids, model, refs
 from partbuild.state.build_state import BuildState
 from partbuild.state.collector import collector_paused
 
 # Bump to invalidate snapshots for a reason the source fingerprint cannot see.
 SNAPSHOT_EPOCH = 1
 
+# What a snapshot may contain. Fold plans are never pickled: they live for one event.
 _ALLOWED_CLASSES = {
     ("partbuild.state.build_state", "BuildState"),
     *(
@@ -34,16 +35,29 @@ _ALLOWED_CLASSES = {
 
 
 class SnapshotError(Exception):
-    """A snapshot payload that cannot be decoded into a BuildState."""
+    """A snapshot payload that cannot be decoded into a BuildState, or a state that must not be encoded."""
+
+
+def _fold_sources() -> list[Path]:
+    """The source files whose change must invalidate snapshots: entities, the fold (every module of
+    `partbuild.state.fold`, new ones included), ids and refs."""
+    paths = []
+    for module in (model, build_state, ids, refs):
+        assert module.__file__ is not None
+        paths.append(Path(module.__file__))
+    assert fold.__file__ is not None
+    paths.extend(sorted(Path(fold.__file__).parent.glob("*.py")))
+    return paths
 
 
 @cache
 def snapshot_format() -> str:
     """The format tag of snapshots this code writes and accepts."""
     h = hashlib.sha256()
-    for module in (model, build_state, ids, refs):
-        assert module.__file__ is not None
-        h.update(Path(module.__file__).read_bytes())
+    for path in _fold_sources():
+        # The name too, so moving code between fold modules changes the tag.
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
     return f"buildstate/{SNAPSHOT_EPOCH}/{h.hexdigest()[:16]}"
 
 
@@ -101,11 +115,64 @@ _CHUNK = 1 << 20
 
 def encode_state(state: BuildState) -> bytes:
     """Serialize a BuildState, compressing as it is pickled."""
+    if state.broken:
+        raise SnapshotError("the state is half-applied (an apply phase raised); it must not be snapshotted")
     writer = _CompressingWriter()
     with collector_paused(), io.BufferedWriter(writer, _CHUNK) as buffered:
-        pickle.Pickler(buffered, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
+        _dump(state, pickle.Pickler(buffered, protocol=pickle.HIGHEST_PROTOCOL))
         buffered.flush()
         return writer.payload()
+
+
+# The record tables: pickled after every shared string is in the pickler's memo, without memoizing them.
+_TABLES = ("instances", "wants", "job_runs")
+
+
+def _dump(state: BuildState, pickler: pickle.Pickler) -> None:
+    """The state without its record tables, the strings records share, then the tables in fast mode.
+
+    Why not `dump(state)`: the pickler's memo keeps a reference to everything it
+    pickled until the end, so every record and the field tuple it pickles as
+    stayed alive beside the state (about the state's size again at a million
+    instances). Here the memo first learns every shared object (record classes,
+    state enums, ids, refs, labels) from the indexes; the tables are then
+    written in fast mode, where existing memo entries are still used (strings
+    stay shared after loading) but nothing new is kept.
+    """
+    shell = BuildState.__new__(BuildState)
+    shell.__dict__.update(state.__dict__)
+    for name in _TABLES:
+        setattr(shell, name, {})
+    pickler.dump(shell)
+    wants = state.wants.values()
+    shared = [
+        # The record classes first: in fast mode a class not in the memo is written (and looked up
+        # when loading) once per record.
+        [model.Instance, model.Want, model.JobRun, *model.InstanceState, *model.WantState, *model.JobRunState],
+        list(state.instances),
+        list(state.wants),
+        list(state.job_runs),
+        list({run.job_label: None for run in state.job_runs.values()}),
+        list({text: None for want in wants for text in (want.comment, want.source)}),
+    ]
+    pickler.dump(shared)
+    pickler.fast = True
+    for name in _TABLES:
+        pickler.dump(getattr(state, name))
+
+
+def _load(unpickler: pickle.Unpickler) -> BuildState:
+    """The inverse of `_dump`."""
+    state = unpickler.load()
+    if not isinstance(state, BuildState):
+        raise SnapshotError(f"snapshot holds a {type(state).__name__}, not a BuildState")
+    unpickler.load()  # the shared strings: the unpickler's memo holds them for the tables
+    for name in _TABLES:
+        table = unpickler.load()
+        if not isinstance(table, dict):
+            raise SnapshotError(f"snapshot table {name} is a {type(table).__name__}, not a dict")
+        setattr(state, name, table)
+    return state
 
 
 class _StateUnpickler(pickle.Unpickler):
@@ -119,11 +186,9 @@ def decode_state(payload: bytes) -> BuildState:
     """Rebuild a BuildState from `encode_state` output; SnapshotError if it is not one."""
     try:
         with collector_paused():
-            state = _StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK)).load()
+            state = _load(_StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK)))
     except SnapshotError:
         raise
     except Exception as exc:
         raise SnapshotError(f"snapshot payload cannot be decoded: {exc!r}") from exc
-    if not isinstance(state, BuildState):
-        raise SnapshotError(f"snapshot holds a {type(state).__name__}, not a BuildState")
     return state

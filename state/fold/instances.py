@@ -1,0 +1,220 @@
+"""Partition instances: PartitionTaint, PartitionObserved, InstanceRetention, InstancesWaitUpstream."""
+
+from __future__ import annotations
+
+from sys import intern
+from typing import TYPE_CHECKING
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.transitions import (
+    BUILDING,
+    LIVE,
+    MISSING,
+    TAINTED,
+    UP_FOR_RETRY,
+    UPSTREAM_BUILDING,
+    change_state,
+    is_live,
+    new_canonical,
+    set_state,
+    wait_for_upstream,
+)
+from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
+from partbuild.state.model import BUILDABLE_INSTANCE_STATES, Instance
+from partbuild.state.refs import ref_problem
+
+if TYPE_CHECKING:
+    from partbuild.state.build_state import BuildState
+
+# (ref, reason, the Live canonical instances to taint in order, the one the event names)
+TaintPlan = tuple[str, str, list[Instance], Instance]
+# (ref, message, the current canonical instance or None, the instance that becomes Live if it is reused)
+ObservedPlan = tuple[str, pb.PartitionObserved, Instance | None, Instance | None]
+# (instances to drop, UUIDs of the superseded instances kept)
+RetentionPlan = tuple[list[Instance], list[str]]
+# Each waiting instance with the refs it names that are not Live now.
+WaitPlan = list[tuple[Instance, list[str]]]
+
+
+# ----------------------------------------------------------------- PartitionTaint
+
+
+def check_partition_taint(state: BuildState, seq: int, msg: pb.PartitionTaint, event: pb.Event) -> str | TaintPlan:
+    """Validate a PartitionTaint; list every instance it taints, the cascade included."""
+    ref = intern(msg.partition_ref)
+    problem = ref_rejection(ref)
+    if problem:
+        return problem
+    current = state.canonical_instance(ref)
+    if current is None:
+        return f"partition {short(ref)} has no instance to taint"
+    if current.state != LIVE:
+        return f"partition {short(ref)} is {current.state.name.lower()}; only a Live instance can be tainted"
+    return ref, msg.reason or "tainted", _taint_cascade(state, current, msg.only_this_ref), current
+
+
+def _taint_cascade(state: BuildState, current: Instance, only_this_ref: bool) -> list[Instance]:
+    """The Live canonical instances a taint of `current` reaches, in the order it taints them.
+
+    Depth-first through consumers. Tainting one instance changes no other
+    instance's eligibility (Live and canonical), so walking first and tainting
+    afterwards visits exactly what tainting while walking would.
+    """
+    instances = state.instances
+    order: list[Instance] = []
+    taken: set[str] = set()
+    pending = [current]
+    while pending:
+        old = pending.pop()
+        # Reached twice through a diamond, or not Live: nothing (more) to taint.
+        if old.superseded_seq or old.state != LIVE or old.uuid in taken:
+            continue
+        taken.add(old.uuid)
+        order.append(old)
+        if not only_this_ref:
+            for consumer in old.consumers or ():
+                pending.append(instances[consumer])
+    return order
+
+
+def apply_partition_taint(state: BuildState, seq: int, plan: TaintPlan, event: pb.Event) -> None:
+    """Taint the planned instances; a fresh Missing instance becomes canonical for each ref."""
+    ref, reason, tainted, current = plan
+    for old in tainted:
+        new_canonical(state, seq, old.ref, old)
+        change_state(state, old, TAINTED, seq)
+        old.note = reason if old is current else f"upstream {ref} tainted: {reason}"
+
+
+# ----------------------------------------------------------------- PartitionObserved
+
+
+def check_partition_observed(
+    state: BuildState, seq: int, msg: pb.PartitionObserved, event: pb.Event
+) -> str | ObservedPlan:
+    """Validate a PartitionObserved; decide whether its current instance becomes Live or a new one."""
+    ref = intern(msg.partition_ref)
+    problem = ref_problem(ref)  # inline rather than ref_rejection: source data arrives often
+    if problem:
+        return f"{problem}: {short(ref)}"
+    if not msg.location:
+        return "observed partition has no location"
+    if msg.row_count < 0 or msg.bytes < 0:
+        return "row_count and bytes must not be negative"
+    uuid = state.canonical.get(ref)
+    if uuid is None:
+        return ref, msg, None, None
+    current = state.instances[uuid]
+    current_state = current.state
+    if current_state in (BUILDING, UPSTREAM_BUILDING):
+        return f"partition {short(ref)} is being built by a job run; it cannot also be observed"
+    if current_state == LIVE and current.location == msg.location:
+        return f"partition {short(ref)} is already Live at {short(msg.location)}"
+    if current_state in (MISSING, UP_FOR_RETRY):
+        return ref, msg, current, current
+    # Live elsewhere (a new data version) or failed: a new instance replaces it.
+    return ref, msg, current, None
+
+
+def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, event: pb.Event) -> None:
+    """The observed data makes the reused or a new canonical instance Live."""
+    ref, msg, current, reused = plan
+    instance = reused if reused is not None else new_canonical(state, seq, ref, current)
+    instance.location = msg.location
+    instance.row_count = msg.row_count
+    instance.byte_count = msg.bytes
+    instance.metadata = dict(sorted(msg.metadata.items())) if msg.metadata else None
+    set_state(state, instance, LIVE, seq)
+
+
+# ----------------------------------------------------------------- InstanceRetention
+
+
+def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
+    """(instances an InstanceRetention(cutoff_seq) drops, in the fold's order; UUIDs of the others kept).
+
+    Only superseded instances are candidates: canonical ones never are, and so
+    never are the instances of an active run or waiting ones (both canonical).
+    """
+    instances = state.instances
+    dropped: list[Instance] = []
+    kept: list[str] = []
+    for uuid in state._superseded:
+        instance = instances[uuid]
+        if instance.created_seq < cutoff_seq:
+            dropped.append(instance)
+        else:
+            kept.append(uuid)
+    return dropped, kept
+
+
+def check_instance_retention(
+    state: BuildState, seq: int, msg: pb.InstanceRetention, event: pb.Event
+) -> str | RetentionPlan:
+    """Validate an InstanceRetention; list what it drops."""
+    cutoff = msg.drop_superseded_created_before_seq
+    if cutoff <= 0:
+        return "drop_superseded_created_before_seq must be positive"
+    return split_superseded(state, cutoff)
+
+
+def apply_instance_retention(state: BuildState, seq: int, plan: RetentionPlan, event: pb.Event) -> None:
+    """Drop the planned instances; the consumer lists of their inputs forget them."""
+    dropped, kept = plan
+    for instance in dropped:
+        _drop(state, instance)
+    state._superseded = kept
+
+
+def _drop(state: BuildState, instance: Instance) -> None:
+    """Forget one instance; whatever still names it (inputs of others, runs, wants) keeps the UUID only."""
+    instances = state.instances
+    uuid = instance.uuid
+    del instances[uuid]
+    state.instance_counts[instance.state] -= 1
+    for input_uuid in instance.inputs:
+        upstream = instances.get(input_uuid)  # None: dropped earlier (this event or before)
+        if upstream is not None and upstream.consumers and uuid in upstream.consumers:
+            upstream.consumers.remove(uuid)
+            if not upstream.consumers:
+                upstream.consumers = None
+    state.dropped_instances += 1
+
+
+# ----------------------------------------------------------------- InstancesWaitUpstream
+
+
+def check_instances_wait_upstream(
+    state: BuildState, seq: int, msg: pb.InstancesWaitUpstream, event: pb.Event
+) -> str | WaitPlan:
+    """Validate an InstancesWaitUpstream; resolve each instance and which of its refs are not Live."""
+    if not msg.waits:
+        return "wait event lists no instances"
+    plan: WaitPlan = []
+    seen: set[str] = set()
+    for wait in msg.waits:
+        instance = state.instances.get(wait.instance_uuid)
+        if instance is None:
+            return f"unknown partition instance {short(wait.instance_uuid)}"
+        if instance.uuid in seen:
+            return f"instance {instance.uuid} is listed more than once"
+        seen.add(instance.uuid)
+        if instance.superseded_seq:
+            return f"instance {instance.uuid} of {short(instance.ref)} is no longer canonical"
+        if instance.state not in BUILDABLE_INSTANCE_STATES:
+            named = f"instance {instance.uuid} of {short(instance.ref)}"
+            return f"{named} is {instance.state.name.lower()}; only a schedulable one can wait"
+        refs = tuple(map(intern, wait.upstream_refs))
+        problem = upstream_refs_problem(refs, {instance.ref})
+        if problem:
+            return problem
+        # Every waiting instance is schedulable, so not Live, before and after it waits:
+        # which refs are Live cannot change while the plan is applied.
+        plan.append((instance, [ref for ref in refs if not is_live(state, ref)]))
+    return plan
+
+
+def apply_instances_wait_upstream(state: BuildState, seq: int, plan: WaitPlan, event: pb.Event) -> None:
+    """Each instance waits for its refs that are not Live (or stays Missing if all are)."""
+    for instance, still_missing in plan:
+        wait_for_upstream(state, instance, still_missing, seq)

@@ -1,0 +1,285 @@
+"""Job runs: JobRunBuffer, JobRunHeartbeat, and the outcomes (success, failure, cancel, missing deps)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from sys import intern
+from typing import TYPE_CHECKING
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.transitions import (
+    BUILDING,
+    FAILED,
+    LIVE,
+    MISSING,
+    UP_FOR_RETRY,
+    change_state,
+    is_live,
+    set_state,
+    wait_for_upstream,
+)
+from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
+from partbuild.state.model import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
+
+if TYPE_CHECKING:
+    from partbuild.state.build_state import BuildState
+
+# (run id, interned job label, the canonical instances it builds)
+BufferPlan = tuple[str, str, list[Instance]]
+# Input instances: their UUIDs (the held strings) and the instances themselves, in the same order.
+Inputs = tuple[tuple[str, ...], Sequence[Instance]]
+# An output's message and the inputs it names as its own (none: the run's apply).
+OutputPlan = tuple[pb.OutputResult, Inputs]
+# (run, the instances it built, run-level inputs, outputs described by the event, by instance UUID)
+SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan]]
+# (run, the event's message, the run's instances)
+FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance]]
+CancelPlan = tuple[JobRun, str | None, list[Instance]]
+# (run, its instances, the missing refs, those of them not Live now)
+MissingDepsPlan = tuple[JobRun, list[Instance], tuple[str, ...], list[str]]
+
+_QUEUED = JobRunState.QUEUED
+_RUNNING = JobRunState.RUNNING
+_PERMANENT = pb.ERROR_CLASS_PERMANENT
+_uuid_of = attrgetter("uuid")
+_NO_INPUTS: Inputs = ((), ())
+
+
+def _active_run(state: BuildState, job_run_id: str) -> JobRun | str:
+    """The queued or running job run, or why an outcome for it is not a valid next step."""
+    run = state.job_runs.get(job_run_id)
+    if run is None:
+        return f"job run {short(job_run_id)} does not exist"
+    if run.state not in ACTIVE_RUN_STATES:
+        return f"job run {short(job_run_id)} is already {run.state.name.lower()}"
+    return run
+
+
+def _instances_of(state: BuildState, run: JobRun) -> list[Instance]:
+    """The instances a run builds (an active run's instances are canonical, never dropped)."""
+    return list(map(state.instances.__getitem__, run.instance_uuids))
+
+
+def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event: pb.Event) -> None:
+    """Move a job run to `new`, keeping the per-state counts and the active index."""
+    state.run_counts[run.state] -= 1
+    state.run_counts[new] += 1
+    run.state = new
+    run.updated_seq = seq
+    run.updated_ms = event.timestamp_ms
+    if new not in ACTIVE_RUN_STATES:
+        del state.active_run_ids[run.job_run_id]
+
+
+# ----------------------------------------------------------------- JobRunBuffer
+
+
+def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, event: pb.Event) -> str | BufferPlan:
+    """Validate a JobRunBuffer; resolve the canonical, buildable instances it names."""
+    run_id = msg.job_run_id
+    problem = id_problem("job_run_id", run_id) or id_problem("job_label", msg.job_label)
+    if problem:
+        return problem
+    if run_id in state.job_runs:
+        return f"job run {short(run_id)} already exists"
+    uuids = tuple(msg.instance_uuids)
+    if not uuids:
+        return "job run builds no partition instances"
+    if len(uuids) > 1 and len(set(uuids)) != len(uuids):
+        return "job run lists a partition instance more than once"
+    known = state.instances
+    instances = []
+    for uuid in uuids:
+        instance = known.get(uuid)
+        if instance is None:
+            return f"unknown partition instance {short(uuid)}"
+        if instance.superseded_seq:
+            return f"instance {uuid} of {short(instance.ref)} is no longer canonical"
+        if instance.state not in BUILDABLE_INSTANCE_STATES:
+            return f"instance {uuid} of {short(instance.ref)} is {instance.state.name.lower()}, not buildable"
+        instances.append(instance)
+    return run_id, intern(msg.job_label), instances
+
+
+def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: pb.Event) -> None:
+    """Queue the run; its instances become Building."""
+    run_id, label, instances = plan
+    # The instances' own UUID strings, not the event's copies: one string per UUID in memory.
+    run = JobRun(run_id, label, tuple(map(_uuid_of, instances)), seq, event.timestamp_ms)
+    state.job_runs[run_id] = run
+    state.active_run_ids[run_id] = None
+    state.run_counts[_QUEUED] += 1
+    for instance in instances:
+        instance.attempts = (*instance.attempts, run_id)
+        change_state(state, instance, BUILDING, seq)
+
+
+# ----------------------------------------------------------------- JobRunHeartbeat
+
+
+def check_job_run_heartbeat(state: BuildState, seq: int, msg: pb.JobRunHeartbeat, event: pb.Event) -> str | JobRun:
+    """Validate a heartbeat; the plan is the active run itself."""
+    return _active_run(state, msg.job_run_id)
+
+
+def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.Event) -> None:
+    """The first heartbeat moves a queued run to Running; every one records when it was alive."""
+    if run.state == _QUEUED:
+        _move_run(state, run, _RUNNING, seq, event)
+    run.last_heartbeat_ms = event.timestamp_ms
+
+
+# ----------------------------------------------------------------- JobRunSuccess
+
+
+def _resolve_inputs(state: BuildState, inputs: Sequence[str], built: frozenset[str] | tuple[str, ...]) -> Inputs | str:
+    """The held UUID strings and the instances named by `inputs`, or why they cannot be inputs of this run.
+
+    The held strings, not the event's copies: memory holds one string per UUID.
+    """
+    if not inputs:
+        return _NO_INPUTS
+    resolved = []
+    instances = state.instances
+    for uuid in inputs:
+        instance = instances.get(uuid)
+        if instance is None:
+            return f"input instance {short(uuid)} is unknown"
+        if uuid in built:
+            return f"instance {uuid} is listed as an input of its own build"
+        resolved.append(instance)
+    held = tuple(map(_uuid_of, resolved))
+    if len(held) > 1 and len(set(held)) != len(held):
+        return "an input instance is listed more than once"
+    return held, resolved
+
+
+def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, event: pb.Event) -> str | SuccessPlan:
+    """Validate a JobRunSuccess; resolve the run, its instances, and every input instance named."""
+    run = _active_run(state, msg.job_run_id)
+    if type(run) is str:
+        return run
+    built = run.instance_uuids
+    built_set = frozenset(built) if len(built) > 8 else built
+    run_inputs = _resolve_inputs(state, msg.input_instance_uuids, built_set)
+    if type(run_inputs) is str:
+        return run_inputs
+    # uuid -> (output, its own inputs); protobuf fields are read once, here.
+    outputs: dict[str, OutputPlan] = {}
+    for output in msg.outputs:
+        uuid = output.instance_uuid
+        if uuid not in built_set:
+            return f"output for instance {short(uuid)}, which job run {run.job_run_id} does not build"
+        if uuid in outputs:
+            return f"output for instance {uuid} is listed more than once"
+        if output.row_count < 0 or output.bytes < 0:
+            return "row_count and bytes must not be negative"
+        own_inputs = _resolve_inputs(state, output.input_instance_uuids, built_set)
+        if type(own_inputs) is str:
+            return own_inputs
+        outputs[uuid] = (output, own_inputs)
+    return run, _instances_of(state, run), run_inputs, outputs
+
+
+def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event: pb.Event) -> None:
+    """The run succeeded: its instances become Live with their outputs and provenance."""
+    run, built, run_inputs, outputs = plan
+    _move_run(state, run, JobRunState.SUCCEEDED, seq, event)
+    run.inputs = run_inputs[0]
+    run_id = run.job_run_id
+    for instance in built:
+        inputs = run_inputs
+        described = outputs.get(instance.uuid)
+        if described is not None:
+            output, own_inputs = described
+            if own_inputs[0]:
+                inputs = own_inputs
+            instance.location = output.location or None
+            instance.row_count = output.row_count
+            instance.byte_count = output.bytes
+            if output.metadata:
+                instance.metadata = dict(sorted(output.metadata.items()))
+        instance.inputs = inputs[0]
+        instance.built_by = run_id
+        uuid = instance.uuid
+        for upstream in inputs[1]:
+            if upstream.consumers is None:
+                upstream.consumers = [uuid]
+            else:
+                upstream.consumers.append(uuid)
+        set_state(state, instance, LIVE, seq)
+
+
+# ----------------------------------------------------------------- JobRunFailure, JobRunCancel
+
+
+def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, event: pb.Event) -> str | FailurePlan:
+    """Validate a JobRunFailure; resolve the run and its instances."""
+    run = _active_run(state, msg.job_run_id)
+    if type(run) is str:
+        return run
+    if msg.retry_after_ms < 0:
+        return "retry_after_ms must not be negative"
+    return run, msg, _instances_of(state, run)
+
+
+def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event: pb.Event) -> None:
+    """The run failed: its instances fail (permanent) or wait for a retry; waiters follow."""
+    run, msg, instances = plan
+    permanent = msg.error_class == _PERMANENT
+    _move_run(state, run, JobRunState.FAILED, seq, event)
+    run.error_class = "permanent" if permanent else "retryable"
+    run.error_message = msg.message
+    run.retry_after_ms = msg.retry_after_ms
+    target = FAILED if permanent else UP_FOR_RETRY
+    note = msg.message or None
+    for instance in instances:
+        instance.note = note
+        set_state(state, instance, target, seq)
+
+
+def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:
+    """Validate a JobRunCancel; resolve the run and its instances."""
+    run = _active_run(state, msg.job_run_id)
+    if type(run) is str:
+        return run
+    return run, msg.reason or None, _instances_of(state, run)
+
+
+def apply_job_run_cancel(state: BuildState, seq: int, plan: CancelPlan, event: pb.Event) -> None:
+    """The run was canceled: its instances are Missing (schedulable) again."""
+    run, reason, instances = plan
+    _move_run(state, run, JobRunState.CANCELED, seq, event)
+    run.cancel_reason = reason
+    for instance in instances:
+        change_state(state, instance, MISSING, seq)
+
+
+# ----------------------------------------------------------------- JobRunMissingDeps
+
+
+def check_job_run_missing_deps(
+    state: BuildState, seq: int, msg: pb.JobRunMissingDeps, event: pb.Event
+) -> str | MissingDepsPlan:
+    """Validate a JobRunMissingDeps; resolve the run, its instances, and which missing refs are not Live."""
+    run = _active_run(state, msg.job_run_id)
+    if type(run) is str:
+        return run
+    missing = tuple(map(intern, msg.missing_refs))
+    instances = _instances_of(state, run)
+    problem = upstream_refs_problem(missing, {instance.ref for instance in instances})
+    if problem:
+        return problem
+    # The run's own refs are not among them, so applying the wait cannot make any of them Live.
+    still_missing = [ref for ref in missing if not is_live(state, ref)]
+    return run, instances, missing, still_missing
+
+
+def apply_job_run_missing_deps(state: BuildState, seq: int, plan: MissingDepsPlan, event: pb.Event) -> None:
+    """The run found inputs missing: its instances wait for those not Live yet."""
+    run, instances, missing, still_missing = plan
+    _move_run(state, run, JobRunState.DEP_MISS, seq, event)
+    run.missing_refs = missing
+    for instance in instances:
+        wait_for_upstream(state, instance, still_missing, seq)

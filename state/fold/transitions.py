@@ -1,0 +1,233 @@
+"""The state-machine primitives every handler's apply phase is built from.
+
+Instances: a new canonical instance, a state change (with want tallies kept
+current), a state change that also wakes or fails what waits for the ref, and
+the waiting itself. Wants: tallies, refresh, the end of a want. These run only
+in apply phases, on objects a check phase resolved; the lookups they make
+follow the state's own indexes (canonical pointers, waiters, active wants),
+whose targets exist by the fold's invariants, never identifiers from an event.
+
+Want states are kept current incrementally: each active want holds a tally of
+its refs' canonical instance states, adjusted whenever a canonical instance
+changes state or the canonical pointer moves, so no transition ever scans all
+of a want's refs or all wants.
+
+Replay calls these a few times per event: module-level aliases and plain
+functions keep attribute lookups off the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partbuild.state.ids import instance_uuid
+from partbuild.state.model import Instance, InstanceState, Want, WantState
+
+if TYPE_CHECKING:
+    from partbuild.state.build_state import BuildState
+
+# Module-level aliases: the replay hot path avoids enum attribute lookups.
+MISSING = InstanceState.MISSING
+BUILDING = InstanceState.BUILDING
+UPSTREAM_BUILDING = InstanceState.UPSTREAM_BUILDING
+UP_FOR_RETRY = InstanceState.UP_FOR_RETRY
+LIVE = InstanceState.LIVE
+FAILED = InstanceState.FAILED
+UPSTREAM_FAILED = InstanceState.UPSTREAM_FAILED
+TAINTED = InstanceState.TAINTED
+TALLY_SIZE = len(InstanceState)
+_SUCCESSFUL = WantState.SUCCESSFUL
+_WANT_FAILURES = (WantState.FAILED, WantState.UPSTREAM_FAILED)
+
+
+def derive_want_state(tally: list[int], ref_count: int) -> WantState:
+    """A want's state from how many of its refs' canonical instances are in each state.
+
+    Priority (seed 003): any Failed, any UpstreamFailed, all Live, any Building,
+    any UpstreamBuilding, else Idle (Missing and UpForRetry wait to be scheduled).
+    """
+    if tally[FAILED]:
+        return WantState.FAILED
+    if tally[UPSTREAM_FAILED]:
+        return WantState.UPSTREAM_FAILED
+    if tally[LIVE] == ref_count:
+        return WantState.SUCCESSFUL
+    if tally[BUILDING]:
+        return WantState.BUILDING
+    if tally[UPSTREAM_BUILDING]:
+        return WantState.UPSTREAM_BUILDING
+    return WantState.IDLE
+
+
+def is_live(state: BuildState, ref: str) -> bool:
+    """Whether the canonical instance of `ref` is Live (a read; check phases use it too)."""
+    uuid = state.canonical.get(ref)
+    return uuid is not None and state.instances[uuid].state == LIVE
+
+
+# ----------------------------------------------------------------- instances
+
+
+def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | None) -> Instance:
+    """Create a Missing instance of `ref` and point the canonical pointer at it.
+
+    `previous` is the ref's current canonical instance (None for a new ref); it
+    becomes superseded, a retention candidate.
+    """
+    instance = Instance(instance_uuid(seq, ref), ref, MISSING, seq, previous.uuid if previous else None)
+    if instance.uuid in state.instances:
+        # Unreachable: one event creates at most one instance per ref, and UUIDs derive from (seq, ref).
+        raise RuntimeError(f"instance UUID collision for {ref!r} at seq {seq}")
+    state.instances[instance.uuid] = instance
+    state.instance_counts[MISSING] += 1
+    state.canonical[ref] = instance.uuid
+    if previous is not None:
+        previous.superseded_seq = seq
+        state._superseded.append(previous.uuid)
+        canonical_changed(state, ref, previous.state, MISSING, seq)
+    return instance
+
+
+def change_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """Move an instance to `new`, keeping counts and want tallies; no cascades."""
+    old = instance.state
+    instance.state = new
+    instance.updated_seq = seq
+    counts = state.instance_counts
+    counts[old] -= 1
+    counts[new] += 1
+    # Checked inline: most transitions concern refs no active want is waiting for.
+    if not instance.superseded_seq and instance.ref in state._active_wants_by_ref:
+        canonical_changed(state, instance.ref, old, new, seq)
+
+
+def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """Move an instance to `new` and wake or fail whatever waits for its ref."""
+    change_state(state, instance, new, seq)
+    if instance.superseded_seq or instance.ref not in state._waiters:
+        return
+    if new == LIVE:
+        upstream_live(state, instance.ref, seq)
+    elif new in (FAILED, UPSTREAM_FAILED):
+        upstream_failed(state, instance.ref, seq)
+
+
+def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list[str], seq: int) -> None:
+    """Make `instance` wait (UpstreamBuilding) for `still_missing` (refs not Live); Missing if none."""
+    if not still_missing:
+        change_state(state, instance, MISSING, seq)
+        return
+    instance.waiting_on = dict.fromkeys(still_missing)
+    all_waiters = state._waiters
+    for ref in still_missing:
+        waiters = all_waiters.get(ref)
+        if waiters is None:
+            all_waiters[ref] = {instance.uuid: None}
+        else:
+            waiters[instance.uuid] = None
+    change_state(state, instance, UPSTREAM_BUILDING, seq)
+
+
+def upstream_live(state: BuildState, ref: str, seq: int) -> None:
+    """`ref` became Live: instances that waited only for it can be scheduled again."""
+    waiters = state._waiters.pop(ref, None)
+    if not waiters:
+        return
+    instances = state.instances
+    for uuid in waiters:
+        instance = instances[uuid]
+        waiting = instance.waiting_on
+        assert waiting is not None
+        del waiting[ref]
+        if not waiting:
+            instance.waiting_on = None
+            change_state(state, instance, MISSING, seq)
+
+
+def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
+    """`ref` failed: its waiters fail as UpstreamFailed, and so on downstream."""
+    pending = [ref]
+    while pending:
+        failed_ref = pending.pop()
+        waiters = state._waiters.pop(failed_ref, None)
+        if not waiters:
+            continue
+        for uuid in waiters:
+            instance = state.instances[uuid]
+            _stop_waiting(state, instance, except_ref=failed_ref)
+            instance.note = f"upstream {failed_ref} failed"
+            change_state(state, instance, UPSTREAM_FAILED, seq)
+            pending.append(instance.ref)
+
+
+def _stop_waiting(state: BuildState, instance: Instance, except_ref: str) -> None:
+    """Take `instance` out of the waiter index of every ref it waits for but `except_ref`."""
+    all_waiters = state._waiters
+    for other in instance.waiting_on or ():
+        if other == except_ref:
+            continue
+        waiters = all_waiters[other]
+        del waiters[instance.uuid]
+        if not waiters:
+            del all_waiters[other]
+    instance.waiting_on = None
+
+
+# ----------------------------------------------------------------- wants
+
+
+def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: InstanceState, seq: int) -> None:
+    """The canonical state of `ref` went from `old` to `new`: adjust its active wants.
+
+    Each want's tally moves, its state is derived again, and a want that became
+    Successful, Failed or UpstreamFailed is retired. One function, no helper per
+    want: it runs for nearly every instance transition of the replay.
+    """
+    if old == new:
+        return
+    active = state._active_wants_by_ref.get(ref)
+    if not active:
+        return
+    wants = state.wants
+    counts = state.want_counts
+    # Copy: a want that becomes terminal leaves this index while we iterate.
+    for want_id in list(active):
+        want = wants[want_id]
+        tally = want.tally
+        assert tally is not None
+        tally[old] -= 1
+        tally[new] += 1
+        derived = derive_want_state(tally, len(want.refs))
+        if derived == want.state:
+            continue
+        counts[want.state] -= 1
+        counts[derived] += 1
+        want.state = derived
+        want.updated_seq = seq
+        if derived == _SUCCESSFUL:
+            canonical = state.canonical
+            want.satisfied_by = tuple(canonical[r] for r in want.refs)
+            retire_want(state, want)
+        elif derived in _WANT_FAILURES:
+            retire_want(state, want)
+
+
+def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
+    """Move an active want to a terminal state set by an event (canceled, expired)."""
+    state.want_counts[want.state] -= 1
+    state.want_counts[new] += 1
+    want.state = new
+    want.updated_seq = seq
+    retire_want(state, want)
+
+
+def retire_want(state: BuildState, want: Want) -> None:
+    """Drop a want that reached a terminal state from the active index."""
+    want.tally = None
+    active = state._active_wants_by_ref
+    want_id = want.want_id
+    for ref in want.refs:
+        waiting = active[ref]
+        del waiting[want_id]
+        if not waiting:
+            del active[ref]

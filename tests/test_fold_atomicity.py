@@ -1,0 +1,282 @@
+"""Check-then-apply: a check that raises, or rejects, leaves the state as it was; an apply that raises breaks it.
+
+For every event type, on a state with every kind of entity (active and finished
+runs, wants and derivative wants, waiting, Live, tainted and superseded
+instances):
+
+- a valid event whose check raises an unexpected exception (a function the
+  check calls, monkeypatched) is, in normal mode, a rejection that changes
+  nothing but `head_seq` and `rejections`; with `strict=True` the exception
+  propagates and nothing changes at all; once unpatched, the same event applies;
+- a realistic invalid event is rejected and changes nothing but `head_seq` and
+  `rejections`;
+- an exception in an apply phase raises FoldError and the state refuses any
+  further event and any snapshot.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state import fold
+from partbuild.state.build_state import BrokenBuildState, BuildState, FoldError
+from partbuild.state.digest import state_digest
+from partbuild.state.events import manual
+from partbuild.state.fold import instances, job_runs, wants
+from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
+
+from foldkit import Story
+
+
+class Boom(Exception):
+    """The unexpected exception a patched function raises."""
+
+
+def rich_story() -> Story:
+    """A state with every kind of entity: see the module docstring."""
+    s = Story()
+    s.observe("raw/a")
+    s.observe("raw/c")
+    s.want("w-weekly", "weekly")
+    s.buffer("run-w", "weekly")
+    s.missing("run-w", "daily/1", "daily/2")  # the weekly instance waits for both dailies
+    s.derivative("w-daily", "w-weekly", "run-w", "daily/1", "daily/2")
+    s.build("run-d1", "daily/1", [s.uuid("raw/a")])
+    s.buffer("run-d2", "daily/2")
+    s.ok(pb.JobRunHeartbeat(job_run_id="run-d2"))  # run-d2 is active (Running)
+    s.ok(pb.PartitionTaint(partition_ref="raw/a", reason="late data"))  # raw/a and daily/1 superseded
+    assert s.istate("weekly") == InstanceState.UPSTREAM_BUILDING and s.istate("daily/1") == InstanceState.MISSING
+    assert s.state.job_runs["run-d2"].state == JobRunState.RUNNING and s.wstate("w-daily") == WantState.BUILDING
+    assert s.state.dropped_instances == 0 and s.state.rejections == []
+    return s
+
+
+Build = Callable[[Story], Message]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A valid event of one type on `rich_story()`, and a function its check calls (module, name)."""
+
+    kind: str
+    event: Build
+    patch: tuple[Any, str]
+    source: pb.EventSource | None = None
+
+
+def _success(s: Story) -> Message:
+    daily2 = s.uuid("daily/2")
+    output = pb.OutputResult(instance_uuid=daily2, location="/d2", input_instance_uuids=[s.uuid("raw/c")])
+    return pb.JobRunSuccess(job_run_id="run-d2", outputs=[output])
+
+
+def _wait(s: Story) -> Message:
+    return pb.InstancesWaitUpstream(waits=[pb.InstanceWait(instance_uuid=s.uuid("daily/1"), upstream_refs=["raw/x"])])
+
+
+CASES = [
+    Case(
+        "want_create",
+        lambda s: pb.WantCreate(want_id="w-new", partition_refs=["daily/1", "new"], parent_want_id="w-weekly"),
+        (wants, "describe_source"),  # called last, once every object is resolved
+        manual("ann"),
+    ),
+    Case("want_cancel", lambda s: pb.WantCancel(want_id="w-weekly"), (wants, "_cancellation")),
+    Case(
+        "job_run_buffer",
+        lambda s: pb.JobRunBuffer(job_run_id="run-new", job_label="daily", instance_uuids=[s.uuid("daily/1")]),
+        (job_runs, "intern"),  # the job label, interned last
+    ),
+    Case("job_run_heartbeat", lambda s: pb.JobRunHeartbeat(job_run_id="run-d2"), (job_runs, "_active_run")),
+    Case("job_run_success", _success, (job_runs, "_instances_of")),
+    Case(
+        "job_run_failure",
+        lambda s: pb.JobRunFailure(job_run_id="run-d2", error_class=pb.ERROR_CLASS_PERMANENT, message="x"),
+        (job_runs, "_instances_of"),
+    ),
+    Case("job_run_cancel", lambda s: pb.JobRunCancel(job_run_id="run-d2"), (job_runs, "_instances_of")),
+    Case(
+        "job_run_missing_deps",
+        lambda s: pb.JobRunMissingDeps(job_run_id="run-d2", missing_refs=["raw/b"]),
+        (job_runs, "is_live"),
+    ),
+    Case("partition_taint", lambda s: pb.PartitionTaint(partition_ref="raw/c"), (instances, "_taint_cascade")),
+    Case(
+        "partition_observed",
+        lambda s: pb.PartitionObserved(partition_ref="raw/a", location="/raw/a/v2"),
+        (instances, "ref_problem"),
+    ),
+    Case(
+        "instance_retention",
+        lambda s: pb.InstanceRetention(drop_superseded_created_before_seq=s.state.head_seq),
+        (instances, "split_superseded"),
+    ),
+    Case("instances_wait_upstream", _wait, (instances, "is_live")),
+    Case("clock_tick", lambda s: pb.ClockTick(), (fold.HANDLERS, "clock_tick")),
+]
+
+
+def test_every_event_type_has_a_case() -> None:
+    payload_types = {f.name for f in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields}
+    assert {case.kind for case in CASES} == payload_types == set(fold.HANDLERS)
+
+
+def _raise_boom(*args: object, **kwargs: object) -> Any:
+    raise Boom("unexpected")
+
+
+def _patch_check(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
+    target, name = case.patch
+    if isinstance(target, dict):  # the table itself: ClockTick's check calls nothing
+        monkeypatch.setitem(target, name, (_raise_boom, target[name][1]))
+    else:
+        assert callable(getattr(target, name)), name
+        monkeypatch.setattr(target, name, _raise_boom)
+
+
+def _frozen(state: BuildState) -> tuple[str, bytes]:
+    """The digest and the complete pickled state (derived indexes included)."""
+    return state_digest(state), pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def assert_only_rejection_added(state: BuildState, before: tuple[str, bytes], head: int, rejections: int) -> None:
+    """`state` equals the state frozen in `before` once the newest rejection and head_seq are rolled back."""
+    assert len(state.rejections) == rejections + 1
+    assert state.head_seq == state.rejections[-1].seq > head
+    applied_head, kept = state.head_seq, state.rejections
+    state.head_seq, state.rejections = head, kept[:rejections]
+    try:
+        assert _frozen(state) == before
+    finally:
+        state.head_seq, state.rejections = applied_head, kept
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.kind for case in CASES])
+def test_a_check_that_raises_is_a_rejection_that_changes_nothing_else(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = rich_story()
+    s.state.strict = False
+    message = case.event(s)
+    before, head = _frozen(s.state), s.state.head_seq
+    with monkeypatch.context() as patched:
+        _patch_check(patched, case)
+        reason = s.apply(message, source=case.source)
+    assert reason == f"internal error while applying: {Boom('unexpected')!r}"
+    assert (s.state.rejections[-1].event_type, s.state.rejections[-1].reason) == (case.kind, reason)
+    assert_only_rejection_added(s.state, before, head, 0)
+    # The event itself was valid: unpatched, it applies.
+    assert s.apply(message, source=case.source) is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.kind for case in CASES])
+def test_in_strict_mode_a_check_that_raises_propagates_and_changes_nothing(
+    case: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = rich_story()
+    message = case.event(s)
+    before = _frozen(s.state)
+    with monkeypatch.context() as patched:
+        _patch_check(patched, case)
+        with pytest.raises(Boom):
+            s.apply(message, source=case.source)
+    assert _frozen(s.state) == before  # head_seq included: the event was not folded at all
+    assert s.apply(message, source=case.source) is None
+
+
+def _ghost_output(s: Story) -> Message:
+    daily2 = s.uuid("daily/2")
+    outputs = [pb.OutputResult(instance_uuid=daily2, location="/d2"), pb.OutputResult(instance_uuid=daily2)]
+    return pb.JobRunSuccess(job_run_id="run-d2", input_instance_uuids=[s.uuid("raw/c")], outputs=outputs)
+
+
+def _second_wait_not_schedulable(s: Story) -> Message:
+    waits = [
+        pb.InstanceWait(instance_uuid=s.uuid("daily/1"), upstream_refs=["raw/x"]),
+        pb.InstanceWait(instance_uuid=s.uuid("daily/2"), upstream_refs=["raw/x"]),  # Building
+    ]
+    return pb.InstancesWaitUpstream(waits=waits)
+
+
+# Invalid events that fail late in their check, after part of what they name was resolved.
+INVALID: list[tuple[str, Build, str]] = [
+    (
+        "want_create",
+        lambda s: pb.WantCreate(want_id="w-x", partition_refs=["a"], parent_want_id="w-daily", root_want_id="w-x"),
+        "is not the parent's root",
+    ),
+    ("want_cancel", lambda s: pb.WantCancel(want_id="w-weekly-missing"), "does not exist"),
+    (
+        "job_run_buffer",
+        lambda s: pb.JobRunBuffer(job_run_id="r", job_label="j", instance_uuids=[s.uuid("daily/1"), s.uuid("weekly")]),
+        "not buildable",
+    ),
+    ("job_run_heartbeat", lambda s: pb.JobRunHeartbeat(job_run_id="run-d1"), "already succeeded"),
+    ("job_run_success", _ghost_output, "listed more than once"),
+    ("job_run_failure", lambda s: pb.JobRunFailure(job_run_id="run-d2", retry_after_ms=-1), "must not be negative"),
+    ("job_run_cancel", lambda s: pb.JobRunCancel(job_run_id="run-w"), "already dep_miss"),
+    (
+        "job_run_missing_deps",
+        lambda s: pb.JobRunMissingDeps(job_run_id="run-d2", missing_refs=["raw/b", "daily/2"]),
+        "missing input of its own build",
+    ),
+    ("partition_taint", lambda s: pb.PartitionTaint(partition_ref="weekly"), "only a Live instance"),
+    ("partition_observed", lambda s: pb.PartitionObserved(partition_ref="daily/2", location="/x"), "being built"),
+    ("instance_retention", lambda s: pb.InstanceRetention(drop_superseded_created_before_seq=0), "must be positive"),
+    ("instances_wait_upstream", _second_wait_not_schedulable, "only a schedulable one can wait"),
+]
+
+
+def test_every_event_type_that_can_be_invalid_has_an_invalid_case() -> None:
+    assert {kind for kind, _, _ in INVALID} == set(fold.HANDLERS) - {"clock_tick"}  # a tick is always valid
+
+
+@pytest.mark.parametrize(("kind", "build", "reason"), INVALID, ids=[kind for kind, _, _ in INVALID])
+def test_a_rejected_event_changes_nothing_but_head_seq_and_rejections(kind: str, build: Build, reason: str) -> None:
+    s = rich_story()
+    message = build(s)
+    before, head = _frozen(s.state), s.state.head_seq
+    s.rejected(message, reason)
+    assert s.state.rejections[-1].event_type == kind
+    assert_only_rejection_added(s.state, before, head, 0)
+
+
+def test_an_apply_phase_that_raises_breaks_the_state_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half-applied: FoldError (in normal mode too), then no further event, snapshot or rejection."""
+    s = rich_story()
+    s.state.strict = False
+    with monkeypatch.context() as patched:
+        patched.setattr(job_runs, "set_state", _raise_boom)  # the success is half-applied: run moved, not instances
+        with pytest.raises(FoldError, match="job_run_success event at seq") as raised:
+            s.apply(_success(s))
+    assert isinstance(raised.value.__cause__, Boom)
+    state = s.state
+    assert isinstance(state, BrokenBuildState) and state.broken and state.broken_seq == len(s.events)
+    assert state.canonical_instance("daily/2") is not None  # reads still work, for a post-mortem
+    with pytest.raises(FoldError):
+        s.apply(pb.ClockTick())
+    with pytest.raises(FoldError):
+        state.apply_payload(len(s.events) + 1, b"\xff\xff")  # not even a rejection is recorded
+    with pytest.raises(FoldError):  # through a bound method taken before it broke, as replay_into holds one
+        BuildState.apply_payload(state, len(s.events) + 1, b"\xff\xff")
+    with pytest.raises(SnapshotError, match="half-applied"):
+        encode_state(state)
+    assert not BuildState().broken
+
+
+def test_snapshot_format_fingerprints_every_fold_module() -> None:
+    """A change to any module of the fold package (a new one included) makes older snapshots invisible."""
+    package = Path(fold.__file__).parent
+    assert set(package.glob("*.py")) <= set(_fold_sources())
+    assert {"__init__.py", "transitions.py", "wants.py", "job_runs.py", "instances.py"} <= {
+        path.name for path in _fold_sources()
+    }
