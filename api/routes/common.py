@@ -13,7 +13,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.routing import Match
+from starlette.types import Scope
 
 from partbuild.api.errors import DOMAIN_ERRORS
 from partbuild.api.service import Service
@@ -57,11 +60,25 @@ def get_service(request: Request) -> Service:
 
 
 ServiceDep = Annotated[Service, Depends(get_service)]
+FIXED_PATHS = frozenset(operation.route for operation in OPERATIONS.values() if "{" not in operation.route)
+
+
+class OperationRoute(APIRoute):
+    """A route of the API that, like OpenAPI, matches a fixed path before a templated one.
+
+    `/api/v1/wants/batch` is POST only: GET there is a 405 (with `Allow: POST`), not the want
+    named "batch" of `/api/v1/wants/{want_id}` (such ids are refused: `RESERVED_WANT_IDS`).
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if "{" in self.path and scope.get("path") in FIXED_PATHS:
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 def operations_router(*names: str, tags: list[str]) -> APIRouter:
     """A router serving these operations of the declared API."""
-    router = APIRouter(tags=list(tags), responses=ERRORS)
+    router = APIRouter(tags=list(tags), responses=ERRORS, route_class=OperationRoute)
     for name in names:
         operation = OPERATIONS[name]
         router.add_api_route(
