@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import version
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -52,12 +53,54 @@ def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
         docs_url="/docs",
     )
     app.state.service = service
+    app.openapi = _exact_document(app.openapi)  # type: ignore[method-assign]
     routers = [module.router for module in (wants, partitions, runs, events, audit, operations)]
     for router in routers:
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     _add_error_handlers(app, [route for router in routers for route in router.routes])
     return app
+
+
+# pydantic documents a bound it applies around a validator (Query(ge=0) on QueryInt) by its own name,
+# "ge", which no OpenAPI tool reads: the document says minimum.
+_PYDANTIC_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def _exact_document(generate: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """`generate` (FastAPI's document, built once), with every numeric bound a JSON Schema keyword.
+
+    FastAPI's OpenAPI model holds bounds as floats: 9007199254740991 would be written 9007199254740991.0,
+    so integral bounds are written back as the integers they are.
+    """
+    document: dict[str, Any] | None = None
+
+    def openapi() -> dict[str, Any]:
+        nonlocal document
+        if document is None:
+            document = _exact_bounds(generate())
+        return document
+
+    return openapi
+
+
+def _exact_bounds(node: Any) -> Any:
+    """A copy of the JSON `node` with its bounds named and written as JSON Schema has them."""
+    if isinstance(node, list):
+        return [_exact_bounds(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    numeric = node.get("type") in ("integer", "number")
+    exact: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if numeric and key in _PYDANTIC_BOUNDS:
+                key = _PYDANTIC_BOUNDS[key]
+            if key in _BOUNDS and isinstance(value, float) and value.is_integer():
+                value = int(value)
+        exact[key] = _exact_bounds(value)
+    return exact
 
 
 def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:

@@ -20,21 +20,21 @@ class ApiError(Exception):
 
 
 class NotFound(ApiError, LookupError):
-    """No such want, instance, ref or job run."""
+    """No such want, instance, ref or job run; or a cursor no page of that list gave."""
 
     status = 404
     title = "Not Found"
 
 
 class Conflict(ApiError):
-    """Valid input, but not a valid next step in the current state (e.g. cancel a finished want)."""
+    """Valid input, but not in the current state: cancel a finished want, read at a seq after the log head."""
 
     status = 409
     title = "Conflict"
 
 
 class InvalidInput(ApiError, ValueError):
-    """Input that can never be accepted (unknown producer, bad seq, bad cursor, ...)."""
+    """Input that can never be accepted (unknown producer, a negative seq, a ref twice in a want, ...)."""
 
     status = 422
     title = "Invalid Input"

@@ -7,13 +7,18 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from partbuild.state.refs import MAX_REF_BYTES, ref_problem
+from partbuild.state.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
 
 MAX_BATCH_REFS = 10_000
 MAX_PAGE = 1_000
 MAX_LINEAGE_DEPTH = 50
 MAX_COMMENT = 2_000
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,255}$"  # no slash: ids are path segments
+# Words that follow /wants/ in a route of their own: a want with such an id could never be read at
+# /wants/{want_id} (a fixed path wins over a templated one, in the document and in the server).
+RESERVED_WANT_IDS = ("batch",)
+# What `ref_problem` refuses, as the document states it (its byte limit aside: JSON Schema counts characters).
+REF_PATTERN = f"^[^{CONTROL_CHARACTERS}]*$"
 # JSON numbers are doubles: above 2^53 - 1 a bound in the document is not the number the server
 # compares with (4611686018427387999 reads as 2^62), so every integer bound stays within it.
 MAX_SAFE_INT = 2**53 - 1
@@ -27,13 +32,42 @@ def _valid_ref(ref: str) -> str:
     return ref
 
 
+def _unreserved(want_id: str) -> str:
+    if want_id in RESERVED_WANT_IDS:
+        raise ValueError(f"want id {want_id!r} is reserved: /wants/{want_id} is a route of its own")
+    return want_id
+
+
+def _json_int(value: Any) -> Any:
+    """An integral JSON number is an integer (JSON Schema: 10.0 is one); strings and booleans stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# After the bounds, so they stay on the integer and the document states them as minimum/maximum.
+JsonInt = BeforeValidator(_json_int)
 Ref = Annotated[
     str,
-    Field(min_length=1, max_length=MAX_REF_BYTES, examples=["agg/daily_clicks/date=2026-01-01"]),
+    # The pattern is documented only: `_valid_ref` enforces the same rule with a message that says where.
+    Field(
+        min_length=1,
+        max_length=MAX_REF_BYTES,
+        examples=["agg/daily_clicks/date=2026-01-01"],
+        json_schema_extra={"pattern": REF_PATTERN},
+    ),
     AfterValidator(_valid_ref),
 ]
-WantId = Annotated[str, Field(pattern=ID_PATTERN, examples=["backfill-2026-01"])]
-NonNegative = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+WantId = Annotated[
+    str,
+    Field(
+        pattern=ID_PATTERN,
+        examples=["backfill-2026-01"],
+        json_schema_extra={"not": {"enum": list(RESERVED_WANT_IDS)}},
+    ),
+    AfterValidator(_unreserved),
+]
+NonNegative = Annotated[int, Field(ge=0, le=MAX_SAFE_INT), JsonInt]
 
 
 def _query_int(value: Any) -> Any:
@@ -72,7 +106,7 @@ T = TypeVar("T")
 
 
 class _Request(BaseModel):
-    # Strict: "10" is not an integer and true is not a number; unknown fields are refused.
+    # Strict: "10" is not an integer and true is not a number (10.0 is: see JsonInt); unknown fields are refused.
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
@@ -83,7 +117,8 @@ class WantRequest(_Request):
     """Ask for partitions to be built (one want, one or more refs)."""
 
     # No max_length here: the service counts a request's refs in all and answers 413 over MAX_BATCH_REFS.
-    refs: list[Ref] = Field(min_length=1)
+    # uniqueItems is documented only: the service names the refs given twice.
+    refs: list[Ref] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
     want_id: WantId | None = Field(default=None, description="Default: a new random id.")
     data_timestamp_ms: NonNegative | None = Field(default=None, description="Default: now.")
     ttl_seconds: NonNegative = Field(default=0, description="Give up after data_timestamp + ttl; 0 never.")
@@ -122,7 +157,9 @@ class ObserveRequest(_Request):
 class RetentionRequest(_Request):
     """Drop superseded (non-canonical) instances created more than `retain_days` days ago."""
 
-    retain_days: int = Field(ge=0, le=1_000_000, description="Keep superseded instances this many days.")
+    retain_days: Annotated[int, Field(ge=0, le=1_000_000), JsonInt] = Field(
+        description="Keep superseded instances this many days."
+    )
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
 
 

@@ -3,7 +3,8 @@
 Every read takes `min_seq` (catch up to at least that seq first: read-your-writes,
 also across processes) and, where it makes sense, `as_of_seq` (the answer as it
 was right after that event). Paged lists return an opaque-looking `next_cursor`
-that only a page of the same list gave out; any other cursor is refused.
+that only a page of the same list gave out; any other cursor is a 404, like an
+unknown id (whether a well-formed cursor names an item depends on the state).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from google.protobuf.json_format import MessageToDict
 
 from partbuild.api import models as m
 from partbuild.api.convert import instance_out, job_run_out, lineage_out, want_detail_out, want_out
-from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.surface import Direction
 from partbuild.state.audit import AuditInputError, audit
 from partbuild.state.build_state import BuildState
@@ -44,7 +45,7 @@ class Reads:
             self.live.read_at_least(min_seq)
             past = self.live.as_of(as_of_seq) if as_of_seq is not None and as_of_seq != self.live.head_seq else None
         except SeqAfterHead as exc:
-            raise InvalidInput(str(exc)) from None
+            raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
         except ValueError as exc:
             raise InvalidInput(str(exc)) from None
         if past is not None:
@@ -196,8 +197,8 @@ class Reads:
         """Replay the log (to `as_of_seq`), optionally verifying against a full replay from seq 0."""
         try:
             report = audit(self.log, self.log.snapshots, as_of=as_of_seq, verify=verify, rejected_limit=rejected_limit)
-        except AuditInputError as exc:
-            raise InvalidInput(str(exc).replace("--as-of", "as_of_seq")) from None
+        except AuditInputError as exc:  # a seq after the log head
+            raise Conflict(str(exc).replace("--as-of", "as_of_seq")) from None
         rejected = [m.Rejected(seq=r.seq, event_type=r.event_type, reason=r.reason) for r in report.rejected]
         fields = {name: getattr(report, name) for name in m.Audit.model_fields if name != "rejected"}
         return m.Audit(rejected=rejected, **fields)
@@ -208,26 +209,31 @@ class Reads:
     # ----------------------------------------------------------------- cursors
 
     def _seq_cursor(self, cursor: str | None, issued: Callable[[int], bool]) -> int:
-        """The seq a wants or job-runs cursor names; refused unless a page of that list could have given it."""
-        if cursor is None or cursor == "":
+        """The seq a wants or job-runs cursor names; NotFound unless a page of that list could have given it."""
+        if cursor is None:
             return 0
-        if cursor.isascii() and cursor.isdigit():  # "²".isdigit() is true, and int() refuses it
+        # "²".isdigit() is true, and int() refuses it; "007" is no cursor a page gives; a seq has <= 16 digits.
+        if len(cursor) <= 16 and cursor.isascii() and cursor.isdigit() and cursor == str(int(cursor)):
             seq = int(cursor)
             if seq > self.live.head_seq:
                 self.live.catch_up()  # another API process may have served the page it came from
             if issued(seq):
                 return seq
-        raise InvalidInput(f"cursor {cursor[:80]!r} is not one this API returned")
+        raise _unknown_cursor(cursor)
 
     def _known_ref_cursor(self, cursor: str) -> None:
-        """A partitions cursor names a ref listed on an earlier page: refs never disappear."""
+        """A partitions cursor names a ref listed on an earlier page (refs never disappear); else NotFound."""
         for attempt in range(2):
             if attempt:
                 self.live.catch_up()  # another API process may have served the page it came from
             with self.live.read() as state:
                 if cursor in state.canonical:
                     return
-        raise InvalidInput(f"cursor {cursor[:80]!r} is not one this API returned")
+        raise _unknown_cursor(cursor)
+
+
+def _unknown_cursor(cursor: str) -> NotFound:
+    return NotFound(f"cursor {cursor[:80]!r} is not one this API returned")
 
 
 def _check_limit(limit: int) -> None:

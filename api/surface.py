@@ -37,7 +37,7 @@ MinSeq = Annotated[
     m.QueryInt | None, Query(ge=0, le=MAX_SEQ, description="Read at least up to this seq (read-your-writes).")
 ]
 AsOfSeq = Annotated[m.QueryInt | None, Query(ge=0, le=MAX_SEQ, description="Answer as of this seq of the log.")]
-Cursor = Annotated[str | None, Query(max_length=4096, description="`next_cursor` of the previous page.")]
+Cursor = Annotated[str | None, Query(min_length=1, max_length=4096, description="`next_cursor` of the previous page.")]
 Limit = Annotated[m.QueryInt, Query(ge=1, le=m.MAX_PAGE, description="Items per page.")]
 WantIdPath = Annotated[str, Path(description="A want's id.")]
 RunIdPath = Annotated[str, Path(description="A job run's id.")]

@@ -6,7 +6,9 @@ import re
 
 MAX_REF_BYTES = 4096
 # C0 and C1 control characters and DEL: invisible in logs and terminals, never meaningful in a ref.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A character class body in the syntax Python and ECMA-262 (the OpenAPI document's pattern) share.
+CONTROL_CHARACTERS = r"\x00-\x1f\x7f-\x9f"
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 
 
 def ref_problem(ref: str) -> str | None:

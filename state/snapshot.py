@@ -47,6 +47,7 @@ def _fold_sources() -> list[Path]:
         paths.append(Path(module.__file__))
     assert fold.__file__ is not None
     paths.extend(sorted(Path(fold.__file__).parent.glob("*.py")))
+    paths.append(Path(__file__))  # the encoding itself
     return paths
 
 

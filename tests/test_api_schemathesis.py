@@ -3,34 +3,48 @@
 The schema is loaded from the running server (`/openapi.json`), so what is tested is what a
 client sees. The service is graph-less and seeded with wants (one with the id the document
 gives as its example), observations (one of the example ref, so the taint example hits a Live
-partition) and a taint, so reads hit real data. Every response must pass four checks: no 5xx,
-body valid against the documented schema, a documented status code, a documented content type.
+partition), a taint and two job runs, so reads hit real data.
 
-No operation is excluded. `/metrics` answers Prometheus text and the document declares its
-200 without content, so the schema and content-type checks have nothing to compare there and
-pass; its status code and no-5xx are still checked.
+Each test is a run of schemathesis' own engine, the one behind
+`st run --checks all --phases examples,coverage,fuzzing,stateful`:
+- every check schemathesis has (`checks.enabled`): no 5xx; documented statuses, content types,
+  headers and bodies; schema-valid requests accepted (2xx, or 404/409 where the state decides)
+  and schema-violating ones refused; a 405 with `Allow` for every undeclared method; the stateful
+  checks (use after free, resource availability); the auth checks have nothing to do (the API
+  declares no security);
+- the examples, coverage (boundary values, undeclared methods, missing and wrong-typed
+  parameters) and fuzzing phases on every operation; then the stateful phase: sequences along
+  the links schemathesis infers between operations (a created want's id read back, cancelled...).
+Deterministic (`generation.deterministic`, one worker): the same cases every run, so a red run
+reproduces. The engine rather than `@schema.parametrize()` and `as_state_machine()`: stateful
+scenarios change the server, so the rules a scenario can take differ between scenarios, which a
+bare Hypothesis state machine reports as `FlakyStrategyDefinition`; the engine expects it.
+
+No operation and no check is excluded. `/metrics` answers Prometheus text and the document
+declares its 200 without content, so the body checks have nothing to compare there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
 import schemathesis
 from conftest import ApiServer, graphless_api_server
-from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.config import SchemathesisConfig
+from schemathesis.engine import Status, events, from_schema
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.events import envelope
 
 API = "/api/v1"
 EXAMPLE_REF = "agg/daily_clicks/date=2026-01-01"  # the Ref example of the document's request bodies
 EXAMPLE_WANT_ID = "backfill-2026-01"  # the WantId example
-CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance]
+MAX_EXAMPLES = 50  # fuzzing cases per operation, and stateful scenarios; coverage cases come on top
+PHASES = ("examples", "coverage", "fuzzing", "stateful")
 
 
 def _created(response: httpx.Response) -> int:
@@ -40,7 +54,7 @@ def _created(response: httpx.Response) -> int:
 
 @pytest.fixture(scope="module")
 def seeded_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """A graph-less API server with wants, observations and a taint in its log."""
+    """A graph-less API server with wants, observations, a taint and two job runs in its log."""
     url = f"sqlite:///{tmp_path_factory.mktemp('schemathesis') / 'partbuild.db'}"
     with graphless_api_server(url) as api:
         client = api.client
@@ -52,32 +66,82 @@ def seeded_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         for ref in (EXAMPLE_REF, "src/seed/a", "src/seed/b", "src/seed/tainted"):
             _created(client.post(f"{API}/partitions/observe", json={"ref": ref, "location": f"/data/{ref}"}))
         _created(client.post(f"{API}/partitions/taint", json={"ref": "src/seed/tainted", "reason": "seed"}))
+        # Job runs, as an orchestrator records them (the API has no write for them): one queued, one running.
+        uuids = [client.get(f"{API}/partitions/canonical/agg/seed/n={n}").json()["uuid"] for n in range(2)]
+        queued, running = "seed-run-queued", "seed-run-running"
+        api.log.append(
+            [
+                envelope(pb.JobRunBuffer(job_run_id=queued, job_label="seed_job", instance_uuids=uuids[:1])),
+                envelope(pb.JobRunBuffer(job_run_id=running, job_label="seed_job", instance_uuids=uuids[1:])),
+                envelope(pb.JobRunHeartbeat(job_run_id=running)),
+            ]
+        )
+        runs = client.get(f"{API}/job-runs", params={"min_seq": api.log.head()}).json()["items"]
+        assert {run["state"] for run in runs} == {"queued", "running"}, runs
         yield api
 
 
-@pytest.fixture
-def api_schema(seeded_api: ApiServer, request: pytest.FixtureRequest) -> schemathesis.BaseSchema:
-    """The document as the running server serves it."""
-    # Compatibility shim: schemathesis 4.32's lazy schemas (`from_fixture`) read and rewrite
-    # `request.node._nodeid` to label each operation's subtest; pytest 9.2 dropped that attribute
-    # (the node id lives in `_id` now), which fails the test with AttributeError before any request.
-    # The rewrite only changes labels: pytest's own reports use `nodeid`, which stays correct.
-    if not hasattr(request.node, "_nodeid"):
-        request.node._nodeid = request.node.nodeid
-    return schemathesis.openapi.from_url(f"{seeded_api.url}/openapi.json")
+@dataclass
+class Run:
+    """What a schemathesis run found, and which operations (by label) each phase tested."""
+
+    found: list[str] = field(default_factory=list)
+    tested: dict[str, set[str]] = field(default_factory=dict)
 
 
-schema = schemathesis.pytest.from_fixture("api_schema")
+def run_schemathesis(api: ApiServer, *phases: str) -> Run:
+    """Run these phases of schemathesis with every check against the served document."""
+    config = SchemathesisConfig.from_dict(
+        {
+            "seed": 0,
+            "cache": {"enabled": False},  # nothing carried over from a previous run, nothing written here
+            "workers": 1,
+            "checks": {"enabled": True},
+            "phases": {phase: {"enabled": phase in phases} for phase in PHASES},
+            "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True},
+        }
+    )
+    schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json", config=config)
+    run = Run()
+    for event in from_schema(schema).execute():
+        if isinstance(event, events.ScenarioFinished):
+            if event.status != Status.SKIP:
+                run.tested.setdefault(event.phase.value, set()).add(event.recorder.label)
+            run.found += _failures(event)
+        elif isinstance(event, events.NonFatalError):
+            run.found.append(f"{event.label}: error: {event.info.title}: {event.info.message}")
+        elif isinstance(event, events.FatalError):
+            raise event.exception
+        elif isinstance(event, events.EngineFinished):
+            run.found += [f"{failure.operation}: {failure.title}: {failure.message}" for failure in event.failures]
+    return run
 
 
-@schema.parametrize()
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,  # the same cases every run: a red run is reproducible, a green one is not luck
-    suppress_health_check=list(HealthCheck),
-)
-def test_every_operation_conforms_to_the_document(case: schemathesis.Case) -> None:
-    """Generated valid and invalid requests: no 5xx, documented statuses, content types and bodies."""
-    response = case.call()
-    case.validate_response(response, checks=CHECKS)
+def _failures(event: events.ScenarioFinished) -> list[str]:
+    """Each failed check of a scenario: operation, what failed, and the curl command that shows it."""
+    found = []
+    for checks in event.recorder.checks.values():
+        for check in checks:
+            info: Any = check.failure_info
+            if info is not None:
+                failure = info.failure
+                found.append(
+                    f"{event.phase.value} {failure.operation}: {failure.title}\n{failure.message}\n{info.code_sample}"
+                )
+    return found
+
+
+def test_every_operation_conforms_to_the_document(seeded_api: ApiServer) -> None:
+    """Examples, coverage and fuzzing cases of each operation pass every check."""
+    run = run_schemathesis(seeded_api, "examples", "coverage", "fuzzing")
+    assert not run.found, "\n\n".join(run.found)
+    document = seeded_api.client.get("/openapi.json").json()
+    operations = {f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item}
+    assert run.tested["coverage"] == run.tested["fuzzing"] == operations
+
+
+def test_stateful_sequences_conform_to_the_document(seeded_api: ApiServer) -> None:
+    """Sequences of calls along the links between operations pass every check, the stateful ones too."""
+    run = run_schemathesis(seeded_api, "stateful")
+    assert not run.found, "\n\n".join(run.found)
+    assert run.tested.get("stateful"), "no stateful scenario ran"

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from starlette.routing import Match
+from starlette.types import Scope
 
 from partbuild.api.errors import DOMAIN_ERRORS
 from partbuild.api.service import Service
@@ -38,9 +41,9 @@ def _problem(description: str) -> dict[str, Any]:
 
 _DESCRIPTIONS = {
     400: "A request the HTTP layer could not parse (bad request line, header or URL)",
-    404: "No such want, partition, instance or job run",
+    404: "No such want, partition, instance or job run; or a cursor this list did not give",
     405: "The path exists but not with this method; `Allow` lists the methods it has",
-    409: "Valid, but not a valid next step in the current state",
+    409: "Valid, but not in the current state: not a valid next step, or a seq after the log head",
     413: "A batch over the limits",
     422: "Invalid input: the detail says what was wrong",
 }
@@ -57,11 +60,25 @@ def get_service(request: Request) -> Service:
 
 
 ServiceDep = Annotated[Service, Depends(get_service)]
+FIXED_PATHS = frozenset(operation.route for operation in OPERATIONS.values() if "{" not in operation.route)
+
+
+class OperationRoute(APIRoute):
+    """A route of the API that, like OpenAPI, matches a fixed path before a templated one.
+
+    `/api/v1/wants/batch` is POST only: GET there is a 405 (with `Allow: POST`), not the want
+    named "batch" of `/api/v1/wants/{want_id}` (such ids are refused: `RESERVED_WANT_IDS`).
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if "{" in self.path and scope.get("path") in FIXED_PATHS:
+            return Match.NONE, {}
+        return super().matches(scope)
 
 
 def operations_router(*names: str, tags: list[str]) -> APIRouter:
     """A router serving these operations of the declared API."""
-    router = APIRouter(tags=list(tags), responses=ERRORS)
+    router = APIRouter(tags=list(tags), responses=ERRORS, route_class=OperationRoute)
     for name in names:
         operation = OPERATIONS[name]
         router.add_api_route(
