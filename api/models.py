@@ -330,7 +330,7 @@ class Audit(BaseModel):
 class RetentionReport(BaseModel):
     """What retention dropped (or, on a dry run, would drop)."""
 
-    cutoff_seq: int = Field(description="Superseded instances created before this seq go; 0: none is old enough.")
+    cutoff_seq: int = Field(description="Superseded instances created before this seq go (1: none).")
     dropped: int
     instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
     seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")

@@ -28,7 +28,7 @@ from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, manual
 from partbuild.state.live import LiveState
 from partbuild.state.model import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState
-from partbuild.state.retention import cutoff_seq_before, retention_candidates
+from partbuild.state.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.store import AppendConflict, EventLog
 
 MAX_WRITE_ATTEMPTS = 20
@@ -212,7 +212,9 @@ class Writes:
         """Drop superseded instances created more than `retain_days` ago (or only say which)."""
         cutoff = cutoff_seq_before(self.log, self.clock() - request.retain_days * DAY_MS)
         with self.live.read() as state:
-            doomed = [instance.uuid for instance in retention_candidates(state, cutoff)] if cutoff > 0 else []
+            # Spare what a queued or running job may still name as an input: its success would be rejected.
+            cutoff = cutoff_sparing_active_runs(state, cutoff)
+            doomed = [instance.uuid for instance in retention_candidates(state, cutoff)]
         listed = doomed[:RETENTION_LISTED]
         report = m.RetentionReport(
             cutoff_seq=cutoff, dropped=len(doomed), instances=listed, seq=None, dry_run=request.dry_run

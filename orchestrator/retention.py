@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, system
-from partbuild.state.retention import cutoff_seq_before, retention_candidates
+from partbuild.state.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.store import EventLog
 
 DAY_MS = 86_400_000
@@ -37,7 +37,12 @@ class RetentionPolicy:
 
 
 def retention_event(state: BuildState, cutoff_seq: int, now_ms: int) -> pb.Event | None:
-    """The InstanceRetention to append for this cutoff, if some superseded instance is old enough to go."""
+    """The InstanceRetention to append for this cutoff, if some superseded instance is old enough to go.
+
+    The cutoff is lowered so that no instance a queued or running job may still name as
+    an input is dropped (its success would be rejected and the work done again).
+    """
+    cutoff_seq = cutoff_sparing_active_runs(state, cutoff_seq)
     if cutoff_seq <= 0 or not retention_candidates(state, cutoff_seq):
         return None
     dropping = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff_seq)

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import fasteners
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
+from partbuild.state.build_state import BuildState, FoldError
 from partbuild.state.collector import collector_paused, settle_loaded_state
 from partbuild.state.replay import Progress, checkpoint, load_state
 from partbuild.state.store import EventLog
@@ -161,8 +161,11 @@ class LiveState:
         while not self._stop.wait(interval_s):
             try:
                 self.catch_up()
+            except FoldError:  # a bug in the fold: the state is half-applied and refuses events; say so once
+                logger.exception("the state is broken at seq %d; reads answer as of then", self._state.head_seq)
+                return
             except Exception:  # a database hiccup must not kill the reader; the next tick retries
-                logger.debug("catching up with the log failed; retrying", exc_info=True)
+                logger.warning("catching up with the log failed; retrying", exc_info=True)
                 time.sleep(interval_s)
 
     def stop_tailing(self) -> None:
