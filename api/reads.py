@@ -43,16 +43,18 @@ class Reads:
         """The state to answer from: caught up to `min_seq`, or as it was right after `as_of_seq`."""
         try:
             self.live.read_at_least(min_seq)
-            past = self.live.as_of(as_of_seq) if as_of_seq is not None and as_of_seq != self.live.head_seq else None
+            # The past we are asked about may be our future: another process may have appended since.
+            self.live.read_at_least(as_of_seq, "as_of_seq")
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        if past is not None:
-            yield past  # a past state never changes: no lock needed
-            return
+        if as_of_seq is not None and as_of_seq < 0:
+            raise InvalidInput("as_of_seq must not be negative")
         with self.live.read() as state:
-            yield state
+            # Decided under the lock: the live state cannot move past `as_of_seq` before it is read.
+            if as_of_seq is None or as_of_seq == state.head_seq:
+                yield state
+                return
+        yield self.live.as_of(as_of_seq)  # a past state never changes: read without the lock
 
     # ----------------------------------------------------------------- wants
 

@@ -97,23 +97,18 @@ class LiveState:
         with self._lock.read_lock():
             yield self._state
 
-    def read_at_least(self, min_seq: int | None) -> None:
+    def read_at_least(self, min_seq: int | None, what: str = "min_seq") -> None:
         """Fold until the state has seen `min_seq` (read-your-writes across processes)."""
         if min_seq is not None and min_seq > self._state.head_seq:
             self.catch_up()
             if min_seq > self._state.head_seq:
-                raise SeqAfterHead("min_seq", min_seq, self._state.head_seq)
+                raise SeqAfterHead(what, min_seq, self._state.head_seq)
 
     def as_of(self, seq: int) -> BuildState:
-        """The state exactly as it was after the event at `seq`: the live one if that is its head."""
+        """The state exactly as it was after the event at `seq`: built from a snapshot and the log, cached."""
         if seq < 0:
             raise ValueError("as_of_seq must not be negative")
-        if seq > self._state.head_seq:
-            # Another process may have appended since we last caught up: the past we are asked
-            # about may be our future.
-            self.catch_up()
-            if seq > self._state.head_seq:
-                raise SeqAfterHead("as_of_seq", seq, self._state.head_seq)
+        self.read_at_least(seq, "as_of_seq")
         with self._as_of_lock:
             past = self._as_of.get(seq)
             if past is None:
