@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 
 from partbuild.orchestrator.context import OutputTarget
 from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
+from partbuild.orchestrator.sharding import Shard
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, from_job_run, system
@@ -59,18 +60,23 @@ class RunPlan:
     prior_failures: int  # failed attempts of these instances before this run
 
 
-def decide(state: BuildState, graph: Graph, now_ms: int) -> Decision:
-    """Buffer job runs for schedulable wants, wait and want upstream data for the rest."""
-    return _Decider(state, graph, now_ms).decide()
+def decide(state: BuildState, graph: Graph, now_ms: int, shard: Shard | None = None) -> Decision:
+    """Buffer job runs for schedulable wants, wait and want upstream data for the rest.
+
+    With a `shard`, only refs of its bucket are decided about (derivative wants for
+    upstream refs of other buckets are still made: their owners build them).
+    """
+    return _Decider(state, graph, now_ms, shard).decide()
 
 
 class _Decider:
     """One decision round: collects what to append, then emits it in a fixed order."""
 
-    def __init__(self, state: BuildState, graph: Graph, now_ms: int) -> None:
+    def __init__(self, state: BuildState, graph: Graph, now_ms: int, shard: Shard | None = None) -> None:
         self.state = state
         self.graph = graph
         self.now_ms = now_ms
+        self.shard = shard
         self.decision = Decision()
         # job label -> (instance, failed attempts) ready to run, in want order
         self.ready: dict[str, list[tuple[Instance, int]]] = defaultdict(list)
@@ -82,7 +88,8 @@ class _Decider:
 
     def decide(self) -> Decision:
         for ref in self.state.active_refs():
-            self._consider(ref)
+            if self._mine(ref):
+                self._consider(ref)
         self._want_waited_for_refs()
         self._emit()
         return self.decision
@@ -119,6 +126,10 @@ class _Decider:
                 return
         self.waits.append(pb.InstanceWait(instance_uuid=instance.uuid, upstream_refs=missing))
 
+    def _mine(self, ref: str) -> bool:
+        """Whether this round decides about `ref`: the one place a sharded worker filters."""
+        return self.shard is None or self.shard.owns(ref)
+
     def _want_waited_for_refs(self) -> None:
         """Refs that instances wait for (run-time dep misses, earlier waits) and that nobody wants now."""
         state = self.state
@@ -126,7 +137,7 @@ class _Decider:
             for uuid in state.waiting_for(upstream):
                 waiter = state.instances[uuid]
                 parent = next(iter(state.active_wants_for_ref(waiter.ref)), None)
-                if parent is None:
+                if parent is None or not self._mine(waiter.ref):
                     continue
                 problem = self._need(upstream, parent, waiter.attempts[-1] if waiter.attempts else None)
                 if problem is not None:
@@ -180,6 +191,13 @@ class _Decider:
             emit(envelope(derivative, source=source, timestamp_ms=now_ms))
         self._buffer_runs()
 
+    def _run_id(self, label: str) -> str:
+        """Derived from the head decided on (and the bucket): deciding twice gives the same ids."""
+        number = len(self.decision.new_runs)
+        if self.shard is None:
+            return f"{label}-{self.state.head_seq}-{number}"
+        return f"{label}-{self.state.head_seq}-b{self.shard.scope.bucket_id}-{number}"
+
     def _buffer_runs(self) -> None:
         """Group ready instances into runs of up to batch_size, within each job's concurrency.
 
@@ -201,8 +219,11 @@ class _Decider:
                 for start in range(0, len(group), job.batch_size)
             ]
             for batch in batches[: max(room, 0)]:
-                run_id = f"{label}-{self.state.head_seq}-{len(self.decision.new_runs)}"
-                buffer = pb.JobRunBuffer(job_run_id=run_id, job_label=label, instance_uuids=[i.uuid for i in batch])
+                buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
+                buffer.instance_uuids.extend(instance.uuid for instance in batch)
+                if self.shard is not None:  # the fold checks every partition is in this bucket
+                    buffer.bucket.CopyFrom(self.shard.scope)
+                run_id = buffer.job_run_id
                 self.decision.events.append(_event(buffer, self.now_ms))
                 self.decision.new_runs.append(run_id)
 

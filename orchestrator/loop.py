@@ -26,6 +26,7 @@ from partbuild.orchestrator.decide import (
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
+from partbuild.orchestrator.sharding import Shard
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, wall_clock_ms
@@ -58,6 +59,7 @@ class Orchestrator:
         listen_timeout_s: float = 1.0,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: RetentionPolicy | None = None,
+        shard: Shard | None = None,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -76,6 +78,7 @@ class Orchestrator:
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
         self.retention = retention
+        self.shard = shard  # decide only for the refs of this bucket (None: all of them)
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then
@@ -173,7 +176,7 @@ class Orchestrator:
             # A decision with events was appended (moving the head) or failed to be: decide again.
             if decided_at == head and not last.events and not retry_due:
                 return last
-        decision = decide(state, self.graph, now)
+        decision = decide(state, self.graph, now, self.shard)
         self._last_decision = (head, decision)
         self._source_checks_due_ms = 0  # the checks may have changed: look at them on this step
         return decision

@@ -71,6 +71,7 @@ class BuildState:
         self.want_counts = [0] * len(WantState)
         self.run_counts = [0] * len(JobRunState)
         self.dropped_instances = 0
+        self.bucket_runs: dict[str, int] = {}  # bucketing namespace -> last bucket a round-robin worker started
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

@@ -36,4 +36,6 @@ def _digest(state: BuildState) -> str:
     for rejection in state.rejections:
         update(repr(rejection.__getstate__()).encode())
     update(repr((state.instance_counts, state.want_counts, state.run_counts)).encode())
+    if state.bucket_runs:  # only where round-robin ran: logs from before bucketing keep their digests
+        update(repr(sorted(state.bucket_runs.items())).encode())
     return h.hexdigest()

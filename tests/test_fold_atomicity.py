@@ -30,7 +30,7 @@ from partbuild.state import fold
 from partbuild.state.build_state import BrokenBuildState, BuildState, FoldError
 from partbuild.state.digest import state_digest
 from partbuild.state.events import manual
-from partbuild.state.fold import instances, job_runs, wants
+from partbuild.state.fold import buckets, instances, job_runs, wants
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
 
@@ -122,6 +122,11 @@ CASES = [
     ),
     Case("instances_wait_upstream", _wait, (instances, "is_live")),
     Case("clock_tick", lambda s: pb.ClockTick(), (fold.HANDLERS, "clock_tick")),
+    Case(
+        "bucket_run_start",
+        lambda s: pb.BucketRunStart(bucket=pb.BucketScope(namespace="ns", bucket_id=2, bucket_total=3)),
+        (buckets, "scope_problem"),
+    ),
 ]
 
 
@@ -233,6 +238,11 @@ INVALID: list[tuple[str, Build, str]] = [
     ("partition_observed", lambda s: pb.PartitionObserved(partition_ref="daily/2", location="/x"), "being built"),
     ("instance_retention", lambda s: pb.InstanceRetention(drop_superseded_created_before_seq=0), "must be positive"),
     ("instances_wait_upstream", _second_wait_not_schedulable, "only a schedulable one can wait"),
+    (
+        "bucket_run_start",
+        lambda s: pb.BucketRunStart(bucket=pb.BucketScope(namespace="ns", bucket_id=4, bucket_total=3)),
+        "is not between 1 and bucket_total 3",
+    ),
 ]
 
 

@@ -8,6 +8,22 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.model import InstanceState, JobRunState, WantState
 
+V1_KINDS = {
+    "want_create",
+    "want_cancel",
+    "job_run_buffer",
+    "job_run_heartbeat",
+    "job_run_success",
+    "job_run_failure",
+    "job_run_cancel",
+    "job_run_missing_deps",
+    "partition_taint",
+    "partition_observed",
+    "instance_retention",
+    "instances_wait_upstream",
+    "clock_tick",
+}
+
 
 def test_the_v1_golden_log_replays_without_rejections() -> None:
     payloads = read()
@@ -16,8 +32,9 @@ def test_the_v1_golden_log_replays_without_rejections() -> None:
         state.apply_payload(seq, payload)
     assert state.head_seq == len(payloads) and state.rejections == []
     kinds = {pb.Event.FromString(payload).WhichOneof("payload") for payload in payloads}
-    # Every event type of schema v1 is in the file (types added later belong in a golden log of their own).
-    assert kinds == {field.name for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields}
+    # Every event type of schema v1 as it was when the file was written (types added later, such as
+    # bucket_run_start, belong in a golden log of their own).
+    assert kinds == V1_KINDS
     assert state.wants["late"].state == WantState.CANCELED
     assert state.canonical_instance("x/out").state == InstanceState.MISSING  # type: ignore[union-attr]
     assert state.job_runs["x-run"].state == JobRunState.CANCELED

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import clock, instances, job_runs, wants
+from partbuild.state.fold import buckets, clock, instances, job_runs, wants
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
@@ -68,4 +68,5 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "instance_retention": (instances.check_instance_retention, instances.apply_instance_retention),
     "instances_wait_upstream": (instances.check_instances_wait_upstream, instances.apply_instances_wait_upstream),
     "clock_tick": (clock.check_clock_tick, clock.apply_clock_tick),
+    "bucket_run_start": (buckets.check_bucket_run_start, buckets.apply_bucket_run_start),
 }

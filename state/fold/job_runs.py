@@ -8,6 +8,7 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold import buckets
 from partbuild.state.fold.transitions import (
     BUILDING,
     FAILED,
@@ -99,6 +100,10 @@ def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, even
         if instance.state not in BUILDABLE_INSTANCE_STATES:
             return f"instance {uuid} of {short(instance.ref)} is {instance.state.name.lower()}, not buildable"
         instances.append(instance)
+    if msg.HasField("bucket"):  # decided by a sharded worker: only its own bucket's partitions
+        problem = buckets.scope_problem(msg.bucket) or buckets.outsider(msg.bucket, instances)
+        if problem:
+            return problem
     return run_id, intern(msg.job_label), instances
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19partbuild/v1/events.proto\x12\x0cpartbuild.v1\"\xa0\x01\n\x0b\x45ventSource\x12,\n\x06manual\x18\x01 \x01(\x0b\x32\x1a.partbuild.v1.ManualSourceH\x00\x12-\n\x07job_run\x18\x02 \x01(\x0b\x32\x1a.partbuild.v1.JobRunSourceH\x00\x12,\n\x06system\x18\x03 \x01(\x0b\x32\x1a.partbuild.v1.SystemSourceH\x00\x42\x06\n\x04kind\"\x1c\n\x0cManualSource\x12\x0c\n\x04user\x18\x01 \x01(\t\"\"\n\x0cJobRunSource\x12\x12\n\njob_run_id\x18\x01 \x01(\t\"!\n\x0cSystemSource\x12\x11\n\tcomponent\x18\x01 \x01(\t\"\xce\x06\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12)\n\x06source\x18\x03 \x01(\x0b\x32\x19.partbuild.v1.EventSource\x12/\n\x0bwant_create\x18\n \x01(\x0b\x32\x18.partbuild.v1.WantCreateH\x00\x12/\n\x0bwant_cancel\x18\x0b \x01(\x0b\x32\x18.partbuild.v1.WantCancelH\x00\x12\x34\n\x0ejob_run_buffer\x18\x0c \x01(\x0b\x32\x1a.partbuild.v1.JobRunBufferH\x00\x12:\n\x11job_run_heartbeat\x18\r \x01(\x0b\x32\x1d.partbuild.v1.JobRunHeartbeatH\x00\x12\x36\n\x0fjob_run_success\x18\x0e \x01(\x0b\x32\x1b.partbuild.v1.JobRunSuccessH\x00\x12\x36\n\x0fjob_run_failure\x18\x0f \x01(\x0b\x32\x1b.partbuild.v1.JobRunFailureH\x00\x12\x34\n\x0ejob_run_cancel\x18\x10 \x01(\x0b\x32\x1a.partbuild.v1.JobRunCancelH\x00\x12?\n\x14job_run_missing_deps\x18\x11 \x01(\x0b\x32\x1f.partbuild.v1.JobRunMissingDepsH\x00\x12\x37\n\x0fpartition_taint\x18\x12 \x01(\x0b\x32\x1c.partbuild.v1.PartitionTaintH\x00\x12=\n\x12partition_observed\x18\x13 \x01(\x0b\x32\x1f.partbuild.v1.PartitionObservedH\x00\x12=\n\x12instance_retention\x18\x14 \x01(\x0b\x32\x1f.partbuild.v1.InstanceRetentionH\x00\x12\x46\n\x17instances_wait_upstream\x18\x15 \x01(\x0b\x32#.partbuild.v1.InstancesWaitUpstreamH\x00\x12-\n\nclock_tick\x18\x16 \x01(\x0b\x32\x17.partbuild.v1.ClockTickH\x00\x42\t\n\x07payload\"\xb9\x01\n\nWantCreate\x12\x0f\n\x07want_id\x18\x01 \x01(\t\x12\x16\n\x0epartition_refs\x18\x02 \x03(\t\x12\x19\n\x11\x64\x61ta_timestamp_ms\x18\x03 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12\x13\n\x0bsla_seconds\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\x12\x16\n\x0eparent_want_id\x18\x07 \x01(\t\x12\x14\n\x0croot_want_id\x18\x08 \x01(\t\"-\n\nWantCancel\x12\x0f\n\x07want_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"M\n\x0cJobRunBuffer\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x11\n\tjob_label\x18\x02 \x01(\t\x12\x16\n\x0einstance_uuids\x18\x03 \x03(\t\"%\n\x0fJobRunHeartbeat\x12\x12\n\njob_run_id\x18\x01 \x01(\t\"\xe4\x01\n\x0cOutputResult\x12\x15\n\rinstance_uuid\x18\x01 \x01(\t\x12\x10\n\x08location\x18\x02 \x01(\t\x12\x11\n\trow_count\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12\x1c\n\x14input_instance_uuids\x18\x05 \x03(\t\x12:\n\x08metadata\x18\x06 \x03(\x0b\x32(.partbuild.v1.OutputResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"n\n\rJobRunSuccess\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x1c\n\x14input_instance_uuids\x18\x02 \x03(\t\x12+\n\x07outputs\x18\x03 \x03(\x0b\x32\x1a.partbuild.v1.OutputResult\"{\n\rJobRunFailure\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12-\n\x0b\x65rror_class\x18\x02 \x01(\x0e\x32\x18.partbuild.v1.ErrorClass\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x03\"2\n\x0cJobRunCancel\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"=\n\x11JobRunMissingDeps\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x14\n\x0cmissing_refs\x18\x02 \x03(\t\"N\n\x0ePartitionTaint\x12\x15\n\rpartition_ref\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\ronly_this_ref\x18\x03 \x01(\x08\"\xd0\x01\n\x11PartitionObserved\x12\x15\n\rpartition_ref\x18\x01 \x01(\t\x12\x10\n\x08location\x18\x02 \x01(\t\x12\x11\n\trow_count\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12?\n\x08metadata\x18\x05 \x03(\x0b\x32-.partbuild.v1.PartitionObserved.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"B\n\x15InstancesWaitUpstream\x12)\n\x05waits\x18\x01 \x03(\x0b\x32\x1a.partbuild.v1.InstanceWait\"<\n\x0cInstanceWait\x12\x15\n\rinstance_uuid\x18\x01 \x01(\t\x12\x15\n\rupstream_refs\x18\x02 \x03(\t\"\x0b\n\tClockTick\"?\n\x11InstanceRetention\x12*\n\"drop_superseded_created_before_seq\x18\x01 \x01(\x03*_\n\nErrorClass\x12\x1b\n\x17\x45RROR_CLASS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45RROR_CLASS_RETRYABLE\x10\x01\x12\x19\n\x15\x45RROR_CLASS_PERMANENT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19partbuild/v1/events.proto\x12\x0cpartbuild.v1\"\xa0\x01\n\x0b\x45ventSource\x12,\n\x06manual\x18\x01 \x01(\x0b\x32\x1a.partbuild.v1.ManualSourceH\x00\x12-\n\x07job_run\x18\x02 \x01(\x0b\x32\x1a.partbuild.v1.JobRunSourceH\x00\x12,\n\x06system\x18\x03 \x01(\x0b\x32\x1a.partbuild.v1.SystemSourceH\x00\x42\x06\n\x04kind\"\x1c\n\x0cManualSource\x12\x0c\n\x04user\x18\x01 \x01(\t\"\"\n\x0cJobRunSource\x12\x12\n\njob_run_id\x18\x01 \x01(\t\"!\n\x0cSystemSource\x12\x11\n\tcomponent\x18\x01 \x01(\t\"\x88\x07\n\x05\x45vent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12)\n\x06source\x18\x03 \x01(\x0b\x32\x19.partbuild.v1.EventSource\x12/\n\x0bwant_create\x18\n \x01(\x0b\x32\x18.partbuild.v1.WantCreateH\x00\x12/\n\x0bwant_cancel\x18\x0b \x01(\x0b\x32\x18.partbuild.v1.WantCancelH\x00\x12\x34\n\x0ejob_run_buffer\x18\x0c \x01(\x0b\x32\x1a.partbuild.v1.JobRunBufferH\x00\x12:\n\x11job_run_heartbeat\x18\r \x01(\x0b\x32\x1d.partbuild.v1.JobRunHeartbeatH\x00\x12\x36\n\x0fjob_run_success\x18\x0e \x01(\x0b\x32\x1b.partbuild.v1.JobRunSuccessH\x00\x12\x36\n\x0fjob_run_failure\x18\x0f \x01(\x0b\x32\x1b.partbuild.v1.JobRunFailureH\x00\x12\x34\n\x0ejob_run_cancel\x18\x10 \x01(\x0b\x32\x1a.partbuild.v1.JobRunCancelH\x00\x12?\n\x14job_run_missing_deps\x18\x11 \x01(\x0b\x32\x1f.partbuild.v1.JobRunMissingDepsH\x00\x12\x37\n\x0fpartition_taint\x18\x12 \x01(\x0b\x32\x1c.partbuild.v1.PartitionTaintH\x00\x12=\n\x12partition_observed\x18\x13 \x01(\x0b\x32\x1f.partbuild.v1.PartitionObservedH\x00\x12=\n\x12instance_retention\x18\x14 \x01(\x0b\x32\x1f.partbuild.v1.InstanceRetentionH\x00\x12\x46\n\x17instances_wait_upstream\x18\x15 \x01(\x0b\x32#.partbuild.v1.InstancesWaitUpstreamH\x00\x12-\n\nclock_tick\x18\x16 \x01(\x0b\x32\x17.partbuild.v1.ClockTickH\x00\x12\x38\n\x10\x62ucket_run_start\x18\x17 \x01(\x0b\x32\x1c.partbuild.v1.BucketRunStartH\x00\x42\t\n\x07payload\"\xb9\x01\n\nWantCreate\x12\x0f\n\x07want_id\x18\x01 \x01(\t\x12\x16\n\x0epartition_refs\x18\x02 \x03(\t\x12\x19\n\x11\x64\x61ta_timestamp_ms\x18\x03 \x01(\x03\x12\x13\n\x0bttl_seconds\x18\x04 \x01(\x03\x12\x13\n\x0bsla_seconds\x18\x05 \x01(\x03\x12\x0f\n\x07\x63omment\x18\x06 \x01(\t\x12\x16\n\x0eparent_want_id\x18\x07 \x01(\t\x12\x14\n\x0croot_want_id\x18\x08 \x01(\t\"-\n\nWantCancel\x12\x0f\n\x07want_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"x\n\x0cJobRunBuffer\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x11\n\tjob_label\x18\x02 \x01(\t\x12\x16\n\x0einstance_uuids\x18\x03 \x03(\t\x12)\n\x06\x62ucket\x18\x04 \x01(\x0b\x32\x19.partbuild.v1.BucketScope\"I\n\x0b\x42ucketScope\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tbucket_id\x18\x02 \x01(\x03\x12\x14\n\x0c\x62ucket_total\x18\x03 \x01(\x03\";\n\x0e\x42ucketRunStart\x12)\n\x06\x62ucket\x18\x01 \x01(\x0b\x32\x19.partbuild.v1.BucketScope\"%\n\x0fJobRunHeartbeat\x12\x12\n\njob_run_id\x18\x01 \x01(\t\"\xe4\x01\n\x0cOutputResult\x12\x15\n\rinstance_uuid\x18\x01 \x01(\t\x12\x10\n\x08location\x18\x02 \x01(\t\x12\x11\n\trow_count\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12\x1c\n\x14input_instance_uuids\x18\x05 \x03(\t\x12:\n\x08metadata\x18\x06 \x03(\x0b\x32(.partbuild.v1.OutputResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"n\n\rJobRunSuccess\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x1c\n\x14input_instance_uuids\x18\x02 \x03(\t\x12+\n\x07outputs\x18\x03 \x03(\x0b\x32\x1a.partbuild.v1.OutputResult\"{\n\rJobRunFailure\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12-\n\x0b\x65rror_class\x18\x02 \x01(\x0e\x32\x18.partbuild.v1.ErrorClass\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x03\"2\n\x0cJobRunCancel\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"=\n\x11JobRunMissingDeps\x12\x12\n\njob_run_id\x18\x01 \x01(\t\x12\x14\n\x0cmissing_refs\x18\x02 \x03(\t\"N\n\x0ePartitionTaint\x12\x15\n\rpartition_ref\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\ronly_this_ref\x18\x03 \x01(\x08\"\xd0\x01\n\x11PartitionObserved\x12\x15\n\rpartition_ref\x18\x01 \x01(\t\x12\x10\n\x08location\x18\x02 \x01(\t\x12\x11\n\trow_count\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12?\n\x08metadata\x18\x05 \x03(\x0b\x32-.partbuild.v1.PartitionObserved.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"B\n\x15InstancesWaitUpstream\x12)\n\x05waits\x18\x01 \x03(\x0b\x32\x1a.partbuild.v1.InstanceWait\"<\n\x0cInstanceWait\x12\x15\n\rinstance_uuid\x18\x01 \x01(\t\x12\x15\n\rupstream_refs\x18\x02 \x03(\t\"\x0b\n\tClockTick\"?\n\x11InstanceRetention\x12*\n\"drop_superseded_created_before_seq\x18\x01 \x01(\x03*_\n\nErrorClass\x12\x1b\n\x17\x45RROR_CLASS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45RROR_CLASS_RETRYABLE\x10\x01\x12\x19\n\x15\x45RROR_CLASS_PERMANENT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OUTPUTRESULT_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_PARTITIONOBSERVED_METADATAENTRY']._loaded_options = None
   _globals['_PARTITIONOBSERVED_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORCLASS']._serialized_start=2591
-  _globals['_ERRORCLASS']._serialized_end=2686
+  _globals['_ERRORCLASS']._serialized_start=2828
+  _globals['_ERRORCLASS']._serialized_end=2923
   _globals['_EVENTSOURCE']._serialized_start=44
   _globals['_EVENTSOURCE']._serialized_end=204
   _globals['_MANUALSOURCE']._serialized_start=206
@@ -46,39 +46,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SYSTEMSOURCE']._serialized_start=272
   _globals['_SYSTEMSOURCE']._serialized_end=305
   _globals['_EVENT']._serialized_start=308
-  _globals['_EVENT']._serialized_end=1154
-  _globals['_WANTCREATE']._serialized_start=1157
-  _globals['_WANTCREATE']._serialized_end=1342
-  _globals['_WANTCANCEL']._serialized_start=1344
-  _globals['_WANTCANCEL']._serialized_end=1389
-  _globals['_JOBRUNBUFFER']._serialized_start=1391
-  _globals['_JOBRUNBUFFER']._serialized_end=1468
-  _globals['_JOBRUNHEARTBEAT']._serialized_start=1470
-  _globals['_JOBRUNHEARTBEAT']._serialized_end=1507
-  _globals['_OUTPUTRESULT']._serialized_start=1510
-  _globals['_OUTPUTRESULT']._serialized_end=1738
-  _globals['_OUTPUTRESULT_METADATAENTRY']._serialized_start=1691
-  _globals['_OUTPUTRESULT_METADATAENTRY']._serialized_end=1738
-  _globals['_JOBRUNSUCCESS']._serialized_start=1740
-  _globals['_JOBRUNSUCCESS']._serialized_end=1850
-  _globals['_JOBRUNFAILURE']._serialized_start=1852
-  _globals['_JOBRUNFAILURE']._serialized_end=1975
-  _globals['_JOBRUNCANCEL']._serialized_start=1977
-  _globals['_JOBRUNCANCEL']._serialized_end=2027
-  _globals['_JOBRUNMISSINGDEPS']._serialized_start=2029
-  _globals['_JOBRUNMISSINGDEPS']._serialized_end=2090
-  _globals['_PARTITIONTAINT']._serialized_start=2092
-  _globals['_PARTITIONTAINT']._serialized_end=2170
-  _globals['_PARTITIONOBSERVED']._serialized_start=2173
-  _globals['_PARTITIONOBSERVED']._serialized_end=2381
-  _globals['_PARTITIONOBSERVED_METADATAENTRY']._serialized_start=1691
-  _globals['_PARTITIONOBSERVED_METADATAENTRY']._serialized_end=1738
-  _globals['_INSTANCESWAITUPSTREAM']._serialized_start=2383
-  _globals['_INSTANCESWAITUPSTREAM']._serialized_end=2449
-  _globals['_INSTANCEWAIT']._serialized_start=2451
-  _globals['_INSTANCEWAIT']._serialized_end=2511
-  _globals['_CLOCKTICK']._serialized_start=2513
-  _globals['_CLOCKTICK']._serialized_end=2524
-  _globals['_INSTANCERETENTION']._serialized_start=2526
-  _globals['_INSTANCERETENTION']._serialized_end=2589
+  _globals['_EVENT']._serialized_end=1212
+  _globals['_WANTCREATE']._serialized_start=1215
+  _globals['_WANTCREATE']._serialized_end=1400
+  _globals['_WANTCANCEL']._serialized_start=1402
+  _globals['_WANTCANCEL']._serialized_end=1447
+  _globals['_JOBRUNBUFFER']._serialized_start=1449
+  _globals['_JOBRUNBUFFER']._serialized_end=1569
+  _globals['_BUCKETSCOPE']._serialized_start=1571
+  _globals['_BUCKETSCOPE']._serialized_end=1644
+  _globals['_BUCKETRUNSTART']._serialized_start=1646
+  _globals['_BUCKETRUNSTART']._serialized_end=1705
+  _globals['_JOBRUNHEARTBEAT']._serialized_start=1707
+  _globals['_JOBRUNHEARTBEAT']._serialized_end=1744
+  _globals['_OUTPUTRESULT']._serialized_start=1747
+  _globals['_OUTPUTRESULT']._serialized_end=1975
+  _globals['_OUTPUTRESULT_METADATAENTRY']._serialized_start=1928
+  _globals['_OUTPUTRESULT_METADATAENTRY']._serialized_end=1975
+  _globals['_JOBRUNSUCCESS']._serialized_start=1977
+  _globals['_JOBRUNSUCCESS']._serialized_end=2087
+  _globals['_JOBRUNFAILURE']._serialized_start=2089
+  _globals['_JOBRUNFAILURE']._serialized_end=2212
+  _globals['_JOBRUNCANCEL']._serialized_start=2214
+  _globals['_JOBRUNCANCEL']._serialized_end=2264
+  _globals['_JOBRUNMISSINGDEPS']._serialized_start=2266
+  _globals['_JOBRUNMISSINGDEPS']._serialized_end=2327
+  _globals['_PARTITIONTAINT']._serialized_start=2329
+  _globals['_PARTITIONTAINT']._serialized_end=2407
+  _globals['_PARTITIONOBSERVED']._serialized_start=2410
+  _globals['_PARTITIONOBSERVED']._serialized_end=2618
+  _globals['_PARTITIONOBSERVED_METADATAENTRY']._serialized_start=1928
+  _globals['_PARTITIONOBSERVED_METADATAENTRY']._serialized_end=1975
+  _globals['_INSTANCESWAITUPSTREAM']._serialized_start=2620
+  _globals['_INSTANCESWAITUPSTREAM']._serialized_end=2686
+  _globals['_INSTANCEWAIT']._serialized_start=2688
+  _globals['_INSTANCEWAIT']._serialized_end=2748
+  _globals['_CLOCKTICK']._serialized_start=2750
+  _globals['_CLOCKTICK']._serialized_end=2761
+  _globals['_INSTANCERETENTION']._serialized_start=2763
+  _globals['_INSTANCERETENTION']._serialized_end=2826
 # @@protoc_insertion_point(module_scope)

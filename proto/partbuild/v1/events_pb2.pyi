@@ -45,7 +45,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class Event(_message.Message):
     INSTANCE_RETENTION_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_WAIT_UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     CLOCK_TICK_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_RUN_START_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -78,7 +79,8 @@ class Event(_message.Message):
     instance_retention: InstanceRetention
     instances_wait_upstream: InstancesWaitUpstream
     clock_tick: ClockTick
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ...) -> None: ...
+    bucket_run_start: BucketRunStart
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id")
@@ -109,14 +111,32 @@ class WantCancel(_message.Message):
     def __init__(self, want_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobRunBuffer(_message.Message):
-    __slots__ = ("job_run_id", "job_label", "instance_uuids")
+    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_LABEL_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     job_label: str
     instance_uuids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+    bucket: BucketScope
+    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ...) -> None: ...
+
+class BucketScope(_message.Message):
+    __slots__ = ("namespace", "bucket_id", "bucket_total")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    bucket_id: int
+    bucket_total: int
+    def __init__(self, namespace: _Optional[str] = ..., bucket_id: _Optional[int] = ..., bucket_total: _Optional[int] = ...) -> None: ...
+
+class BucketRunStart(_message.Message):
+    __slots__ = ("bucket",)
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    bucket: BucketScope
+    def __init__(self, bucket: _Optional[_Union[BucketScope, _Mapping]] = ...) -> None: ...
 
 class JobRunHeartbeat(_message.Message):
     __slots__ = ("job_run_id",)

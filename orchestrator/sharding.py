@@ -1,0 +1,35 @@
+"""Sharded orchestrators: a worker decides only for the refs of its bucket.
+
+A worker started with a bucket (`--bucket-total N --bucket-id K`, or a bucket
+chosen round-robin) owns the refs whose `bucket(namespace, ref, N)` is K. Its
+decisions consider only those refs (`decide(..., shard=...)`), its job runs carry
+the bucket, and the fold rejects a run naming a partition of another bucket.
+"""
+
+from __future__ import annotations
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.bucketing import bucket
+
+DEFAULT_NAMESPACE = "partbuild"
+
+
+class Shard:
+    """The bucket a worker owns, with each ref's verdict remembered (refs are decided about again and again)."""
+
+    def __init__(self, bucket_id: int, bucket_total: int, namespace: str = DEFAULT_NAMESPACE) -> None:
+        if not 1 <= bucket_id <= bucket_total:
+            raise ValueError(f"bucket_id {bucket_id} is not between 1 and bucket_total {bucket_total}")
+        self.scope = pb.BucketScope(namespace=namespace, bucket_id=bucket_id, bucket_total=bucket_total)
+        self._owned: dict[str, bool] = {}
+
+    def owns(self, ref: str) -> bool:
+        """Whether `ref` falls in this worker's bucket."""
+        owned = self._owned.get(ref)
+        if owned is None:
+            scope = self.scope
+            owned = self._owned[ref] = bucket(scope.namespace, ref, scope.bucket_total) == scope.bucket_id
+        return owned
+
+    def __repr__(self) -> str:
+        return f"Shard({self.scope.bucket_id}/{self.scope.bucket_total}, namespace={self.scope.namespace!r})"
