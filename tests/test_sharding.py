@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from foldkit import Story
 
 from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job
@@ -20,6 +19,8 @@ from partbuild.state.events import envelope, manual
 from partbuild.state.model import JobRunState, WantState
 from partbuild.state.replay import load_state
 from partbuild.state.store import EventLog
+
+from foldkit import Story
 
 GRAPH = Graph([Job("noop", ["noop/{n:int}"], lambda ctx: None, batch_size=5, max_concurrency=1_000)])
 REFS = [f"noop/{n}" for n in range(60)]
