@@ -1,4 +1,4 @@
-"""Sharded orchestrators (issue 9, first part): decisions per bucket, job runs carrying their bucket, the fold as judge."""
+"""Sharded orchestrators: decisions per bucket, job runs carrying their bucket, the fold as judge."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def test_the_fold_rejects_a_run_naming_a_partition_of_another_bucket() -> None:
     bad_scope = _scope(4)
     reason = story.apply(pb.JobRunBuffer(job_run_id="r2", job_label="noop", instance_uuids=uuids[:1], bucket=bad_scope))
     assert reason == "bucket_id 4 is not between 1 and bucket_total 3"
-    assert story.apply(pb.JobRunBuffer(job_run_id="r3", job_label="noop", instance_uuids=uuids[:1], bucket=_scope(1))) is None
+    own = pb.JobRunBuffer(job_run_id="r3", job_label="noop", instance_uuids=uuids[:1], bucket=_scope(1))
+    assert story.apply(own) is None
 
 
 def test_bucket_run_start_keeps_the_last_bucket_per_namespace() -> None:
