@@ -60,6 +60,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/state_memory.py
 	$(BIN)/python bench/decide_throughput.py
 	$(BIN)/python bench/idle_step.py
+	$(BIN)/python bench/sharded_decide.py
 	$(BIN)/python bench/w1_vs_plain.py
 	$(BIN)/python bench/api_wants.py
 	$(BIN)/python bench/api_lineage.py
