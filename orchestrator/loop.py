@@ -27,6 +27,7 @@ from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.bucketing import BucketingConfig
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, wall_clock_ms
 from partbuild.state.live import LiveState
@@ -58,6 +59,7 @@ class Orchestrator:
         listen_timeout_s: float = 1.0,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: RetentionPolicy | None = None,
+        bucketing: BucketingConfig | None = None,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -76,6 +78,8 @@ class Orchestrator:
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
         self.retention = retention
+        # Stored, not yet used: used by the sharded decisions (next step of issue 9).
+        self.bucketing = bucketing or BucketingConfig()
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then

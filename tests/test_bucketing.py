@@ -1,20 +1,24 @@
-"""Bucketing (issue 9): the bucket function, its configuration and round-robin selection."""
+"""Bucketing (issue 9): the bucket function, its configuration, round-robin selection, and the CLI commands."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import itertools
 import json
 import logging
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli import run_cli
 
+from partbuild.api.cli import main
 from partbuild.state.bucketing import (
     BucketingConfig,
     BucketingConfigError,
@@ -291,3 +295,147 @@ def test_schema_matches_the_seed_field_by_field() -> None:
         assert found == expected, name
     text = json.dumps(schema)
     assert not any(word in text for word in ('"oneOf"', '"anyOf"', '"allOf"', "dependentRequired", "$data"))
+
+
+def test_config_schema_command_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "config", "schema")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == config_json_schema()
+
+
+# ----------------------------------------------------------------- `partbuild bucket`
+
+
+def test_bucket_command_prints_one_line_per_data_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "bucket", KEY, "12", "facebook/react", "vercel/next.js", "torvalds/linux")
+    assert (code, out, err) == (0, "9\n7\n9\n", "")
+    code, out, _ = run_cli(capsys, "bucket", "ключ", "1000", "données/é", "", "-x")
+    assert out.splitlines() == [
+        str(reference_bucket("ключ", "données/é", 1000)),
+        str(reference_bucket("ключ", "", 1000)),
+        str(reference_bucket("ключ", "-x", 1000)),  # an unknown option is data
+    ]
+
+
+def test_bucket_command_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [data for data, total, _ in VECTORS if total == 10] + ["", " spaced ", "crlf\r", "é"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode() + b"\n")))
+    code, out, err = run_cli(capsys, "bucket", KEY, "10", "-")
+    assert (code, err) == (0, "")
+    # Only the newline is stripped: spaces and a carriage return are part of the data.
+    assert out.splitlines() == [str(reference_bucket(KEY, line, 10)) for line in lines]
+    assert out.splitlines()[:4] == ["6", "4", "8", "7"]
+
+
+def test_bucket_command_stdin_without_final_newline(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"openai/gpt\nopenai/evals")))
+    assert run_cli(capsys, "bucket", KEY, "7", "-")[1] == "3\n1\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xff\n")))
+    code, _, err = run_cli(capsys, "bucket", KEY, "7", "-")
+    assert code == 2 and err.count("\n") == 1 and "line 2 of stdin is not UTF-8" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bucket", KEY, "0", "x"], "Invalid value for 'TOTAL': '0' is not a positive integer"),
+        (["bucket", KEY, "-3", "x"], "'-3' is not a positive integer"),
+        (["bucket", KEY, "+3", "x"], "'+3' is not a positive integer"),
+        (["bucket", KEY, "1_0", "x"], "'1_0' is not a positive integer"),
+        (["bucket", KEY, "ten", "x"], "'ten' is not a positive integer"),
+        (["bucket", KEY, "10"], "Missing argument 'DATA...'"),
+        (["bucket", KEY], "Missing argument 'TOTAL'"),
+        (["bucket", KEY, "10", "a", "-"], "'-' (read stdin) must be the only DATA"),
+        (["bucket", KEY, "10", "-", "-"], "'-' (read stdin) must be the only DATA"),
+        (["bucket", KEY, "10", "ok", "bad\udcff"], "#2: bucket data is not valid Unicode text"),
+        (["bucket", "bad\udcff", "10", "ok"], "Invalid value for 'KEY': bucket key is not valid Unicode text"),
+    ],
+)
+def test_bucket_command_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("partbuild: error: ")
+    assert message in err
+    assert out == ""
+
+
+# ----------------------------------------------------------------- `partbuild run`'s options
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--bucket-total", "0"], {}, "Invalid value for '--bucket-total': '0' is not a positive integer"),
+        (
+            ["--bucket-total", "3", "--bucket-id", "4"],
+            {},
+            "'--bucket-id': bucket_id: 4 is not within [1, bucket_total=3]",
+        ),
+        ([], {"PARTBUILD_BUCKET_ID": "2"}, "'--bucket-id': bucket_id: 2 is not within [1, bucket_total=1]"),
+        (
+            ["--bucket-total", "6", "--bucket-ranges", "2-3", "--bucket-ranges", "7"],
+            {},
+            "'--bucket-ranges': bucket_ranges: 7 in '7'",
+        ),
+        (["--bucket-total", "6"], {"PARTBUILD_BUCKET_RANGES": "5-3"}, "bucket_ranges: '5-3' starts after it ends"),
+        (["--bucket-total", "6", "--bucket-ranges", ","], {}, "bucket_ranges: [','] names no bucket"),
+    ],
+)
+def test_run_validates_bucketing_at_start_up(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    message: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, _, err = run_cli(capsys, "run", "--graph", "no-such-graph.py", *args)  # refused before the graph is read
+    assert code == 2 and err.count("\n") == 1
+    assert message in err
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_run_passes_the_config_to_the_orchestrator(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import partbuild.orchestrator.loop as loop
+    import partbuild.orchestrator.spark as spark
+
+    given_kwargs: dict[str, Any] = {}
+
+    def fake_orchestrator(*_args: Any, **kwargs: Any) -> None:
+        given_kwargs.update(kwargs)
+        raise _Stopped
+
+    monkeypatch.setattr(loop, "Orchestrator", fake_orchestrator)
+    monkeypatch.setattr(spark, "spark_session", lambda master: None)
+    monkeypatch.setenv("PARTBUILD_ROUND_ROBIN", "true")
+    graph = tmp_path / "graph.py"
+    graph.write_text(
+        "from partbuild.orchestrator.graph import Graph, Job\n"
+        "graph = Graph([Job('noop', ['t/noop/part={n:int}'], lambda ctx: None)])\n"
+    )
+    args = ["run", "--db", sqlite_url, "--graph", str(graph), "--bucket-total", "6", "--bucket-id", "2"]
+    with pytest.raises(_Stopped):
+        main([*args, "--bucket-ranges", "1-2", "--bucket-ranges", "5,6"])
+    assert given_kwargs["bucketing"] == BucketingConfig(6, 2, True, ("1-2", "5,6"))
+    assert "bucketing options are validated but not applied yet" in caplog.text  # until the sharded decisions
+
+
+def test_orchestrator_stores_the_config(sqlite_url: str) -> None:
+    from partbuild.orchestrator.graph import Graph
+    from partbuild.orchestrator.loop import Orchestrator
+    from partbuild.state.store import EventLog
+
+    config = BucketingConfig(bucket_total=4, bucket_id=3)
+    with EventLog.open(sqlite_url) as log:
+        assert Orchestrator(log, Graph([]), warehouse="w", bucketing=config).bucketing is config
+        assert Orchestrator(log, Graph([]), warehouse="w").bucketing == BucketingConfig()

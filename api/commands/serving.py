@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from partbuild.api import render
+from partbuild.api.commands.bucketing import bucketing_config, bucketing_options
 from partbuild.api.commands.common import (
     CommandFailed,
     db_option,
@@ -24,6 +25,7 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
+from partbuild.state.bucketing import BucketingConfig
 from partbuild.state.live import LiveState
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
@@ -197,6 +199,7 @@ class _Background:
 )
 @snapshot_every_option
 @retain_days_option
+@bucketing_options
 def run(
     db_url: str,
     graph_path: str,
@@ -208,13 +211,20 @@ def run(
     heartbeat_timeout: float,
     snapshot_every: int,
     retain_days: int | None,
+    bucket_total: int,
+    bucket_id: int,
+    round_robin: bool,
+    bucket_ranges: tuple[str, ...],
 ) -> None:
     """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import spark_session
 
+    bucketing = bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     _configure_logging()
+    if bucketing != BucketingConfig():  # say so rather than let a shard silently build everything
+        logger.warning("bucketing options are validated but not applied yet: this process builds every bucket")
     stop = threading.Event()
     with open_log(db_url, must_exist=False) as log:
         orchestrator = Orchestrator(
@@ -227,6 +237,7 @@ def run(
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,
             retention=_retention(retain_days),
+            bucketing=bucketing,
         )
 
         def request_stop(signum: int, _frame: object) -> None:
