@@ -50,11 +50,15 @@ def _utf8(text: str, what: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        # A lone surrogate (e.g. from a file name decoded with surrogateescape) has no UTF-8 bytes,
-        # so it has no bucket: refuse it rather than bucket some replacement the spec never named.
-        raise ValueError(
-            f"bucket {what} is not valid Unicode text: lone surrogate {text[exc.start]!r} at position {exc.start}"
-        ) from None
+        raise _not_text(what, text, exc) from None
+
+
+def _not_text(what: str, text: str, exc: UnicodeEncodeError) -> ValueError:
+    # A lone surrogate (e.g. from a file name decoded with surrogateescape) has no UTF-8 bytes,
+    # so it has no bucket: refuse it rather than bucket some replacement the spec never named.
+    return ValueError(
+        f"bucket {what} is not valid Unicode text: lone surrogate {text[exc.start]!r} at position {exc.start}"
+    )
 
 
 def bucket(key: str, data: str, bucket_total: int) -> int:
@@ -69,7 +73,12 @@ def bucket(key: str, data: str, bucket_total: int) -> int:
         raise ValueError(f"bucket_total must be at least 1, got {bucket_total}")
     inner_pad, outer_pad = _pads(key)
     inner = inner_pad.copy()
-    inner.update(_utf8(data, "data"))
+    try:  # inline rather than _utf8(): this is the per-ref hot path
+        inner.update(data.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise _not_text("data", data, exc) from None
+    except AttributeError:
+        raise TypeError(f"bucket data must be a str, got {type(data).__name__}") from None
     outer = outer_pad.copy()
     outer.update(inner.digest())
     return _FIRST_WORD(outer.digest())[0] % bucket_total + 1

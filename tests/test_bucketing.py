@@ -110,6 +110,13 @@ def test_lone_surrogates_are_a_clear_value_error() -> None:
         bucket("\ud800", "ab", 3)
 
 
+def test_non_text_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="bucket data must be a str, got bytes"):
+        bucket(KEY, b"facebook/react", 12)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bucket key must be a str, got NoneType"):
+        bucket(None, "facebook/react", 12)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("total", "error"), [(0, ValueError), (-1, ValueError), ("3", TypeError), (True, TypeError), (2.0, TypeError)]
 )
