@@ -24,7 +24,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from partbuild.api.commands import log, partitions, runs, serving, wants
+from partbuild.api.commands import bucketing, log, partitions, runs, serving, wants
 from partbuild.api.commands.common import BadInput, CommandFailed
 from partbuild.api.errors import ApiError, ClientError, validation_message
 
@@ -64,6 +64,8 @@ for command in (
     serving.serve,
     serving.up,
     serving.run,
+    bucketing.bucket_command,
+    bucketing.config_group,
 ):
     cli.add_command(command)
 

@@ -26,8 +26,9 @@ from partbuild.orchestrator.decide import (
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
-from partbuild.orchestrator.sharding import Shard
+from partbuild.orchestrator.sharding import Shard, start_shard
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.bucketing import BucketingConfig
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, wall_clock_ms
 from partbuild.state.live import LiveState
@@ -60,6 +61,7 @@ class Orchestrator:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: RetentionPolicy | None = None,
         shard: Shard | None = None,
+        bucketing: BucketingConfig | None = None,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -78,7 +80,10 @@ class Orchestrator:
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
         self.retention = retention
-        self.shard = shard  # decide only for the refs of this bucket (None: all of them)
+        # Decide only for the refs of this bucket (None: all of them). A bucketing configuration
+        # (`run --bucket-*`) is turned into one now: round-robin picks the bucket after the last
+        # one the log records for the namespace, and records it.
+        self.shard = shard if bucketing is None else start_shard(bucketing, self.live, log, clock)
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then

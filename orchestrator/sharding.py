@@ -9,7 +9,10 @@ the bucket, and the fold rejects a run naming a partition of another bucket.
 from __future__ import annotations
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
+from partbuild.state.bucketing import BucketingConfig, apply_round_robin_bucketing, bucket
+from partbuild.state.events import Clock, envelope, system
+from partbuild.state.live import LiveState
+from partbuild.state.store import EventLog
 
 DEFAULT_NAMESPACE = "partbuild"
 
@@ -33,3 +36,24 @@ class Shard:
 
     def __repr__(self) -> str:
         return f"Shard({self.scope.bucket_id}/{self.scope.bucket_total}, namespace={self.scope.namespace!r})"
+
+
+def start_shard(config: BucketingConfig, live: LiveState, log: EventLog, clock: Clock) -> Shard | None:
+    """The shard a worker configured with `config` owns for this run (None: one bucket, all refs).
+
+    With round-robin execution the bucket is the one after the last the log records for
+    the namespace (`BucketRunStart`, kept by the fold), and this run's choice is appended,
+    so restarts, replays and audits agree on where the rotation stands.
+    """
+    if config.round_robin_bucket_execution:
+        live.catch_up()
+        with live.read() as state:
+            last = state.bucket_runs.get(DEFAULT_NAMESPACE)
+        config, _ = apply_round_robin_bucketing(config, last)
+        shard = Shard(config.bucket_id, config.bucket_total)
+        log.append([envelope(pb.BucketRunStart(bucket=shard.scope), source=system("orchestrator"), clock=clock)])
+        live.catch_up()
+        return shard
+    if config.bucket_total == 1:
+        return None
+    return Shard(config.bucket_id, config.bucket_total)

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from partbuild.api import render
+from partbuild.api.commands.bucketing import bucketing_config, bucketing_options
 from partbuild.api.commands.common import (
     CommandFailed,
     db_option,
@@ -197,6 +198,7 @@ class _Background:
 )
 @snapshot_every_option
 @retain_days_option
+@bucketing_options
 def run(
     db_url: str,
     graph_path: str,
@@ -208,13 +210,18 @@ def run(
     heartbeat_timeout: float,
     snapshot_every: int,
     retain_days: int | None,
+    bucket_total: int,
+    bucket_id: int,
+    round_robin: bool,
+    bucket_ranges: tuple[str, ...],
 ) -> None:
     """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import spark_session
 
+    _configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
+    bucketing = bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
-    _configure_logging()
     stop = threading.Event()
     with open_log(db_url, must_exist=False) as log:
         orchestrator = Orchestrator(
@@ -227,6 +234,7 @@ def run(
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,
             retention=_retention(retain_days),
+            bucketing=bucketing,
         )
 
         def request_stop(signum: int, _frame: object) -> None:
