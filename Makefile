@@ -66,6 +66,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/api_lineage.py
 	$(BIN)/python bench/up_memory.py
 	$(BIN)/python bench/bucketing.py
+	$(BIN)/python bench/bucket_column.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

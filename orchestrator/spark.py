@@ -7,9 +7,13 @@ run uses it. Master: `local[*]` by default, a cluster master URL
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 DEFAULT_MASTER = "local[*]"
 # Small-data defaults: W1-sized partitions are tiny, and 200 shuffle partitions
@@ -83,3 +87,65 @@ def connect_tag(run_id: str) -> str:
 def _spark_context(spark: Any) -> Any:
     # A Spark Connect session raises an AttributeError for `sparkContext`.
     return getattr(spark, "sparkContext", None)
+
+
+# --- Bucketing in Spark: HMAC-MD5 out of built-in SQL functions ---------------------------------------
+#
+# `bucket(key, data, total)` (partbuild.state.bucketing) is HMAC-MD5(key, data)'s first 32 bits mod total,
+# plus one. Spark SQL has no HMAC, but RFC 2104 needs only MD5, concatenation and two constant pads: the
+# key is a Python constant, so its padded blocks XOR ipad/opad are computed here once and shipped as binary
+# literals, and every row costs two `md5` calls in the JVM. No Python UDF: rows never leave the JVM, and
+# the same expression runs unchanged on a Spark Connect server.
+
+_MD5_BLOCK_BYTES = 64
+_IPAD = 0x36
+_OPAD = 0x5C
+_INT_MAX = 2**31 - 1
+_LONG_MAX = 2**63 - 1
+
+
+def bucket_column(key: str, column: Column | str, bucket_total: int) -> Column:
+    """`bucket(key, value, bucket_total)` for every row of the string `column`, as a Spark Column.
+
+    Null in, null out. The type is int, or bigint when `bucket_total` exceeds int's range (2**31 - 1).
+    Spark strings are UTF-8, so a value hashes as the bytes Python's `str.encode()` gives for it (characters
+    outside the BMP included). A Python string with a lone surrogate, which the reference cannot encode,
+    never reaches Spark as such: it is replaced on the way in (U+FFFD by a classic `createDataFrame`), and
+    its bucket is the reference's bucket of the string Spark holds.
+    """
+    inner_pad, outer_pad = _hmac_md5_pads(key, bucket_total)
+    # The flavour-neutral names: pyspark.sql.Column is the base of the classic and the Connect Column, and
+    # pyspark.sql.functions builds Connect expressions on a Connect client (imported here, as above).
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    if isinstance(column, str):
+        column = F.col(column)
+    elif not isinstance(column, Column):
+        raise ValueError(f"column must be a column name or a Column, not {type(column).__name__}")
+    message = F.encode(column, "UTF-8")
+    inner = F.unhex(F.md5(F.concat(F.unhex(F.lit(inner_pad.hex())), message)))
+    outer = F.md5(F.concat(F.unhex(F.lit(outer_pad.hex())), inner))  # 32 lowercase hex characters
+    # The first 8 hex characters are an unsigned 32-bit number: conv's string fits a bigint exactly.
+    first32 = F.conv(F.substring(outer, 1, 8), 16, 10).cast("bigint")
+    result = F.pmod(first32, F.lit(bucket_total)) + F.lit(1)
+    return result.cast("int" if bucket_total <= _INT_MAX else "bigint")
+
+
+def _hmac_md5_pads(key: str, bucket_total: int) -> tuple[bytes, bytes]:
+    """(K xor ipad, K xor opad) of RFC 2104 for `key`, after checking the arguments of `bucket_column`."""
+    if not isinstance(key, str):
+        raise ValueError(f"key must be a str, not {type(key).__name__}")
+    # bool is an int subclass: True would silently mean one bucket.
+    if not isinstance(bucket_total, int) or isinstance(bucket_total, bool):
+        raise ValueError(f"bucket_total must be an int, not {type(bucket_total).__name__}")
+    if not 1 <= bucket_total <= _LONG_MAX:
+        raise ValueError(f"bucket_total must be between 1 and 2**63 - 1 (a Spark bigint), not {bucket_total}")
+    try:
+        key_bytes = key.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: the reference cannot hash with this key either
+        raise ValueError(f"key must be encodable as UTF-8: {exc}") from None
+    if len(key_bytes) > _MD5_BLOCK_BYTES:
+        key_bytes = hashlib.md5(key_bytes).digest()
+    block = key_bytes.ljust(_MD5_BLOCK_BYTES, b"\0")
+    return bytes(b ^ _IPAD for b in block), bytes(b ^ _OPAD for b in block)

@@ -8,6 +8,7 @@ run's operations are interrupted on the server through their tag.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
 from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
 from examples.clicks.pipeline import weekly_ref
@@ -176,3 +178,57 @@ def test_canceling_a_run_interrupts_its_operation_on_the_server(
     assert instance.built_by not in (None, first)
     # A periodic heartbeat may race the cancel (appended after it, before the orchestrator folded it).
     assert [r for r in state.rejections if r.event_type != "job_run_heartbeat"] == []
+
+
+# A Spark Connect client process (no JVM of its own): reads {url, values, combos} on stdin, computes
+# `bucket_column` for every (key, total) on the server and prints the rows as JSON.
+BUCKET_CLIENT = """
+import json, sys
+
+from pyspark.sql import Column
+from partbuild.orchestrator.spark import bucket_column, spark_session
+
+job = json.load(sys.stdin)
+spark = spark_session(job["url"])
+column = bucket_column("k", "s", 12)
+assert isinstance(column, Column) and type(column).__module__.startswith("pyspark.sql.connect"), type(column)
+frame = spark.createDataFrame(list(enumerate(job["values"])), "i long, s string")
+buckets = [bucket_column(key, "s", total).alias(f"b{n}") for n, (key, total) in enumerate(job["combos"])]
+rows = frame.select("i", *buckets).orderBy("i").collect()
+json.dump([list(row) for row in rows], sys.stdout)
+"""
+
+
+def test_bucket_column_equals_the_reference_on_a_spark_connect_server(
+    connect_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = connect_server
+    values = [data for data, _, _ in SPEC_VECTORS] + sample_strings(300, seed=15)
+    combos = [(key, total) for key in KEYS for total in TOTALS] + [(GITHUB_KEY, t) for t in (7, 10)]
+    script = tmp_path / "bucket_client.py"
+    script.write_text(BUCKET_CLIENT)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        input=json.dumps({"url": url, "values": values, "combos": combos}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+
+    assert [row[0] for row in rows] == list(range(len(values)))
+    wrong = [
+        (key, total, values[i], got)
+        for i, *buckets in rows
+        for (key, total), got in zip(combos, buckets, strict=True)
+        if got != reference(key, values[i], total)
+    ]
+    assert wrong == []
+    by_vector = {
+        (values[i], total): got
+        for i, *buckets in rows
+        for (key, total), got in zip(combos, buckets, strict=True)
+        if key == GITHUB_KEY
+    }
+    assert [(d, t, by_vector[d, t]) for d, t, _ in SPEC_VECTORS] == SPEC_VECTORS
