@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bucketkit import GITHUB_KEY, SPEC_VECTORS, reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import run_cli
@@ -28,24 +29,10 @@ from partbuild.state.bucketing import (
     next_bucket_id,
 )
 
-KEY = "farosai/airbyte-github-source"
-# The seed's test vectors: (data, bucket_total, bucket).
-VECTORS = [
-    ("facebook/react", 12, 9),
-    ("torvalds/linux", 12, 9),
-    ("openai/gpt", 7, 3),
-    ("openai/evals", 7, 1),
-    ("vercel/next.js", 12, 7),
-    ("octo-org/hello-world", 10, 6),
-    ("octo-org/repo", 10, 4),
-    ("myco/frontend", 10, 8),
-    ("myco/backend", 10, 7),
-]
+reference_bucket = reference
+KEY = GITHUB_KEY
+VECTORS = SPEC_VECTORS  # the seed's test vectors: (data, bucket_total, bucket)
 
-
-def reference_bucket(key: str, data: str, total: int) -> int:
-    """The spec read literally: HMAC-MD5, first 8 hex characters, modulo, plus one."""
-    return int(hmac.new(key.encode(), data.encode(), hashlib.md5).hexdigest()[:8], 16) % total + 1
 
 
 # ----------------------------------------------------------------- the bucket function
