@@ -247,14 +247,21 @@ def retry_due_ms(state: BuildState, instance: Instance, job: Job) -> int:
     return last.updated_ms + delay
 
 
-def stale_runs(state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str]) -> list[pb.Event]:
-    """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried."""
+def stale_runs(
+    state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str], shard: Shard | None = None
+) -> list[pb.Event]:
+    """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried.
+
+    A sharded worker fails only runs of its own bucket: another bucket's owner may just be slow.
+    """
     alive = set(alive)
     events = []
     for run_id in state.active_run_ids:
         if run_id in alive:
             continue
         run = state.job_runs[run_id]
+        if shard is not None and not shard.owns_run(state, run):
+            continue
         last_sign = max(run.last_heartbeat_ms, run.created_ms)
         if now_ms - last_sign <= timeout_ms:
             continue

@@ -137,7 +137,7 @@ class Orchestrator:
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
         with self.live.read() as state:
-            events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive)
+            events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.shard)
             decision = self._decide(state, now)
             events += decision.events
             if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
@@ -245,13 +245,8 @@ class Orchestrator:
             decision = self._decide(state, self.clock())
             if decision.events or decision.source_checks or decision.next_retry_ms is not None:
                 return False
-            return not any(self._in_my_bucket(state, run_id) for run_id in state.active_run_ids)
-
-    def _in_my_bucket(self, state: BuildState, run_id: str) -> bool:
-        """Whether an active run builds refs of this worker's bucket (a run lies in one bucket)."""
-        assert self.shard is not None
-        first = state.job_runs[run_id].instance_uuids[0]
-        return self.shard.owns(state.instances[first].ref)
+            shard = self.shard
+            return not any(shard.owns_run(state, state.job_runs[run_id]) for run_id in state.active_run_ids)
 
     def run(self, stop: threading.Event) -> None:
         """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""

@@ -20,6 +20,7 @@ from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope
 from partbuild.state.fold.buckets import layout_problem
 from partbuild.state.live import LiveState
+from partbuild.state.model import JobRun
 from partbuild.state.store import EventLog
 
 
@@ -43,6 +44,10 @@ class Shard:
             scope = self.scope
             owned = self._owned[ref] = bucket(scope.namespace, ref, scope.bucket_total) == scope.bucket_id
         return owned
+
+    def owns_run(self, state: BuildState, run: JobRun) -> bool:
+        """Whether a job run builds refs of this bucket (a run decided under a bucket lies in one bucket)."""
+        return self.owns(state.instances[run.instance_uuids[0]].ref)
 
     def check_layout(self, state: BuildState) -> None:
         """Raise `ShardRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""
