@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_START, serve_service
-from w1kit import WEEKS, finished, replay, start_orchestrator
+from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, serve_service
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
 
-from examples.clicks.pipeline import build_graph, daily_ref, days_in_range, raw_ref, weekly_ref
+from examples.clicks.pipeline import build_graph, daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import bucket
 from partbuild.state.build_state import BuildState
@@ -31,7 +32,7 @@ from partbuild.state.store import EventLog
 NAMESPACE = "partbuild"
 TOTAL = 3
 WANT_IDS = [f"w-{week}" for week in WEEKS]
-BUILD_TIMEOUT_S = 300.0
+BUILD_TIMEOUT_S = 420.0  # generous: four JVMs share two cores, often with other test runs
 
 
 def wanted_refs() -> list[str]:
@@ -157,9 +158,18 @@ def assert_buffers_scoped(state: BuildState, buffers: dict[int, pb.Event]) -> Co
     return per_bucket
 
 
+def assert_weekly_counts(spark: Any, state: BuildState) -> None:
+    """Each weekly holds CLICKS_ROWS clicks per day of the week in range (dailies of other buckets included)."""
+    for week in WEEKS:
+        weekly = state.canonical_instance(weekly_ref(week))
+        assert weekly is not None and weekly.location
+        days = len(week_days_in_range(week, CLICKS_DAYS, CLICKS_START))
+        assert sum(read_counts(spark, weekly.location).values()) == CLICKS_ROWS * days, week
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_three_static_workers_build_w1_each_in_its_bucket(
-    db_url: str, api: httpx.Client, clicks_root: Path, tmp_path: Path
+    db_url: str, api: httpx.Client, clicks_root: Path, tmp_path: Path, spark: Any
 ) -> None:
     post_wants(api)
     started = time.monotonic()
@@ -175,3 +185,5 @@ def test_three_static_workers_build_w1_each_in_its_bucket(
     per_bucket = assert_buffers_scoped(state, buffers)
     needed = Counter(bucket(NAMESPACE, ref, TOTAL) for ref in wanted_refs() if not ref.startswith("raw/"))
     assert set(per_bucket) == set(needed)  # every bucket with work to do did it
+    assert_weekly_counts(spark, state)
+    print(f"job runs per bucket {dict(sorted(per_bucket.items()))}; {state.counts()['job_runs']}")
