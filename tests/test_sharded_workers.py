@@ -3,7 +3,9 @@
 Three static workers (`--bucket-total 3 --bucket-id 1|2|3`) run at once over one
 fresh database; the W1 weekly wants arrive over HTTP. The three build
 everything, each only its own bucket's partitions, and wait for each other's
-upstream (no `--until-idle`). The log is then replayed strictly and checked.
+upstream (no `--until-idle`). A fourth worker started meanwhile with another
+layout (`--bucket-total 2 --bucket-id 1`) is refused by the fold and exits. The
+log is then replayed strictly and checked.
 """
 
 from __future__ import annotations
@@ -31,8 +33,14 @@ from partbuild.state.store import EventLog
 
 NAMESPACE = "partbuild"
 TOTAL = 3
+WORKERS = {f"worker-{bucket_id}": bucket_id for bucket_id in range(1, TOTAL + 1)}
+INTRUDER = "intruder"  # --bucket-total 2 --bucket-id 1: overlaps buckets of all three
+CONFLICT = f"split into {TOTAL} buckets"
 WANT_IDS = [f"w-{week}" for week in WEEKS]
-BUILD_TIMEOUT_S = 420.0  # generous: four JVMs share two cores, often with other test runs
+START_TIMEOUT_S = 240.0  # a JVM per process; four share two cores, often with other test runs
+BUILD_TIMEOUT_S = 420.0
+
+Processes = dict[str, subprocess.Popen[bytes]]
 
 
 def wanted_refs() -> list[str]:
@@ -41,24 +49,40 @@ def wanted_refs() -> list[str]:
     return [weekly_ref(w) for w in WEEKS] + [daily_ref(d) for d in days] + [raw_ref(d) for d in days]
 
 
+def built_refs() -> list[str]:
+    """The wanted refs job runs build (raw sources are observed, not built)."""
+    return [ref for ref in wanted_refs() if not ref.startswith("raw/")]
+
+
 @contextmanager
-def static_workers(db: str, clicks_root: Path, tmp_path: Path) -> Iterator[dict[int, subprocess.Popen[bytes]]]:
-    """One `partbuild run` per bucket of TOTAL, all at once, none with --until-idle; killed if left running."""
-    workers: dict[int, subprocess.Popen[bytes]] = {}
+def processes() -> Iterator[Processes]:
+    """A name -> process table; whatever is still running on the way out is killed."""
+    table: Processes = {}
     try:
-        for bucket_id in range(1, TOTAL + 1):
-            options = ("--bucket-total", str(TOTAL), "--bucket-id", str(bucket_id))
-            workers[bucket_id] = start_orchestrator(db, clicks_root, tmp_path, f"worker-{bucket_id}", *options)
-        yield workers
+        yield table
     finally:
-        for process in workers.values():
+        for process in table.values():
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=30)
 
 
-def worker_log(tmp_path: Path, name: str) -> str:
+def start_worker(
+    db: str, clicks_root: Path, tmp_path: Path, name: str, total: int, bucket_id: int
+) -> subprocess.Popen[bytes]:
+    """`partbuild run --bucket-total T --bucket-id K` without --until-idle; output in `<name>.log`."""
+    options = ("--bucket-total", str(total), "--bucket-id", str(bucket_id))
+    return start_orchestrator(db, clicks_root, tmp_path, name, *options)
+
+
+def output(tmp_path: Path, name: str) -> str:
     return (tmp_path / f"{name}.log").read_text(errors="replace")
+
+
+def assert_running(procs: Processes, names: list[str], tmp_path: Path) -> None:
+    for name in names:
+        code = procs[name].poll()
+        assert code is None, f"{name} exited ({code}):\n{output(tmp_path, name)[-3000:]}"
 
 
 @pytest.fixture
@@ -79,16 +103,26 @@ def post_wants(client: httpx.Client) -> None:
         assert response.json()["want_id"] == want_id
 
 
-def wait_successful(client: httpx.Client, workers: dict[int, subprocess.Popen[bytes]], tmp_path: Path) -> float:
-    """Poll the API until every want is successful; fail at once if a worker exits. Returns the seconds waited."""
+def wait_bucket_runs(db: str, procs: Processes, tmp_path: Path) -> None:
+    """Block until each static worker has recorded its bucket_run_start (the layout is then fixed)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    after, seen = 0, 0
+    with EventLog.open(db) as log:
+        while seen < len(WORKERS):
+            assert time.monotonic() < deadline, f"{seen} of {len(WORKERS)} bucket_run_start in {START_TIMEOUT_S:g} s"
+            assert_running(procs, list(WORKERS), tmp_path)
+            for stored in log.read(after, 1000):
+                after = stored.seq
+                seen += stored.event_type == "bucket_run_start"
+            time.sleep(0.2)
+
+
+def wait_successful(client: httpx.Client, procs: Processes, tmp_path: Path) -> float:
+    """Poll the API until every want is successful; fail at once if a static worker exits. Returns seconds waited."""
     start = time.monotonic()
     states: dict[str, str] = {}
     while time.monotonic() - start < BUILD_TIMEOUT_S:
-        for bucket_id, process in workers.items():
-            name = f"worker-{bucket_id}"
-            assert process.poll() is None, (
-                f"{name} exited ({process.returncode}):\n{worker_log(tmp_path, name)[-3000:]}"
-            )
+        assert_running(procs, list(WORKERS), tmp_path)
         for want_id in WANT_IDS:
             response = client.get(f"/api/v1/wants/{want_id}")
             assert response.status_code == 200, response.text
@@ -99,21 +133,38 @@ def wait_successful(client: httpx.Client, workers: dict[int, subprocess.Popen[by
     raise AssertionError(f"wants not successful within {BUILD_TIMEOUT_S:g} s: {states}")
 
 
-def stop_workers(workers: dict[int, subprocess.Popen[bytes]], tmp_path: Path) -> None:
-    """SIGTERM every worker; each must finish its runs in flight and exit 0."""
-    for process in workers.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for bucket_id, process in workers.items():
-        name = f"worker-{bucket_id}"
-        code = finished(process, 120, tmp_path / f"{name}.log")
-        assert code == 0, f"{name} exited {code}:\n{worker_log(tmp_path, name)[-3000:]}"
+def stop_workers(procs: Processes, tmp_path: Path) -> None:
+    """SIGTERM every static worker; each must finish its runs in flight and exit 0."""
+    for name in WORKERS:
+        procs[name].send_signal(signal.SIGTERM)
+    for name in WORKERS:
+        code = finished(procs[name], 120, tmp_path / f"{name}.log")
+        assert code == 0, f"{name} exited {code}:\n{output(tmp_path, name)[-3000:]}"
+
+
+def assert_intruder_exited(procs: Processes, tmp_path: Path) -> None:
+    """The overlapping worker exits 2 with one line naming the conflict (no traceback)."""
+    code = finished(procs[INTRUDER], START_TIMEOUT_S, tmp_path / f"{INTRUDER}.log")
+    text = output(tmp_path, INTRUDER)
+    assert code == 2, f"{INTRUDER} exited {code}:\n{text[-3000:]}"
+    assert len([line for line in text.splitlines() if CONFLICT in line]) == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
 
 
 def logged_events(db: str, upto_seq: int) -> dict[int, pb.Event]:
     """Every event of the log up to `upto_seq`, by seq."""
     with EventLog.open(db) as log:
         return {seq: pb.Event.FromString(payload) for seq, payload in log.iter_payloads(upto_seq=upto_seq)}
+
+
+def accepted(state: BuildState, events: dict[int, pb.Event], kind: str | None = None) -> dict[int, pb.Event]:
+    """The events (of payload `kind`, or all) the fold accepted, by seq."""
+    rejected = {rejection.seq for rejection in state.rejections}
+    return {
+        seq: event
+        for seq, event in events.items()
+        if seq not in rejected and (kind is None or event.WhichOneof("payload") == kind)
+    }
 
 
 def assert_built_once_each(state: BuildState) -> None:
@@ -128,25 +179,40 @@ def assert_built_once_each(state: BuildState) -> None:
     succeeded = [run for run in state.job_runs.values() if run.state == JobRunState.SUCCEEDED]
     built = Counter(uuid for run in succeeded for uuid in run.instance_uuids)
     assert [uuid for uuid, runs in built.items() if runs > 1] == []
-    built_refs = Counter(state.instances[uuid].ref for uuid in built)
-    assert [ref for ref, times in built_refs.items() if times > 1] == []
-    assert set(built_refs) == {ref for ref in wanted_refs() if not ref.startswith("raw/")}
+    refs = Counter(state.instances[uuid].ref for uuid in built)
+    assert [ref for ref, times in refs.items() if times > 1] == []
+    assert set(refs) == set(built_refs())
 
 
-def accepted_buffers(state: BuildState, events: dict[int, pb.Event]) -> dict[int, pb.Event]:
-    """The job_run_buffer events the fold accepted, by seq."""
-    rejected = {rejection.seq for rejection in state.rejections}
-    return {
-        seq: event
-        for seq, event in events.items()
-        if event.WhichOneof("payload") == "job_run_buffer" and seq not in rejected
-    }
+def intruder_id(state: BuildState, events: dict[int, pb.Event]) -> str:
+    """The one rejection: the intruder's bucket_run_start, refused for its layout. Returns its worker id."""
+    assert [r.event_type for r in state.rejections] == ["bucket_run_start"], state.rejections
+    rejection = state.rejections[0]
+    assert CONFLICT in rejection.reason, rejection.reason
+    event = events[rejection.seq]
+    scope = event.bucket_run_start.bucket
+    assert (scope.namespace, scope.bucket_id, scope.bucket_total) == (NAMESPACE, 1, 2)
+    assert event.source.system.worker, event.source
+    return event.source.system.worker
 
 
-def assert_buffers_scoped(state: BuildState, buffers: dict[int, pb.Event]) -> Counter[int]:
-    """Each accepted buffer names a bucket of NAMESPACE/TOTAL holding all its instances; runs per bucket."""
+def bucket_owners(state: BuildState, events: dict[int, pb.Event]) -> dict[int, str]:
+    """Bucket id -> worker id of the accepted bucket_run_start of that bucket: one per bucket, distinct workers."""
+    owners: dict[int, str] = {}
+    for event in accepted(state, events, "bucket_run_start").values():
+        scope, worker = event.bucket_run_start.bucket, event.source.system.worker
+        assert (scope.namespace, scope.bucket_total) == (NAMESPACE, TOTAL), scope
+        assert worker and scope.bucket_id not in owners, (scope, worker, owners)
+        owners[scope.bucket_id] = worker
+    assert sorted(owners) == list(range(1, TOTAL + 1))
+    assert len(set(owners.values())) == TOTAL, owners
+    return owners
+
+
+def assert_buffers_by_owners(state: BuildState, events: dict[int, pb.Event], owners: dict[int, str]) -> Counter[int]:
+    """Each accepted buffer: scoped to NAMESPACE/TOTAL, its instances in that bucket, appended by its owner."""
     per_bucket: Counter[int] = Counter()
-    for seq, event in buffers.items():
+    for seq, event in accepted(state, events, "job_run_buffer").items():
         buffer = event.job_run_buffer
         assert buffer.HasField("bucket"), f"job run buffer at seq {seq} carries no bucket"
         scope = buffer.bucket
@@ -154,7 +220,9 @@ def assert_buffers_scoped(state: BuildState, buffers: dict[int, pb.Event]) -> Co
         for uuid in buffer.instance_uuids:
             ref = state.instances[uuid].ref
             assert bucket(NAMESPACE, ref, TOTAL) == scope.bucket_id, f"seq {seq}: {ref} not in bucket {scope.bucket_id}"
+        assert event.source.system.worker == owners[scope.bucket_id], f"seq {seq}: appended by another worker"
         per_bucket[scope.bucket_id] += 1
+    assert set(per_bucket) == {bucket(NAMESPACE, ref, TOTAL) for ref in built_refs()}  # each bucket did its work
     return per_bucket
 
 
@@ -167,23 +235,35 @@ def assert_weekly_counts(spark: Any, state: BuildState) -> None:
         assert sum(read_counts(spark, weekly.location).values()) == CLICKS_ROWS * days, week
 
 
+def run_workers(db: str, api: httpx.Client, clicks_root: Path, tmp_path: Path) -> float:
+    """Start the three, then the intruder once the layout is fixed; wait for the wants; stop. Returns build seconds."""
+    with processes() as procs:
+        for name, bucket_id in WORKERS.items():
+            procs[name] = start_worker(db, clicks_root, tmp_path, name, TOTAL, bucket_id)
+        wait_bucket_runs(db, procs, tmp_path)
+        procs[INTRUDER] = start_worker(db, clicks_root, tmp_path, INTRUDER, 2, 1)
+        waited = wait_successful(api, procs, tmp_path)
+        assert_intruder_exited(procs, tmp_path)
+        stop_workers(procs, tmp_path)
+    return waited
+
+
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-def test_three_static_workers_build_w1_each_in_its_bucket(
+def test_three_static_workers_build_w1_each_its_bucket_and_an_overlapping_one_is_refused(
     db_url: str, api: httpx.Client, clicks_root: Path, tmp_path: Path, spark: Any
 ) -> None:
     post_wants(api)
     started = time.monotonic()
-    with static_workers(db_url, clicks_root, tmp_path) as workers:
-        waited = wait_successful(api, workers, tmp_path)
-        stop_workers(workers, tmp_path)
-    print(f"built in {waited:.1f} s; workers ran {time.monotonic() - started:.1f} s")
+    waited = run_workers(db_url, api, clicks_root, tmp_path)
+    print(f"wants successful {waited:.1f} s after the layout was fixed; {time.monotonic() - started:.1f} s in all")
 
     state = replay(db_url)
-    assert state.rejections == []
+    events = logged_events(db_url, state.head_seq)
     assert_built_once_each(state)
-    buffers = accepted_buffers(state, logged_events(db_url, state.head_seq))
-    per_bucket = assert_buffers_scoped(state, buffers)
-    needed = Counter(bucket(NAMESPACE, ref, TOTAL) for ref in wanted_refs() if not ref.startswith("raw/"))
-    assert set(per_bucket) == set(needed)  # every bucket with work to do did it
+    intruder = intruder_id(state, events)
+    owners = bucket_owners(state, events)
+    assert intruder not in owners.values()
+    assert [seq for seq, e in accepted(state, events).items() if e.source.system.worker == intruder] == []
+    per_bucket = assert_buffers_by_owners(state, events, owners)
     assert_weekly_counts(spark, state)
     print(f"job runs per bucket {dict(sorted(per_bucket.items()))}; {state.counts()['job_runs']}")
