@@ -209,6 +209,13 @@ def bucket_owners(state: BuildState, events: dict[int, pb.Event]) -> dict[int, s
     return owners
 
 
+def assert_owned_by_the_processes(owners: dict[int, str], pids: dict[int, int]) -> None:
+    """Each bucket's owner is the process started with that bucket: a worker id is `host:pid:token`."""
+    assert {bucket_id: owner.split(":")[1] for bucket_id, owner in owners.items()} == {
+        bucket_id: str(pid) for bucket_id, pid in pids.items()
+    }
+
+
 def assert_buffers_by_owners(state: BuildState, events: dict[int, pb.Event], owners: dict[int, str]) -> Counter[int]:
     """Each accepted buffer: scoped to NAMESPACE/TOTAL, its instances in that bucket, appended by its owner."""
     per_bucket: Counter[int] = Counter()
@@ -226,6 +233,15 @@ def assert_buffers_by_owners(state: BuildState, events: dict[int, pb.Event], own
     return per_bucket
 
 
+def assert_layout_served(client: httpx.Client, state: BuildState, events: dict[int, pb.Event]) -> None:
+    """The API reports the layout the first bucket_run_start fixed: TOTAL buckets, no round-robin."""
+    first = min(accepted(state, events, "bucket_run_start"))
+    response = client.get("/api/v1/buckets", params={"min_seq": state.head_seq})
+    assert response.status_code == 200, response.text
+    layout = {"namespace": NAMESPACE, "bucket_total": TOTAL, "since_seq": first, "last_round_robin_bucket": None}
+    assert response.json() == [layout]
+
+
 def assert_weekly_counts(spark: Any, state: BuildState) -> None:
     """Each weekly holds CLICKS_ROWS clicks per day of the week in range (dailies of other buckets included)."""
     for week in WEEKS:
@@ -235,8 +251,11 @@ def assert_weekly_counts(spark: Any, state: BuildState) -> None:
         assert sum(read_counts(spark, weekly.location).values()) == CLICKS_ROWS * days, week
 
 
-def run_workers(db: str, api: httpx.Client, clicks_root: Path, tmp_path: Path) -> float:
-    """Start the three, then the intruder once the layout is fixed; wait for the wants; stop. Returns build seconds."""
+def run_workers(db: str, api: httpx.Client, clicks_root: Path, tmp_path: Path) -> tuple[float, dict[int, int]]:
+    """Start the three, then the intruder once the layout is fixed; wait for the wants; stop.
+
+    Returns the seconds the wants took once the layout was fixed, and each bucket's worker pid.
+    """
     with processes() as procs:
         for name, bucket_id in WORKERS.items():
             procs[name] = start_worker(db, clicks_root, tmp_path, name, TOTAL, bucket_id)
@@ -245,7 +264,7 @@ def run_workers(db: str, api: httpx.Client, clicks_root: Path, tmp_path: Path) -
         waited = wait_successful(api, procs, tmp_path)
         assert_intruder_exited(procs, tmp_path)
         stop_workers(procs, tmp_path)
-    return waited
+    return waited, {bucket_id: procs[name].pid for name, bucket_id in WORKERS.items()}
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
@@ -254,7 +273,7 @@ def test_three_static_workers_build_w1_each_its_bucket_and_an_overlapping_one_is
 ) -> None:
     post_wants(api)
     started = time.monotonic()
-    waited = run_workers(db_url, api, clicks_root, tmp_path)
+    waited, pids = run_workers(db_url, api, clicks_root, tmp_path)
     print(f"wants successful {waited:.1f} s after the layout was fixed; {time.monotonic() - started:.1f} s in all")
 
     state = replay(db_url)
@@ -263,7 +282,11 @@ def test_three_static_workers_build_w1_each_its_bucket_and_an_overlapping_one_is
     intruder = intruder_id(state, events)
     owners = bucket_owners(state, events)
     assert intruder not in owners.values()
+    assert_owned_by_the_processes(owners, pids)
     assert [seq for seq, e in accepted(state, events).items() if e.source.system.worker == intruder] == []
     per_bucket = assert_buffers_by_owners(state, events, owners)
+    assert_layout_served(api, state, events)
     assert_weekly_counts(spark, state)
+    last_success = max(accepted(state, events, "job_run_success"))
     print(f"job runs per bucket {dict(sorted(per_bucket.items()))}; {state.counts()['job_runs']}")
+    print(f"intruder rejected at seq {state.rejections[0].seq}; last job run success at seq {last_success}")
