@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, serve_service
+from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, PgServer, serve_service
 from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
 
 from examples.clicks.pipeline import build_graph, daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref
@@ -76,13 +76,22 @@ def start_worker(
 
 
 def output(tmp_path: Path, name: str) -> str:
+    """What process `name` printed so far."""
     return (tmp_path / f"{name}.log").read_text(errors="replace")
 
 
 def assert_running(procs: Processes, names: list[str], tmp_path: Path) -> None:
+    """Fail with its output if one of `names` has exited."""
     for name in names:
         code = procs[name].poll()
         assert code is None, f"{name} exited ({code}):\n{output(tmp_path, name)[-3000:]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_up(pg_server: PgServer) -> None:
+    """Skip (or, under PARTBUILD_REQUIRE_POSTGRES=1, fail) before the session's Spark and data are made."""
+    if pg_server.engine is None:
+        pytest.skip(f"{pg_server.unreachable}; set PARTBUILD_TEST_PG_URL, or PARTBUILD_REQUIRE_POSTGRES=1 to fail")
 
 
 @pytest.fixture
@@ -269,8 +278,9 @@ def run_workers(db: str, api: httpx.Client, clicks_root: Path, tmp_path: Path) -
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_three_static_workers_build_w1_each_its_bucket_and_an_overlapping_one_is_refused(
-    db_url: str, api: httpx.Client, clicks_root: Path, tmp_path: Path, spark: Any
+    postgres_up: None, db_url: str, api: httpx.Client, clicks_root: Path, tmp_path: Path, spark: Any
 ) -> None:
+    """Each static worker builds exactly its bucket, upstream from the others; the overlapping one builds nothing."""
     post_wants(api)
     started = time.monotonic()
     waited, pids = run_workers(db_url, api, clicks_root, tmp_path)
