@@ -165,11 +165,21 @@ class MemberStore:
             return [_member(row) for row in conn.execute(query).mappings()]
 
     def reap(self, group: str, now_ms: int, timeout_ms: int) -> list[str]:
-        """Delete the members whose last heartbeat is more than `timeout_ms` old; their task ids, sorted."""
+        """Delete the members whose last heartbeat is more than `timeout_ms` old; their task ids, sorted.
+
+        On PostgreSQL a row locked by a transaction in progress (its member paused in
+        the middle of a heartbeat) is skipped, not waited for: the reaper must not
+        hang on a paused member. It stays dead for `live` and is reaped next time.
+        """
         _check_timeout(timeout_ms)
+        stale = (
+            sa.select(table.c.task_id)
+            .where(table.c.group_name == group, table.c.last_heartbeat_ms < now_ms - timeout_ms)
+            .with_for_update(skip_locked=True)  # SQLite: no row locks, no clause (its write lock is whole-file)
+        )
         doomed = (
             sa.delete(table)
-            .where(table.c.group_name == group, table.c.last_heartbeat_ms < now_ms - timeout_ms)
+            .where(table.c.group_name == group, table.c.task_id.in_(stale.scalar_subquery()))
             .returning(table.c.task_id)
         )
         with begin_write(self._engine) as conn:
