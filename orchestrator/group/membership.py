@@ -115,7 +115,7 @@ class GroupMember:
     def heartbeat(self) -> None:
         """Record that this member is alive now; MemberDeclaredDead when the group counts it dead."""
         if self.left:
-            raise RuntimeError(f"task {self.task_id!r} already left group {self.group.name!r}")
+            raise RuntimeError(f"task {self.task_id!r} is no longer a member of group {self.group.name!r}")
         now = self.group.clock()
         found = self.group.log.members.heartbeat(self.group.name, self.task_id, now, self.group.member_timeout_ms)
         if found is not Heartbeat.ALIVE:
