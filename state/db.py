@@ -115,6 +115,11 @@ def notify_append(conn: Connection) -> None:
         conn.exec_driver_sql(f"NOTIFY {APPEND_CHANNEL}")
 
 
+def libpq_conninfo(url: URL) -> str:
+    """A PostgreSQL URL as libpq (psycopg) takes it: without SQLAlchemy's driver suffix, options= and all."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 class AppendListener:
     """Blocks until some process commits an append (PostgreSQL LISTEN/NOTIFY) or a timeout passes.
 
@@ -125,9 +130,7 @@ class AppendListener:
     def __init__(self, url: URL) -> None:
         import psycopg  # only PostgreSQL deployments need it
 
-        # libpq takes the same URL without SQLAlchemy's driver suffix (options= and all).
-        conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self._conn = psycopg.connect(conninfo, autocommit=True)
+        self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
         self._conn.execute(f"LISTEN {APPEND_CHANNEL}")
 
     def wait(self, timeout_s: float) -> bool:

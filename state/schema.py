@@ -48,3 +48,22 @@ snapshots = sa.Table(
     sa.Column("payload", sa.LargeBinary(), nullable=False),
     sa.Index("ix_snapshots_format_seq", "format", "seq"),
 )
+
+# One row per live member of a worker group: who it is and when it last said so.
+# Heartbeats update this row, not the event log (they would flood it), and only
+# last_heartbeat_ms changes: no index covers it, so PostgreSQL can update in place
+# (HOT). The primary key's group_name prefix serves every per-group query. A row
+# is deleted when its member leaves, when a reaper finds it older than the member
+# timeout, or by the member itself when it finds its own row already that old.
+group_members = sa.Table(
+    "group_members",
+    metadata,
+    sa.Column("group_name", sa.String(64), primary_key=True),
+    sa.Column("task_id", sa.String(100), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=False),
+    sa.Column("started_ms", sa.BigInteger(), nullable=False),
+    sa.Column("last_heartbeat_ms", sa.BigInteger(), nullable=False),
+    sa.Column("buckets", sa.Integer(), nullable=True),
+    sa.Column("info", sa.Text(), nullable=False),
+)

@@ -3,7 +3,9 @@
 One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
 The SQL engine stays inside `state/`: callers get a log, its snapshot store
-(`EventLog.snapshots`) and its append notifications (`EventLog.append_listener`).
+(`EventLog.snapshots`), its worker-group membership rows (`EventLog.members`),
+group leader locks (`EventLog.leader_lock`) and its append notifications
+(`EventLog.append_listener`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.db import AppendListener, begin_write, create_engine_for, notify_append, open_append_listener
+from partbuild.state.leader_lock import LeaderLock, open_leader_lock
+from partbuild.state.members import MemberStore
 from partbuild.state.migrate import current_revision, ensure_schema
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
@@ -101,6 +105,7 @@ class EventLog:
         self._engine = engine
         self._owns_engine = False
         self.snapshots = SnapshotStore(engine)
+        self.members = MemberStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):
@@ -148,6 +153,10 @@ class EventLog:
     def append_listener(self) -> AppendListener | None:
         """Wakes when any process appends (PostgreSQL); None where callers must poll (SQLite)."""
         return open_append_listener(self._engine)
+
+    def leader_lock(self, group: str) -> LeaderLock:
+        """The leader lock of worker group `group` on this database, not yet taken (see `state.leader_lock`)."""
+        return open_leader_lock(self._engine, group)
 
     def append(self, events: Sequence[pb.Event], *, expected_head: int | None = None) -> AppendResult:
         """Append a batch atomically; with `expected_head`, only if the head is still there."""

@@ -287,9 +287,40 @@ def test_unknown_revision_is_refused(db_url: str) -> None:
         engine.dispose()
 
 
+def _table_names(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_url: str) -> None:
+    """0002 (group_members) is additive: a log from before it works, upgrades in place, downgrades back."""
+    engine = create_engine_for(db_url)
+    try:
+        upgrade(engine, "0001")
+        assert "group_members" not in _table_names(engine)
+        old = EventLog(engine)  # everything but worker groups works without the table
+        old.append(wants(0, 3))
+        old.snapshots.save(3, "fmt", b"state@3")
+        assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
+
+        upgrade(engine)
+        assert current_revision(engine) == head_revision() == "0002"
+        with EventLog.open(db_url, auto_upgrade=False) as log:
+            assert [e.event_id for e in log.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
+            assert log.snapshots.latest("fmt") == (3, b"state@3")
+            assert log.append(wants(3, 1)) == AppendResult(first_seq=4, last_seq=4)
+            assert log.members.members("g") == []
+
+        command.downgrade(alembic_config(db_url), "0001")
+        assert current_revision(engine) == "0001"
+        assert "group_members" not in _table_names(engine)
+        assert old.head() == 4
+    finally:
+        engine.dispose()
+
+
 def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: str) -> None:
     """The postgres URL's search_path isolates the tables and alembic_version in its own schema."""
-    expected = {"alembic_version", "events", "log_head", "snapshots"}
+    expected = {"alembic_version", "events", "log_head", "snapshots", "group_members"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

@@ -1,0 +1,139 @@
+"""Membership of a worker group, as a worker sees it: join, heartbeat, leave; who is alive; who leads.
+
+The rows live in `group_members` (`partbuild.state.members`), not in the event
+log. A member is dead once its last heartbeat is older than the member timeout;
+a dead member hears it on its next heartbeat (`MemberDeclaredDead`) and must
+stop acting for the group, then rejoin as a new task if it wants to continue.
+
+The leader is the holder of the group's lock (`Group.leader_lock()`, see
+`partbuild.state.leader_lock`): no election protocol. The leader reaps dead
+members' rows (`Group.reap`). The lock elects but does not fence: a paused
+leader keeps it, so the event log's epochs, checked by the fold, are what stop
+a stale leader or member from deciding anything.
+
+Every timestamp comes from the group's clock (milliseconds), the wall clock
+unless a test passes another.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self
+
+from partbuild.state.leader_lock import LeaderLock
+from partbuild.state.members import Heartbeat, Member, check_group_name
+from partbuild.state.store import EventLog
+
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, from the system clock."""
+    return time.time_ns() // 1_000_000
+
+
+def new_task_id() -> str:
+    """A task id unique per join: host, pid and a random token."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class MemberDeclaredDead(RuntimeError):
+    """This member's heartbeat found it dead: reaped by the leader, or its own row had expired."""
+
+    def __init__(self, group: str, task_id: str, how: Heartbeat) -> None:
+        why = "its row was reaped" if how is Heartbeat.REAPED else "its last heartbeat was older than the timeout"
+        super().__init__(
+            f"task {task_id!r} is no longer a member of group {group!r} ({why}): "
+            "stop acting for the group and rejoin as a new task"
+        )
+        self.group = group
+        self.task_id = task_id
+        self.how = how
+
+
+class Group:
+    """One worker group on one log: its members' rows and its leader lock."""
+
+    def __init__(self, log: EventLog, name: str, *, member_timeout_ms: int, clock: Clock = wall_clock_ms) -> None:
+        if member_timeout_ms <= 0:
+            raise ValueError(f"member timeout must be > 0 ms, got {member_timeout_ms}")
+        self.log = log
+        self.name = check_group_name(name)
+        self.member_timeout_ms = member_timeout_ms
+        self.clock = clock
+
+    def join(
+        self, task_id: str | None = None, *, buckets: int | None = None, info: dict[str, Any] | None = None
+    ) -> GroupMember:
+        """Join as a new task (a fresh id unless given); MemberExists when the id is taken."""
+        now = self.clock()
+        member = Member(
+            group=self.name,
+            task_id=task_id or new_task_id(),
+            host=socket.gethostname()[:255],
+            pid=os.getpid(),
+            started_ms=now,
+            last_heartbeat_ms=now,
+            buckets=buckets,
+            info=dict(info or {}),
+        )
+        self.log.members.join(member)
+        return GroupMember(self, member)
+
+    def live_members(self) -> list[Member]:
+        """Members whose last heartbeat is within the timeout now, ordered by start, then task id."""
+        return self.log.members.live(self.name, self.clock(), self.member_timeout_ms)
+
+    def all_members(self) -> list[Member]:
+        """Every row of the group, including dead members not reaped yet."""
+        return self.log.members.members(self.name)
+
+    def reap(self) -> list[str]:
+        """Delete the rows of dead members (the leader's job); their task ids."""
+        return self.log.members.reap(self.name, self.clock(), self.member_timeout_ms)
+
+    def leader_lock(self) -> LeaderLock:
+        """This group's leader lock, not yet taken: `try_acquire()` it to lead."""
+        return self.log.leader_lock(self.name)
+
+
+class GroupMember:
+    """This process's membership: heartbeat it well within the timeout; leave on a clean exit."""
+
+    def __init__(self, group: Group, joined: Member) -> None:
+        self.group = group
+        self.task_id = joined.task_id
+        self.started_ms = joined.started_ms
+        self.last_heartbeat_ms = joined.last_heartbeat_ms
+        self.left = False
+
+    def heartbeat(self) -> None:
+        """Record that this member is alive now; MemberDeclaredDead when the group counts it dead."""
+        if self.left:
+            raise RuntimeError(f"task {self.task_id!r} is no longer a member of group {self.group.name!r}")
+        now = self.group.clock()
+        found = self.group.log.members.heartbeat(self.group.name, self.task_id, now, self.group.member_timeout_ms)
+        if found is not Heartbeat.ALIVE:
+            self.left = True
+            raise MemberDeclaredDead(self.group.name, self.task_id, found)
+        self.last_heartbeat_ms = now
+
+    def leave(self) -> bool:
+        """Delete this member's row; False when it was already gone. Safe to call more than once."""
+        if self.left:
+            return False
+        self.left = True
+        return self.group.log.members.leave(self.group.name, self.task_id)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.leave()

@@ -1,0 +1,314 @@
+"""Worker-group membership and leadership on real databases, with real processes and real signals.
+
+Membership rows (`group_members`): join, heartbeat, leave, the live members and
+the reaper, on the wall clock. Leadership: the group's lock (a PostgreSQL
+advisory lock, a file lock next to a SQLite database) raced for by member
+processes of `groupkit.py`, which are then SIGKILLed, SIGSTOPped and continued.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import PgServer
+from groupkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause
+
+from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
+from partbuild.state.db import create_engine_for
+from partbuild.state.leader_lock import FileLeaderLock, PostgresLeaderLock, advisory_key
+from partbuild.state.members import Heartbeat, MemberExists
+from partbuild.state.store import EventLog
+
+GROUP = "builders"
+HEARTBEAT_MS = 100
+TIMEOUT_MS = 1000
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll `condition()` until true; the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def members(event_log: EventLog, db_url: str) -> Iterator[list[MemberProcess]]:
+    """Two member processes of GROUP on the test database, stopped (however they are) at the end."""
+    started = [
+        MemberProcess(db_url, GROUP, task, heartbeat_ms=HEARTBEAT_MS, timeout_ms=TIMEOUT_MS) for task in ("a", "b")
+    ]
+    try:
+        for member in started:
+            member.wait_for("joined", 20)
+        yield started
+    finally:
+        for member in started:
+            member.stop()
+
+
+# --- membership rows, in this process, on the wall clock ------------------------------------------
+
+
+def test_join_heartbeat_and_leave(event_log: EventLog) -> None:
+    group = Group(event_log, GROUP, member_timeout_ms=5_000)
+    first = group.join("t1", buckets=12, info={"version": "0.1.0"})
+    second = group.join()
+    first.heartbeat()
+    second.heartbeat()
+    assert [m.task_id for m in group.live_members()] == ["t1", second.task_id]
+    row = group.live_members()[0]
+    assert (row.host, row.pid, row.buckets, row.info) == (os.uname().nodename, os.getpid(), 12, {"version": "0.1.0"})
+    assert row.started_ms <= row.last_heartbeat_ms == first.last_heartbeat_ms
+    assert abs(row.last_heartbeat_ms - time.time() * 1000) < 5_000
+    assert str(os.getpid()) in second.task_id  # host:pid:token
+
+    assert first.leave() is True
+    assert first.leave() is False
+    assert [m.task_id for m in group.all_members()] == [second.task_id]
+    with pytest.raises(RuntimeError, match="no longer a member"):
+        first.heartbeat()
+    with second:
+        pass  # leaving the block leaves the group
+    assert group.all_members() == []
+
+
+def test_join_refuses_a_taken_task_id_and_bad_names(event_log: EventLog) -> None:
+    group = Group(event_log, GROUP, member_timeout_ms=5_000)
+    group.join("t1")
+    with pytest.raises(MemberExists, match="'t1' is already a member of group 'builders'"):
+        group.join("t1")
+    Group(event_log, "other", member_timeout_ms=5_000).join("t1")  # another group: another namespace
+    assert [m.task_id for m in group.all_members()] == ["t1"]
+    for bad in ("", "-x", "a b", "x" * 65, "../up"):
+        with pytest.raises(ValueError, match="invalid group name"):
+            Group(event_log, bad, member_timeout_ms=5_000)
+    with pytest.raises(ValueError, match="member timeout must be > 0"):
+        Group(event_log, GROUP, member_timeout_ms=0)
+    with pytest.raises(ValueError, match="more than 4096"):
+        group.join("t2", info={"blob": "x" * 5000})
+    assert [m.task_id for m in group.all_members()] == ["t1"]
+
+
+def test_a_member_that_stops_heartbeating_drops_out_and_hears_it_is_dead(event_log: EventLog) -> None:
+    group = Group(event_log, GROUP, member_timeout_ms=300)
+    silent = group.join("silent")
+    beating = group.join("beating")
+    end = time.monotonic() + 0.7
+    while time.monotonic() < end:
+        beating.heartbeat()
+        time.sleep(0.05)
+    assert [m.task_id for m in group.live_members()] == ["beating"]
+    assert [m.task_id for m in group.all_members()] == ["silent", "beating"]  # dead, not reaped yet
+    with pytest.raises(MemberDeclaredDead, match="older than the timeout") as info:
+        silent.heartbeat()  # a dead member does not come back to life: it deletes its own row
+    assert info.value.how is Heartbeat.EXPIRED
+    assert [m.task_id for m in group.all_members()] == ["beating"]
+    assert silent.leave() is False
+
+
+def test_a_reaped_member_hears_it_was_declared_dead(event_log: EventLog) -> None:
+    group = Group(event_log, GROUP, member_timeout_ms=300)
+    doomed = group.join("doomed")
+    survivor = group.join("survivor")
+    assert group.reap() == []
+    for _ in range(8):
+        time.sleep(0.05)
+        survivor.heartbeat()
+    assert group.reap() == ["doomed"]
+    assert [m.task_id for m in group.all_members()] == ["survivor"]
+    with pytest.raises(MemberDeclaredDead, match="its row was reaped") as info:
+        doomed.heartbeat()
+    assert info.value.how is Heartbeat.REAPED
+    assert (info.value.group, info.value.task_id) == (GROUP, "doomed")
+
+
+def test_live_members_are_ordered_by_start_and_the_timeout_is_inclusive(event_log: EventLog) -> None:
+    """A settable clock here, only to pin the order of equal starts and the exact boundary."""
+    now = [1_000]
+    group = Group(event_log, GROUP, member_timeout_ms=100, clock=lambda: now[0])
+    group.join("c")
+    group.join("b")
+    now[0] = 999  # a clock may step back: start order is the recorded starts
+    group.join("z")
+    assert [m.task_id for m in group.live_members()] == ["z", "b", "c"]
+    now[0] = 1_099  # z is 100 ms old: exactly the timeout, still alive
+    assert [m.task_id for m in group.live_members()] == ["z", "b", "c"]
+    now[0] = 1_100
+    assert [m.task_id for m in group.live_members()] == ["b", "c"]
+    assert group.reap() == ["z"]
+    assert group.reap() == []
+    now[0] = 1_101
+    assert group.reap() == ["b", "c"]
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_the_reaper_skips_a_row_locked_by_a_transaction_in_progress(event_log: EventLog, db_url: str) -> None:
+    """A member paused inside its heartbeat's transaction holds its row lock: the reaper must not hang on it."""
+    group = Group(event_log, GROUP, member_timeout_ms=100)
+    group.join("stuck")
+    group.join("gone")
+    time.sleep(0.2)
+    engine = create_engine_for(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE group_members SET pid = pid WHERE task_id = 'stuck'"))
+            started = time.monotonic()
+            assert group.reap() == ["gone"]
+            assert time.monotonic() - started < 1.0
+        assert group.reap() == ["stuck"]  # once the lock is gone
+    finally:
+        engine.dispose()
+
+
+# --- leadership: processes racing for the lock, killed and paused ---------------------------------
+
+
+def test_two_processes_race_for_the_lock_and_a_sigkill_hands_it_over(
+    event_log: EventLog, members: list[MemberProcess]
+) -> None:
+    group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
+    leader = first_leader(members, timeout_s=20)
+    follower = next(member for member in members if member is not leader)
+    time.sleep(1.0)  # ten more rounds of trying for the follower
+    assert [len(member.saw("leader")) for member in (leader, follower)] == [1, 0]
+    with group.leader_lock() as lock:
+        assert lock.try_acquire() is False  # a third contender, here, loses too
+    assert sorted(m.task_id for m in group.live_members()) == ["a", "b"]
+
+    leader.signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    follower.wait_for("leader", timeout_s=5)
+    handover_s = time.monotonic() - killed_at
+    assert handover_s < 2.0, f"the lock took {handover_s:.2f} s to pass to the survivor"
+    assert leader.process.wait(timeout=5) == -signal.SIGKILL
+
+    # The new leader reaps the killed member once its heartbeat is older than the timeout.
+    reaped = follower.wait_for("reaped", timeout_s=TIMEOUT_MS / 1000 + 3)
+    assert reaped["task"] == leader.task
+    assert [m.task_id for m in group.all_members()] == [follower.task]
+
+    follower.signal(signal.SIGTERM)  # a clean exit leaves the group and frees the lock
+    follower.wait_for("left", timeout_s=5)
+    assert follower.process.wait(timeout=5) == 0
+    assert group.all_members() == []
+    with group.leader_lock() as lock:
+        assert lock.try_acquire() is True
+
+
+def test_a_paused_leader_keeps_the_lock_until_it_wakes_up_dead(
+    event_log: EventLog, db_url: str, members: list[MemberProcess]
+) -> None:
+    """SIGSTOP: the process and its connection are alive, so the lock stays held on both backends.
+
+    Nothing but the paused leader's own next heartbeat ends its leadership. That is
+    why the lock only elects: the fold's epochs must fence what a leader that wakes
+    up does before that heartbeat.
+    """
+    group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
+    leader = first_leader(members, timeout_s=20)
+    follower = next(member for member in members if member is not leader)
+
+    pause(leader, db_url, GROUP)
+    time.sleep(TIMEOUT_MS / 1000 * 2)
+    assert [m.task_id for m in group.live_members()] == [follower.task]  # dead by its heartbeat...
+    assert follower.saw("leader") == []  # ...yet still holding the lock
+    with group.leader_lock() as lock:
+        assert lock.try_acquire() is False
+    assert group.reap() == [leader.task]  # reaped here, as a leader would
+
+    leader.signal(signal.SIGCONT)
+    assert leader.wait_for("declared_dead", timeout_s=5)["how"] == "reaped"
+    assert leader.process.wait(timeout=5) == DECLARED_DEAD_EXIT  # and its exit frees the lock
+    follower.wait_for("leader", timeout_s=3)
+    assert [m.task_id for m in group.live_members()] == [follower.task]
+
+
+# --- the lock on each backend ----------------------------------------------------------------------
+
+
+def test_the_lock_is_not_reentrant_but_idempotent_in_one_holder(event_log: EventLog) -> None:
+    with event_log.leader_lock(GROUP) as first, event_log.leader_lock(GROUP) as second:
+        assert first.try_acquire() is True
+        assert first.try_acquire() is True  # already held: still held, not stacked
+        assert second.try_acquire() is False  # another holder in the same process is refused
+        assert (first.is_held(), second.is_held()) == (True, False)
+        first.release()
+        assert first.is_held() is False
+        assert second.try_acquire() is True  # one release frees it
+        first.release()  # releasing what it does not hold changes nothing
+        assert second.is_held() is True
+    with event_log.leader_lock("other") as other:
+        assert other.try_acquire() is True  # groups are independent
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_postgres_leader_whose_connection_dies_loses_the_lock(
+    event_log: EventLog, db_url: str, pg_server: PgServer
+) -> None:
+    assert pg_server.engine is not None
+    with event_log.leader_lock(GROUP) as held, event_log.leader_lock(GROUP) as waiting:
+        assert isinstance(held, PostgresLeaderLock) and held.try_acquire()
+        assert held.key is not None
+        unsigned = held.key & 0xFFFF_FFFF_FFFF_FFFF
+        find = sa.text(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = :hi AND objid::bigint = :lo"
+        )
+        with pg_server.engine.connect() as admin:
+            pid = admin.execute(find, {"hi": unsigned >> 32, "lo": unsigned & 0xFFFF_FFFF}).scalar_one()
+            assert admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar_one()
+        assert held.is_held() is False
+        wait_until(waiting.try_acquire, 2.0, "the lock of a terminated session is free")
+        assert held.try_acquire() is False  # a new session of the old holder now waits its turn
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_postgres_groups_in_two_schemas_have_separate_locks(
+    event_log: EventLog, db_url: str, pg_server: PgServer
+) -> None:
+    assert pg_server.engine is not None
+    url = sa.make_url(db_url)
+    schema = url.query["options"].removeprefix("-csearch_path=")
+    other_schema = f"{schema}_b"
+    other_url = url.update_query_dict({"options": f"-csearch_path={other_schema}"}).render_as_string(False)
+    with pg_server.engine.connect() as admin:
+        admin.execute(sa.text(f"CREATE SCHEMA {other_schema}"))
+    try:
+        with (
+            EventLog.open(other_url, auto_upgrade=True) as other_log,
+            event_log.leader_lock(GROUP) as here,
+            other_log.leader_lock(GROUP) as there,
+        ):
+            assert here.try_acquire() and there.try_acquire()
+            assert isinstance(here, PostgresLeaderLock) and isinstance(there, PostgresLeaderLock)
+            assert (here.key, there.key) == (advisory_key(schema, GROUP), advisory_key(other_schema, GROUP))
+            assert here.key != there.key
+    finally:
+        with pg_server.engine.connect() as admin:
+            admin.execute(sa.text(f"DROP SCHEMA {other_schema} CASCADE"))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_sqlite_lock_is_a_file_next_to_the_database(event_log: EventLog, db_url: str) -> None:
+    database = Path(db_url.removeprefix("sqlite:///"))
+    with event_log.leader_lock(GROUP) as lock, event_log.leader_lock(GROUP) as rival:
+        assert isinstance(lock, FileLeaderLock)
+        assert lock.path == database.with_name(f"{database.name}.group-{GROUP}.lock")
+        assert lock.try_acquire() is True
+        assert lock.path.read_text() == f"{os.getpid()}\n"
+        # Deleting the file would let another process lock a new file of that name:
+        # the holder notices that it no longer holds the lock of the path.
+        lock.path.unlink()
+        assert rival.try_acquire() is True
+        assert lock.is_held() is False
+        assert rival.is_held() is True
+    with pytest.raises(ValueError, match="needs a database file"):
+        EventLog(sa.create_engine("sqlite://")).leader_lock(GROUP)
