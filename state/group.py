@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from partbuild.proto.v1 import events_pb2 as pb
 
@@ -364,3 +365,14 @@ def task_message(group: GroupState, new: TaskState, timestamp_ms: int) -> pb.Gro
 def fence(group: GroupState, task_id: str) -> pb.DecisionFence:
     """The fence a member's decisions carry under the group's current epoch."""
     return pb.DecisionFence(group=group.name, epoch_id=group.epoch_id, task_id=task_id)
+
+
+# ----------------------------------------------------------------- the checker
+
+
+def verify(events: Iterable[Any]) -> list[Any]:
+    """Every broken group invariant in a log (see `partbuild.state.group_verify.verify`)."""
+    # Imported here: the checker replays with BuildState, whose fold imports this module.
+    from partbuild.state.group_verify import verify as verify_log
+
+    return verify_log(events)
