@@ -54,6 +54,7 @@ class GroupState:
     """
 
     name: str
+    created_seq: int  # the seq of its first epoch
     namespace: str
     bucket_total: int
     epoch_id: str
@@ -69,8 +70,9 @@ class GroupState:
     def record(self) -> tuple[object, ...]:
         """A canonical tuple for the digest (owners are derived from the states, so left out)."""
         states = tuple((self.states[task].record(), self.state_seqs[task]) for task in self.members)
-        return (self.name, self.namespace, self.bucket_total, self.epoch_id, self.epoch_seq, self.leader,
-                self.members, states, tuple(sorted(self.epoch_ids)), self.epochs)  # fmt: skip
+        layout = (self.name, self.created_seq, self.namespace, self.bucket_total)
+        epoch = (self.epoch_id, self.epoch_seq, self.leader, self.members, tuple(sorted(self.epoch_ids)), self.epochs)
+        return layout, epoch, states
 
     def owned_by(self, task_id: str) -> list[int]:
         """The buckets `task_id` owns, ascending."""

@@ -73,7 +73,7 @@ def group_problem(state: BuildState, namespace: str) -> str | None:
     if group is None:
         return None
     return (
-        f"namespace {namespace!r} is shared by worker group {short(group.name)} (since seq {group.epoch_seq}): "
+        f"namespace {namespace!r} is shared by worker group {short(group.name)} (since seq {group.created_seq}): "
         "its buckets are owned through the group, not by a static bucket"
     )
 

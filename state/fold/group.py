@@ -195,6 +195,7 @@ def check_group_epoch(state: BuildState, seq: int, msg: pb.GroupEpoch, event: pb
         return problem
     new = GroupState(
         name=msg.group,
+        created_seq=current.created_seq if current is not None else seq,
         namespace=msg.namespace,
         bucket_total=msg.bucket_total,
         epoch_id=msg.epoch_id,
