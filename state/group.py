@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
+
+if TYPE_CHECKING:
+    from partbuild.state.group_verify import Problem
 
 # Every epoch lists every bucket explicitly (data sets covering 1..bucket_total), so a group's
 # bucket count is kept small: thousands are plenty to balance hundreds of workers within one bucket.
@@ -372,7 +375,7 @@ def fence(group: GroupState, task_id: str) -> pb.DecisionFence:
 # ----------------------------------------------------------------- the checker
 
 
-def verify(events: Iterable[Any]) -> list[Any]:
+def verify(events: Iterable[Any]) -> list[Problem]:
     """Every broken group invariant in a log (see `partbuild.state.group_verify.verify`)."""
     # Imported here: the checker replays with BuildState, whose fold imports this module.
     from partbuild.state.group_verify import verify as verify_log
