@@ -24,6 +24,7 @@ from partbuild.state.fold import HANDLERS as _HANDLERS
 from partbuild.state.fold.transitions import derive_want_state
 from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
 from partbuild.state.fold.wants import expire_due as _expire_due
+from partbuild.state.group import GroupState
 from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
 
 # Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
@@ -74,6 +75,8 @@ class BuildState:
         self.bucket_runs: dict[str, int] = {}  # bucketing namespace -> last bucket a round-robin worker started
         # bucketing namespace -> (bucket_total, seq that fixed it): every scoped decision must agree.
         self.bucket_layouts: dict[str, tuple[int, int]] = {}
+        # worker group name -> its current epoch, members' states and bucket owners (state/group.py).
+        self.groups: dict[str, GroupState] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

@@ -40,4 +40,6 @@ def _digest(state: BuildState) -> str:
         update(repr(sorted(state.bucket_runs.items())).encode())
     if state.bucket_layouts:
         update(repr(sorted(state.bucket_layouts.items())).encode())
+    if state.groups:  # only where a group ran: older logs keep their digests
+        update(repr([state.groups[name].record() for name in sorted(state.groups)]).encode())
     return h.hexdigest()

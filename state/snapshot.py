@@ -17,7 +17,7 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import build_state, fold, ids, model, refs
+from partbuild.state import build_state, fold, group, ids, model, refs
 from partbuild.state.build_state import BuildState
 from partbuild.state.collector import collector_paused
 
@@ -31,6 +31,8 @@ _ALLOWED_CLASSES = {
         ("partbuild.state.model", name)
         for name in ("Instance", "Want", "JobRun", "Rejection", "InstanceState", "WantState", "JobRunState")
     ),
+    ("partbuild.state.group", "GroupState"),
+    ("partbuild.state.group", "TaskState"),
 }
 
 
@@ -40,9 +42,9 @@ class SnapshotError(Exception):
 
 def _fold_sources() -> list[Path]:
     """The source files whose change must invalidate snapshots: entities, the fold (every module of
-    `partbuild.state.fold`, new ones included), ids and refs."""
+    `partbuild.state.fold`, new ones included), the worker-group rules and records, ids and refs."""
     paths = []
-    for module in (model, build_state, ids, refs):
+    for module in (model, build_state, group, ids, refs):
         assert module.__file__ is not None
         paths.append(Path(module.__file__))
     assert fold.__file__ is not None

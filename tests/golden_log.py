@@ -1,8 +1,9 @@
 """The golden event logs: every event type as the schema wrote it when it was added, kept as bytes forever.
 
 `python tests/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/golden_log.py buckets`
-writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11). Each is written only once: a file
-must never be regenerated when the schema changes, it is what old logs look like.
+writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
+writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11). Each is written only
+once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
 
@@ -20,6 +21,7 @@ from partbuild.state.ids import instance_uuid
 
 GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
 GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
+GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
 
 
 def golden_events() -> list[pb.Event]:
@@ -83,6 +85,67 @@ def bucket_events() -> list[pb.Event]:
     return events
 
 
+def group_events() -> list[pb.Event]:
+    """A worker group over 4 buckets: hand-offs, a join, a death with a pending share, a stale leader, a late
+    member, fenced runs, waits, failures and derivative wants (accepted from owners, rejected from others)."""
+    from partbuild.state.bucketing import bucket
+
+    refs = [f"noop/{n}" for n in range(12)]
+    in_bucket = {b: [ref for ref in refs if bucket("partbuild", ref, 4) == b] for b in range(1, 5)}
+    a, b, c = "host-a:101:0a0a0a0a", "host-b:202:0b0b0b0b", "host-c:303:0c0c0c0c"
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_796_000_000_000 + 1_000 * len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"grp{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def state(task: str, data: list[int], share: dict[int, str] | None = None) -> pb.GroupTaskState:
+        return pb.GroupTaskState(task_id=task, state_timestamp_ms=1_796_000_000_000, data=data, share=share or {})
+
+    def epoch(epoch_id: str, previous: str, leader: str, states: list[pb.GroupTaskState]) -> pb.GroupEpoch:
+        return pb.GroupEpoch(group="workers", epoch_id=epoch_id, previous_epoch_id=previous, namespace="partbuild",
+                             bucket_total=4, leader_task_id=leader, message_timestamp_ms=1_796_000_000_000,
+                             members=[s.task_id for s in states], connector_state=states)  # fmt: skip
+
+    def message(epoch_id: str, task: str, states: list[pb.GroupTaskState]) -> pb.GroupTaskMessage:
+        return pb.GroupTaskMessage(group="workers", epoch_id=epoch_id, task_id=task,
+                                   message_timestamp_ms=1_796_000_000_000, connector_state=states)  # fmt: skip
+
+    def fence(epoch_id: str, task: str) -> pb.DecisionFence:
+        return pb.DecisionFence(group="workers", epoch_id=epoch_id, task_id=task)
+
+    e1, e2, e3 = (f"7d1f0c1e-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
+    want = add(pb.WantCreate(want_id="w", partition_refs=refs), manual("ann"))
+    uuid = {ref: instance_uuid(want, ref) for ref in refs}
+    sa, sb, sc = system("orchestrator", a), system("orchestrator", b), system("orchestrator", c)
+    add(epoch(e1, "", a, [state(a, [1, 2, 3, 4]), state(b, [])]), sa)
+    add(message(e1, a, [state(a, [1, 2, 3, 4], {3: b, 4: b}), state(b, [])]), sa)  # a shares 3 and 4 to b
+    add(message(e1, b, [state(a, [1, 2, 3, 4], {3: b, 4: b}), state(b, [3, 4])]), sb)  # b picks them up
+    three = in_bucket[3][0]
+    early = pb.JobRunBuffer(job_run_id="noop-a-0", job_label="noop", instance_uuids=[uuid[three]], fence=fence(e1, a))
+    add(early, sa)  # rejected: b owns 3 now, though a still holds it until it drops it
+    add(message(e1, a, [state(a, [1, 2]), state(b, [3, 4])]), sa)  # a drops them
+    mine = [uuid[ref] for ref in in_bucket[3] + in_bucket[4]]
+    add(pb.JobRunBuffer(job_run_id="noop-b-0", job_label="noop", instance_uuids=mine, fence=fence(e1, b)), sb)
+    add(pb.JobRunHeartbeat(job_run_id="noop-b-0"), sb)
+    add(epoch(e2, e1, a, [state(a, [1, 2]), state(b, [3, 4]), state(c, [])]), sa)  # c joins
+    add(message(e1, b, [state(a, [1, 2]), state(b, [3, 4])]), sb)  # late, of the old epoch: rejected
+    add(message(e2, a, [state(a, [1, 2], {2: c}), state(b, [3, 4]), state(c, [])]), sa)  # a shares 2 to c
+    add(epoch(e3, e2, a, [state(a, [1, 2, 3, 4]), state(c, [])]), sa)  # b died; 2 was not picked up: a's again
+    add(epoch("b-thinks-it-leads", e2, b, [state(a, [1]), state(b, [3, 4]), state(c, [2])]), sb)  # stale: rejected
+    add(pb.JobRunFailure(job_run_id="noop-b-0", message="heartbeat timeout", fence=fence(e3, a)), sa)  # b's stale run
+    one = in_bucket[1][0]
+    wait = [pb.InstanceWait(instance_uuid=uuid[one], upstream_refs=["raw/x"])]
+    add(pb.InstancesWaitUpstream(waits=wait, fence=fence(e3, c)), sc)  # rejected: a owns 1
+    add(pb.InstancesWaitUpstream(waits=wait, fence=fence(e3, a)), sa)
+    add(pb.WantCreate(want_id="d-x", partition_refs=["raw/x"], parent_want_id="w", fence=fence(e3, a)), sa)
+    add(pb.WantCreate(want_id="d-y", partition_refs=["raw/y"], parent_want_id="w", fence=fence(e3, b)), sb)  # rejected
+    static = pb.BucketScope(namespace="partbuild", bucket_id=1, bucket_total=4)
+    add(pb.BucketRunStart(bucket=static, static_bucket=True), system("orchestrator", "host-d:404:0d0d0d0d"))  # rejected
+    return events
+
+
 def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
     with path.open("wb") as out:
         for event in golden_events() if events is None else events:
@@ -106,5 +169,7 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["buckets"]:
         write(GOLDEN_BUCKETS, bucket_events())
+    elif sys.argv[1:] == ["group"]:
+        write(GOLDEN_GROUP, group_events())
     else:
         write()

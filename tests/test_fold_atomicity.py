@@ -12,6 +12,9 @@ instances):
   `rejections`;
 - an exception in an apply phase raises FoldError and the state refuses any
   further event and any snapshot.
+
+The state also holds a worker group with a hand-off in progress, so the group
+events and the fenced variants of decisions are checked the same way.
 """
 
 from __future__ import annotations
@@ -27,14 +30,18 @@ from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state import fold
+from partbuild.state.bucketing import bucket
 from partbuild.state.build_state import BrokenBuildState, BuildState, FoldError
 from partbuild.state.digest import state_digest
 from partbuild.state.events import manual
 from partbuild.state.fold import buckets, instances, job_runs, wants
+from partbuild.state.fold import group as group_fold
+from partbuild.state.group import share_step
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
 
 from foldkit import Story
+from groupkit import NAMESPACE, epoch, fenced, group_of, message, start, step, with_state
 
 
 class Boom(Exception):
@@ -57,7 +64,17 @@ def rich_story() -> Story:
     assert s.istate("weekly") == InstanceState.UPSTREAM_BUILDING and s.istate("daily/1") == InstanceState.MISSING
     assert s.state.job_runs["run-d2"].state == JobRunState.RUNNING and s.wstate("w-daily") == WantState.BUILDING
     assert s.state.dropped_instances == 0 and s.state.rejections == []
+    start(s, ["a", "b"], "a", "e1", total=4)  # a worker group: a shares 3 and 4, b picks them up
+    step(s, "a")
+    step(s, "b")
+    assert group_of(s).owners == {1: "a", 2: "a", 3: "b", 4: "b"} and group_of(s).states["a"].share
     return s
+
+
+def not_owner(s: Story, ref: str) -> pb.DecisionFence:
+    """The fence of the group member that does not own `ref`'s bucket."""
+    owner = group_of(s).owners[bucket(NAMESPACE, ref, 4)]
+    return fenced(s, "b" if owner == "a" else "a")
 
 
 Build = Callable[[Story], Message]
@@ -128,6 +145,12 @@ CASES = [
         (buckets, "scope_problem"),
     ),
     Case("bucket_layout", lambda s: pb.BucketLayout(namespace="ns", bucket_total=5), (buckets, "id_problem")),
+    Case("group_epoch", lambda s: epoch(s, ["a", "b", "c"], "a", "e2"), (group_fold, "epoch_problem")),
+    Case(
+        "group_task_message",
+        lambda s: message(s, share_step(group_of(s).states, "a")),  # a drops what b picked up
+        (group_fold, "step_problem"),
+    ),
 ]
 
 
@@ -213,6 +236,20 @@ def _second_wait_not_schedulable(s: Story) -> Message:
     return pb.InstancesWaitUpstream(waits=waits)
 
 
+def _epoch_moving_a_survivors_bucket(s: Story) -> Message:
+    msg = epoch(s, ["a", "b"], "a", "e2")
+    del msg.connector_state[1].data[-1]  # b's 4 ...
+    msg.connector_state[0].data.append(4)  # ... given to the leader
+    return msg
+
+
+def _message_changing_another_state(s: Story) -> Message:
+    states = group_of(s).states
+    msg = message(s, with_state(states["a"]))
+    msg.connector_state[1].data.remove(4)
+    return msg
+
+
 # Invalid events that fail late in their check, after part of what they name was resolved.
 INVALID: list[tuple[str, Build, str]] = [
     (
@@ -245,6 +282,36 @@ INVALID: list[tuple[str, Build, str]] = [
         "is not between 1 and bucket_total 3",
     ),
     ("bucket_layout", lambda s: pb.BucketLayout(namespace="ns", bucket_total=-1), "is not between 1 and"),
+    ("group_epoch", _epoch_moving_a_survivors_bucket, "member 'b' would lose buckets 4"),
+    ("group_task_message", _message_changing_another_state, "changes the data of 'b'"),
+    # Fenced decisions by a member that does not own the bucket: refused once everything else was resolved.
+    (
+        "job_run_buffer",
+        lambda s: pb.JobRunBuffer(
+            job_run_id="r", job_label="j", instance_uuids=[s.uuid("daily/1")], fence=not_owner(s, "daily/1")
+        ),
+        "fenced decision: task",
+    ),
+    (
+        "job_run_failure",
+        lambda s: pb.JobRunFailure(job_run_id="run-d2", fence=not_owner(s, "daily/2")),
+        "fenced decision: task",
+    ),
+    (
+        "instances_wait_upstream",
+        lambda s: pb.InstancesWaitUpstream(
+            waits=[pb.InstanceWait(instance_uuid=s.uuid("daily/1"), upstream_refs=["raw/x"])],
+            fence=not_owner(s, "daily/1"),
+        ),
+        "fenced decision: task",
+    ),
+    (
+        "want_create",
+        lambda s: pb.WantCreate(
+            want_id="w-f", partition_refs=["a"], fence=pb.DecisionFence(group="g", epoch_id="e0", task_id="a")
+        ),
+        "fenced decision: epoch 'e0' is not an epoch of group 'g'",
+    ),
 ]
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from golden_log import GOLDEN_BUCKETS, read
+from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
+from partbuild.state.digest import state_digest
+from partbuild.state.group import verify
 from partbuild.state.model import InstanceState, JobRunState, WantState
 
 V1_KINDS = {
@@ -63,3 +65,65 @@ def test_the_bucketing_golden_log_replays_with_its_rejections() -> None:
     assert state.job_runs["noop-3-b1-0"].state == JobRunState.SUCCEEDED
     assert state.job_runs["noop-8-b2-0"].state == JobRunState.QUEUED and "noop-7-b2-0" not in state.job_runs
     assert events[2].source.system.worker == "host-a:101:0a0a0a0a"
+
+
+# The digests of the older golden logs, as the code before worker groups computed them: a state without
+# groups must keep its digest (audits of old logs compare digests across versions).
+DIGESTS = {
+    GOLDEN: "4b02d60e882d6c26b2c90cdb2fea74fa3ba11443efd74ebeb5f5a49465c6ed99",
+    GOLDEN_BUCKETS: "2c6a5a2f3dbfef4264f180c2f1e98b455e0b72aa9ca6d218074ebaa15d232a8b",
+}
+
+
+def test_older_golden_logs_keep_their_digests() -> None:
+    for path, digest in DIGESTS.items():
+        state = BuildState(strict=True)
+        for seq, payload in enumerate(read(path), 1):
+            state.apply_payload(seq, payload)
+        assert state.groups == {} and state_digest(state) == digest, path.name
+
+
+GROUP_KINDS = {
+    "want_create",
+    "group_epoch",
+    "group_task_message",
+    "job_run_buffer",
+    "job_run_heartbeat",
+    "job_run_failure",
+    "instances_wait_upstream",
+    "bucket_run_start",
+}
+A, B, C = "host-a:101:0a0a0a0a", "host-b:202:0b0b0b0b", "host-c:303:0c0c0c0c"
+E1, E2, E3 = (f"7d1f0c1e-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
+
+
+def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
+    """Hand-offs, a join, a death with a pending share, a stale leader, a late member, fenced decisions."""
+    payloads = read(GOLDEN_GROUP)
+    events = [pb.Event.FromString(payload) for payload in payloads]
+    assert {event.WhichOneof("payload") for event in events} == GROUP_KINDS
+    state = BuildState(strict=True)
+    for seq, payload in enumerate(payloads, 1):
+        state.apply_payload(seq, payload)
+    assert [(r.seq, r.event_type) for r in state.rejections] == [
+        (5, "job_run_buffer"),  # a still held bucket 3, but it was b's once b picked it up
+        (10, "group_task_message"),  # b's message of the old epoch
+        (13, "group_epoch"),  # b's epoch built on e2 after a's e3: a stale leader
+        (15, "instances_wait_upstream"),  # c decided about a's bucket 1
+        (18, "want_create"),  # b is no member of e3
+        (19, "bucket_run_start"),  # a static worker in the group's namespace
+    ]
+    reasons = [r.reason for r in state.rejections]
+    assert f"task {A!r} does not own bucket 3 of group 'workers' (owned by {B!r})" in reasons[0]
+    assert reasons[1].startswith(f"epoch {E1!r} is an old epoch of group 'workers'; the current one is {E2!r}")
+    assert reasons[2].endswith(f"but the current epoch is {E3!r} (since seq 12): a stale leader's epoch")
+    assert f"task {C!r} does not own bucket 1 of group 'workers' (owned by {A!r})" in reasons[3]
+    assert reasons[4] == f"fenced decision: task {B!r} is not a member of group 'workers' in epoch {E3!r}"
+    assert reasons[5].startswith("namespace 'partbuild' is shared by worker group 'workers' (since seq 2)")
+    group = state.groups["workers"]
+    assert (group.epoch_id, group.leader, group.members, group.epochs) == (E3, A, (A, C), 3)
+    assert group.owners == {1: A, 2: A, 3: A, 4: A}  # b's buckets and a's pending share to c went to the leader
+    assert state.bucket_layouts == {"partbuild": (4, 2)}
+    assert state.job_runs["noop-b-0"].state == JobRunState.FAILED  # b's stale run, failed by the new owner
+    assert "noop-a-0" not in state.job_runs and state.wants["d-x"].parent_want_id == "w" and "d-y" not in state.wants
+    assert verify(events) == []

@@ -3,7 +3,7 @@
 Membership rows (`group_members`): join, heartbeat, leave, the live members and
 the reaper, on the wall clock. Leadership: the group's lock (a PostgreSQL
 advisory lock, a file lock next to a SQLite database) raced for by member
-processes of `groupkit.py`, which are then SIGKILLed, SIGSTOPped and continued.
+processes of `memberkit.py`, which are then SIGKILLed, SIGSTOPped and continued.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from conftest import PgServer
-from groupkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
 from partbuild.state.db import create_engine_for

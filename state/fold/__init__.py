@@ -28,13 +28,14 @@ Modules:
 - instances: PartitionTaint, PartitionObserved, InstanceRetention,
   InstancesWaitUpstream.
 - clock: ClockTick.
+- buckets: BucketRunStart, BucketLayout, and the bucket scopes of sharded decisions.
+- group: GroupEpoch, GroupTaskMessage (worker groups), and the fences of members' decisions.
 - validation: pure helpers of the check phases (id and ref rules, quoting).
 
-Adding an event type (worker-group epochs, connector cursors, subscriptions
-are next) means: the message and its `Event.payload` oneof member in
-proto/partbuild/v1/events.proto; one handler (check + apply) in the module of
-its entity (a new module for a new entity, whose data is new attributes of
-`BuildState`); one row in `HANDLERS` below. Nothing else dispatches on event
+Adding an event type (connector cursors, subscriptions are next) means: the
+message and its `Event.payload` oneof member in proto/partbuild/v1/events.proto;
+one handler (check + apply) in the module of its entity (a new module for a new
+entity, whose data is new attributes of `BuildState`); one row in `HANDLERS` below. Nothing else dispatches on event
 types. Snapshots pick up the change by themselves: their format fingerprints
 every module of this package.
 """
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import buckets, clock, instances, job_runs, wants
+from partbuild.state.fold import buckets, clock, group, instances, job_runs, wants
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
@@ -70,4 +71,6 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "clock_tick": (clock.check_clock_tick, clock.apply_clock_tick),
     "bucket_run_start": (buckets.check_bucket_run_start, buckets.apply_bucket_run_start),
     "bucket_layout": (buckets.check_bucket_layout, buckets.apply_bucket_layout),
+    "group_epoch": (group.check_group_epoch, group.apply_group_epoch),
+    "group_task_message": (group.check_group_task_message, group.apply_group_task_message),
 }

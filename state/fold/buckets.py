@@ -5,6 +5,9 @@ workers the state keeps the last one per namespace (`BuildState.bucket_runs`).
 A `JobRunBuffer` carrying a scope is accepted only if every instance it builds
 is in that bucket.
 
+Worker groups (state/fold/group.py) own their namespace: a static scope in it
+is rejected, and so is a layout changing its bucket count.
+
 Layouts: the first accepted scoped event of a namespace fixes its bucket_total
 (`BuildState.bucket_layouts`). Buckets of two different totals overlap, so a
 scoped event under another total is rejected: a worker started with an
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import MAX_BUCKETS, bucket
+from partbuild.state.fold.group import namespace_group
 from partbuild.state.fold.validation import id_problem, short
 from partbuild.state.model import Instance
 
@@ -63,9 +67,20 @@ def layout_problem(state: BuildState, scope: pb.BucketScope) -> str | None:
     )
 
 
+def group_problem(state: BuildState, namespace: str) -> str | None:
+    """Why a static bucket of `namespace` is refused: a worker group owns its buckets. Or None."""
+    group = namespace_group(state, namespace)
+    if group is None:
+        return None
+    return (
+        f"namespace {namespace!r} is shared by worker group {short(group.name)} (since seq {group.created_seq}): "
+        "its buckets are owned through the group, not by a static bucket"
+    )
+
+
 def scoped_problem(state: BuildState, scope: pb.BucketScope) -> str | None:
-    """What is wrong with a decision's scope, in itself or against the namespace's layout, or None."""
-    return scope_problem(scope) or layout_problem(state, scope)
+    """What is wrong with a decision's scope, in itself, against the namespace's layout or its group, or None."""
+    return scope_problem(scope) or layout_problem(state, scope) or group_problem(state, scope.namespace)
 
 
 def fix_layout(state: BuildState, seq: int, scope: pb.BucketScope) -> None:
@@ -103,6 +118,12 @@ def check_bucket_layout(state: BuildState, seq: int, msg: pb.BucketLayout, event
         return problem
     if not 1 <= msg.bucket_total <= MAX_BUCKETS:
         return f"bucket_total {msg.bucket_total} is not between 1 and {MAX_BUCKETS}"
+    group = namespace_group(state, msg.namespace)
+    if group is not None and group.bucket_total != msg.bucket_total:
+        return (
+            f"namespace {msg.namespace!r} is split into {group.bucket_total} buckets by worker group "
+            f"{short(group.name)}, fixed for the group's life"
+        )
     return msg
 
 

@@ -6,6 +6,7 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.group import fenced_decision_problem
 from partbuild.state.fold.transitions import (
     BUILDING,
     LIVE,
@@ -211,6 +212,10 @@ def check_instances_wait_upstream(
         # Every waiting instance is schedulable, so not Live, before and after it waits:
         # which refs are Live cannot change while the plan is applied.
         plan.append((instance, [ref for ref in refs if not is_live(state, ref)]))
+    if msg.HasField("fence"):  # decided by a worker-group member: only partitions of buckets it owns now
+        problem = fenced_decision_problem(state, msg.fence, event, [instance for instance, _ in plan])
+        if problem:
+            return problem
     return plan
 
 

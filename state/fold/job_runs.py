@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
+from partbuild.state.fold.group import fenced_decision_problem
 from partbuild.state.fold.transitions import (
     BUILDING,
     FAILED,
@@ -104,6 +105,12 @@ def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, even
     if msg.HasField("bucket"):  # decided by a sharded worker: only its own bucket's partitions
         scope = msg.bucket
         problem = buckets.scoped_problem(state, scope) or buckets.outsider(scope, instances)
+        if problem:
+            return problem
+    if msg.HasField("fence"):  # decided by a worker-group member: only partitions of buckets it owns now
+        if scope is not None:
+            return "a job run is fenced by a worker group or scoped to a static bucket, not both"
+        problem = fenced_decision_problem(state, msg.fence, event, instances)
         if problem:
             return problem
     return run_id, intern(msg.job_label), instances, scope
@@ -230,7 +237,12 @@ def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, ev
         return run
     if msg.retry_after_ms < 0:
         return "retry_after_ms must not be negative"
-    return run, msg, _instances_of(state, run)
+    instances = _instances_of(state, run)
+    if msg.HasField("fence"):  # a group member failing a stale run: only the owner of its partitions may
+        problem = fenced_decision_problem(state, msg.fence, event, instances)
+        if problem:
+            return problem
+    return run, msg, instances
 
 
 def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event: pb.Event) -> None:

@@ -7,6 +7,7 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.group import fenced_member_problem
 from partbuild.state.fold.transitions import TALLY_SIZE, derive_want_state, end_want, new_canonical
 from partbuild.state.fold.validation import describe_source, id_problem, short
 from partbuild.state.model import RETRYABLE_BY_NEW_WANT, Instance, Want, WantState
@@ -35,6 +36,10 @@ def check_want_create(state: BuildState, seq: int, msg: pb.WantCreate, event: pb
     problem = _want_create_problem(state, msg, refs)
     if problem:
         return problem
+    if msg.HasField("fence"):  # a group member's derivative want: it may name any bucket, but it must be a member
+        problem = fenced_member_problem(state, msg.fence, event)
+        if problem:
+            return problem
     want_id = msg.want_id
     parent = state.wants[msg.parent_want_id] if msg.parent_want_id else None
     canonical, instances = state.canonical, state.instances

@@ -47,7 +47,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class Event(_message.Message):
     CLOCK_TICK_FIELD_NUMBER: _ClassVar[int]
     BUCKET_RUN_START_FIELD_NUMBER: _ClassVar[int]
     BUCKET_LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_TASK_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -84,10 +86,12 @@ class Event(_message.Message):
     clock_tick: ClockTick
     bucket_run_start: BucketRunStart
     bucket_layout: BucketLayout
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ...) -> None: ...
+    group_epoch: GroupEpoch
+    group_task_message: GroupTaskMessage
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
-    __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id")
+    __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
     WANT_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_REFS_FIELD_NUMBER: _ClassVar[int]
     DATA_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +100,7 @@ class WantCreate(_message.Message):
     COMMENT_FIELD_NUMBER: _ClassVar[int]
     PARENT_WANT_ID_FIELD_NUMBER: _ClassVar[int]
     ROOT_WANT_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     want_id: str
     partition_refs: _containers.RepeatedScalarFieldContainer[str]
     data_timestamp_ms: int
@@ -104,7 +109,8 @@ class WantCreate(_message.Message):
     comment: str
     parent_want_id: str
     root_want_id: str
-    def __init__(self, want_id: _Optional[str] = ..., partition_refs: _Optional[_Iterable[str]] = ..., data_timestamp_ms: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., sla_seconds: _Optional[int] = ..., comment: _Optional[str] = ..., parent_want_id: _Optional[str] = ..., root_want_id: _Optional[str] = ...) -> None: ...
+    fence: DecisionFence
+    def __init__(self, want_id: _Optional[str] = ..., partition_refs: _Optional[_Iterable[str]] = ..., data_timestamp_ms: _Optional[int] = ..., ttl_seconds: _Optional[int] = ..., sla_seconds: _Optional[int] = ..., comment: _Optional[str] = ..., parent_want_id: _Optional[str] = ..., root_want_id: _Optional[str] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
 
 class WantCancel(_message.Message):
     __slots__ = ("want_id", "reason")
@@ -115,16 +121,18 @@ class WantCancel(_message.Message):
     def __init__(self, want_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobRunBuffer(_message.Message):
-    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket")
+    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket", "fence")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_LABEL_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     job_label: str
     instance_uuids: _containers.RepeatedScalarFieldContainer[str]
     bucket: BucketScope
-    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ...) -> None: ...
+    fence: DecisionFence
+    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
 
 class BucketScope(_message.Message):
     __slots__ = ("namespace", "bucket_id", "bucket_total")
@@ -192,16 +200,18 @@ class JobRunSuccess(_message.Message):
     def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ...) -> None: ...
 
 class JobRunFailure(_message.Message):
-    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms")
+    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms", "fence")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     error_class: ErrorClass
     message: str
     retry_after_ms: int
-    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+    fence: DecisionFence
+    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
 
 class JobRunCancel(_message.Message):
     __slots__ = ("job_run_id", "reason")
@@ -251,10 +261,12 @@ class PartitionObserved(_message.Message):
     def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class InstancesWaitUpstream(_message.Message):
-    __slots__ = ("waits",)
+    __slots__ = ("waits", "fence")
     WAITS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     waits: _containers.RepeatedCompositeFieldContainer[InstanceWait]
-    def __init__(self, waits: _Optional[_Iterable[_Union[InstanceWait, _Mapping]]] = ...) -> None: ...
+    fence: DecisionFence
+    def __init__(self, waits: _Optional[_Iterable[_Union[InstanceWait, _Mapping]]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
 
 class InstanceWait(_message.Message):
     __slots__ = ("instance_uuid", "upstream_refs")
@@ -273,3 +285,68 @@ class InstanceRetention(_message.Message):
     DROP_SUPERSEDED_CREATED_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
     drop_superseded_created_before_seq: int
     def __init__(self, drop_superseded_created_before_seq: _Optional[int] = ...) -> None: ...
+
+class GroupTaskState(_message.Message):
+    __slots__ = ("task_id", "state_timestamp_ms", "data", "share")
+    class ShareEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    state_timestamp_ms: int
+    data: _containers.RepeatedScalarFieldContainer[int]
+    share: _containers.ScalarMap[int, str]
+    def __init__(self, task_id: _Optional[str] = ..., state_timestamp_ms: _Optional[int] = ..., data: _Optional[_Iterable[int]] = ..., share: _Optional[_Mapping[int, str]] = ...) -> None: ...
+
+class GroupEpoch(_message.Message):
+    __slots__ = ("group", "epoch_id", "previous_epoch_id", "namespace", "bucket_total", "leader_task_id", "message_timestamp_ms", "members", "connector_state")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEADER_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    epoch_id: str
+    previous_epoch_id: str
+    namespace: str
+    bucket_total: int
+    leader_task_id: str
+    message_timestamp_ms: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    connector_state: _containers.RepeatedCompositeFieldContainer[GroupTaskState]
+    def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., previous_epoch_id: _Optional[str] = ..., namespace: _Optional[str] = ..., bucket_total: _Optional[int] = ..., leader_task_id: _Optional[str] = ..., message_timestamp_ms: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., connector_state: _Optional[_Iterable[_Union[GroupTaskState, _Mapping]]] = ...) -> None: ...
+
+class GroupTaskMessage(_message.Message):
+    __slots__ = ("group", "epoch_id", "task_id", "message_timestamp_ms", "connector_state")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    epoch_id: str
+    task_id: str
+    message_timestamp_ms: int
+    connector_state: _containers.RepeatedCompositeFieldContainer[GroupTaskState]
+    def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., task_id: _Optional[str] = ..., message_timestamp_ms: _Optional[int] = ..., connector_state: _Optional[_Iterable[_Union[GroupTaskState, _Mapping]]] = ...) -> None: ...
+
+class DecisionFence(_message.Message):
+    __slots__ = ("group", "epoch_id", "task_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    epoch_id: str
+    task_id: str
+    def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
