@@ -14,18 +14,10 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from partbuild.orchestrator.spark_conf import (
-    DEFAULT_CONF,
-    DEFAULT_MASTER,
-    effective_conf,
-    launcher_settings,
-    resolve_master,
-)
+from partbuild.orchestrator.spark_conf import effective_conf, launcher_settings, resolve_master
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
-
-__all__ = ["DEFAULT_CONF", "DEFAULT_MASTER", "spark_master", "spark_session"]
 
 logger = logging.getLogger("partbuild.spark")
 
