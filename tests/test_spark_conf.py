@@ -147,12 +147,18 @@ def test_spark_conf_option_parses_repeated_and_env_settings(command: object, mon
         ([], "spark.a=1 oops", "'oops' is not KEY=VALUE"),
     ],
 )
+@pytest.mark.parametrize("command", ["run", "up"])
 def test_a_bad_spark_conf_exits_2_with_one_line(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str], env: str, message: str
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    args: list[str],
+    env: str,
+    message: str,
 ) -> None:
     monkeypatch.setenv("PARTBUILD_SPARK_CONF", env)
     with pytest.raises(SystemExit) as exited:
-        main(["run", "--graph", "examples/clicks/pipeline.py", *args])
+        main([command, "--graph", "examples/clicks/pipeline.py", *args])
     err = capsys.readouterr().err
     assert exited.value.code == 2
     assert err.count("\n") == 1 and message in err and "--spark-conf" in err
