@@ -3,43 +3,84 @@
 Start-up costs seconds, so a process creates its session once and every job
 run uses it. Master: `local[*]` by default, a cluster master URL
 (`spark://host:7077`, `yarn`, `k8s://...`), or a Spark Connect remote (`sc://host:15002`).
+Which settings it starts with (the user's, spark-defaults.conf, partbuild's defaults): `spark_conf`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from partbuild.orchestrator.spark_conf import effective_conf, launcher_settings, resolve_master
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-DEFAULT_MASTER = "local[*]"
-# Small-data defaults: W1-sized partitions are tiny, and 200 shuffle partitions
-# would make every aggregation schedule 200 tasks.
-DEFAULT_CONF: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
-    # Progress bars on the console would interleave with the orchestrator's log lines.
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
-}
+logger = logging.getLogger("partbuild.spark")
+
+
+def spark_master(master: str | None = None) -> str:
+    """The master a session for `master` uses: it, else env PARTBUILD_SPARK_MASTER, else `spark.master` of
+    spark-defaults.conf, else local[*]."""
+    return _resolve(master)[0]
 
 
 def spark_session(master: str | None = None, app_name: str = "partbuild", conf: Mapping[str, str] | None = None) -> Any:
-    """Get or create the process's SparkSession for `master` (env PARTBUILD_SPARK_MASTER, else local[*])."""
+    """Get or create the process's SparkSession for `master` (see `spark_master`) with the user's `conf` on top.
+
+    partbuild's defaults (`spark_conf.effective_conf`) fill in only keys that neither `conf` nor Spark's
+    launcher files set. On a Spark Connect remote `conf` is set on the server session; what the server does
+    not take (static and cluster settings, fixed when the server started) is named in a warning.
+    """
     from pyspark.sql import SparkSession  # imported here: only processes that run jobs need Spark
 
-    master = master or os.environ.get("PARTBUILD_SPARK_MASTER") or DEFAULT_MASTER
-    builder = SparkSession.builder.appName(app_name)
+    master, launcher = _resolve(master)
+    settings = effective_conf(master, conf or {}, launcher.keys(), app_name)
     if master.startswith("sc://"):
-        builder = builder.remote(master)
-    else:
-        builder = builder.master(master)
-        for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
-            builder = builder.config(key, value)
-    return builder.getOrCreate()
+        builder = SparkSession.builder.appName(app_name).remote(master)
+    else:  # the app name is among the settings: spark-defaults.conf may name the app
+        builder = SparkSession.builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    logger.info("Spark %s, settings %s", master, ", ".join(f"{k}={v}" for k, v in settings.items()) or "none")
+    session = builder.getOrCreate()
+    if master.startswith("sc://") and settings:
+        _warn_unapplied(session, settings)
+    return session
+
+
+def _resolve(master: str | None) -> tuple[str, dict[str, str]]:
+    """(the master, the launcher's settings); a Spark Connect client never launches a JVM, so reads none."""
+    given = master or os.environ.get("PARTBUILD_SPARK_MASTER")
+    launcher = {} if given and given.startswith("sc://") else _launcher_settings()
+    return resolve_master(given, os.environ, launcher), launcher
+
+
+def _launcher_settings() -> dict[str, str]:
+    """What PySpark's spark-submit reads by itself, for the Spark home it launches (as PySpark finds it)."""
+    from pyspark.find_spark_home import _find_spark_home  # the launcher's own rule (env, then the package)
+
+    try:
+        spark_home: str | None = _find_spark_home()
+    except SystemExit:  # no Spark home at all: PySpark will fail to launch, with its own message
+        spark_home = None
+    return launcher_settings(os.environ, spark_home)
+
+
+def _warn_unapplied(session: Any, settings: Mapping[str, str]) -> None:
+    # The Connect client sets the builder's settings after connecting, silently skipping any the server
+    # refuses; read them back so the user learns which ones did not take.
+    current = session.conf.getAll
+    unapplied = sorted(key for key, value in settings.items() if current.get(key) != value)
+    if unapplied:
+        logger.warning(
+            "the Spark Connect server did not apply %s: static and cluster settings are fixed when the server "
+            "starts (set them there)",
+            ", ".join(unapplied),
+        )
 
 
 # --- Tagging a job run's Spark jobs, to cancel them from another thread -----------------------------

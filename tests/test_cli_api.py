@@ -543,6 +543,7 @@ def test_up_builds_a_wanted_weekly_partition(
         "PARTBUILD_CLICKS_ROOT": str(clicks_root),
         "PARTBUILD_CLICKS_DAYS": str(CLICKS_DAYS),
         "PARTBUILD_SPARK_MASTER": "local[2]",
+        "PARTBUILD_SPARK_CONF": "spark.sql.shuffle.partitions=3\nspark.ui.enabled=false",
     }
     command = [
         partbuild_exe(), "up", "--db", sqlite_url, "--graph", str(PIPELINE),
@@ -568,7 +569,9 @@ def test_up_builds_a_wanted_weekly_partition(
         assert code == 0 and "raw/clicks/date=2026-01-01" in out and "agg/daily_clicks/date=2026-01-04" in out
         assert stop_with_sigterm(process, 60, log_file) == 0
     output = log_file.read_text()
-    assert f"partbuild up: API on {url}" in output and "SIGTERM" in output
+    assert f"partbuild up: API on {url}, orchestrator on Spark local[2]" in output and "SIGTERM" in output
+    # The environment's settings go to the session builder, over the small-data default of 4 partitions.
+    assert "spark.sql.shuffle.partitions=3, spark.ui.enabled=false" in output
 
 
 def test_chunked_batch_over_a_server_records_nothing_when_a_later_chunk_is_bad(

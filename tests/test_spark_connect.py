@@ -232,3 +232,30 @@ def test_bucket_column_equals_the_reference_on_a_spark_connect_server(
         if key == GITHUB_KEY
     }
     assert [(d, t, by_vector[d, t]) for d, t, _ in SPEC_VECTORS] == SPEC_VECTORS
+
+
+# A Spark Connect client process: a session with the user's settings, logging to stderr; prints what the
+# server session holds for them.
+CONF_CLIENT = """
+import json, logging, sys
+
+from partbuild.orchestrator.spark import spark_session
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+spark = spark_session(sys.argv[1], conf={"spark.sql.shuffle.partitions": "7", "spark.executor.memory": "3g"})
+json.dump({key: spark.conf.get(key, None) for key in ["spark.sql.shuffle.partitions", "spark.ui.enabled"]}, sys.stdout)
+"""
+
+
+def test_spark_conf_reaches_a_spark_connect_session_and_what_it_ignores_is_named(
+    connect_server: tuple[str, Path],
+) -> None:
+    url, _ = connect_server
+    done = subprocess.run([sys.executable, "-c", CONF_CLIENT, url], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The runtime setting is the session's; the server's own settings (its shuffle partitions 2, UI off)
+    # are not overridden by partbuild's defaults.
+    assert json.loads(done.stdout) == {"spark.sql.shuffle.partitions": "7", "spark.ui.enabled": "false"}
+    warnings = [line for line in done.stderr.splitlines() if "did not apply" in line]
+    assert len(warnings) == 1 and "spark.executor.memory" in warnings[0], done.stderr[-3000:]
+    assert "spark.sql.shuffle.partitions" not in warnings[0]

@@ -27,11 +27,45 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
+from partbuild.orchestrator.spark_conf import parse_setting
 from partbuild.state.live import LiveState
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
 logger = logging.getLogger("partbuild")
+
+
+class SparkSetting(click.ParamType):
+    """`KEY=VALUE` -> (KEY, VALUE); anything else is bad input naming the value."""
+
+    name = "KEY=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, str]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_setting(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+master_option = click.option(
+    "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
+)
+# PARTBUILD_SPARK_CONF holds settings separated by whitespace (spaces or newlines, click's rule for
+# repeatable options); a value containing whitespace needs --spark-conf or spark-defaults.conf.
+spark_conf_option = click.option(
+    "--spark-conf",
+    "spark_conf",
+    type=SparkSetting(),
+    multiple=True,
+    envvar="PARTBUILD_SPARK_CONF",
+    help=(
+        "A Spark setting, repeatable; beats spark-defaults.conf and partbuild's defaults (few shuffle "
+        "partitions, UI off: local masters only). Env: PARTBUILD_SPARK_CONF, whitespace-separated; the "
+        "command line replaces it."
+    ),
+)
 
 
 def _retention(retain_days: int | None) -> RetentionPolicy | None:
@@ -107,9 +141,8 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
 @click.option("--warehouse", default="warehouse", show_default=True, help="Root directory or URI of built data.")
 @host_option
 @port_option
-@click.option(
-    "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
-)
+@master_option
+@spark_conf_option
 @snapshot_every_option
 @retain_days_option
 def up(
@@ -119,6 +152,7 @@ def up(
     host: str,
     port: int,
     master: str | None,
+    spark_conf: tuple[tuple[str, str], ...],
     snapshot_every: int,
     retain_days: int | None,
 ) -> None:
@@ -129,16 +163,17 @@ def up(
     """
     from partbuild.api.app import create_app
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.orchestrator.spark import DEFAULT_MASTER, spark_session
+    from partbuild.orchestrator.spark import spark_master, spark_session
 
     graph = read_graph(graph_path)
     sock = _listen(host, port)
     _configure_logging()
+    master = spark_master(master)
     with sock, open_log(db_url, must_exist=False) as log:
         try:
-            spark = spark_session(master)
+            spark = spark_session(master, conf=dict(spark_conf))
         except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
-            raise CommandFailed(f"cannot start Spark ({master or DEFAULT_MASTER}): {exc}") from None
+            raise CommandFailed(f"cannot start Spark ({master}): {exc}") from None
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(log, snapshot_every=snapshot_every)
         orchestrator = Orchestrator(
@@ -146,7 +181,7 @@ def up(
         )
         app = create_app(Service(log, graph=graph, live=live, on_append=orchestrator.wake))
         background = _Background(orchestrator)
-        click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on Spark {master or DEFAULT_MASTER}, {db_url}")
+        click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on Spark {master}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop)
         finally:
@@ -196,9 +231,8 @@ def _exit_2_if_the_bucket_is_rejected() -> Iterator[None]:
 @db_option
 @click.option("--graph", "graph_path", required=True, help="Python file defining `graph` (a Graph or a function).")
 @click.option("--warehouse", default="warehouse", show_default=True, help="Root directory or URI of built data.")
-@click.option(
-    "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
-)
+@master_option
+@spark_conf_option
 @click.option(
     "--until-idle",
     is_flag=True,
@@ -224,6 +258,7 @@ def run(
     graph_path: str,
     warehouse: str,
     master: str | None,
+    spark_conf: tuple[tuple[str, str], ...],
     until_idle: bool,
     timeout: float,
     heartbeat_interval: float,
@@ -248,7 +283,7 @@ def run(
             log,
             graph,
             warehouse=warehouse,
-            spark=spark_session(master),
+            spark=spark_session(master, conf=dict(spark_conf)),  # later settings of a key win
             snapshots=log.snapshots,
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
