@@ -65,6 +65,8 @@ for command in (
     serving.up,
     serving.run,
     bucketing.bucket_command,
+    bucketing.buckets_command,
+    bucketing.reshard_command,
     bucketing.config_group,
 ):
     cli.add_command(command)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from partbuild.state.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
 from partbuild.state.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
 
 MAX_BATCH_REFS = 10_000
@@ -161,6 +162,15 @@ class RetentionRequest(_Request):
         description="Keep superseded instances this many days."
     )
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
+
+
+class ReshardRequest(_Request):
+    """Split a bucketing namespace's refs into a new number of buckets (workers on the old number stop)."""
+
+    bucket_total: Annotated[int, Field(ge=1, le=MAX_BUCKETS), JsonInt] = Field(
+        description="The namespace's new number of buckets."
+    )
+    namespace: str = Field(default=DEFAULT_NAMESPACE, pattern=ID_PATTERN, description="The bucketing namespace.")
 
 
 # ----------------------------------------------------------------- responses
@@ -335,6 +345,15 @@ class RetentionReport(BaseModel):
     instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
     seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")
     dry_run: bool
+
+
+class BucketLayout(BaseModel):
+    """How a bucketing namespace is split, and where round-robin workers stand in it."""
+
+    namespace: str
+    bucket_total: int = Field(description="Sharded decisions under another total are rejected.")
+    since_seq: int = Field(description="The event that fixed this total.")
+    last_round_robin_bucket: int | None = Field(description="The bucket the last round-robin run started.")
 
 
 class Health(BaseModel):

@@ -56,6 +56,20 @@ class Reads:
                 return
         yield self.live.as_of(as_of_seq)  # a past state never changes: read without the lock
 
+    # ----------------------------------------------------------------- buckets
+
+    def bucket_layouts(self, as_of_seq: int | None = None, min_seq: int | None = None) -> list[m.BucketLayout]:
+        with self._reading(min_seq, as_of_seq) as state:
+            return [
+                m.BucketLayout(
+                    namespace=namespace,
+                    bucket_total=total,
+                    since_seq=since,
+                    last_round_robin_bucket=state.bucket_runs.get(namespace),
+                )
+                for namespace, (total, since) in sorted(state.bucket_layouts.items())
+            ]
+
     # ----------------------------------------------------------------- wants
 
     def want(self, want_id: str, min_seq: int | None = None) -> m.WantDetail:

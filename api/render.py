@@ -340,6 +340,16 @@ def report_grid(report: AuditReport) -> Table:
     return grid
 
 
+def layouts_table(layouts: list[m.BucketLayout]) -> Table:
+    table = _table("namespace", "buckets", "since seq", "last round-robin bucket")
+    for layout in layouts:
+        last = layout.last_round_robin_bucket
+        table.add_row(
+            layout.namespace, str(layout.bucket_total), str(layout.since_seq), "" if last is None else str(last)
+        )
+    return table
+
+
 def retention_text(report: m.RetentionReport) -> str:
     """What retention dropped, or on a dry run would drop."""
     if not report.dropped:

@@ -133,6 +133,9 @@ class Client(Protocol):
         self, request: Annotated[m.RetentionRequest, Body()], user: User = ANONYMOUS
     ) -> m.RetentionReport: ...
 
+    @operation("POST", "/buckets/layout", "Re-shard: split a bucketing namespace into a new number of buckets")
+    def reshard(self, request: Annotated[m.ReshardRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
+
     # ----------------------------------------------------------------- reads
 
     @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants")
@@ -190,6 +193,9 @@ class Client(Protocol):
         limit: Limit = 100,
         min_seq: MinSeq = None,
     ) -> m.Page[m.JobRun]: ...
+
+    @operation("GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands")
+    def bucket_layouts(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.BucketLayout]: ...
 
     @operation("GET", "/events", "The raw event log as JSON, by seq")
     def events(

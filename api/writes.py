@@ -69,7 +69,7 @@ class Writes:
                 self.live.catch_up()
                 self.on_append()
                 with self.live.read() as state:
-                    reason = _rejection(state, result.first_seq, result.last_seq)
+                    reason = state.rejection_between(result.first_seq, result.last_seq)
                 if reason is not None:  # a check missing above: say so rather than pretend success
                     raise Conflict(reason)
                 return result.first_seq, result.last_seq
@@ -138,9 +138,7 @@ class Writes:
             ]
         return m.WantBatchCreated(first_seq=first, last_seq=last, wants=created)
 
-    def cancel_want(
-        self, want_id: str, request: m.CancelRequest | None = None, user: str = ANONYMOUS
-    ) -> m.Written:
+    def cancel_want(self, want_id: str, request: m.CancelRequest | None = None, user: str = ANONYMOUS) -> m.Written:
         def build(state: BuildState) -> list[pb.Event]:
             want = state.wants.get(want_id)
             if want is None:
@@ -229,6 +227,22 @@ class Writes:
         report.seq = self._write(build)[0]
         return report
 
+    # ----------------------------------------------------------------- buckets
+
+    def reshard(self, request: m.ReshardRequest, user: str = ANONYMOUS) -> m.Written:
+        """Split a namespace into `bucket_total` buckets: workers still on another total are rejected."""
+
+        def build(state: BuildState) -> list[pb.Event]:
+            layout = state.bucket_layouts.get(request.namespace)
+            if layout is not None and layout[0] == request.bucket_total:
+                raise Conflict(
+                    f"namespace {request.namespace!r} is already split into {request.bucket_total} buckets "
+                    f"(since seq {layout[1]})"
+                )
+            return [self._event(pb.BucketLayout(namespace=request.namespace, bucket_total=request.bucket_total), user)]
+
+        return m.Written(seq=self._write(build)[0])
+
 
 def _want_create(request: m.WantRequest, want_id: str) -> pb.WantCreate:
     return pb.WantCreate(
@@ -243,16 +257,6 @@ def _want_create(request: m.WantRequest, want_id: str) -> pb.WantCreate:
 
 def _reason(request: m.CancelRequest | None) -> str:
     return request.reason if request is not None else ""
-
-
-def _rejection(state: BuildState, first: int, last: int) -> str | None:
-    """The reason the fold rejected an event appended at first..last, if it did."""
-    for rejection in reversed(state.rejections):
-        if rejection.seq < first:
-            break
-        if rejection.seq <= last:
-            return rejection.reason
-    return None
 
 
 def _duplicates(values: list[str]) -> set[str]:

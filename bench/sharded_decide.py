@@ -31,8 +31,16 @@ WORKERS = 4
 
 def build_state(wants: int) -> tuple[BuildState, Graph]:
     graph = Graph(
-        [Job("daily", ["bench/daily/n={n:int}"], lambda ctx: None, inputs=lambda p: [f"bench/raw/n={p['n']}"],
-             batch_size=10, max_concurrency=1_000_000)],
+        [
+            Job(
+                "daily",
+                ["bench/daily/n={n:int}"],
+                lambda ctx: None,
+                inputs=lambda p: [f"bench/raw/n={p['n']}"],
+                batch_size=10,
+                max_concurrency=1_000_000,
+            )
+        ],
         [SourceDataset("raw", "bench/raw/n={n:int}", locate=lambda p: None)],
     )
     state = BuildState()
@@ -68,15 +76,21 @@ def main() -> None:
         sharded.extend(timed(lambda shard=shard: decide(state, graph, 0, shard)) for shard in shards)
     whole_s, sharded_s, cold_s = statistics.median(whole), statistics.median(sharded), statistics.median(cold)
     runs = [len(decide(state, graph, 0, shard).new_runs) for shard in shards]
-    print(f"{args.wants:,} ready wants; runs buffered per worker of {WORKERS}: {runs} (unsharded "
-          f"{len(decide(state, graph, 0).new_runs)})")
+    print(
+        f"{args.wants:,} ready wants; runs buffered per worker of {WORKERS}: {runs} (unsharded "
+        f"{len(decide(state, graph, 0).new_runs)})"
+    )
     print(f"unsharded decide: median {whole_s * 1000:.0f} ms over {args.rounds} rounds")
-    print(f"one worker of {WORKERS}: median {sharded_s * 1000:.0f} ms warm, {cold_s * 1000:.0f} ms on its first "
-          "decision (buckets computed)")
+    print(
+        f"one worker of {WORKERS}: median {sharded_s * 1000:.0f} ms warm, {cold_s * 1000:.0f} ms on its first "
+        "decision (buckets computed)"
+    )
     ratio = sharded_s / whole_s
     verdict = "PASS" if ratio <= TARGET else "MISS"
-    print(f"sharded decide: one worker of {WORKERS} takes {ratio:.2f}x the unsharded time "
-          f"(cold {cold_s / whole_s:.2f}x) (target <= {TARGET}x): {verdict}")
+    print(
+        f"sharded decide: one worker of {WORKERS} takes {ratio:.2f}x the unsharded time "
+        f"(cold {cold_s / whole_s:.2f}x) (target <= {TARGET}x): {verdict}"
+    )
 
 
 if __name__ == "__main__":

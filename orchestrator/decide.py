@@ -16,13 +16,13 @@ from google.protobuf.message import Message
 
 from partbuild.orchestrator.context import OutputTarget
 from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
+from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.orchestrator.sharding import Shard
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, from_job_run, system
+from partbuild.state.events import envelope, from_job_run
 from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want
 
-ORCHESTRATOR = system("orchestrator")
 _SCHEDULABLE = (InstanceState.MISSING, InstanceState.UP_FOR_RETRY)
 # Upstream refs in these states become Live (or fail) without anyone asking again. Not
 # UpstreamBuilding: its own upstream chain needs an active want to keep moving.

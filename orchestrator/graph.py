@@ -50,6 +50,8 @@ def register_field_type(name: str, regex: str, parse: Callable[[str], Any], form
     if "/" in regex or "(" in regex:
         raise GraphError(f"field type {name!r}: the regex must not match '/' nor hold groups")
     FIELD_TYPES[name] = _FieldType(regex, parse, format)
+
+
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
 
 

@@ -15,7 +15,6 @@ import threading
 import time
 
 from partbuild.orchestrator.decide import (
-    ORCHESTRATOR,
     Decision,
     SourceCheck,
     canceled_runs,
@@ -25,6 +24,7 @@ from partbuild.orchestrator.decide import (
 )
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
+from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sharding import Shard, start_shard
 from partbuild.proto.v1 import events_pb2 as pb
@@ -153,6 +153,9 @@ class Orchestrator:
                 return True  # another writer appended since we read: decide again on the newer state
             self._pending.extend(decision.new_runs)
             self.catch_up()
+            if self.shard is not None:  # re-sharded meanwhile: the fold rejected our runs, so stop
+                with self.live.read() as state:
+                    self.shard.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
         self._next_due_ms = min(
@@ -226,10 +229,29 @@ class Orchestrator:
         return bool(plans)
 
     def is_idle(self) -> bool:
-        """No active wants and no job runs in flight."""
+        """Nothing left to do here: no active wants and no job runs in flight.
+
+        A sharded worker is idle when nothing in its bucket can progress without the
+        others: deciding again appends nothing, looks for no source data, expects no
+        retry, and no run of its bucket is in flight. (Its wants may wait for upstream
+        refs of other buckets: a round-robin run from cron then exits, and the next
+        bucket's run builds them.)
+        """
+        if self.executor.running_ids() or self._pending:
+            return False
         with self.live.read() as state:
-            quiet = not state.has_active_wants() and not state.active_run_ids
-        return quiet and not self.executor.running_ids()
+            if self.shard is None:
+                return not state.has_active_wants() and not state.active_run_ids
+            decision = self._decide(state, self.clock())
+            if decision.events or decision.source_checks or decision.next_retry_ms is not None:
+                return False
+            return not any(self._in_my_bucket(state, run_id) for run_id in state.active_run_ids)
+
+    def _in_my_bucket(self, state: BuildState, run_id: str) -> bool:
+        """Whether an active run builds refs of this worker's bucket (a run lies in one bucket)."""
+        assert self.shard is not None
+        first = state.job_runs[run_id].instance_uuids[0]
+        return self.shard.owns(state.instances[first].ref)
 
     def run(self, stop: threading.Event) -> None:
         """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""

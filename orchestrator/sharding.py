@@ -4,17 +4,27 @@ A worker started with a bucket (`--bucket-total N --bucket-id K`, or a bucket
 chosen round-robin) owns the refs whose `bucket(namespace, ref, N)` is K. Its
 decisions consider only those refs (`decide(..., shard=...)`), its job runs carry
 the bucket, and the fold rejects a run naming a partition of another bucket.
+
+A worker records its start (`BucketRunStart`). The fold rejects it, and later any
+of its job runs, when the namespace is split into another number of buckets (the
+buckets would overlap); the worker then stops with the fold's reason
+(`ShardRejected`) rather than deciding again and again in vain.
 """
 
 from __future__ import annotations
 
+from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import BucketingConfig, apply_round_robin_bucketing, bucket
-from partbuild.state.events import Clock, envelope, system
+from partbuild.state.bucketing import DEFAULT_NAMESPACE, BucketingConfig, apply_round_robin_bucketing, bucket
+from partbuild.state.build_state import BuildState
+from partbuild.state.events import Clock, envelope
+from partbuild.state.fold.buckets import layout_problem
 from partbuild.state.live import LiveState
 from partbuild.state.store import EventLog
 
-DEFAULT_NAMESPACE = "partbuild"
+
+class ShardRejected(Exception):
+    """The fold refused this worker's bucket: the namespace is split differently (the reason says how)."""
 
 
 class Shard:
@@ -34,6 +44,12 @@ class Shard:
             owned = self._owned[ref] = bucket(scope.namespace, ref, scope.bucket_total) == scope.bucket_id
         return owned
 
+    def check_layout(self, state: BuildState) -> None:
+        """Raise `ShardRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""
+        problem = layout_problem(state, self.scope)
+        if problem:
+            raise ShardRejected(problem)
+
     def __repr__(self) -> str:
         return f"Shard({self.scope.bucket_id}/{self.scope.bucket_total}, namespace={self.scope.namespace!r})"
 
@@ -42,18 +58,24 @@ def start_shard(config: BucketingConfig, live: LiveState, log: EventLog, clock: 
     """The shard a worker configured with `config` owns for this run (None: one bucket, all refs).
 
     With round-robin execution the bucket is the one after the last the log records for
-    the namespace (`BucketRunStart`, kept by the fold), and this run's choice is appended,
-    so restarts, replays and audits agree on where the rotation stands.
+    the namespace (`BucketRunStart`, kept by the fold). Every sharded worker appends its
+    start, so restarts, replays and audits agree on who worked on which bucket, and a
+    start the fold rejects (another layout) raises `ShardRejected` with the fold's reason.
     """
-    if config.round_robin_bucket_execution:
+    round_robin = config.round_robin_bucket_execution
+    if round_robin:
         live.catch_up()
         with live.read() as state:
             last = state.bucket_runs.get(DEFAULT_NAMESPACE)
         config, _ = apply_round_robin_bucketing(config, last)
-        shard = Shard(config.bucket_id, config.bucket_total)
-        log.append([envelope(pb.BucketRunStart(bucket=shard.scope), source=system("orchestrator"), clock=clock)])
-        live.catch_up()
-        return shard
-    if config.bucket_total == 1:
+    elif config.bucket_total == 1:
         return None
-    return Shard(config.bucket_id, config.bucket_total)
+    shard = Shard(config.bucket_id, config.bucket_total)
+    start = pb.BucketRunStart(bucket=shard.scope, static_bucket=not round_robin)
+    appended = log.append([envelope(start, source=ORCHESTRATOR, clock=clock)])
+    live.read_at_least(appended.last_seq)
+    with live.read() as state:
+        rejected = state.rejection_between(appended.first_seq, appended.last_seq)
+    if rejected:
+        raise ShardRejected(rejected)
+    return shard

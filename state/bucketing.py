@@ -20,6 +20,9 @@ from typing import Any
 
 logger = logging.getLogger("partbuild.bucketing")
 
+DEFAULT_NAMESPACE = "partbuild"  # the key sharded workers hash refs with, unless a graph says otherwise
+MAX_BUCKETS = 2**31  # a bucket number fits a signed 32-bit integer, as in Spark
+
 _BLOCK = 64  # MD5's block size: HMAC pads (or first hashes) the key to it (RFC 2104)
 _FIRST_WORD = struct.Struct(">I").unpack_from  # the first 8 hex characters, as an unsigned 32-bit integer
 

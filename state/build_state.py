@@ -72,6 +72,8 @@ class BuildState:
         self.run_counts = [0] * len(JobRunState)
         self.dropped_instances = 0
         self.bucket_runs: dict[str, int] = {}  # bucketing namespace -> last bucket a round-robin worker started
+        # bucketing namespace -> (bucket_total, seq that fixed it): every scoped decision must agree.
+        self.bucket_layouts: dict[str, tuple[int, int]] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 
@@ -153,6 +155,15 @@ class BuildState:
         self.__class__ = BrokenBuildState
 
     # ----------------------------------------------------------------- reads
+
+    def rejection_between(self, first: int, last: int) -> str | None:
+        """The reason the fold rejected an event at seq first..last, if it did (the newest such)."""
+        for rejection in reversed(self.rejections):
+            if rejection.seq < first:
+                break
+            if rejection.seq <= last:
+                return rejection.reason
+        return None
 
     def canonical_instance(self, ref: str) -> Instance | None:
         """The current instance of a ref, or None if the ref was never wanted or observed."""

@@ -38,4 +38,6 @@ def _digest(state: BuildState) -> str:
     update(repr((state.instance_counts, state.want_counts, state.run_counts)).encode())
     if state.bucket_runs:  # only where round-robin ran: logs from before bucketing keep their digests
         update(repr(sorted(state.bucket_runs.items())).encode())
+    if state.bucket_layouts:
+        update(repr(sorted(state.bucket_layouts.items())).encode())
     return h.hexdigest()

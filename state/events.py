@@ -37,8 +37,8 @@ def from_job_run(job_run_id: str) -> pb.EventSource:
     return pb.EventSource(job_run=pb.JobRunSource(job_run_id=job_run_id))
 
 
-def system(component: str) -> pb.EventSource:
-    return pb.EventSource(system=pb.SystemSource(component=component))
+def system(component: str, worker: str = "") -> pb.EventSource:
+    return pb.EventSource(system=pb.SystemSource(component=component, worker=worker))
 
 
 def envelope(

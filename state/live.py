@@ -182,4 +182,3 @@ class LiveState:
         """Stop tailing and checkpoint: called once, by whoever created this live state."""
         self.stop_tailing()
         self.checkpoint()
-

@@ -68,6 +68,8 @@ COVERED: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/retention"): "test_retention_previews_then_drops_superseded_instances",
     ("GET", "/api/v1/events"): "test_events_are_the_raw_log_paged_by_seq",
     ("POST", "/api/v1/audit"): "test_audit_digest_is_stable_and_lists_rejected_events",
+    ("POST", "/api/v1/buckets/layout"): "test_reshard_then_bucket_layouts_as_of_any_seq",
+    ("GET", "/api/v1/buckets"): "test_reshard_then_bucket_layouts_as_of_any_seq",
     ("GET", "/healthz"): "test_healthz_and_metrics",
     ("GET", "/metrics"): "test_healthz_and_metrics",
 }
@@ -522,6 +524,27 @@ def test_retention_previews_then_drops_superseded_instances(api_server: ApiServe
     assert [i["uuid"] for i in ok(client.get(f"{PARTITIONS}/history/r/1"))] == [new]
     assert ok(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}))["uuid"] == old  # the past keeps it
     problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")
+
+
+def test_reshard_then_bucket_layouts_as_of_any_seq(api_server: ApiServer) -> None:
+    """A re-shard fixes a namespace's bucket total; asking for the same total again is a 409 that appends nothing."""
+    client = api_server.client
+    assert ok(client.get(f"{API}/buckets")) == []
+    first = ok(client.post(f"{API}/buckets/layout", json={"bucket_total": 3}))["seq"]
+    second = ok(client.post(f"{API}/buckets/layout", json={"bucket_total": 4, "namespace": "clicks"}))["seq"]
+    assert ok(client.get(f"{API}/buckets", params={"min_seq": second})) == [
+        {"namespace": "clicks", "bucket_total": 4, "since_seq": second, "last_round_robin_bucket": None},
+        {"namespace": "partbuild", "bucket_total": 3, "since_seq": first, "last_round_robin_bucket": None},
+    ]
+    assert [layout["namespace"] for layout in ok(client.get(f"{API}/buckets", params={"as_of_seq": first}))] == [
+        "partbuild"
+    ]
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 3}), 409, "already split into 3 buckets")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": "5"}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 0}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2**31 + 1}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2, "namespace": "a/b"}), 422, "body.namespace")
+    assert head_seq(client) == second
 
 
 def test_taint_then_taint_again_conflicts(api_server: ApiServer) -> None:

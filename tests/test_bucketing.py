@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from test_cli import run_cli
 
 from partbuild.api.cli import main
+from partbuild.orchestrator.identity import WORKER_ID
 from partbuild.state.bucketing import (
     BucketingConfig,
     BucketingConfigError,
@@ -28,11 +29,11 @@ from partbuild.state.bucketing import (
     config_json_schema,
     next_bucket_id,
 )
+from partbuild.state.replay import load_state
 
 reference_bucket = reference
 KEY = GITHUB_KEY
 VECTORS = SPEC_VECTORS  # the seed's test vectors: (data, bucket_total, bucket)
-
 
 
 # ----------------------------------------------------------------- the bucket function
@@ -433,14 +434,19 @@ def test_orchestrator_turns_the_config_into_its_shard(sqlite_url: str) -> None:
         assert sharded.shard is not None and (sharded.shard.scope.bucket_id, sharded.shard.scope.bucket_total) == (3, 4)
         assert Orchestrator(log, Graph([]), warehouse="w", bucketing=BucketingConfig()).shard is None
         assert Orchestrator(log, Graph([]), warehouse="w").shard is None
-        assert log.head() == 0  # only round-robin records anything
+        assert log.head() == 1  # only the sharded worker recorded its start; the rotation ignores it
+        (stored,) = log.read(0, 10)
+        start = stored.to_event()
+        assert start.bucket_run_start.static_bucket and start.bucket_run_start.bucket.bucket_id == 3
+        assert start.source.system.worker == WORKER_ID
+        state, _ = load_state(log)
+        assert state.bucket_runs == {} and state.bucket_layouts == {"partbuild": (4, 1)}
 
 
 def test_round_robin_workers_take_the_next_bucket_from_the_log(sqlite_url: str) -> None:
     """Each start records its bucket (BucketRunStart); the next start, in a new process, continues from it."""
     from partbuild.orchestrator.graph import Graph
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.state.replay import load_state
     from partbuild.state.store import EventLog
 
     config = BucketingConfig(bucket_total=6, round_robin_bucket_execution=True, bucket_ranges="2-3,5")

@@ -127,6 +127,7 @@ CASES = [
         lambda s: pb.BucketRunStart(bucket=pb.BucketScope(namespace="ns", bucket_id=2, bucket_total=3)),
         (buckets, "scope_problem"),
     ),
+    Case("bucket_layout", lambda s: pb.BucketLayout(namespace="ns", bucket_total=5), (buckets, "id_problem")),
 ]
 
 
@@ -243,6 +244,7 @@ INVALID: list[tuple[str, Build, str]] = [
         lambda s: pb.BucketRunStart(bucket=pb.BucketScope(namespace="ns", bucket_id=4, bucket_total=3)),
         "is not between 1 and bucket_total 3",
     ),
+    ("bucket_layout", lambda s: pb.BucketLayout(namespace="ns", bucket_total=-1), "is not between 1 and"),
 ]
 
 

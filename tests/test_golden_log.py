@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from golden_log import read
+from golden_log import GOLDEN_BUCKETS, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
@@ -42,3 +42,24 @@ def test_the_v1_golden_log_replays_without_rejections() -> None:
     assert state.want_counts[WantState.SUCCESSFUL] > 50 and state.run_counts[JobRunState.FAILED] > 0
     # The taint superseded a daily and its weekly; retention then dropped both old instances.
     assert state.dropped_instances == 2 and state.instance_counts[InstanceState.TAINTED] == 0
+
+
+BUCKET_KINDS = {"want_create", "bucket_run_start", "job_run_buffer", "job_run_success", "bucket_layout"}
+
+
+def test_the_bucketing_golden_log_replays_with_its_rejections() -> None:
+    """Bucket starts (round-robin as first written, static ones with a worker id), scoped runs, a re-shard."""
+    payloads = read(GOLDEN_BUCKETS)
+    events = [pb.Event.FromString(payload) for payload in payloads]
+    assert {event.WhichOneof("payload") for event in events} == BUCKET_KINDS
+    state = BuildState(strict=True)
+    for seq, payload in enumerate(payloads, 1):
+        state.apply_payload(seq, payload)
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "bucket_run_start"), (8, "job_run_buffer")]
+    assert "namespace 'partbuild' is split into 3 buckets (since seq 2)" in state.rejections[0].reason
+    assert "namespace 'partbuild' is split into 2 buckets (since seq 7)" in state.rejections[1].reason
+    assert state.bucket_layouts == {"partbuild": (2, 7)}
+    assert state.bucket_runs == {"partbuild": 2}  # the static starts left the rotation where round-robin put it
+    assert state.job_runs["noop-3-b1-0"].state == JobRunState.SUCCEEDED
+    assert state.job_runs["noop-8-b2-0"].state == JobRunState.QUEUED and "noop-7-b2-0" not in state.job_runs
+    assert events[2].source.system.worker == "host-a:101:0a0a0a0a"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -12,9 +13,9 @@ import pytest
 from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
-from partbuild.orchestrator.sharding import Shard
+from partbuild.orchestrator.sharding import Shard, ShardRejected
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
+from partbuild.state.bucketing import BucketingConfig, bucket
 from partbuild.state.events import envelope, manual
 from partbuild.state.model import JobRunState, WantState
 from partbuild.state.replay import load_state
@@ -78,6 +79,98 @@ def test_bucket_run_start_keeps_the_last_bucket_per_namespace() -> None:
     assert story.apply(pb.BucketRunStart(bucket=_scope(1, namespace=""))) == "bucket namespace is empty"
 
 
+def test_the_first_scoped_event_fixes_the_layout_and_other_totals_are_rejected() -> None:
+    story = _story_with_wants()
+    assert story.apply(pb.BucketRunStart(bucket=_scope(2), static_bucket=True)) is None
+    assert story.state.bucket_layouts == {"partbuild": (3, story.state.head_seq)}
+    assert story.state.bucket_runs == {}  # a static start leaves the round-robin rotation alone
+    fixed_at = story.state.head_seq
+    reason = story.apply(pb.BucketRunStart(bucket=_scope(1, total=2), static_bucket=True))
+    assert reason == (
+        f"bucket 1/2 overlaps other buckets: namespace 'partbuild' is split into 3 buckets (since seq {fixed_at}); "
+        "re-shard with `partbuild reshard --total 2`"
+    )
+    ref = next(ref for ref in REFS if bucket("partbuild", ref, 2) == 1)
+    run = pb.JobRunBuffer(job_run_id="r1", job_label="noop", instance_uuids=[story.uuid(ref)], bucket=_scope(1, 2))
+    assert "is split into 3 buckets" in (story.apply(run) or "")
+    assert story.apply(pb.BucketRunStart(bucket=_scope(1, namespace="other", total=2))) is None  # namespaces apart
+    assert story.state.bucket_layouts["other"][0] == 2 and story.state.bucket_runs == {"other": 1}
+
+
+def test_a_reshard_admits_the_new_total_and_rejects_the_old() -> None:
+    story = _story_with_wants()
+    old = next(ref for ref in REFS if bucket("partbuild", ref, 3) == 1)
+    first = pb.JobRunBuffer(job_run_id="r1", job_label="noop", instance_uuids=[story.uuid(old)], bucket=_scope(1))
+    assert story.apply(first) is None  # a job run fixes the layout too
+    assert story.apply(pb.BucketLayout(namespace="partbuild", bucket_total=2)) is None
+    assert story.state.bucket_layouts["partbuild"] == (2, story.state.head_seq)
+    rest = [ref for ref in REFS if ref != old]
+    stale = next(ref for ref in rest if bucket("partbuild", ref, 3) == 2)
+    late = pb.JobRunBuffer(job_run_id="r2", job_label="noop", instance_uuids=[story.uuid(stale)], bucket=_scope(2))
+    assert "is split into 2 buckets" in (story.apply(late) or "")
+    fresh = next(ref for ref in rest if bucket("partbuild", ref, 2) == 2)
+    new = pb.JobRunBuffer(job_run_id="r3", job_label="noop", instance_uuids=[story.uuid(fresh)], bucket=_scope(2, 2))
+    assert story.apply(new) is None
+    assert story.apply(pb.BucketLayout(namespace="partbuild", bucket_total=0)) == (
+        "bucket_total 0 is not between 1 and 2147483648"
+    )
+    assert story.apply(pb.BucketLayout(bucket_total=2)) == "bucket namespace is empty"
+
+
+def test_a_worker_with_an_overlapping_bucket_is_refused_at_start(sqlite_url: str) -> None:
+    with EventLog.open(sqlite_url) as log:
+        Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1)).close()
+        with pytest.raises(ShardRejected, match="namespace 'partbuild' is split into 3 buckets"):
+            Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(2, 1))
+        state, _ = load_state(log)
+    (rejected,) = state.rejections
+    assert rejected.event_type == "bucket_run_start" and rejected.seq == 2
+    assert state.bucket_layouts == {"partbuild": (3, 1)}
+
+
+def test_a_worker_left_on_the_old_total_after_a_reshard_stops_with_its_runs_rejected(sqlite_url: str) -> None:
+    with EventLog.open(sqlite_url) as log:
+        worker = Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1))
+        log.append([envelope(pb.BucketLayout(namespace="partbuild", bucket_total=2), source=manual("ops"))])
+        log.append([envelope(pb.WantCreate(want_id="w", partition_refs=REFS), source=manual("t"))])
+        try:
+            with pytest.raises(ShardRejected, match="bucket 1/3 overlaps other buckets"):
+                worker.step()
+        finally:
+            worker.close()
+        state, _ = load_state(log)
+    assert not state.job_runs  # it built nothing
+    assert {r.event_type for r in state.rejections} == {"job_run_buffer"}
+
+
+TWO_LEVELS = Graph(
+    [
+        Job("leaf", ["leaf/{n:int}"], lambda ctx: None, max_concurrency=100),
+        Job("top", ["top/{n:int}"], lambda ctx: None, inputs=lambda p: [f"leaf/{p['n']}"], max_concurrency=100),
+    ]
+)
+
+
+def test_a_sharded_worker_is_idle_once_its_bucket_waits_only_for_other_buckets(sqlite_url: str, tmp_path: Path) -> None:
+    """--until-idle with a bucket: exit once nothing of ours can progress without the other workers."""
+    top = next(
+        f"top/{n}" for n in range(100) if bucket("partbuild", f"top/{n}", 2) != bucket("partbuild", f"leaf/{n}", 2)
+    )
+    leaf = top.replace("top", "leaf")
+    with EventLog.open(sqlite_url) as log:
+        log.append([envelope(pb.WantCreate(want_id="w", partition_refs=[top]), source=manual("t"))])
+        mine, theirs = bucket("partbuild", top, 2), bucket("partbuild", leaf, 2)
+        order = []
+        for bucket_id in (mine, theirs, mine):  # the top's owner waits, the leaf's owner builds, then the top
+            worker = Orchestrator(log, TWO_LEVELS, warehouse=str(tmp_path), bucketing=BucketingConfig(2, bucket_id))
+            assert worker.run_until_idle(timeout_s=30)
+            worker.close()
+            order.append(load_state(log)[0].wants["w"].state)
+        state, _ = load_state(log)
+    assert order == [WantState.UPSTREAM_BUILDING, WantState.IDLE, WantState.SUCCESSFUL]  # the top waited for its leaf
+    assert state.canonical_instance(leaf).state.name == "LIVE" and not state.rejections
+
+
 @pytest.fixture
 def workers(db_url: str, tmp_path: Path) -> Iterator[list[Orchestrator]]:
     """Three orchestrators owning buckets 1/3, 2/3 and 3/3, each with its own connection, as processes would."""
@@ -112,3 +205,30 @@ def test_three_sharded_workers_build_every_wanted_partition_exactly_once(
         assert run.state == JobRunState.SUCCEEDED
         assert f"-b{bucket('partbuild', ref, 3)}-" in run.job_run_id  # decided by the owner of its bucket
         assert len(state.instances[state.canonical[ref]].attempts) == 1  # built once
+
+
+def test_cli_reshard_and_buckets(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
+    """`partbuild reshard` records a layout, `partbuild buckets` shows it; bad input is exit 2 with one line."""
+    from test_cli import run_cli
+
+    with EventLog.open(sqlite_url) as log:
+        Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2)).close()
+    code, out, _ = run_cli(capsys, "buckets", "--db", sqlite_url, "--json")
+    assert code == 0 and json.loads(out) == [
+        {"namespace": "partbuild", "bucket_total": 3, "since_seq": 1, "last_round_robin_bucket": None}
+    ]
+    code, out, _ = run_cli(capsys, "reshard", "--db", sqlite_url, "--total", "4")
+    assert code == 0 and out == "namespace 'partbuild' is split into 4 buckets from seq 2\n"
+    code, out, _ = run_cli(capsys, "buckets", "--db", sqlite_url)
+    assert code == 0 and "partbuild" in out and "4" in out
+    for bad, message in (
+        (["--total", "4"], "already split into 4 buckets"),
+        (["--total", "0"], "'0' is not a positive integer"),
+        (["--total", "2", "--namespace", "a/b"], "namespace"),
+    ):
+        code, _, err = run_cli(capsys, "reshard", "--db", sqlite_url, *bad)
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    with EventLog.open(sqlite_url) as log:
+        assert log.head() == 2  # bad input recorded nothing
+        with pytest.raises(ShardRejected, match="split into 4 buckets"):
+            Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2))

@@ -1,4 +1,5 @@
-"""Bucketing commands: `bucket` (which bucket a ref falls in), `config schema`, and `run`'s bucketing options."""
+"""Bucketing commands: `bucket` (which bucket a ref falls in), `buckets` and `reshard` (namespace layouts),
+`config schema`, and `run`'s bucketing options."""
 
 from __future__ import annotations
 
@@ -10,7 +11,23 @@ from typing import Any
 
 import click
 
-from partbuild.state.bucketing import BucketingConfig, BucketingConfigError, bucket, config_json_schema
+from partbuild.api import models as m
+from partbuild.api import render
+from partbuild.api.commands.common import (
+    Target,
+    as_of_option,
+    connect,
+    json_option,
+    target_options,
+    user_option,
+)
+from partbuild.state.bucketing import (
+    DEFAULT_NAMESPACE,
+    BucketingConfig,
+    BucketingConfigError,
+    bucket,
+    config_json_schema,
+)
 
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 _OUTPUT_CHUNK = 10_000  # lines per write: one echo per line would dominate on a million refs
@@ -75,6 +92,29 @@ def bucket_command(key: str, total: int, data: tuple[str, ...]) -> None:
             chunk.clear()
     if chunk:
         click.echo("\n".join(chunk))
+
+
+@click.command("buckets")
+@target_options
+@as_of_option
+@json_option
+def buckets_command(target: Target, as_of: int | None, as_json: bool) -> None:
+    """How each bucketing namespace is split (fixed by its first sharded worker), and where round-robin stands."""
+    with connect(target) as client:
+        layouts = client.bucket_layouts(as_of)
+    render.emit(layouts, as_json, lambda: render.layouts_table(layouts))
+
+
+@click.command("reshard")
+@target_options
+@click.option("--total", "bucket_total", type=PositiveInt(), required=True, help="The new number of buckets.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="The bucketing namespace.")
+@user_option
+def reshard_command(target: Target, bucket_total: int, namespace: str, user: str) -> None:
+    """Split a namespace's refs into --total buckets; workers still on the old total stop (their runs are rejected)."""
+    with connect(target) as client:
+        written = client.reshard(m.ReshardRequest(bucket_total=bucket_total, namespace=namespace), user)
+    click.echo(f"namespace {namespace!r} is split into {bucket_total} buckets from seq {written.seq}")
 
 
 @click.group("config")

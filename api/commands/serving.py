@@ -6,7 +6,8 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ import click
 from partbuild.api import render
 from partbuild.api.commands.bucketing import bucketing_config, bucketing_options
 from partbuild.api.commands.common import (
+    BadInput,
     CommandFailed,
     db_option,
     host_option,
@@ -179,6 +181,17 @@ class _Background:
         self.orchestrator.wake()
 
 
+@contextmanager
+def _exit_2_if_the_bucket_is_rejected() -> Iterator[None]:
+    """A bucket the log rejects (the namespace is split differently) is bad input: exit 2, one line."""
+    from partbuild.orchestrator.sharding import ShardRejected
+
+    try:
+        yield
+    except ShardRejected as exc:
+        raise BadInput(f"the log rejected this worker's bucket: {exc}") from None
+
+
 @click.command()
 @db_option
 @click.option("--graph", "graph_path", required=True, help="Python file defining `graph` (a Graph or a function).")
@@ -186,7 +199,14 @@ class _Background:
 @click.option(
     "--master", envvar="PARTBUILD_SPARK_MASTER", help="Spark master: local[*] (default), spark://..., sc://..."
 )
-@click.option("--until-idle", is_flag=True, help="Exit once no want is active and no job run is in flight.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help=(
+        "Exit once no want is active and no job run is in flight (with a bucket: once nothing in it can "
+        "progress without the other buckets' workers)."
+    ),
+)
 @click.option("--timeout", type=click.FloatRange(min=0), default=3600, show_default=True, help="With --until-idle.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0.05), default=5, show_default=True)
 @click.option(
@@ -223,7 +243,7 @@ def run(
     bucketing = bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     stop = threading.Event()
-    with open_log(db_url, must_exist=False) as log:
+    with open_log(db_url, must_exist=False) as log, _exit_2_if_the_bucket_is_rejected():
         orchestrator = Orchestrator(
             log,
             graph,

@@ -69,4 +69,5 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "instances_wait_upstream": (instances.check_instances_wait_upstream, instances.apply_instances_wait_upstream),
     "clock_tick": (clock.check_clock_tick, clock.apply_clock_tick),
     "bucket_run_start": (buckets.check_bucket_run_start, buckets.apply_bucket_run_start),
+    "bucket_layout": (buckets.check_bucket_layout, buckets.apply_bucket_layout),
 }

@@ -1,8 +1,15 @@
-"""Bucket scopes in the fold: which bucket a sharded decision was made under, and round-robin progress.
+"""Bucket scopes in the fold: which bucket a sharded decision was made under, layouts, round-robin progress.
 
-`BucketRunStart` records the bucket a round-robin worker starts; the state keeps
-the last one per namespace (`BuildState.bucket_runs`). A `JobRunBuffer` carrying
-a scope is accepted only if every instance it builds is in that bucket.
+`BucketRunStart` records a sharded worker starting on a bucket; for round-robin
+workers the state keeps the last one per namespace (`BuildState.bucket_runs`).
+A `JobRunBuffer` carrying a scope is accepted only if every instance it builds
+is in that bucket.
+
+Layouts: the first accepted scoped event of a namespace fixes its bucket_total
+(`BuildState.bucket_layouts`). Buckets of two different totals overlap, so a
+scoped event under another total is rejected: a worker started with an
+overlapping bucket builds nothing. Only an explicit `BucketLayout` (an operator
+re-sharding) changes the total; workers still on the old one are then rejected.
 """
 
 from __future__ import annotations
@@ -10,14 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
+from partbuild.state.bucketing import MAX_BUCKETS, bucket
 from partbuild.state.fold.validation import id_problem, short
 from partbuild.state.model import Instance
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
-
-MAX_BUCKETS = 2**31  # a bucket number fits a signed 32-bit integer, as in Spark
 
 
 def scope_problem(scope: pb.BucketScope) -> str | None:
@@ -45,19 +50,61 @@ def outsider(scope: pb.BucketScope, instances: list[Instance]) -> str | None:
     return None
 
 
-BucketRunPlan = tuple[str, int]  # (namespace, bucket id)
+def layout_problem(state: BuildState, scope: pb.BucketScope) -> str | None:
+    """Why a scope disagrees with its namespace's layout, or None (also when the namespace has none yet)."""
+    layout = state.bucket_layouts.get(scope.namespace)
+    if layout is None or layout[0] == scope.bucket_total:
+        return None
+    total, since = layout
+    return (
+        f"bucket {scope.bucket_id}/{scope.bucket_total} overlaps other buckets: namespace {scope.namespace!r} "
+        f"is split into {total} buckets (since seq {since}); re-shard with "
+        f"`partbuild reshard --total {scope.bucket_total}`"
+    )
 
 
-def check_bucket_run_start(state: BuildState, seq: int, msg: pb.BucketRunStart, event: pb.Event) -> str | BucketRunPlan:
-    """A valid scope; the plan is (namespace, bucket id)."""
+def scoped_problem(state: BuildState, scope: pb.BucketScope) -> str | None:
+    """What is wrong with a decision's scope, in itself or against the namespace's layout, or None."""
+    return scope_problem(scope) or layout_problem(state, scope)
+
+
+def fix_layout(state: BuildState, seq: int, scope: pb.BucketScope) -> None:
+    """The first accepted scoped event of a namespace fixes its bucket_total."""
+    if scope.namespace not in state.bucket_layouts:
+        state.bucket_layouts[scope.namespace] = (scope.bucket_total, seq)
+
+
+# ----------------------------------------------------------------- BucketRunStart
+
+
+def check_bucket_run_start(
+    state: BuildState, seq: int, msg: pb.BucketRunStart, event: pb.Event
+) -> str | pb.BucketRunStart:
+    """A valid scope that agrees with the namespace's layout; the plan is the message."""
     if not msg.HasField("bucket"):
         return "bucket run start names no bucket"
-    problem = scope_problem(msg.bucket)
+    return scoped_problem(state, msg.bucket) or msg
+
+
+def apply_bucket_run_start(state: BuildState, seq: int, msg: pb.BucketRunStart, event: pb.Event) -> None:
+    scope = msg.bucket
+    fix_layout(state, seq, scope)
+    if not msg.static_bucket:  # the round-robin rotation follows round-robin starts only
+        state.bucket_runs[scope.namespace] = scope.bucket_id
+
+
+# ----------------------------------------------------------------- BucketLayout
+
+
+def check_bucket_layout(state: BuildState, seq: int, msg: pb.BucketLayout, event: pb.Event) -> str | pb.BucketLayout:
+    """A valid namespace and total; the plan is the message."""
+    problem = id_problem("bucket namespace", msg.namespace)
     if problem:
         return problem
-    return msg.bucket.namespace, msg.bucket.bucket_id
+    if not 1 <= msg.bucket_total <= MAX_BUCKETS:
+        return f"bucket_total {msg.bucket_total} is not between 1 and {MAX_BUCKETS}"
+    return msg
 
 
-def apply_bucket_run_start(state: BuildState, seq: int, plan: BucketRunPlan, event: pb.Event) -> None:
-    namespace, bucket_id = plan
-    state.bucket_runs[namespace] = bucket_id
+def apply_bucket_layout(state: BuildState, seq: int, msg: pb.BucketLayout, event: pb.Event) -> None:
+    state.bucket_layouts[msg.namespace] = (msg.bucket_total, seq)

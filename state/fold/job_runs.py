@@ -26,8 +26,8 @@ from partbuild.state.model import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
 
-# (run id, interned job label, the canonical instances it builds)
-BufferPlan = tuple[str, str, list[Instance]]
+# (run id, interned job label, the canonical instances it builds, the bucket it was decided under)
+BufferPlan = tuple[str, str, list[Instance], pb.BucketScope | None]
 # Input instances: their UUIDs (the held strings) and the instances themselves, in the same order.
 Inputs = tuple[tuple[str, ...], Sequence[Instance]]
 # An output's message and the inputs it names as its own (none: the run's apply).
@@ -100,16 +100,20 @@ def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, even
         if instance.state not in BUILDABLE_INSTANCE_STATES:
             return f"instance {uuid} of {short(instance.ref)} is {instance.state.name.lower()}, not buildable"
         instances.append(instance)
+    scope = None
     if msg.HasField("bucket"):  # decided by a sharded worker: only its own bucket's partitions
-        problem = buckets.scope_problem(msg.bucket) or buckets.outsider(msg.bucket, instances)
+        scope = msg.bucket
+        problem = buckets.scoped_problem(state, scope) or buckets.outsider(scope, instances)
         if problem:
             return problem
-    return run_id, intern(msg.job_label), instances
+    return run_id, intern(msg.job_label), instances, scope
 
 
 def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: pb.Event) -> None:
     """Queue the run; its instances become Building."""
-    run_id, label, instances = plan
+    run_id, label, instances, scope = plan
+    if scope is not None:
+        buckets.fix_layout(state, seq, scope)
     # The instances' own UUID strings, not the event's copies: one string per UUID in memory.
     run = JobRun(run_id, label, tuple(map(_uuid_of, instances)), seq, event.timestamp_ms)
     state.job_runs[run_id] = run

@@ -39,13 +39,15 @@ class JobRunSource(_message.Message):
     def __init__(self, job_run_id: _Optional[str] = ...) -> None: ...
 
 class SystemSource(_message.Message):
-    __slots__ = ("component",)
+    __slots__ = ("component", "worker")
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
     component: str
-    def __init__(self, component: _Optional[str] = ...) -> None: ...
+    worker: str
+    def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +65,7 @@ class Event(_message.Message):
     INSTANCES_WAIT_UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     CLOCK_TICK_FIELD_NUMBER: _ClassVar[int]
     BUCKET_RUN_START_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_LAYOUT_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -80,7 +83,8 @@ class Event(_message.Message):
     instances_wait_upstream: InstancesWaitUpstream
     clock_tick: ClockTick
     bucket_run_start: BucketRunStart
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ...) -> None: ...
+    bucket_layout: BucketLayout
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id")
@@ -133,10 +137,20 @@ class BucketScope(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., bucket_id: _Optional[int] = ..., bucket_total: _Optional[int] = ...) -> None: ...
 
 class BucketRunStart(_message.Message):
-    __slots__ = ("bucket",)
+    __slots__ = ("bucket", "static_bucket")
     BUCKET_FIELD_NUMBER: _ClassVar[int]
+    STATIC_BUCKET_FIELD_NUMBER: _ClassVar[int]
     bucket: BucketScope
-    def __init__(self, bucket: _Optional[_Union[BucketScope, _Mapping]] = ...) -> None: ...
+    static_bucket: bool
+    def __init__(self, bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., static_bucket: _Optional[bool] = ...) -> None: ...
+
+class BucketLayout(_message.Message):
+    __slots__ = ("namespace", "bucket_total")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    bucket_total: int
+    def __init__(self, namespace: _Optional[str] = ..., bucket_total: _Optional[int] = ...) -> None: ...
 
 class JobRunHeartbeat(_message.Message):
     __slots__ = ("job_run_id",)

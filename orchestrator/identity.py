@@ -1,0 +1,14 @@
+"""Who this orchestrator process is, as written in the source of every event it decides."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from partbuild.state.events import system
+
+# Host, pid and a token drawn at start: unique per process start, so every decision in the
+# log can be traced to the worker that made it (a restarted worker is a new worker).
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+ORCHESTRATOR = system("orchestrator", WORKER_ID)
