@@ -18,9 +18,8 @@ from conftest import CLICKS_DAYS, CLICKS_START
 from w1kit import WEEKS, finished, replay, start_orchestrator, wait_for_event, want_weeklies
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, weekly_ref
-from partbuild.orchestrator.sharding import DEFAULT_NAMESPACE
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
+from partbuild.state.bucketing import DEFAULT_NAMESPACE, bucket
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, manual
 from partbuild.state.model import InstanceState, JobRunState, WantState
@@ -95,19 +94,29 @@ def _owner(invocations: list[Invocation], seq: int) -> Invocation:
     return owners[0]
 
 
-def _assert_rotation(db: str, invocations: list[Invocation], expected: list[int]) -> None:
-    """Announced buckets, `bucket_run_start` events and their positions all follow `expected`."""
+def _assert_rotation(db: str, invocations: list[Invocation], expected: list[int]) -> dict[str, str]:
+    """Announced buckets, `bucket_run_start` events and their positions all follow `expected`.
+
+    Returns each invocation's worker id (from the source of its start), by invocation name.
+    """
     assert [invocation.bucket for invocation in invocations] == expected
     starts = _of_type(_events(db), "bucket_run_start")
     assert [event.bucket_run_start.bucket.bucket_id for _, event in starts] == expected
+    workers = {}
     for (seq, event), invocation in zip(starts, invocations, strict=True):
         assert invocation.owns(seq), f"bucket_run_start at {seq} is not {invocation.name}'s"
-        scope = event.bucket_run_start.bucket
-        assert (scope.namespace, scope.bucket_id) == (DEFAULT_NAMESPACE, invocation.bucket)
+        start = event.bucket_run_start
+        assert not start.static_bucket, f"{invocation.name} recorded a static start"
+        assert (start.bucket.namespace, start.bucket.bucket_id) == (DEFAULT_NAMESPACE, invocation.bucket)
+        workers[invocation.name] = event.source.system.worker
+    assert len(set(workers.values())) == len(invocations), f"worker ids not distinct: {workers}"
+    return workers
 
 
-def _assert_scoped(db: str, state: BuildState, invocations: list[Invocation], total: int) -> Counter[int]:
-    """Every accepted JobRunBuffer carries its invocation's bucket and builds only refs of it.
+def _assert_scoped(
+    db: str, state: BuildState, invocations: list[Invocation], workers: dict[str, str], total: int
+) -> Counter[int]:
+    """Every accepted JobRunBuffer was decided by its invocation's worker, in its bucket, for refs of it.
 
     Returns how many runs each bucket buffered.
     """
@@ -117,6 +126,7 @@ def _assert_scoped(db: str, state: BuildState, invocations: list[Invocation], to
         if seq in rejected:
             continue
         buffer, owner = event.job_run_buffer, _owner(invocations, seq)
+        assert event.source.system.worker == workers[owner.name], f"{buffer.job_run_id} is not {owner.name}'s"
         assert buffer.HasField("bucket"), f"{buffer.job_run_id} carries no bucket"
         scope = buffer.bucket
         assert (scope.namespace, scope.bucket_id, scope.bucket_total) == (DEFAULT_NAMESPACE, owner.bucket, total)
@@ -161,11 +171,11 @@ def test_round_robin_invocations_take_the_buckets_in_turn_until_w1_is_built(clic
     invocations = _rotate_until_built(db, clicks_root, tmp_path, [])
     expected = [n % 3 + 1 for n in range(len(invocations))]
     assert len(invocations) > 3  # one level per bucket is not enough: W1's levels straddle buckets
-    _assert_rotation(db, invocations, expected)
+    workers = _assert_rotation(db, invocations, expected)
     state = replay(db)
     assert not state.rejections
     _assert_w1_built_once(state)
-    runs = _assert_scoped(db, state, invocations, 3)
+    runs = _assert_scoped(db, state, invocations, workers, 3)
     assert set(runs) == {1, 2, 3}, f"runs per bucket: {runs}"  # every bucket did its share of W1
 
 
@@ -195,11 +205,12 @@ def test_a_killed_invocation_is_resumed_when_its_bucket_comes_round_again(clicks
     assert crashed.bucket_runs == {DEFAULT_NAMESPACE: 1}  # its start is in the log
 
     invocations = _rotate_until_built(db, clicks_root, tmp_path, [killed])
-    _assert_rotation(db, invocations, [n % 3 + 1 for n in range(len(invocations))])  # the next one took bucket 2
+    expected = [n % 3 + 1 for n in range(len(invocations))]  # the one after the killed one took bucket 2
+    workers = _assert_rotation(db, invocations, expected)
     state = replay(db)
     assert not state.rejections
     _assert_w1_built_once(state)
-    _assert_scoped(db, state, invocations, 3)
+    _assert_scoped(db, state, invocations, workers, 3)
     assert len(invocations) > 3
     comeback = invocations[3]  # bucket 1's next turn
     for run_id in orphans:
@@ -224,10 +235,10 @@ def test_bucket_ranges_narrow_the_rotation_and_the_scope(tmp_path: Path) -> None
     # click keeps an option's last value: this --graph replaces the W1 graph start_orchestrator names.
     flags = ("--bucket-total", "6", "--bucket-ranges", "2-3,5", "--graph", str(graph_file))
     invocations = [_invoke(db, tmp_path, tmp_path, f"ranges{n}", *flags) for n in range(1, 7)]
-    _assert_rotation(db, invocations, [2, 3, 5, 2, 3, 5])
+    workers = _assert_rotation(db, invocations, [2, 3, 5, 2, 3, 5])
     state = replay(db)
     assert not state.rejections
-    runs = _assert_scoped(db, state, invocations, 6)
+    runs = _assert_scoped(db, state, invocations, workers, 6)
     assert set(runs) == eligible
     for ref in TINY_REFS:
         instance = state.canonical_instance(ref)
