@@ -234,8 +234,9 @@ def test_bucket_ranges_narrow_the_rotation_and_the_scope(tmp_path: Path) -> None
     assert replay(db).bucket_runs == {}
     # click keeps an option's last value: this --graph replaces the W1 graph start_orchestrator names.
     flags = ("--bucket-total", "6", "--bucket-ranges", "2-3,5", "--graph", str(graph_file))
-    invocations = [_invoke(db, tmp_path, tmp_path, f"ranges{n}", *flags) for n in range(1, 7)]
-    workers = _assert_rotation(db, invocations, [2, 3, 5, 2, 3, 5])
+    # One cycle and the wrap back to the smallest eligible bucket (each invocation starts a JVM: keep it short).
+    invocations = [_invoke(db, tmp_path, tmp_path, f"ranges{n}", *flags) for n in range(1, 5)]
+    workers = _assert_rotation(db, invocations, [2, 3, 5, 2])
     state = replay(db)
     assert not state.rejections
     runs = _assert_scoped(db, state, invocations, workers, 6)
