@@ -411,7 +411,7 @@ def test_run_passes_the_config_to_the_orchestrator(
         raise _Stopped
 
     monkeypatch.setattr(loop, "Orchestrator", fake_orchestrator)
-    monkeypatch.setattr(spark, "spark_session", lambda master: None)
+    monkeypatch.setattr(spark, "spark_session", lambda master, conf=None: None)
     monkeypatch.setenv("PARTBUILD_ROUND_ROBIN", "true")
     graph = tmp_path / "graph.py"
     graph.write_text(
