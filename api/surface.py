@@ -43,7 +43,7 @@ WantIdPath = Annotated[str, Path(description="A want's id.")]
 RunIdPath = Annotated[str, Path(description="A job run's id.")]
 UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
 RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
-GroupNamePath = Annotated[str, Path(description="A worker group's name.")]
+GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
 MemberTimeout = Annotated[
     m.QueryFloat,
     Query(

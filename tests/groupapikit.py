@@ -30,25 +30,28 @@ class GroupHistory:
     late_reason: str
 
 
-def group_history() -> GroupHistory:
+def group_history(name: str = GROUP) -> GroupHistory:
     """Build the history with the protocol's own functions (every step is one the fold accepts)."""
     story = Story()
-    start(story, ["a", "b"], "a", "e1", total=TOTAL)
+    start(story, ["a", "b"], "a", "e1", total=TOTAL, name=name)
     first = len(story.events)
-    settle(story)
+    settle(story, name)
     settled = len(story.events)
-    ref = ref_in(group_of(story).owned_by("b")[0], TOTAL)
-    story.want("w-late", ref)
+    ref = ref_in(group_of(story, name).owned_by("b")[0], TOTAL)
+    story.want(f"w-late-{name}", ref)
     late = pb.JobRunBuffer(
-        job_run_id="late-run", job_label="noop", instance_uuids=[story.uuid(ref)], fence=fenced(story, "b")
+        job_run_id=f"late-run-{name}",
+        job_label="noop",
+        instance_uuids=[story.uuid(ref)],
+        fence=fenced(story, "b", name),
     )
-    start(story, ["a", "b", "c"], "a", "e2")
+    start(story, ["a", "b", "c"], "a", "e2", name=name)
     second = len(story.events)
-    shared = step(story, "a")
+    shared = step(story, "a", name)
     assert shared is not None and len(shared.share) == 1
     reason = story.apply(late, source=as_task("b"))  # b was paused: its decision under epoch 1 comes late
     assert reason is not None and "old epoch" in reason
-    group = group_of(story)
+    group = group_of(story, name)
     assert bucket("partbuild", ref, TOTAL) in group.owned_by("b")
     return GroupHistory(
         events=list(story.events),
@@ -62,11 +65,15 @@ def group_history() -> GroupHistory:
     )
 
 
-def append_group_history(log: EventLog, now_ms: int) -> GroupHistory:
-    """Append the history to an empty log, with heartbeat rows: a and b fresh, c a minute old, z not a member."""
-    history = group_history()
-    log.append(history.events, expected_head=0)
-    for task, host, age_s in (("a", "host-a", 1), ("b", "host-b", 2), ("c", "host-c", 60), ("z", "host-z", 3)):
-        started = now_ms - 600_000
-        log.members.join(Member(GROUP, task, host, 4000 + len(host), started, now_ms - age_s * 1000))
+def append_group_history(log: EventLog, now_ms: int, name: str = GROUP) -> GroupHistory:
+    """Append the history, with heartbeat rows: a and b fresh, c a minute old, z not a member.
+
+    Its seqs are the log's on an empty log only (and so is the late decision's reason: instance
+    UUIDs follow the log position).
+    """
+    history = group_history(name)
+    log.append(history.events)
+    rows = (("a", 1), ("b", 2), ("c", 60), ("z", 3))
+    for pid, (task, age_s) in enumerate(rows, start=4000):
+        log.members.join(Member(name, task, f"host-{task}", pid, now_ms - 600_000, now_ms - age_s * 1000))
     return history

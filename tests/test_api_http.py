@@ -617,6 +617,7 @@ def test_worker_group_ownership_as_of_any_seq_and_heartbeats_now(db_api_server: 
     # As of the first epoch: the leader holds every bucket; heartbeats are still read now.
     past = ok(client.get(f"{API}/group/{GROUP}", params={"as_of_seq": history.first_epoch_seq}))
     assert past["epoch"] == {"epoch_id": "e1", "number": 1, "seq": history.first_epoch_seq}
+    assert past["as_of_seq"] == history.first_epoch_seq
     assert _members(past) == {"a": ([1, 2, 3, 4, 5, 6], [], 6, True), "b": ([], [], 0, True)}
     assert [row["task_id"] for row in past["other_heartbeats"]] == ["c", "z"]
     settled = ok(client.get(f"{API}/group/{GROUP}", params={"as_of_seq": history.settled_seq}))
