@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from partbuild.state.build_state import BuildState
+from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
 from partbuild.state.live import LiveState
 from partbuild.state.model import InstanceState, JobRunState, WantState
 
@@ -24,6 +28,7 @@ class Metrics:
             "partbuild_catch_up_seconds", "Time to fold newly appended events (replay latency)", registry=self.registry
         )
         self.registry.register(_StateCollector(live))
+        self.registry.register(_GroupCollector(live))
 
 
 class _StateCollector(Collector):
@@ -46,3 +51,58 @@ class _StateCollector(Collector):
         head = GaugeMetricFamily("partbuild_log_head_seq", "Seq of the newest event folded into the served state")
         head.add_metric([], state.head_seq)
         yield head
+
+
+class _GroupCollector(Collector):
+    """Worker groups: members and epochs of each, and decisions the fold refused for their fences.
+
+    Fence rejections are counted from the fold's rejections (the only record of them: a
+    rejected event changes nothing else), incrementally: each scrape reads only the new ones.
+    """
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+        self._lock = threading.Lock()
+        self._counted: weakref.ref[BuildState] | None = None  # the state whose rejections were counted
+        self._seen = 0
+        self._fenced = dict.fromkeys(FENCE_REJECTION_KINDS, 0)
+
+    def _count_fenced(self, state: BuildState) -> dict[str, int]:
+        """Rejections of fenced decisions by the rule they broke, counting only those not seen before."""
+        with self._lock:
+            rejections = state.rejections
+            if self._counted is None or self._counted() is not state or len(rejections) < self._seen:
+                self._counted, self._seen = weakref.ref(state), 0
+                self._fenced = dict.fromkeys(FENCE_REJECTION_KINDS, 0)
+            for rejection in rejections[self._seen :]:
+                kind = fence_rejection_kind(rejection.reason)
+                if kind is not None:
+                    self._fenced[kind] += 1
+            self._seen = len(rejections)
+            return dict(self._fenced)
+
+    def collect(self) -> Iterator[Metric]:
+        members = GaugeMetricFamily("partbuild_group_members", "Members of each worker group's epoch", labels=["group"])
+        epochs = CounterMetricFamily(
+            "partbuild_group_epochs", "Epochs of each worker group so far (membership changes + 1)", labels=["group"]
+        )
+        unowned = GaugeMetricFamily(
+            "partbuild_group_buckets_without_owner",
+            "Buckets of each worker group being handed off (shared, not picked up yet)",
+            labels=["group"],
+        )
+        with self.live.read() as state:
+            for name in sorted(state.groups):
+                group = state.groups[name]
+                members.add_metric([name], len(group.members))
+                epochs.add_metric([name], group.epochs)
+                unowned.add_metric([name], group.bucket_total - len(group.owners))
+            fenced = self._count_fenced(state)
+        rejected = CounterMetricFamily(
+            "partbuild_group_fenced_rejections",
+            "Decisions of worker-group members the fold rejected for their fence, by the rule broken",
+            labels=["reason"],
+        )
+        for kind, count in fenced.items():
+            rejected.add_metric([kind], count)
+        yield from (members, epochs, unowned, rejected)

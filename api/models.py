@@ -24,6 +24,9 @@ REF_PATTERN = f"^[^{CONTROL_CHARACTERS}]*$"
 # compares with (4611686018427387999 reads as 2^62), so every integer bound stays within it.
 MAX_SAFE_INT = 2**53 - 1
 _DECIMAL = re.compile(r"-?[0-9]+")
+# A JSON number as text (what a client's str() of a float gives too: "2.5", "1e-05"); no "inf", "nan", "0x1".
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+MAX_MEMBER_TIMEOUT_S = 86_400
 
 
 def _valid_ref(ref: str) -> str:
@@ -82,6 +85,17 @@ def _query_int(value: Any) -> Any:
     return value
 
 
+def _query_float(value: Any) -> Any:
+    """A query string holding a number is a JSON number: "inf", "nan", " 5", "1_0" and "true" are not."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    if isinstance(value, str):
+        if not _NUMBER.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is not a number")
+        return float(value)
+    return value
+
+
 def _query_bool(value: Any) -> Any:
     """A query flag is `true` or `false`: "1", "yes" and "on" are not booleans in the document's terms."""
     if isinstance(value, str):
@@ -94,6 +108,7 @@ def _query_bool(value: Any) -> Any:
 # Query parameters arrive as text: parsed strictly, so what the document calls an integer is one.
 QueryInt = Annotated[int, BeforeValidator(_query_int)]
 QueryBool = Annotated[bool, BeforeValidator(_query_bool)]
+QueryFloat = Annotated[float, BeforeValidator(_query_float)]
 
 InstanceStateName = Literal[
     "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted"
@@ -354,6 +369,95 @@ class BucketLayout(BaseModel):
     bucket_total: int = Field(description="Sharded decisions under another total are rejected.")
     since_seq: int = Field(description="The event that fixed this total.")
     last_round_robin_bucket: int | None = Field(description="The bucket the last round-robin run started.")
+
+
+class GroupEpochInfo(BaseModel):
+    """A worker group's current epoch (started by its leader's GroupEpoch event)."""
+
+    epoch_id: str
+    number: int = Field(description="1 for the group's first epoch, 2 for the next, ...")
+    seq: int = Field(description="The seq of the GroupEpoch event that started it.")
+
+
+class GroupShare(BaseModel):
+    """A bucket in a member's share section: being handed to `target`."""
+
+    bucket: int
+    target: str = Field(description="The member it is handed to.")
+    picked_up: bool = Field(description="Whether the target holds it already (it is the target's then).")
+
+
+class MemberHeartbeat(BaseModel):
+    """A member's row in the heartbeat table, read now: heartbeats are never answered as of a past seq."""
+
+    host: str
+    pid: int
+    started_ms: int
+    last_heartbeat_ms: int
+    age_ms: int = Field(description="How long ago its last heartbeat was, at `now_ms` of the answer.")
+    live: bool = Field(description="Its last heartbeat is at most `member_timeout_s` old.")
+
+
+class GroupMember(BaseModel):
+    """One member of the epoch: its state as the fold holds it, and its heartbeat row now."""
+
+    task_id: str
+    leader: bool
+    owned: list[int] = Field(description="Buckets it owns: holds and is not handing off. Only it may build them.")
+    data: list[int] = Field(description="Buckets it holds (owned ones and those in its share section).")
+    share: list[GroupShare] = Field(description="Its share section: bucket -> target.")
+    load: int = Field(description="How many buckets it owns.")
+    state_timestamp_ms: int
+    state_seq: int = Field(description="The seq of the event that last set its state.")
+    heartbeat: MemberHeartbeat | None = Field(
+        description="Its heartbeat row now (not as of `as_of_seq`); null when it has none (it left or was reaped)."
+    )
+
+
+class PendingBucket(BaseModel):
+    """A bucket without an owner: shared and not picked up yet (nobody may build it meanwhile)."""
+
+    bucket: int
+    from_task: str | None = Field(description="The member handing it off.")
+    to_task: str | None = Field(description="The member it is addressed to.")
+
+
+class HeartbeatRow(BaseModel):
+    """A heartbeat row of a task that is not a member of the epoch (joined since, or dead and not reaped)."""
+
+    task_id: str
+    heartbeat: MemberHeartbeat
+
+
+class GroupSummary(BaseModel):
+    """A worker group in a listing."""
+
+    name: str
+    namespace: str
+    bucket_total: int
+    epoch: GroupEpochInfo
+    leader_task_id: str
+    members: int = Field(description="Members of the current epoch.")
+    buckets_without_owner: int = Field(description="Buckets being handed off (shared, not picked up yet).")
+
+
+class Group(BaseModel):
+    """A worker group as of a seq: its epoch, leader, members with what they own, and heartbeats now."""
+
+    name: str
+    namespace: str
+    bucket_total: int
+    created_seq: int = Field(description="The seq of its first epoch.")
+    as_of_seq: int = Field(description="The seq the ownership is answered at.")
+    epoch: GroupEpochInfo
+    leader_task_id: str
+    members: list[GroupMember]
+    buckets_without_owner: list[PendingBucket] = Field(description="Pending hand-offs, by bucket.")
+    other_heartbeats: list[HeartbeatRow] = Field(
+        description="Heartbeat rows now of tasks that are not members of this epoch."
+    )
+    now_ms: int = Field(description="The clock reading heartbeats were judged at.")
+    member_timeout_s: float
 
 
 class Health(BaseModel):

@@ -19,6 +19,7 @@ from google.protobuf.json_format import MessageToDict
 from partbuild.api import models as m
 from partbuild.api.convert import instance_out, job_run_out, lineage_out, want_detail_out, want_out
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
+from partbuild.api.group_view import group_out, summary_out
 from partbuild.api.surface import Direction
 from partbuild.state.audit import AuditInputError, audit
 from partbuild.state.build_state import BuildState
@@ -69,6 +70,31 @@ class Reads:
                 )
                 for namespace, (total, since) in sorted(state.bucket_layouts.items())
             ]
+
+    # ----------------------------------------------------------------- worker groups
+
+    def groups(self, as_of_seq: int | None = None, min_seq: int | None = None) -> list[m.GroupSummary]:
+        with self._reading(min_seq, as_of_seq) as state:
+            return [summary_out(state.groups[name]) for name in sorted(state.groups)]
+
+    def group(
+        self,
+        name: str,
+        member_timeout_s: float = 10,
+        as_of_seq: int | None = None,
+        min_seq: int | None = None,
+    ) -> m.Group:
+        """The group's ownership as of a seq (the fold's), its heartbeat rows as of now (the table's)."""
+        if not 0 < member_timeout_s <= m.MAX_MEMBER_TIMEOUT_S:
+            raise InvalidInput(f"member_timeout_s must be > 0 and at most {m.MAX_MEMBER_TIMEOUT_S}")
+        with self._reading(min_seq, as_of_seq) as state:
+            found = state.groups.get(name)
+            seq = state.head_seq
+        if found is None:
+            suffix = f" as of seq {as_of_seq}" if as_of_seq is not None else ""
+            raise NotFound(f"no worker group {name!r}{suffix}")
+        rows = self.log.members.members(name)
+        return group_out(found, seq, rows, self.clock(), member_timeout_s)
 
     # ----------------------------------------------------------------- wants
 

@@ -25,6 +25,7 @@ from rich.tree import Tree
 
 from partbuild.api import models as m
 from partbuild.state.audit import AuditReport
+from partbuild.state.group import format_buckets
 from partbuild.state.replay import Progress as ProgressCallback
 
 # Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.
@@ -348,6 +349,76 @@ def layouts_table(layouts: list[m.BucketLayout]) -> Table:
             layout.namespace, str(layout.bucket_total), str(layout.since_seq), "" if last is None else str(last)
         )
     return table
+
+
+# ----------------------------------------------------------------- worker groups
+
+
+def groups_table(groups: list[m.GroupSummary]) -> Table:
+    table = _table("GROUP", "NAMESPACE", "BUCKETS", "EPOCH", "EPOCH ID", "SINCE SEQ", "LEADER", "MEMBERS", "UNOWNED")
+    for group in groups:
+        table.add_row(
+            Text(group.name),
+            Text(group.namespace),
+            str(group.bucket_total),
+            str(group.epoch.number),
+            Text(group.epoch.epoch_id),
+            str(group.epoch.seq),
+            Text(group.leader_task_id),
+            str(group.members),
+            str(group.buckets_without_owner),
+        )
+    return table
+
+
+def _heartbeat_cells(beat: m.MemberHeartbeat | None) -> tuple[Text, str, str, Text]:
+    """Host, pid, last heartbeat with its age, and liveness; a member without a row is shown as such."""
+    if beat is None:
+        return Text("-"), "-", "-", Text("no row", style="red")
+    last = f"{when(beat.last_heartbeat_ms)} ({beat.age_ms / 1000:.1f} s ago)"
+    live = Text("live", style="green") if beat.live else Text("dead", style="red")
+    return Text(beat.host), str(beat.pid), last, live
+
+
+def _shares_text(shares: list[m.GroupShare]) -> Text:
+    parts = [f"{s.bucket}->{s.target}{' (picked up)' if s.picked_up else ''}" for s in shares]
+    return Text("\n".join(parts) or "-")
+
+
+def group_detail(group: m.Group) -> Group:
+    """The epoch and leader, a table of members (ownership as of the seq, heartbeats now), pending hand-offs."""
+    grid = _grid(
+        [
+            ("group", group.name),
+            ("namespace", f"{group.namespace} in {group.bucket_total} buckets (since seq {group.created_seq})"),
+            ("epoch", f"#{group.epoch.number} {group.epoch.epoch_id} (seq {group.epoch.seq})"),
+            ("leader", group.leader_task_id),
+            ("as of seq", str(group.as_of_seq)),
+            ("heartbeats", f"now ({when(group.now_ms)}), live within {group.member_timeout_s:g} s"),
+        ]
+    )
+    members = _table("TASK", "ROLE", "OWNED", "LOAD", "SHARING", "HOST", "PID", "LAST HEARTBEAT", "LIVE")
+    for member in group.members:
+        members.add_row(
+            Text(member.task_id),
+            "leader" if member.leader else "member",
+            format_buckets(member.owned, limit=64),
+            str(member.load),
+            _shares_text(member.share),
+            *_heartbeat_cells(member.heartbeat),
+        )
+    parts: list[RenderableType] = [grid, Text(""), members]
+    if group.buckets_without_owner:
+        pending = _table("BUCKET WITHOUT OWNER", "FROM", "TO")
+        for bucket in group.buckets_without_owner:
+            pending.add_row(str(bucket.bucket), Text(bucket.from_task or "-"), Text(bucket.to_task or "-"))
+        parts += [Text(""), pending]
+    if group.other_heartbeats:
+        others = _table("NOT A MEMBER", "HOST", "PID", "LAST HEARTBEAT", "LIVE")
+        for row in group.other_heartbeats:
+            others.add_row(Text(row.task_id), *_heartbeat_cells(row.heartbeat))
+        parts += [Text(""), others]
+    return Group(*parts)
 
 
 def retention_text(report: m.RetentionReport) -> str:

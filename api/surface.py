@@ -43,6 +43,15 @@ WantIdPath = Annotated[str, Path(description="A want's id.")]
 RunIdPath = Annotated[str, Path(description="A job run's id.")]
 UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
 RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
+GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
+MemberTimeout = Annotated[
+    m.QueryFloat,
+    Query(
+        gt=0,
+        le=m.MAX_MEMBER_TIMEOUT_S,
+        description="Seconds since its last heartbeat after which a member counts as dead (as `run --member-timeout`).",
+    ),
+]
 Direction = Literal["upstream", "downstream", "both"]
 WantStateFilter = Annotated[m.WantStateName | None, Query(alias="state", description="Only wants in this state.")]
 InstanceStateFilter = Annotated[
@@ -196,6 +205,18 @@ class Client(Protocol):
 
     @operation("GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands")
     def bucket_layouts(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.BucketLayout]: ...
+
+    @operation("GET", "/groups", "Worker groups: each one's epoch, leader and member count")
+    def groups(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.GroupSummary]: ...
+
+    @operation("GET", "/group/{name}", "A worker group: its epoch, leader, members, who owns which bucket, heartbeats")
+    def group(
+        self,
+        name: GroupNamePath,
+        member_timeout_s: MemberTimeout = 10,
+        as_of_seq: AsOfSeq = None,
+        min_seq: MinSeq = None,
+    ) -> m.Group: ...
 
     @operation("GET", "/events", "The raw event log as JSON, by seq")
     def events(

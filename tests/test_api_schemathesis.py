@@ -3,7 +3,8 @@
 The schema is loaded from the running server (`/openapi.json`), so what is tested is what a
 client sees. The service is graph-less and seeded with wants (one with the id the document
 gives as its example), observations (one of the example ref, so the taint example hits a Live
-partition), a taint and two job runs, so reads hit real data.
+partition), a taint, two job runs and a worker group (named as the document's example), so reads
+hit real data.
 
 Each test is a run of schemathesis' own engine, the one behind
 `st run --checks all --phases examples,coverage,fuzzing,stateful`:
@@ -26,6 +27,7 @@ declares its 200 without content, so the body checks have nothing to compare the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,7 @@ import httpx
 import pytest
 import schemathesis
 from conftest import ApiServer, graphless_api_server
+from groupapikit import append_group_history
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
 
@@ -43,6 +46,7 @@ from partbuild.state.events import envelope
 API = "/api/v1"
 EXAMPLE_REF = "agg/daily_clicks/date=2026-01-01"  # the Ref example of the document's request bodies
 EXAMPLE_WANT_ID = "backfill-2026-01"  # the WantId example
+EXAMPLE_GROUP = "workers"  # the group name example of /group/{name}
 MAX_EXAMPLES = 50  # fuzzing cases per operation, and stateful scenarios; coverage cases come on top
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
 
@@ -78,6 +82,9 @@ def seeded_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         )
         runs = client.get(f"{API}/job-runs", params={"min_seq": api.log.head()}).json()["items"]
         assert {run["state"] for run in runs} == {"queued", "running"}, runs
+        # A worker group in its second epoch, with a hand-off in flight and heartbeat rows.
+        append_group_history(api.log, int(time.time() * 1000), EXAMPLE_GROUP)
+        assert client.get(f"{API}/group/{EXAMPLE_GROUP}", params={"min_seq": api.log.head()}).status_code == 200
         yield api
 
 

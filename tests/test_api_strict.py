@@ -233,7 +233,13 @@ def test_every_bound_of_the_document_is_an_exact_integer(document: dict[str, Any
 def path_values(server: ApiServer) -> dict[str, str]:
     """A value for each path parameter of the document: existing things where there are some."""
     live = ok(server.client.get(f"{PARTITIONS}/canonical/{LIVE_REFS[0]}"))
-    return {"want_id": SEEDED_WANT, "ref": LIVE_REFS[0], "uuid": live["uuid"], "job_run_id": "no-such-run"}
+    return {
+        "want_id": SEEDED_WANT,
+        "ref": LIVE_REFS[0],
+        "uuid": live["uuid"],
+        "job_run_id": "no-such-run",
+        "name": "no-such-group",
+    }
 
 
 def concrete(path: str, values: dict[str, str]) -> str:

@@ -26,6 +26,7 @@ import httpx
 import pytest
 import uvicorn
 from conftest import CLICKS_DAYS, CLICKS_START
+from groupapikit import GROUP, append_group_history
 
 from partbuild.api import models as m
 from partbuild.api.app import create_app
@@ -227,6 +228,97 @@ def test_human_output_shows_the_key_fields(
     runs = human("runs", "--state", "failed")
     assert "run-s0w1-daily-1" in runs and "executor lost" in runs
     assert "missing inputs" in human("runs", "show", "run-s0w0-weekly-1")
+
+
+# ----------------------------------------------------------------- worker groups
+
+
+@pytest.fixture
+def group_db(sqlite_url: str) -> str:
+    """A database with a worker group in its second epoch, a hand-off in flight and heartbeat rows."""
+    with EventLog.open(sqlite_url, auto_upgrade=True) as log:
+        append_group_history(log, int(time.time() * 1000))
+    return sqlite_url
+
+
+def _without_clock(group: dict[str, Any]) -> dict[str, Any]:
+    """A GET /group answer without what depends on when it was read (the clock reading and heartbeat ages)."""
+    rows = [member["heartbeat"] for member in group["members"]] + [r["heartbeat"] for r in group["other_heartbeats"]]
+    for row in rows:
+        row.pop("age_ms")
+    return {key: value for key, value in group.items() if key != "now_ms"}
+
+
+def test_group_list_and_show_give_the_same_json_in_both_modes(
+    capsys: pytest.CaptureFixture[str], group_db: str
+) -> None:
+    """`group list` and `group show` through the service and through a server, now and as of an older seq."""
+    with http_api(group_db) as url:
+
+        def both(*args: str) -> Any:
+            code, direct, err = run_cli(capsys, "group", *args, "--db", group_db, "--json")
+            assert code == 0, err
+            code, served, err = run_cli(capsys, "group", *args, "--server", url, "--json")
+            assert code == 0, err
+            return json.loads(direct), json.loads(served)
+
+        listed, served_list = both("list")
+        assert listed == served_list and [(g["name"], g["epoch"]["number"], g["members"]) for g in listed] == [
+            (GROUP, 2, 3)
+        ]
+        assert both("list", "--as-of", "1")[0][0]["members"] == 2
+        shown, served = both("show", GROUP)
+        assert _without_clock(shown) == _without_clock(served)
+        assert set(shown) == set(m.Group.model_fields) and shown["epoch"]["epoch_id"] == "e2"
+        assert [member["heartbeat"]["live"] for member in shown["members"]] == [True, True, False]
+        past, served_past = both("show", GROUP, "--as-of", "1", "--member-timeout", "120")
+        assert _without_clock(past) == _without_clock(served_past)
+        assert [member["owned"] for member in past["members"]] == [[1, 2, 3, 4, 5, 6], []]
+        assert past["member_timeout_s"] == 120
+
+
+@pytest.mark.parametrize("server_mode", [False, True], ids=MODES)
+def test_group_human_output_shows_epoch_members_and_hand_offs(
+    capsys: pytest.CaptureFixture[str], group_db: str, server_mode: bool
+) -> None:
+    with http_api(group_db) as url:
+        where = ["--server", url] if server_mode else ["--db", group_db]
+        code, listing, err = run_cli(capsys, "group", "list", *where)
+        assert code == 0 and err == ""
+        assert "LEADER" in listing and "e2" in listing
+        code, shown, err = run_cli(capsys, "group", "show", GROUP, *where)
+    assert code == 0 and err == ""
+    assert "#2 e2" in shown and "BUCKET WITHOUT OWNER" in shown and "NOT A MEMBER" in shown
+    rows = {line.split()[0]: line.split() for line in shown.splitlines() if line.split()[:1] in (["a"], ["b"], ["c"])}
+    assert rows["a"][1:3] == ["leader", "1-2"] and "3->c" in rows["a"] and rows["a"][-1] == "live"
+    assert rows["b"][1:3] == ["member", "4-6"] and rows["c"][-1] == "dead"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["group", "show", "nope"], "no worker group 'nope'"),
+        (["group", "show", GROUP, "--as-of", "999"], "as_of_seq 999 is after the log head"),
+        (["group", "show", GROUP, "--member-timeout", "0"], "--member-timeout"),
+        (["group", "list", "--as-of", "-1"], "--as-of"),
+    ],
+)
+def test_group_bad_input_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], group_db: str, mode: str, args: list[str], message: str
+) -> None:
+    with http_api(group_db) as url:
+        where = ["--server", url] if mode == "server" else ["--db", group_db]
+        code, _, err = run_cli(capsys, *args, *where)
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("partbuild: error: ") and message in err
+
+
+def test_group_list_without_groups(capsys: pytest.CaptureFixture[str], where: list[str], sqlite_url: str) -> None:
+    EventLog.open(sqlite_url, auto_upgrade=True).close()  # a database without any group
+    code, out, err = run_cli(capsys, "group", "list", *where)
+    assert code == 0 and out == "no worker group\n", err
+    code, out, err = run_cli(capsys, "group", "list", *where, "--json")
+    assert code == 0 and json.loads(out) == [], err
 
 
 # ----------------------------------------------------------------- writes, in each mode

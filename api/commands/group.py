@@ -1,4 +1,5 @@
-"""Worker-group commands: `group verify` (the invariants of every group, proved over the whole log)."""
+"""Worker-group commands: `group list` and `group show` (epochs, members, ownership, heartbeats; through the
+API client, so with --db or --server), `group verify` (the invariants of every group, over the whole log)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,18 @@ from collections.abc import Iterator
 
 import click
 
+from partbuild.api import models as m
 from partbuild.api import render
-from partbuild.api.commands.common import CommandFailed, db_option, open_log
+from partbuild.api.commands.common import (
+    CommandFailed,
+    Target,
+    as_of_option,
+    connect,
+    db_option,
+    json_option,
+    open_log,
+    target_options,
+)
 from partbuild.state.group_verify import verify_report
 from partbuild.state.replay import Progress
 from partbuild.state.store import EventLog
@@ -18,6 +29,42 @@ SHOWN_PROBLEMS = 20
 @click.group("group")
 def group_group() -> None:
     """Worker groups: orchestrators sharing a namespace's buckets through a leader (docs/worker-group.md)."""
+
+
+@group_group.command("list")
+@target_options
+@as_of_option
+@json_option
+def list_command(target: Target, as_of: int | None, as_json: bool) -> None:
+    """Every worker group: its epoch, leader, member count and buckets being handed off."""
+    with connect(target) as client:
+        groups = client.groups(as_of)
+    if not groups and not as_json:
+        click.echo("no worker group")
+        return
+    render.emit(groups, as_json, lambda: render.groups_table(groups))
+
+
+@group_group.command("show")
+@click.argument("name")
+@target_options
+@as_of_option
+@click.option(
+    "--member-timeout",
+    "member_timeout_s",
+    type=click.FloatRange(min=0, max=m.MAX_MEMBER_TIMEOUT_S, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A member whose last heartbeat is older than this is shown dead.",
+)
+@json_option
+def show_command(target: Target, name: str, as_of: int | None, member_timeout_s: float, as_json: bool) -> None:
+    """A worker group: epoch, leader, and each member's buckets (owned, shared) and load as of the seq
+    (--as-of: any seq of the log), with its host, pid and last heartbeat now (heartbeats have no history)."""
+    with connect(target) as client:
+        group = client.group(name, member_timeout_s, as_of)
+    render.emit(group, as_json, lambda: render.group_detail(group))
 
 
 @group_group.command("verify")

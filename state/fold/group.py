@@ -325,3 +325,23 @@ def fenced_member_problem(state: BuildState, fence: pb.DecisionFence, event: pb.
     """Why a fenced decision that needs only membership (a derivative want) is refused, or None."""
     group = fence_problem(state, fence, event)
     return group if type(group) is str else None
+
+
+# ----------------------------------------------------------------- fence rejections, for operators
+
+FENCE_REJECTION_PREFIX = "fenced decision"  # every reason above that refuses a fenced decision starts so
+FENCE_REJECTION_KINDS = ("no_group", "old_epoch", "unknown_epoch", "not_member", "not_owner", "wrong_writer")
+
+
+def fence_rejection_kind(reason: str) -> str | None:
+    """Which fence rule a rejection reason names (one of FENCE_REJECTION_KINDS); None for other rejections."""
+    if not reason.startswith(FENCE_REJECTION_PREFIX):
+        return None
+    if reason.startswith(f"{FENCE_REJECTION_PREFIX} of task "):
+        return "wrong_writer"
+    rest = reason.removeprefix(f"{FENCE_REJECTION_PREFIX}: ")
+    if rest.startswith("group "):
+        return "no_group"
+    if rest.startswith("epoch "):
+        return "old_epoch" if " is an old epoch of group " in rest else "unknown_epoch"
+    return "not_owner" if " does not own bucket " in rest else "not_member"
