@@ -10,6 +10,15 @@ from partbuild.state.digest import state_digest
 from partbuild.state.group import verify
 from partbuild.state.model import InstanceState, JobRunState, WantState
 
+
+def replayed(payloads: list[bytes]) -> BuildState:
+    """A strict fold of a golden log's events, seq 1 onwards."""
+    state = BuildState(strict=True)
+    for seq, payload in enumerate(payloads, 1):
+        state.apply_payload(seq, payload)
+    return state
+
+
 V1_KINDS = {
     "want_create",
     "want_cancel",
@@ -29,9 +38,7 @@ V1_KINDS = {
 
 def test_the_v1_golden_log_replays_without_rejections() -> None:
     payloads = read()
-    state = BuildState(strict=True)
-    for seq, payload in enumerate(payloads, 1):
-        state.apply_payload(seq, payload)
+    state = replayed(payloads)
     assert state.head_seq == len(payloads) and state.rejections == []
     kinds = {pb.Event.FromString(payload).WhichOneof("payload") for payload in payloads}
     # Every event type of schema v1 as it was when the file was written (types added later, such as
@@ -54,9 +61,7 @@ def test_the_bucketing_golden_log_replays_with_its_rejections() -> None:
     payloads = read(GOLDEN_BUCKETS)
     events = [pb.Event.FromString(payload) for payload in payloads]
     assert {event.WhichOneof("payload") for event in events} == BUCKET_KINDS
-    state = BuildState(strict=True)
-    for seq, payload in enumerate(payloads, 1):
-        state.apply_payload(seq, payload)
+    state = replayed(payloads)
     assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "bucket_run_start"), (8, "job_run_buffer")]
     assert "namespace 'partbuild' is split into 3 buckets (since seq 2)" in state.rejections[0].reason
     assert "namespace 'partbuild' is split into 2 buckets (since seq 7)" in state.rejections[1].reason
@@ -77,9 +82,7 @@ DIGESTS = {
 
 def test_older_golden_logs_keep_their_digests() -> None:
     for path, digest in DIGESTS.items():
-        state = BuildState(strict=True)
-        for seq, payload in enumerate(read(path), 1):
-            state.apply_payload(seq, payload)
+        state = replayed(read(path))
         assert state.groups == {} and state_digest(state) == digest, path.name
 
 
@@ -102,9 +105,7 @@ def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
     payloads = read(GOLDEN_GROUP)
     events = [pb.Event.FromString(payload) for payload in payloads]
     assert {event.WhichOneof("payload") for event in events} == GROUP_KINDS
-    state = BuildState(strict=True)
-    for seq, payload in enumerate(payloads, 1):
-        state.apply_payload(seq, payload)
+    state = replayed(payloads)
     assert [(r.seq, r.event_type) for r in state.rejections] == [
         (5, "job_run_buffer"),  # a still held bucket 3, but it was b's once b picked it up
         (10, "group_task_message"),  # b's message of the old epoch
