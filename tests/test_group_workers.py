@@ -86,7 +86,7 @@ def victim_with_a_run(tail: Tail, procs: Processes, names: list[str], tmp_path: 
     return found[0]
 
 
-def finish(tail: Tail, procs: Processes, survivors: list[str], tmp_path: Path) -> BuildState:
+def finish(tail: Tail, procs: Processes, survivors: list[str], tmp_path: Path, disturbed: bool = True) -> BuildState:
     """Wait for every want, SIGTERM the survivors, then check the strict replay. Returns the final state."""
     waited = wait_for(tail, "all wants successful", all_successful, procs, survivors, tmp_path)
     print(f"wants successful after {waited:.1f} s more")
@@ -94,7 +94,9 @@ def finish(tail: Tail, procs: Processes, survivors: list[str], tmp_path: Path) -
     state = tail.poll()
     assert_built_once_each(state)
     assert_fenced(tail)
-    assert tail.kept, "no rebalance kept a survivor's buckets"
+    # Survivors: members of an epoch that are members of the next (the leader takes the orphans).
+    # Every disturbed case has one; three workers may also have joined before the first epoch.
+    assert tail.kept or not disturbed, "no rebalance with survivors was checked"
     for seq, task, owned, data in tail.kept:
         assert data == owned, f"epoch at seq {seq}: survivor {task} owned {sorted(owned)}, given {sorted(data)}"
     print(group_verify(tail.db))
@@ -134,7 +136,7 @@ def test_three_workers_build_everything(db: str, clicks_root: Path, tmp_path: Pa
     with processes() as procs:
         tail = form_group(db, clicks_root, tmp_path, procs, names)
         want_weeklies(db)
-        state = finish(tail, procs, names, tmp_path)
+        state = finish(tail, procs, names, tmp_path, disturbed=False)
     builders = {e.source.system.worker for e in tail.accepted("job_run_buffer").values()}
     assert len(builders) >= 2, f"one worker built everything: {builders}"
     assert not state.rejections, state.rejections
