@@ -11,7 +11,6 @@ buckets across each rebalance, and `partbuild group verify` exits 0.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections import Counter
@@ -22,7 +21,6 @@ from typing import Any
 import pytest
 from groupworkerkit import (
     GROUP,
-    MEMBER_TIMEOUT_S,
     Tail,
     all_successful,
     balanced,
@@ -235,21 +233,23 @@ def test_a_paused_worker_is_fenced_off(db: str, clicks_root: Path, tmp_path: Pat
 
 @pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
 def test_a_fourth_worker_joins_mid_run(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
-    """A worker started while the group builds joins: survivors keep theirs, it gets buckets, all is built."""
+    """A worker joining while the group builds: survivors keep theirs, it gets buckets, all is built once.
+
+    W1 at small size builds in seconds, less than a JVM takes to start: the wants are posted once the
+    newcomer's Spark is up, so that its join (which follows at once) falls in the middle of the build.
+    """
     names = ["a", "b", "c"]
     with processes() as procs:
         tail = form_group(db, clicks_root, tmp_path, procs, names)
-        want_weeklies(db)
-        wait_for(tail, "building", lambda s: bool(tail.accepted("job_run_success")), procs, names, tmp_path)
         procs["d"] = start_member(db, clicks_root, tmp_path, "d")
+        deadline = time.monotonic() + 240
+        while "Setting default log level" not in output(tmp_path, "d") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        want_weeklies(db)
         pids = [procs[n].pid for n in [*names, "d"]]
         wait_for(tail, "balanced over four", balanced(tail, pids), procs, [*names, "d"], tmp_path)
+        group, newcomer = tail.group(), task_of(tail, procs["d"].pid)
+        assert group is not None and newcomer is not None and len(group.owned_by(newcomer)) >= 2
+        successes = len(tail.accepted("job_run_success"))
+        print(f"the newcomer owns buckets {group.owned_by(newcomer)}; {successes} runs had succeeded by then")
         finish(tail, procs, [*names, "d"], tmp_path)
-    group = tail.group()
-    newcomer = task_of(tail, procs["d"].pid)
-    assert group is not None and newcomer is not None and len(group.owned_by(newcomer)) >= 2
-
-
-def test_member_timeout_is_short_enough_for_these_tests() -> None:
-    """The pause test sleeps past it: keep it a few seconds (a guard against slowing the file down)."""
-    assert MEMBER_TIMEOUT_S <= 5 and os.cpu_count()
