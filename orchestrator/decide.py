@@ -11,18 +11,20 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
 from partbuild.orchestrator.context import OutputTarget
 from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
 from partbuild.orchestrator.identity import ORCHESTRATOR
-from partbuild.orchestrator.sharding import Shard
+from partbuild.orchestrator.sharding import Ownership, Scope
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, from_job_run
 from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want
 
+MessageT = TypeVar("MessageT", bound=Message)
 _SCHEDULABLE = (InstanceState.MISSING, InstanceState.UP_FOR_RETRY)
 # Upstream refs in these states become Live (or fail) without anyone asking again. Not
 # UpstreamBuilding: its own upstream chain needs an active want to keep moving.
@@ -60,19 +62,21 @@ class RunPlan:
     prior_failures: int  # failed attempts of these instances before this run
 
 
-def decide(state: BuildState, graph: Graph, now_ms: int, shard: Shard | None = None) -> Decision:
+def decide(state: BuildState, graph: Graph, now_ms: int, shard: Ownership | None = None) -> Decision:
     """Buffer job runs for schedulable wants, wait and want upstream data for the rest.
 
-    With a `shard`, only refs of its bucket are decided about (derivative wants for
-    upstream refs of other buckets are still made: their owners build them).
+    With a `shard` (a static bucket or a worker group's ownership), only the refs
+    it owns at `state` are decided about (derivative wants for upstream refs of
+    other buckets are still made: their owners build them), and every decision
+    is stamped with its scope (bucket or fence).
     """
-    return _Decider(state, graph, now_ms, shard).decide()
+    return _Decider(state, graph, now_ms, shard.at(state) if shard is not None else None).decide()
 
 
 class _Decider:
     """One decision round: collects what to append, then emits it in a fixed order."""
 
-    def __init__(self, state: BuildState, graph: Graph, now_ms: int, shard: Shard | None = None) -> None:
+    def __init__(self, state: BuildState, graph: Graph, now_ms: int, shard: Scope | None = None) -> None:
         self.state = state
         self.graph = graph
         self.now_ms = now_ms
@@ -173,7 +177,7 @@ class _Decider:
         for want_id, reason in self.cancels.items():
             emit(_event(pb.WantCancel(want_id=want_id, reason=reason), now_ms))
         if self.waits:
-            emit(_event(pb.InstancesWaitUpstream(waits=self.waits), now_ms))
+            emit(_event(self._stamped(pb.InstancesWaitUpstream(waits=self.waits)), now_ms))
         for index, (parent_id, refs) in enumerate(self.wanted_upstream.items()):
             if parent_id in self.cancels:
                 continue
@@ -187,32 +191,42 @@ class _Decider:
                 comment=f"upstream of want {parent_id}",
                 parent_want_id=parent_id,
             )
+            self._stamped(derivative)
             source = from_job_run(self.cause[parent_id]) if parent_id in self.cause else ORCHESTRATOR
             emit(envelope(derivative, source=source, timestamp_ms=now_ms))
         self._buffer_runs()
 
+    def _stamped(self, payload: MessageT) -> MessageT:
+        """`payload` marked with this worker's scope (bucket or fence), if it has one."""
+        if self.shard is not None:
+            self.shard.stamp(payload)
+        return payload
+
     def _run_id(self, label: str) -> str:
-        """Derived from the head decided on (and the bucket): deciding twice gives the same ids."""
+        """Derived from the head decided on (and the scope): deciding twice gives the same ids."""
         number = len(self.decision.new_runs)
         if self.shard is None:
             return f"{label}-{self.state.head_seq}-{number}"
-        return f"{label}-{self.state.head_seq}-b{self.shard.scope.bucket_id}-{number}"
+        return f"{label}-{self.state.head_seq}-{self.shard.run_tag}-{number}"
 
     def _buffer_runs(self) -> None:
         """Group ready instances into runs of up to batch_size, within each job's concurrency.
 
         Only instances with the same number of failed attempts share a run: a run
         fails as a whole, so mixing them would spend a fresh partition's retries.
+        Under a scope, only instances of one batch key (a group's bucket) share a
+        run, so a stale run can be failed by the one owner of its bucket.
         Instances whose every want is being canceled in this round are left out.
         """
         active = active_runs_by_job(self.state)
         for label, ready in self.ready.items():
             job = self.graph.jobs[label]
             room = job.max_concurrency - active.get(label, 0)
-            by_failures: dict[int, list[Instance]] = defaultdict(list)
+            by_failures: dict[tuple[int, int], list[Instance]] = defaultdict(list)
             for instance, failures in ready:
                 if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
-                    by_failures[failures].append(instance)
+                    key = self.shard.batch_key(instance.ref) if self.shard is not None else 0
+                    by_failures[failures, key].append(instance)
             batches = [
                 group[start : start + job.batch_size]
                 for group in by_failures.values()
@@ -221,8 +235,7 @@ class _Decider:
             for batch in batches[: max(room, 0)]:
                 buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
                 buffer.instance_uuids.extend(instance.uuid for instance in batch)
-                if self.shard is not None:  # the fold checks every partition is in this bucket
-                    buffer.bucket.CopyFrom(self.shard.scope)
+                self._stamped(buffer)  # the fold checks every partition is in the bucket(s) it may build
                 run_id = buffer.job_run_id
                 self.decision.events.append(_event(buffer, self.now_ms))
                 self.decision.new_runs.append(run_id)
@@ -248,19 +261,21 @@ def retry_due_ms(state: BuildState, instance: Instance, job: Job) -> int:
 
 
 def stale_runs(
-    state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str], shard: Shard | None = None
+    state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str], shard: Ownership | None = None
 ) -> list[pb.Event]:
     """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried.
 
-    A sharded worker fails only runs of its own bucket: another bucket's owner may just be slow.
+    A sharded worker fails only runs of its own bucket(s): another bucket's owner may just
+    be slow. A group member's failure carries its fence (the fold accepts it from the owner).
     """
     alive = set(alive)
+    scope = shard.at(state) if shard is not None else None
     events = []
     for run_id in state.active_run_ids:
         if run_id in alive:
             continue
         run = state.job_runs[run_id]
-        if shard is not None and not shard.owns_run(state, run):
+        if scope is not None and not scope.owns_run(state, run):
             continue
         last_sign = max(run.last_heartbeat_ms, run.created_ms)
         if now_ms - last_sign <= timeout_ms:
@@ -273,6 +288,8 @@ def stale_runs(
             error_class=pb.ERROR_CLASS_PERMANENT if exhausted else pb.ERROR_CLASS_RETRYABLE,
             message=f"no heartbeat for {(now_ms - last_sign) / 1000:.1f} s: the process running it is gone",
         )
+        if scope is not None:
+            scope.stamp(failure)
         events.append(_event(failure, now_ms))
     return events
 

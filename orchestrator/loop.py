@@ -24,9 +24,12 @@ from partbuild.orchestrator.decide import (
 )
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
-from partbuild.orchestrator.identity import ORCHESTRATOR
+from partbuild.orchestrator.group.ownership import GroupOwnership
+from partbuild.orchestrator.group.steps import GroupConfig
+from partbuild.orchestrator.group.worker import GroupWorker
+from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
-from partbuild.orchestrator.sharding import Shard, start_shard
+from partbuild.orchestrator.sharding import Ownership, Shard, start_shard
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import BucketingConfig
 from partbuild.state.build_state import BuildState
@@ -62,6 +65,7 @@ class Orchestrator:
         retention: RetentionPolicy | None = None,
         shard: Shard | None = None,
         bucketing: BucketingConfig | None = None,
+        group: GroupConfig | None = None,
     ) -> None:
         self.log = log
         self.graph = graph
@@ -70,8 +74,7 @@ class Orchestrator:
         self.poll_interval_s = poll_interval_s
         self.heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
         self.source_check_interval_ms = int(source_check_interval_s * 1000)
-        # The process's one state: shared (`up`: its owner checkpoints it) or our own, loaded from the
-        # snapshot store when given one and then checkpointed on start and close.
+        # The process's one state: shared (`up`: its owner checkpoints it) or our own (snapshotted).
         self._owns_live = live is None
         self.live = live or LiveState(log, use_snapshots=snapshots is not None, snapshot_every=snapshot_every)
         self._wake = threading.Event()
@@ -80,10 +83,10 @@ class Orchestrator:
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
         self.retention = retention
-        # Decide only for the refs of this bucket (None: all of them). A bucketing configuration
-        # (`run --bucket-*`) is turned into one now: round-robin picks the bucket after the last
-        # one the log records for the namespace, and records it.
-        self.shard = shard if bucketing is None else start_shard(bucketing, self.live, log, clock)
+        # Decide only for the refs of this bucket (None: all). `run --bucket-*` makes one now (round-robin
+        # records the bucket after the log's last one); a group member decides for the buckets it owns.
+        self.shard: Ownership | None = shard if bucketing is None else start_shard(bucketing, self.live, log, clock)
+        self.group = self._join(group) if group is not None else None
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
         self._source_checks_due_ms = 0  # no wanted source partition needs looking at before then
@@ -100,6 +103,16 @@ class Orchestrator:
             clock=clock,
             on_finished=self.wake,
         )
+        if self.group is not None:
+            self.group.start()  # last: heartbeats from here on, so nothing slow may follow
+
+    def _join(self, group: GroupConfig) -> GroupWorker:
+        """Member of `group` (started at the end of __init__): decide for the buckets it owns.
+
+        As WORKER_ID: the fold accepts a fenced decision only from the task the event's source names.
+        """
+        self.shard = GroupOwnership(group.name, WORKER_ID)
+        return GroupWorker(self.log, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
 
     def wake(self) -> None:
         """Something was appended in this process: step now rather than after the poll interval."""
@@ -119,7 +132,15 @@ class Orchestrator:
 
     def catch_up(self) -> int:
         """Fold events appended since the last step (by anyone); returns how many."""
-        return self.live.catch_up()
+        folded = self.live.catch_up()
+        if folded and self.group is not None:
+            self.group.poke()  # an epoch or a share may be ours to answer
+        return folded
+
+    def _check_member(self) -> None:
+        """A group member declared dead stops deciding at once (its buckets are being handed on)."""
+        if self.group is not None and self.group.dead is not None:
+            raise self.group.dead
 
     def live_instance(self, ref: str) -> tuple[str, str] | None:
         """(UUID, location) of the canonical instance of `ref` if it is Live; safe from job threads."""
@@ -131,6 +152,7 @@ class Orchestrator:
 
     def step(self) -> bool:
         """One round of read, decide, append, act. Returns whether anything happened."""
+        self._check_member()
         self.catch_up()
         self._stop_canceled_runs()
         now = self.clock()
@@ -147,13 +169,14 @@ class Orchestrator:
         if not events and expiry is not None and expiry <= now:
             events.append(envelope(pb.ClockTick(), source=ORCHESTRATOR, timestamp_ms=now))
         if events:
+            self._check_member()
             try:
                 self.log.append(events, expected_head=decided_on)
             except AppendConflict:
                 return True  # another writer appended since we read: decide again on the newer state
             self._pending.extend(decision.new_runs)
             self.catch_up()
-            if self.shard is not None:  # re-sharded meanwhile: the fold rejected our runs, so stop
+            if isinstance(self.shard, Shard):  # re-sharded meanwhile: the fold rejected our runs, so stop
                 with self.live.read() as state:
                     self.shard.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
@@ -245,8 +268,8 @@ class Orchestrator:
             decision = self._decide(state, self.clock())
             if decision.events or decision.source_checks or decision.next_retry_ms is not None:
                 return False
-            shard = self.shard
-            return not any(shard.owns_run(state, state.job_runs[run_id]) for run_id in state.active_run_ids)
+            scope = self.shard.at(state)
+            return not any(scope.owns_run(state, state.job_runs[run_id]) for run_id in state.active_run_ids)
 
     def run(self, stop: threading.Event) -> None:
         """Step until `stop` is set, then let the runs in flight finish and record their outcomes."""
@@ -269,8 +292,10 @@ class Orchestrator:
         return False
 
     def close(self) -> None:
-        """Stop taking runs; wait for those in flight and fold their outcomes."""
+        """Stop taking runs; wait for those in flight and fold their outcomes; leave the group."""
         self.executor.shutdown(wait=True)
+        if self.group is not None:  # after the runs: until they end, their buckets stay ours
+            self.group.stop()
         self.catch_up()
         if self._owns_live:
             self.live.close()

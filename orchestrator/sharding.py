@@ -13,6 +13,10 @@ buckets would overlap); the worker then stops with the fold's reason
 
 from __future__ import annotations
 
+from typing import Protocol
+
+from google.protobuf.message import Message
+
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import DEFAULT_NAMESPACE, BucketingConfig, apply_round_robin_bucketing, bucket
@@ -22,6 +26,41 @@ from partbuild.state.fold.buckets import layout_problem
 from partbuild.state.live import LiveState
 from partbuild.state.model import JobRun
 from partbuild.state.store import EventLog
+
+
+class Scope(Protocol):
+    """What a worker decides about at one state, and how its decisions say so.
+
+    The decider's one filter: a static `Shard` (one fixed bucket) or a worker
+    group's view (`orchestrator.group.ownership`: the buckets this task owns in
+    the fold's current epoch).
+    """
+
+    run_tag: str  # part of its job run ids: workers deciding on one head make distinct ids
+
+    def owns(self, ref: str) -> bool:
+        """Whether this worker decides about `ref`."""
+        ...
+
+    def owns_run(self, state: BuildState, run: JobRun) -> bool:
+        """Whether a job run's partitions are this worker's (to fail when stale, to wait for when idle)."""
+        ...
+
+    def batch_key(self, ref: str) -> int:
+        """Refs with different keys never share a job run (a group's runs lie in one bucket)."""
+        ...
+
+    def stamp(self, payload: Message) -> None:
+        """Mark a decision payload as this worker's (a bucket scope, a group fence), in place."""
+        ...
+
+
+class Ownership(Protocol):
+    """A worker's scope as it changes with the log: `at(state)` is the scope at that state."""
+
+    def at(self, state: BuildState) -> Scope:
+        """The scope to decide with on `state` (read under the state's lock)."""
+        ...
 
 
 class ShardRejected(Exception):
@@ -48,6 +87,22 @@ class Shard:
     def owns_run(self, state: BuildState, run: JobRun) -> bool:
         """Whether a job run builds refs of this bucket (a run decided under a bucket lies in one bucket)."""
         return self.owns(state.instances[run.instance_uuids[0]].ref)
+
+    @property
+    def run_tag(self) -> str:
+        return f"b{self.scope.bucket_id}"
+
+    def batch_key(self, ref: str) -> int:
+        return 0  # every ref it decides about is in its one bucket
+
+    def stamp(self, payload: Message) -> None:
+        """Job runs carry the bucket: the fold checks every partition is in it."""
+        if isinstance(payload, pb.JobRunBuffer):
+            payload.bucket.CopyFrom(self.scope)
+
+    def at(self, state: BuildState) -> Shard:
+        """A static bucket does not change with the log."""
+        return self
 
     def check_layout(self, state: BuildState) -> None:
         """Raise `ShardRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""

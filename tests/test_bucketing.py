@@ -378,6 +378,14 @@ def test_bucket_command_bad_input_exits_2_with_one_line(
         ),
         (["--bucket-total", "6"], {"PARTBUILD_BUCKET_RANGES": "5-3"}, "bucket_ranges: '5-3' starts after it ends"),
         (["--bucket-total", "6", "--bucket-ranges", ","], {}, "bucket_ranges: [','] names no bucket"),
+        # A worker group member's buckets come from its group: no static bucket beside it.
+        (["--group", "g", "--bucket-total", "3"], {}, "--group and --bucket-total exclude each other"),
+        (["--group", "g", "--bucket-id", "1"], {}, "--group and --bucket-id exclude each other"),
+        (["--group", "g"], {"PARTBUILD_ROUND_ROBIN": "true"}, "--group and --round-robin exclude each other"),
+        ([], {"PARTBUILD_GROUP": "g", "PARTBUILD_BUCKET_TOTAL": "2"}, "--group and --bucket-total exclude each other"),
+        (["--group", "no spaces"], {}, "Invalid value for '--group': invalid group name 'no spaces'"),
+        (["--group", "g", "--buckets", "0"], {}, "Invalid value for '--buckets': '0' is not a positive integer"),
+        (["--group", "g"], {"PARTBUILD_MEMBER_TIMEOUT": "0"}, "Invalid value for '--member-timeout'"),
     ],
 )
 def test_run_validates_bucketing_at_start_up(

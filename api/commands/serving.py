@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from partbuild.api import render
-from partbuild.api.commands.bucketing import bucketing_config, bucketing_options
+from partbuild.api.commands.bucketing import PositiveInt, bucketing_config, bucketing_options
 from partbuild.api.commands.common import (
     BadInput,
     CommandFailed,
@@ -227,6 +227,77 @@ def _exit_2_if_the_bucket_is_rejected() -> Iterator[None]:
         raise BadInput(f"the log rejected this worker's bucket: {exc}") from None
 
 
+# The static bucketing options: a group member's buckets come from its group instead.
+_STATIC_BUCKET_OPTIONS = {"bucket_total": "--bucket-total", "bucket_id": "--bucket-id", "round_robin": "--round-robin"}
+# Exit status of a group member the group declared dead (missed heartbeats): distinct from 1 (failed), 2 (bad input).
+DECLARED_DEAD_EXIT = 3
+
+
+def group_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`run`'s worker-group options: --group, --buckets, --member-timeout."""
+    options = [
+        click.option(
+            "--group",
+            "group_name",
+            envvar="PARTBUILD_GROUP",
+            help=(
+                "Join this worker group: share the buckets with the other members through a leader, "
+                "rebalanced when members join or die (docs/worker-group.md). Env: PARTBUILD_GROUP."
+            ),
+        ),
+        click.option(
+            "--buckets",
+            "group_buckets",
+            type=PositiveInt(),
+            default=12,
+            show_default=True,
+            envvar="PARTBUILD_GROUP_BUCKETS",
+            help="Buckets of a new group (an existing group keeps its own). Env: PARTBUILD_GROUP_BUCKETS.",
+        ),
+        click.option(
+            "--member-timeout",
+            type=click.FloatRange(min=0.2),
+            default=10,
+            show_default=True,
+            envvar="PARTBUILD_MEMBER_TIMEOUT",
+            help="Seconds without a heartbeat after which a group member is dead. Env: PARTBUILD_MEMBER_TIMEOUT.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _group_config(group_name: str | None, buckets: int, member_timeout: float) -> Any:
+    """The GroupConfig of `run --group` (None without it); exit 2 when combined with a static bucket."""
+    if group_name is None:
+        return None
+    from partbuild.orchestrator.group.steps import GroupConfig
+    from partbuild.state.members import check_group_name
+
+    ctx = click.get_current_context()
+    for name, option in _STATIC_BUCKET_OPTIONS.items():
+        if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT):
+            raise BadInput(f"--group and {option} exclude each other: a group member's buckets come from its group")
+    try:
+        check_group_name(group_name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--group'") from None
+    return GroupConfig(group_name, buckets=buckets, member_timeout_s=member_timeout)
+
+
+@contextmanager
+def _exit_3_if_declared_dead() -> Iterator[None]:
+    """A group member declared dead stops: one line, exit 3 (its supervisor may start a new member)."""
+    from partbuild.orchestrator.group.membership import MemberDeclaredDead
+
+    try:
+        yield
+    except MemberDeclaredDead as exc:
+        click.echo(f"Error: declared dead by the group: {exc}", err=True)
+        raise SystemExit(DECLARED_DEAD_EXIT) from None
+
+
 @click.command()
 @db_option
 @click.option("--graph", "graph_path", required=True, help="Python file defining `graph` (a Graph or a function).")
@@ -253,6 +324,7 @@ def _exit_2_if_the_bucket_is_rejected() -> Iterator[None]:
 @snapshot_every_option
 @retain_days_option
 @bucketing_options
+@group_options
 def run(
     db_url: str,
     graph_path: str,
@@ -269,16 +341,24 @@ def run(
     bucket_id: int,
     round_robin: bool,
     bucket_ranges: tuple[str, ...],
+    group_name: str | None,
+    group_buckets: int,
+    member_timeout: float,
 ) -> None:
-    """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT)."""
+    """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT).
+
+    With --group, join a worker group: decide only for the buckets this worker
+    owns; exit 3 if the group declares it dead (its heartbeats stopped too long).
+    """
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import spark_session
 
     _configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
-    bucketing = bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
+    group = _group_config(group_name, group_buckets, member_timeout)
+    bucketing = None if group is not None else bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     stop = threading.Event()
-    with open_log(db_url, must_exist=False) as log, _exit_2_if_the_bucket_is_rejected():
+    with open_log(db_url, must_exist=False) as log, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
         orchestrator = Orchestrator(
             log,
             graph,
@@ -290,6 +370,7 @@ def run(
             snapshot_every=snapshot_every,
             retention=_retention(retain_days),
             bucketing=bucketing,
+            group=group,
         )
 
         def request_stop(signum: int, _frame: object) -> None:
@@ -300,14 +381,19 @@ def run(
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         if until_idle:
-            idle = orchestrator.run_until_idle(timeout, stop=stop)
-            orchestrator.close()
-            counts = orchestrator.state.counts()
-            render.console.print(
-                f"log head seq {orchestrator.state.head_seq:,}; wants {render.nonzero(counts['wants'])}; "
-                f"job runs {render.nonzero(counts['job_runs'])}"
-            )
-            if not idle and not stop.is_set():
-                raise CommandFailed(f"not idle after {timeout:g} s")
+            _run_until_idle(orchestrator, timeout, stop)
         else:
             orchestrator.run(stop)
+
+
+def _run_until_idle(orchestrator: Any, timeout: float, stop: threading.Event) -> None:
+    """`run --until-idle`: step until idle, then a one-line summary; exit 1 when not idle in time."""
+    idle = orchestrator.run_until_idle(timeout, stop=stop)
+    orchestrator.close()
+    counts = orchestrator.state.counts()
+    render.console.print(
+        f"log head seq {orchestrator.state.head_seq:,}; wants {render.nonzero(counts['wants'])}; "
+        f"job runs {render.nonzero(counts['job_runs'])}"
+    )
+    if not idle and not stop.is_set():
+        raise CommandFailed(f"not idle after {timeout:g} s")

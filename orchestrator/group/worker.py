@@ -1,0 +1,146 @@
+"""A worker's life in its group: joined as WORKER_ID, heartbeating, leading when it holds the lock.
+
+`GroupWorker` runs one thread beside the orchestrator's loop. Every tick
+(a quarter of the member timeout, sooner when poked) it:
+
+1. heartbeats its membership row; when the row says it is dead
+   (`MemberDeclaredDead`) it records that and stops: the orchestrator stops
+   deciding at once and the process exits (it does not rejoin: a restart is a
+   new task, and the group has already moved its buckets on);
+2. tries the leader lock; the leader reaps dead members' rows and, when the
+   live members differ from the current epoch's, appends a new epoch;
+3. appends its own task message when it has one (`steps.task_event`).
+
+Group events are appended with `expected_head`; a conflict (someone appended
+first) or a rejection (a stale leader's epoch) is simply retried on the next
+tick against the newer state, if the reason still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from partbuild.orchestrator.group.membership import Group, GroupMember, MemberDeclaredDead
+from partbuild.orchestrator.group.steps import GroupConfig, epoch_event, task_event
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.events import Clock, wall_clock_ms
+from partbuild.state.leader_lock import LeaderLock
+from partbuild.state.live import LiveState
+from partbuild.state.store import AppendConflict, EventLog
+
+logger = logging.getLogger("partbuild.group")
+
+
+class GroupWorker:
+    """Membership, leadership and task messages of one orchestrator process in one group."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        live: LiveState,
+        config: GroupConfig,
+        task_id: str,
+        *,
+        clock: Clock = wall_clock_ms,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.log = log
+        self.live = live
+        self.config = config
+        self.task_id = task_id
+        self.group = Group(log, config.name, member_timeout_ms=int(config.member_timeout_s * 1000), clock=clock)
+        self.on_change = on_change  # wakes the orchestrator: ownership moved, or we are dead
+        self.dead: MemberDeclaredDead | None = None
+        self.leading = False
+        self._member: GroupMember | None = None
+        self._lock: LeaderLock | None = None
+        self._stop = threading.Event()
+        self._poke = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="partbuild-group", daemon=True)
+
+    def start(self) -> None:
+        """Join the group (a new member row) and start ticking."""
+        self._member = self.group.join(self.task_id, buckets=self.config.buckets)
+        self._lock = self.group.leader_lock()
+        logger.info("joined group %s as task %s", self.config.name, self.task_id)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Something was folded: look for a step now rather than at the next tick."""
+        self._poke.set()
+
+    def stop(self) -> None:
+        """Stop ticking, give up the lead, leave the group (a clean exit is not a death)."""
+        self._stop.set()
+        self._poke.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._lock is not None:
+            self._lock.release()
+        if self._member is not None and self.dead is None:
+            self._member.leave()
+
+    def _run(self) -> None:
+        interval = self.config.heartbeat_interval_s
+        next_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                now = self.group.clock()
+                if now >= next_beat:
+                    self._heartbeat()
+                    next_beat = now + interval * 1000
+                self._speak()
+            except MemberDeclaredDead as exc:
+                self.dead = exc
+                logger.error("%s", exc)
+                self.on_change()
+                return
+            except Exception:  # a database hiccup: the next tick tries again, well within the timeout
+                logger.exception("group %s: tick failed", self.config.name)
+            self._poke.wait(min(interval, 0.25))
+            self._poke.clear()
+
+    def _heartbeat(self) -> None:
+        """Stay a member; try the lock; as leader, reap the dead and start an epoch if members changed."""
+        assert self._member is not None and self._lock is not None
+        self._member.heartbeat()
+        was_leading, self.leading = self.leading, self._lock.try_acquire()
+        if self.leading != was_leading:
+            logger.info("group %s: %s the leader", self.config.name, "now" if self.leading else "no longer")
+        if not self.leading:
+            return
+        reaped = self.group.reap()
+        if reaped:
+            logger.info("group %s: reaped dead members %s", self.config.name, ", ".join(reaped))
+        live = [member.task_id for member in self.group.live_members()]
+        self.live.catch_up()
+        with self.live.read() as state:
+            event, head = epoch_event(state, self.config, self.task_id, live, self.group.clock()), state.head_seq
+        if event is not None and self._append(event, head):
+            logger.info("group %s: new epoch %s, members %s", self.config.name, event.group_epoch.epoch_id, live)
+
+    def _speak(self) -> None:
+        """Append this task's next message (epoch seen, pick-up, drop, share), if it has one."""
+        self.live.catch_up()
+        with self.live.read() as state:
+            event, head = task_event(state, self.config.name, self.task_id, self.group.clock()), state.head_seq
+        if event is not None and self._append(event, head):
+            self.on_change()
+            self._poke.set()  # one step may enable the next (a drop after a pick-up): look again soon
+
+    def _append(self, event: pb.Event, head: int) -> bool:
+        """Append on `head`; whether the fold accepted it (a conflict or rejection is retried next tick)."""
+        try:
+            appended = self.log.append([event], expected_head=head)
+        except AppendConflict:
+            return False
+        self.live.read_at_least(appended.last_seq)
+        with self.live.read() as state:
+            rejected = state.rejection_between(appended.first_seq, appended.last_seq)
+        if rejected:
+            logger.warning(
+                "group %s: the log rejected our %s: %s", self.config.name, event.WhichOneof("payload"), rejected
+            )
+        return not rejected
