@@ -29,13 +29,21 @@ if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
 
 
-def scope_problem(scope: pb.BucketScope) -> str | None:
-    """What is wrong with a bucket scope, or None."""
-    problem = id_problem("bucket namespace", scope.namespace)
+def split_problem(namespace: str, bucket_total: int) -> str | None:
+    """What is wrong with a namespace and its number of buckets, or None."""
+    problem = id_problem("bucket namespace", namespace)
     if problem:
         return problem
-    if not 1 <= scope.bucket_total <= MAX_BUCKETS:
-        return f"bucket_total {scope.bucket_total} is not between 1 and {MAX_BUCKETS}"
+    if not 1 <= bucket_total <= MAX_BUCKETS:
+        return f"bucket_total {bucket_total} is not between 1 and {MAX_BUCKETS}"
+    return None
+
+
+def scope_problem(scope: pb.BucketScope) -> str | None:
+    """What is wrong with a bucket scope, or None."""
+    problem = split_problem(scope.namespace, scope.bucket_total)
+    if problem:
+        return problem
     if not 1 <= scope.bucket_id <= scope.bucket_total:
         return f"bucket_id {scope.bucket_id} is not between 1 and bucket_total {scope.bucket_total}"
     return None
@@ -113,11 +121,9 @@ def apply_bucket_run_start(state: BuildState, seq: int, msg: pb.BucketRunStart, 
 
 def check_bucket_layout(state: BuildState, seq: int, msg: pb.BucketLayout, event: pb.Event) -> str | pb.BucketLayout:
     """A valid namespace and total; the plan is the message."""
-    problem = id_problem("bucket namespace", msg.namespace)
+    problem = split_problem(msg.namespace, msg.bucket_total)
     if problem:
         return problem
-    if not 1 <= msg.bucket_total <= MAX_BUCKETS:
-        return f"bucket_total {msg.bucket_total} is not between 1 and {MAX_BUCKETS}"
     group = namespace_group(state, msg.namespace)
     if group is not None and group.bucket_total != msg.bucket_total:
         return (
