@@ -22,7 +22,20 @@ def machine() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()} ({sys.implementation.name})"
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {ram_gib():.0f} GiB RAM, "
+        f"Python {platform.python_version()} ({sys.implementation.name})"
+    )
+
+
+def ram_gib() -> float:
+    """Total memory of the machine, from /proc/meminfo (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as info:
+            kib = next(int(line.split()[1]) for line in info if line.startswith("MemTotal:"))
+    except (OSError, StopIteration):
+        return 0.0
+    return kib / 2**20
 
 
 def w1_history(events: int, heartbeats_per_run: int = 1) -> Iterator[pb.Event]:

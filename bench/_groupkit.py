@@ -1,0 +1,353 @@
+"""Shared bits of the worker-group benchmarks: fresh logs, `partbuild run --group` workers, the API, the log's tail.
+
+Workers are real `partbuild run --group` processes on `bench/graphs/sleep.py`, each
+in its own session (process group), so a SIGKILL of the group takes its Spark JVM
+with it, as the death of a machine or container would, and the clean-up on the way
+out can always kill whatever is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from partbuild.api import models as m
+from partbuild.api.client import HttpClient, create_wants_chunked
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.db import normalize_url
+from partbuild.state.group import GroupState
+from partbuild.state.model import WantState
+from partbuild.state.store import EventLog
+
+REPO = Path(__file__).resolve().parents[1]
+SLEEP_GRAPH = REPO / "bench" / "graphs" / "sleep.py"
+GROUP = "bench"
+DEFAULT_PG_URL = "postgresql+psycopg://127.0.0.1:5432/test"
+START_TIMEOUT_S = 300.0  # a JVM per worker, several starting at once on two cores
+SERVE_LINE = re.compile(r"partbuild API on (http://\S+) ")
+
+Watch = Callable[[int, pb.Event, BuildState], None]
+
+
+def executable() -> str:
+    """The `partbuild` script of this interpreter's environment (the checkout's .venv)."""
+    found = shutil.which("partbuild", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise SystemExit(f"no partbuild script next to {sys.executable}: pip install -e '.[dev]' first")
+    return found
+
+
+def now_ms() -> int:
+    """The wall clock in ms, as the envelopes' timestamp_ms (same machine, same clock)."""
+    return time.time_ns() // 1_000_000
+
+
+# ----------------------------------------------------------------- fresh logs
+
+
+@contextlib.contextmanager
+def fresh_log(backend: str, workdir: Path) -> Iterator[str]:
+    """The URL of an empty, migrated log: a SQLite file in `workdir`, or a new PostgreSQL schema (dropped after).
+
+    PostgreSQL: `PARTBUILD_BENCH_PG_URL` (default the test server's `test` database); the schema
+    is selected through `search_path` in the URL, as tests/conftest.py does, so child
+    processes given the URL see the same tables.
+    """
+    if backend == "sqlite":
+        url = f"sqlite:///{workdir / 'partbuild.db'}"
+        with EventLog.open(url, auto_upgrade=True):
+            pass
+        yield url
+        return
+    base = normalize_url(os.environ.get("PARTBUILD_BENCH_PG_URL", DEFAULT_PG_URL))
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    schema = f"pbbench_{secrets.token_hex(6)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+        url = base.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+        try:
+            with EventLog.open(url, auto_upgrade=True):
+                pass
+            yield url
+        finally:
+            with admin.connect() as conn:
+                conn.execute(sa.text("SET lock_timeout = '10s'"))  # a leaked session fails the drop, not hangs it
+                conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+    finally:
+        admin.dispose()
+
+
+# ----------------------------------------------------------------- processes
+
+
+def kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the process group of `process` (it leads one: started in its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> int | None:
+    """SIGTERM, a bounded wait, then SIGKILL of its group; also kills what is left of the group. Exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"  pid {process.pid} ignored SIGTERM for {timeout_s:g} s: SIGKILL to its process group", flush=True)
+    kill_group(process)  # a JVM outliving its Python parent would hold CPU and memory for the next figures
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)
+    return process.returncode
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of process group `pgid` (a worker and its JVM)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state ppid pgrp session ... utime (11th) stime (12th).
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat: differences give its load."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values) - idle) / ticks, sum(values) / ticks
+
+
+@dataclass
+class Worker:
+    """One `partbuild run --group` process."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    output: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def tail_of_output(self, lines: int = 20) -> str:
+        return "\n".join(self.output.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Workers:
+    """Starts group workers on one log; on the way out, stops every one still running (SIGKILL last)."""
+
+    def __init__(
+        self,
+        db: str,
+        workdir: Path,
+        *,
+        buckets: int,
+        member_timeout_s: float,
+        env: dict[str, str],
+        heartbeat_interval_s: float,
+        heartbeat_timeout_s: float,
+    ) -> None:
+        self.db = db
+        self.workdir = workdir
+        self.options = [
+            "--group", GROUP, "--buckets", str(buckets), "--member-timeout", str(member_timeout_s),
+            "--heartbeat-interval", str(heartbeat_interval_s), "--heartbeat-timeout", str(heartbeat_timeout_s),
+            "--snapshot-every", "0",  # no checkpoint at start or stop: nothing but the group in the figures
+        ]  # fmt: skip
+        # One core for each worker's Spark: the jobs never use it, and fewer JVM threads compete for two cores.
+        self.env = os.environ | {"PARTBUILD_SPARK_MASTER": "local[1]", "PYTHONUNBUFFERED": "1"} | env
+        self.started: dict[str, Worker] = {}
+
+    def start(self, name: str) -> Worker:
+        """Start worker `name` (output in `<workdir>/<name>.log`)."""
+        output = self.workdir / f"{name}.log"
+        command = [
+            executable(), "run", "--db", self.db, "--graph", str(SLEEP_GRAPH),
+            "--warehouse", str(self.workdir / "warehouse"), *self.options,
+        ]  # fmt: skip
+        with output.open("wb") as sink:
+            process = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a SIGKILL takes the JVM too
+            )
+        worker = self.started[name] = Worker(name, process, output)
+        return worker
+
+    def live(self) -> list[Worker]:
+        return [worker for worker in self.started.values() if worker.alive()]
+
+    def check_running(self, names: list[str]) -> None:
+        """Raise with its output if one of `names` has exited."""
+        for name in names:
+            worker = self.started[name]
+            if not worker.alive():
+                raise RuntimeError(
+                    f"worker {name} exited ({worker.process.returncode}); output ends:\n{worker.tail_of_output()}"
+                )
+
+    def stop(self, names: list[str]) -> None:
+        """SIGTERM `names` at once (each finishes its runs, leaves the group), then wait for each."""
+        for name in names:
+            if self.started[name].alive():
+                self.started[name].process.send_signal(signal.SIGTERM)
+        for name in names:
+            worker = self.started[name]
+            code = stop_process(worker.process)
+            if code not in (0, -signal.SIGKILL):
+                print(f"  worker {name} exited {code}; output ends:\n{worker.tail_of_output()}", flush=True)
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for worker in self.started.values():
+            if worker.alive():
+                worker.process.send_signal(signal.SIGTERM)
+        for worker in self.started.values():
+            stop_process(worker.process)
+
+
+# ----------------------------------------------------------------- the API
+
+
+@contextlib.contextmanager
+def api_server(db: str, workdir: Path) -> Iterator[HttpClient]:
+    """`partbuild serve` on the log (any free port, the sleep graph to check refs); a client of its API."""
+    output = workdir / "serve.log"
+    command = [
+        executable(), "serve", "--db", db, "--graph", str(SLEEP_GRAPH), "--host", "127.0.0.1", "--port", "0",
+        "--snapshot-every", "0",
+    ]  # fmt: skip
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while (found := SERVE_LINE.search(output.read_text(errors="replace"))) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"`partbuild serve` did not start:\n{output.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        with HttpClient(found.group(1)) as client:
+            while True:  # the line comes before uvicorn listens
+                with contextlib.suppress(Exception):
+                    client.health()
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("`partbuild serve` never answered /healthz")
+                time.sleep(0.05)
+            yield client
+    finally:
+        stop_process(process, timeout_s=30)
+
+
+def want_each(client: HttpClient, refs: list[str]) -> m.WantBatchCreated:
+    """One want per ref, recorded through the API (`POST /api/v1/wants/batch`, as `partbuild want --file`)."""
+    return create_wants_chunked(client, [m.WantRequest(refs=[ref]) for ref in refs], "bench")
+
+
+# ----------------------------------------------------------------- the log, folded as it grows
+
+
+class Tail:
+    """The log folded incrementally; `watch` callbacks see every event with the state just after it."""
+
+    def __init__(self, db: str) -> None:
+        self.log = EventLog.open(db)
+        self.state = BuildState()
+        self.watches: list[Watch] = []
+
+    def close(self) -> None:
+        self.log.close()
+
+    def __enter__(self) -> Tail:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def poll(self) -> BuildState:
+        """Fold whatever was appended since the last poll, calling the watches after each event."""
+        for seq, payload in self.log.iter_payloads(after_seq=self.state.head_seq):
+            self.state.apply_payload(seq, payload)
+            if self.watches:
+                event = pb.Event.FromString(payload)
+                for watch in self.watches:
+                    watch(seq, event, self.state)
+        return self.state
+
+    def group(self) -> GroupState | None:
+        return self.state.groups.get(GROUP)
+
+    def wait(self, what: str, check: Callable[[BuildState], bool], workers: Workers, names: list[str]) -> float:
+        """Poll every 0.1 s until `check(state)`; fail if one of `names` exits. Seconds waited."""
+        started = time.monotonic()
+        while time.monotonic() - started < START_TIMEOUT_S:
+            workers.check_running(names)
+            if check(self.poll()):
+                return time.monotonic() - started
+            time.sleep(0.1)
+        raise TimeoutError(f"not {what} within {START_TIMEOUT_S:g} s; group {self.group()}")
+
+
+def pid_of(task: str) -> int:
+    """The pid in a task id (WORKER_ID: host:pid:token)."""
+    return int(task.split(":")[1])
+
+
+def task_of(group: GroupState | None, pid: int) -> str | None:
+    """The member task of process `pid` in the current epoch, if it is one."""
+    if group is None:
+        return None
+    return next((task for task in group.members if pid_of(task) == pid), None)
+
+
+def is_balanced(group: GroupState | None, pids: list[int]) -> bool:
+    """The current epoch's members are exactly `pids`, every bucket owned, loads within one bucket."""
+    if group is None or sorted(pid_of(task) for task in group.members) != sorted(pids):
+        return False
+    loads = [len(group.owned_by(task)) for task in group.members]
+    return len(group.owners) == group.bucket_total and max(loads) - min(loads) <= 1
+
+
+def successful_wants(state: BuildState) -> int:
+    return state.want_counts[WantState.SUCCESSFUL]
