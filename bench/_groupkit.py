@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,3 +352,33 @@ def is_balanced(group: GroupState | None, pids: list[int]) -> bool:
 
 def successful_wants(state: BuildState) -> int:
     return state.want_counts[WantState.SUCCESSFUL]
+
+
+class RunsInFlight:
+    """A watch: which worker buffered each run, runs in flight per worker (and the peak), failures."""
+
+    def __init__(self) -> None:
+        self.worker_of: dict[str, str] = {}
+        self.in_flight: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self.buffered: Counter[str] = Counter()
+        self.first_buffer_ms: int | None = None
+        self.failures = 0
+
+    def __call__(self, seq: int, event: pb.Event, state: BuildState) -> None:
+        kind = event.WhichOneof("payload")
+        if kind == "job_run_buffer":
+            if state.rejections and state.rejections[-1].seq == seq:
+                return  # a fenced decision the fold refused: not a run
+            worker = event.source.system.worker
+            self.worker_of[event.job_run_buffer.job_run_id] = worker
+            self.buffered[worker] += 1
+            self.in_flight[worker] += 1
+            self.peak[worker] = max(self.peak[worker], self.in_flight[worker])
+            if self.first_buffer_ms is None:
+                self.first_buffer_ms = event.timestamp_ms
+        elif kind in ("job_run_success", "job_run_failure"):
+            worker = self.worker_of.get(getattr(event, kind).job_run_id)
+            if worker is not None and not (state.rejections and state.rejections[-1].seq == seq):
+                self.in_flight[worker] -= 1
+                self.failures += kind == "job_run_failure"

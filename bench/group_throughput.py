@@ -46,6 +46,7 @@ from pathlib import Path
 
 from _common import machine
 from _groupkit import (
+    RunsInFlight,
     Tail,
     Workers,
     api_server,
@@ -92,35 +93,16 @@ class Result:
         return sum(self.runs_by_worker) / self.seconds
 
 
-class Progress:
-    """Watches the folded log: which worker buffered each run, in flight per worker, when the last want succeeded."""
+class Progress(RunsInFlight):
+    """Runs in flight per worker, and when the last of `wants` wants became SUCCESSFUL (envelope time)."""
 
     def __init__(self, wants: int) -> None:
+        super().__init__()
         self.wants = wants
-        self.worker_of: dict[str, str] = {}
-        self.in_flight: Counter[str] = Counter()
-        self.peak: Counter[str] = Counter()
-        self.buffered: Counter[str] = Counter()
-        self.first_buffer_ms: int | None = None
         self.done_ms: int | None = None
-        self.failures = 0
 
     def __call__(self, seq: int, event: pb.Event, state: BuildState) -> None:
-        kind = event.WhichOneof("payload")
-        rejected = bool(state.rejections) and state.rejections[-1].seq == seq
-        if kind == "job_run_buffer" and not rejected:
-            worker = event.source.system.worker
-            self.worker_of[event.job_run_buffer.job_run_id] = worker
-            self.buffered[worker] += 1
-            self.in_flight[worker] += 1
-            self.peak[worker] = max(self.peak[worker], self.in_flight[worker])
-            if self.first_buffer_ms is None:
-                self.first_buffer_ms = event.timestamp_ms
-        elif kind in ("job_run_success", "job_run_failure"):
-            worker = self.worker_of.get(getattr(event, kind).job_run_id)
-            if worker is not None:
-                self.in_flight[worker] -= 1
-            self.failures += kind == "job_run_failure"
+        super().__call__(seq, event, state)
         if self.done_ms is None and successful_wants(state) == self.wants:
             self.done_ms = event.timestamp_ms
 
