@@ -355,10 +355,16 @@ def successful_wants(state: BuildState) -> int:
 
 
 class RunsInFlight:
-    """A watch: which worker buffered each run, runs in flight per worker (and the peak), failures."""
+    """A watch: which worker buffered each run, runs in flight per worker (and the peak), failures.
+
+    Also each finished run's time from its buffer to its end (envelope times), which is its
+    1 s of sleep plus the dispatch and the append of its outcome.
+    """
 
     def __init__(self) -> None:
         self.worker_of: dict[str, str] = {}
+        self.buffered_ms: dict[str, int] = {}
+        self.run_ms: list[int] = []
         self.in_flight: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
         self.buffered: Counter[str] = Counter()
@@ -372,13 +378,16 @@ class RunsInFlight:
                 return  # a fenced decision the fold refused: not a run
             worker = event.source.system.worker
             self.worker_of[event.job_run_buffer.job_run_id] = worker
+            self.buffered_ms[event.job_run_buffer.job_run_id] = event.timestamp_ms
             self.buffered[worker] += 1
             self.in_flight[worker] += 1
             self.peak[worker] = max(self.peak[worker], self.in_flight[worker])
             if self.first_buffer_ms is None:
                 self.first_buffer_ms = event.timestamp_ms
         elif kind in ("job_run_success", "job_run_failure"):
-            worker = self.worker_of.get(getattr(event, kind).job_run_id)
+            run_id = getattr(event, kind).job_run_id
+            worker = self.worker_of.get(run_id)
             if worker is not None and not (state.rejections and state.rejections[-1].seq == seq):
                 self.in_flight[worker] -= 1
                 self.failures += kind == "job_run_failure"
+                self.run_ms.append(event.timestamp_ms - self.buffered_ms[run_id])

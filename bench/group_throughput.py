@@ -85,6 +85,8 @@ class Result:
     peak_in_flight: list[int] = field(default_factory=list)
     failures: int = 0
     rejections: int = 0
+    run_s: float = math.nan  # mean time of a run from its buffer to its success (1 s of it sleeping)
+    idle_slot_s: float = math.nan  # per run: slot time with no run in it (shared slots: slots x time - runs' time)
     worker_cpu_s: float = 0.0  # all workers, Python and JVM, over the measured window
     machine_busy: float = 0.0  # cores busy on average over the window (of os.cpu_count())
 
@@ -168,6 +170,9 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
         result.runs_by_worker = [progress.buffered[task] for task in members]
         result.peak_in_flight = [progress.peak[task] for task in members]
         result.failures = progress.failures
+        result.run_s = statistics.fmean(progress.run_ms) / 1000
+        if slots_mode == "shared":
+            result.idle_slot_s = (slots * result.seconds - sum(progress.run_ms) / 1000) / len(refs)
         result.rejections = len(tail.state.rejections)
         workers.stop(names)
         print(
@@ -175,7 +180,8 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
             f"first run buffered {result.first_run_s:.2f} s after the request; group balanced "
             f"{formed:.1f} s after start); partitions in each worker's buckets {result.partitions_by_worker}, "
             f"runs per worker {result.runs_by_worker}, peak in flight "
-            f"{result.peak_in_flight}; failures {result.failures}, rejected events {result.rejections}; "
+            f"{result.peak_in_flight}; a run takes {result.run_s:.3f} s from buffer to success, a slot idles "
+            f"{result.idle_slot_s:.3f} s per run; failures {result.failures}, rejected events {result.rejections}; "
             f"workers' CPU {result.worker_cpu_s:.1f} s, machine {result.machine_busy:.2f} of {CORES} cores busy",
             flush=True,
         )
