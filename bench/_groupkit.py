@@ -115,31 +115,65 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> i
     return process.returncode
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of the live processes of process group `pgid` (a worker and its JVM)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+def _process_ticks() -> dict[int, tuple[str, int, int]]:
+    """pid -> (command, process group, CPU ticks user + system) of every process we can read."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+                text = stat.read()
         except OSError:
             continue
-        # After the command: state ppid pgrp session ... utime (11th) stime (12th).
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+        command = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime.
+        found[int(entry)] = (command, int(fields[2]), int(fields[11]) + int(fields[12]))
+    return found
 
 
-def machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat: differences give its load."""
-    ticks = os.sysconf("SC_CLK_TCK")
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine so far, from /proc/stat."""
     with open("/proc/stat") as stat:
         values = [int(v) for v in stat.readline().split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values) - idle) / ticks, sum(values) / ticks
+    return sum(values) - values[3] - values[4], sum(values)  # idle and iowait are not busy
+
+
+class CpuMeter:
+    """CPU seconds over a window, by who used them: process groups we started, PostgreSQL, this process, the rest.
+
+    Processes that end inside the window lose their share (none of ours do while measured).
+    """
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self.groups = groups  # label -> process group ids (a worker and its JVM are one group)
+        self._start: dict[int, tuple[str, int, int]] = {}
+        self._machine = (0, 0)
+
+    def start(self) -> None:
+        self._start, self._machine = _process_ticks(), _machine_ticks()
+
+    def stop(self) -> dict[str, float]:
+        """Seconds by label, plus `postgres`, `bench` (this process), `other` and the window's `busy cores`."""
+        end, (busy, total) = _process_ticks(), _machine_ticks()
+        ticks = os.sysconf("SC_CLK_TCK")
+        used: Counter[str] = Counter()
+        label_of = {pgid: label for label, pgids in self.groups.items() for pgid in pgids}
+        for pid, (command, pgrp, now) in end.items():
+            delta = now - self._start.get(pid, (command, pgrp, 0))[2]
+            if pgrp in label_of:
+                used[label_of[pgrp]] += delta
+            elif command == "postgres":
+                used["postgres"] += delta
+            elif pid == os.getpid():
+                used["bench"] += delta
+        busy -= self._machine[0]
+        total -= self._machine[1]
+        seconds = {label: used[label] / ticks for label in [*self.groups, "postgres", "bench"]}
+        seconds["other"] = busy / ticks - sum(seconds.values())
+        seconds["busy cores"] = busy / total * (os.cpu_count() or 1) if total else 0.0
+        return seconds
 
 
 @dataclass
@@ -244,9 +278,17 @@ class Workers:
 # ----------------------------------------------------------------- the API
 
 
+@dataclass
+class Api:
+    """A `partbuild serve` process and a client of its API."""
+
+    client: HttpClient
+    pid: int
+
+
 @contextlib.contextmanager
-def api_server(db: str, workdir: Path) -> Iterator[HttpClient]:
-    """`partbuild serve` on the log (any free port, the sleep graph to check refs); a client of its API."""
+def api_server(db: str, workdir: Path) -> Iterator[Api]:
+    """`partbuild serve` on the log (any free port, the sleep graph to check refs), and a client of its API."""
     output = workdir / "serve.log"
     command = [
         executable(), "serve", "--db", db, "--graph", str(SLEEP_GRAPH), "--host", "127.0.0.1", "--port", "0",
@@ -276,7 +318,7 @@ def api_server(db: str, workdir: Path) -> Iterator[HttpClient]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("`partbuild serve` never answered /healthz")
                 time.sleep(0.05)
-            yield client
+            yield Api(client, process.pid)
     finally:
         stop_process(process, timeout_s=30)
 

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> list[Kill]:
     with (
         tempfile.TemporaryDirectory(prefix="partbuild-bench-") as tmp,
         fresh_log(args.backend, Path(tmp)) as db,
-        api_server(db, Path(tmp)) as client,
+        api_server(db, Path(tmp)) as api,
         Workers(
             db,
             Path(tmp),
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> list[Kill]:
     ):
         runs = RunsInFlight()
         tail.watches.append(runs)
-        feed = Feed(client, batch=slots * 15)
+        feed = Feed(api.client, batch=slots * 15)
         live = [f"w{next(names)}" for _ in range(args.workers)]
         for name in live:
             workers.start(name)

@@ -46,14 +46,13 @@ from pathlib import Path
 
 from _common import machine
 from _groupkit import (
+    CpuMeter,
     RunsInFlight,
     Tail,
     Workers,
     api_server,
     fresh_log,
-    group_cpu_s,
     is_balanced,
-    machine_busy,
     now_ms,
     successful_wants,
     want_each,
@@ -87,8 +86,7 @@ class Result:
     rejections: int = 0
     run_s: float = math.nan  # mean time of a run from its buffer to its success (1 s of it sleeping)
     idle_slot_s: float = math.nan  # per run: slot time with no run in it (shared slots: slots x time - runs' time)
-    worker_cpu_s: float = 0.0  # all workers, Python and JVM, over the measured window
-    machine_busy: float = 0.0  # cores busy on average over the window (of os.cpu_count())
+    cpu: dict[str, float] = field(default_factory=dict)  # CpuMeter's split of the measured window
 
     @property
     def rate(self) -> float:
@@ -126,7 +124,7 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
     with (
         tempfile.TemporaryDirectory(prefix="partbuild-bench-") as tmp,
         fresh_log(backend, Path(tmp)) as db,
-        api_server(db, Path(tmp)) as client,
+        api_server(db, Path(tmp)) as api,
         Workers(
             db,
             Path(tmp),
@@ -146,10 +144,10 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
         progress = Progress(len(refs))
         tail.poll()
         tail.watches.append(progress)
-        cpu_before = sum(group_cpu_s(pid) for pid in pids)
-        busy_before, total_before = machine_busy()
+        meter = CpuMeter({"workers": pids, "api": [api.pid]})
+        meter.start()
         started_ms = now_ms()
-        want_each(client, refs)
+        want_each(api.client, refs)
         deadline = time.monotonic() + TIMEOUT_S
         while progress.done_ms is None:
             if time.monotonic() > deadline:
@@ -157,9 +155,7 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
             workers.check_running(names)
             time.sleep(0.1)
             tail.poll()
-        busy_after, total_after = machine_busy()
-        result.worker_cpu_s = sum(group_cpu_s(pid) for pid in pids) - cpu_before
-        result.machine_busy = (busy_after - busy_before) / (total_after - total_before) * CORES
+        result.cpu = meter.stop()
         result.seconds = (progress.done_ms - started_ms) / 1000
         assert progress.first_buffer_ms is not None
         result.first_run_s = (progress.first_buffer_ms - started_ms) / 1000
@@ -180,9 +176,11 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
             f"first run buffered {result.first_run_s:.2f} s after the request; group balanced "
             f"{formed:.1f} s after start); partitions in each worker's buckets {result.partitions_by_worker}, "
             f"runs per worker {result.runs_by_worker}, peak in flight "
-            f"{result.peak_in_flight}; a run takes {result.run_s:.3f} s from buffer to success, a slot idles "
-            f"{result.idle_slot_s:.3f} s per run; failures {result.failures}, rejected events {result.rejections}; "
-            f"workers' CPU {result.worker_cpu_s:.1f} s, machine {result.machine_busy:.2f} of {CORES} cores busy",
+            f"{result.peak_in_flight}; a run takes {result.run_s:.3f} s from buffer to success"
+            + (f", a slot idles {result.idle_slot_s:.3f} s per run" if slots_mode == "shared" else " (waits included)")
+            + f"; failures {result.failures}, rejected events {result.rejections}; "
+            f"CPU s: {', '.join(f'{who} {used:.1f}' for who, used in result.cpu.items() if who != 'busy cores')}; "
+            f"{result.cpu['busy cores']:.2f} of {CORES} cores busy",
             flush=True,
         )
     return result
