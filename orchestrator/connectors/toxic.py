@@ -33,15 +33,18 @@ class ToxicBytes:
     _digest: str | None
 
     def __init__(self, raw: bytes | bytearray | memoryview) -> None:
-        name = type(self).__name__
-        if not isinstance(raw, bytes | bytearray | memoryview):
+        if type(raw) is bytes:  # the common case, kept fast: connectors build millions of keys
+            data = raw
+        elif isinstance(raw, _BYTES_LIKE):
+            data = bytes(raw)
+        else:
             # Only the type's name: the value itself might be the secret.
-            raise TypeError(f"{name} takes bytes, not {type(raw).__name__}")
-        data = bytes(raw)
-        if not 1 <= len(data) <= self.max_len:
-            raise ValueError(f"{name} must be 1..{self.max_len} bytes, got {len(data)}")
-        object.__setattr__(self, "_raw", data)
-        object.__setattr__(self, "_digest", None)
+            raise TypeError(f"{type(self).__name__} takes bytes, not {type(raw).__name__}")
+        if not 0 < len(data) <= self.max_len:
+            raise ValueError(f"{type(self).__name__} must be 1..{self.max_len} bytes, got {len(data)}")
+        # Through the slot descriptors: __setattr__ refuses every assignment.
+        _set_raw(self, data)
+        _set_digest(self, None)
 
     def raw_bytes(self) -> bytes:
         """The bytes themselves. Every call is a place where they may leak: keep them out of logs."""
@@ -49,10 +52,11 @@ class ToxicBytes:
 
     def digest_prefix(self) -> str:
         """The hex prefix of the BLAKE3 digest shown in `repr` (computed once, on demand)."""
-        if self._digest is None:
-            object.__setattr__(self, "_digest", blake3.blake3(self._raw).hexdigest()[:_DIGEST_HEX_CHARS])
-        assert self._digest is not None
-        return self._digest
+        digest = self._digest
+        if digest is None:
+            digest = blake3.blake3(self._raw).hexdigest()[:_DIGEST_HEX_CHARS]
+            _set_digest(self, digest)
+        return digest
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -100,6 +104,11 @@ class ToxicBytes:
         return core_schema.is_instance_schema(
             cls, serialization=core_schema.plain_serializer_function_ser_schema(repr, when_used="always")
         )
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_set_raw = ToxicBytes.__dict__["_raw"].__set__
+_set_digest = ToxicBytes.__dict__["_digest"].__set__
 
 
 class ItemKey(ToxicBytes):
