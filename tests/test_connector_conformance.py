@@ -8,6 +8,8 @@ import os
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partbuild.orchestrator.connectors.conformance import (
     ConformanceCase,
@@ -239,3 +241,31 @@ def test_locations_are_checked_too() -> None:
     leaky.fill_page = fill_page  # type: ignore[method-assign]
     with pytest.raises(ConformanceFailure, match="location url"):
         check_forbidden_fragments(lambda: leaky, THREE)
+
+
+def test_the_in_memory_connector_meets_the_protocol() -> None:
+    from partbuild.orchestrator.connectors.contract import Connector
+
+    assert isinstance(InMemoryConnector([]), Connector)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    # No dots: a key of ".." would be a ref with a ".." segment, which the harness rightly refuses.
+    st.dictionaries(
+        st.binary(min_size=1, max_size=5).filter(lambda k: b"." not in k), st.integers(0, 300), max_size=40
+    ),
+    st.integers(1, 6),
+    st.integers(1, 900),
+    st.booleans(),
+)
+def test_any_in_memory_data_set_passes_the_harness(
+    contents: dict[bytes, int], max_items: int, max_bytes: int, tokens: bool
+) -> None:
+    items = [MemoryItem(ItemKey(k), b"x" * size) for k, size in contents.items()]
+    case = ConformanceCase("generated", Budgets(max_items, max_bytes), secrets=(SECRET,))
+    run_conformance(lambda: InMemoryConnector(items, tokens=tokens), [case])
+    drained = [
+        item.key.raw_bytes() for page in check_drain(lambda: InMemoryConnector(items), case) for item in page.items
+    ]
+    assert drained == sorted(contents)
