@@ -18,6 +18,7 @@ from partbuild.orchestrator.connectors.conformance import (
     check_deterministic,
     check_drain,
     check_forbidden_fragments,
+    check_reads,
     check_split_points,
     check_token_fallback,
     run_conformance,
@@ -119,6 +120,11 @@ class SplitsAtTheCursor(Wrapper):
         return cursor.last_key or self.inner.fill_page(shard, cursor, budgets).items[0].key  # type: ignore[union-attr]
 
 
+class ReadsPastTheBudget(Wrapper):
+    def read_range(self, item_ref: ItemRef, offset: int, length: int, budgets: Budgets) -> bytes:
+        return self.inner.read_range(item_ref, offset, length, Budgets(1, 1 << 40))
+
+
 class Endless(Wrapper):
     """Makes up a new key after every page: never done."""
 
@@ -203,6 +209,7 @@ BROKEN = [
         ONE_PAGE_EACH,
         Rule.SPLIT_POINT,
     ),
+    ("reads past max_bytes", lambda: ReadsPastTheBudget(InMemoryConnector(ITEMS)), check_reads, THREE, Rule.READS),
 ]
 
 

@@ -12,7 +12,9 @@ pytest tests). The checks drain shards through the public methods only:
 - each page keeps its budgets, with the progress rule: only a lone first item
   may exceed `max_bytes`;
 - a split point lies strictly inside what remains, and the two halves drain to
-  the same sequence as the whole.
+  the same sequence as the whole;
+- a whole read returns `size_hint` bytes, and a range read the same bytes,
+  never more than `max_bytes` (for connectors advertising range reads).
 
 Failure messages name items by their redacted form only.
 """
@@ -47,6 +49,7 @@ class Rule(enum.Enum):
     MAX_ITEMS = "a page holds at most max_items items"
     MAX_BYTES = "a page holds at most max_bytes bytes, but for a lone first item (progress)"
     SPLIT_POINT = "a split point lies inside what remains and the halves drain to the whole"
+    READS = "reads return the item's bytes, ranges within max_bytes"
 
 
 class ConformanceFailure(AssertionError):
@@ -262,12 +265,42 @@ def check_split_points(factory: ConnectorFactory, case: ConformanceCase) -> None
         _check_split_at(connector, factory, case, cursor)
 
 
+READ_SAMPLE = 5  # items read per case: reads are I/O, a few show the rule
+
+
+def _check_item_reads(connector: Connector, item: ScanItem) -> None:
+    where = f"reading {item.key!r}"
+    whole_budget = Budgets(1, max(item.size, 1))
+    with connector.open(item.ref, whole_budget) as reader:
+        whole = reader.read()
+    if item.size_hint is not None and len(whole) != item.size_hint:
+        raise ConformanceFailure(Rule.READS, f"{where}: open gave {len(whole)} bytes, size_hint {item.size_hint}")
+    if not connector.capabilities().range_read or not whole:
+        return
+    ranged = connector.read_range(item.ref, 0, len(whole), whole_budget)
+    if ranged != whole:
+        raise ConformanceFailure(Rule.READS, f"{where}: read_range(0, {len(whole)}) differs from open")
+    clamped = connector.read_range(item.ref, 0, len(whole) + 10, Budgets(1, 1))
+    if len(clamped) > 1:
+        raise ConformanceFailure(Rule.READS, f"{where}: read_range gave {len(clamped)} bytes with max_bytes=1")
+    if connector.read_range(item.ref, len(whole) // 2, len(whole), whole_budget) != whole[len(whole) // 2 :]:
+        raise ConformanceFailure(Rule.READS, f"{where}: read_range from the middle differs from open")
+
+
+def check_reads(factory: ConnectorFactory, case: ConformanceCase) -> None:
+    """The first few items of the case read back whole and by range."""
+    connector = factory()
+    for item in _items(drain(factory(), case))[:READ_SAMPLE]:
+        _check_item_reads(connector, item)
+
+
 CHECKS: dict[str, Callable[[ConnectorFactory, ConformanceCase], object]] = {
     "drain": check_drain,
     "deterministic": check_deterministic,
     "token_fallback": check_token_fallback,
     "forbidden_fragments": check_forbidden_fragments,
     "split_points": check_split_points,
+    "reads": check_reads,
 }
 
 
