@@ -201,11 +201,11 @@ def _holds_path(raw: bytes, path: bytes) -> bool:
     return False
 
 
-def _fragment_problem(raw: bytes, case: ConformanceCase) -> str | None:
+def _fragment_problem(raw: bytes, case: ConformanceCase, hosts: list[tuple[str, bytes]]) -> str | None:
     segments = raw.replace(b"\\", b"/").split(b"/")
     if b".." in segments:
         return "a '..' segment"
-    for label, path in host_fragments():
+    for label, path in hosts:
         if _holds_path(raw, path):
             return f"this host's {label}"
     for number, secret in enumerate(case.secrets):
@@ -223,9 +223,10 @@ def _texts(item: ScanItem) -> Iterator[tuple[str, bytes]]:
 
 
 def check_forbidden_fragments(factory: ConnectorFactory, case: ConformanceCase) -> None:
+    hosts = host_fragments()  # once per check: it resolves paths on the host
     for item in _items(drain(factory(), case)):
         for what, raw in _texts(item):
-            problem = _fragment_problem(raw, case)
+            problem = _fragment_problem(raw, case, hosts)
             if problem is not None:
                 detail = f"the {what} of {item.key!r} ({item.ref!r}) holds {problem}"
                 raise ConformanceFailure(Rule.FORBIDDEN_FRAGMENT, detail)
