@@ -1,4 +1,4 @@
-"""What a job run sees: its Spark session, resolved inputs, instance-specific outputs, a logger.
+"""What a job run sees: the Spark session (started on first use), resolved inputs, its outputs, a logger.
 
 A job function takes a `JobContext` and returns nothing. The ways it can end,
 all recorded as events:
@@ -70,7 +70,6 @@ Resolver = Callable[[str], tuple[str, str] | None]
 class JobContext:
     """Handed to a job function for one job run."""
 
-    spark: Any  # pyspark.sql.SparkSession (typed loosely so that state-only users need no pyspark)
     job_run_id: str
     job_label: str
     outputs: list[OutputTarget]
@@ -85,6 +84,14 @@ class JobContext:
     # Refs this context looked up and found not Live: a MissingInputs naming them is a real dep miss,
     # even if they became Live since (another run may finish between the lookup and the raise).
     found_absent: set[str] = field(default_factory=set)
+    # Gives the process's SparkSession (pyspark.sql.SparkSession, typed loosely so that state-only users
+    # need no pyspark), starting it if no run has yet: read through `spark`, only by jobs that use Spark.
+    open_spark: Callable[[], Any] = field(default=lambda: None, repr=False)
+
+    @property
+    def spark(self) -> Any:
+        """The process's SparkSession; the first run that asks starts it (seconds), so ask only if needed."""
+        return self.open_spark()
 
     def input(self, ref: str) -> str:
         """The location of an input's Live instance; raises MissingInputs if it is not Live."""

@@ -22,7 +22,7 @@ from partbuild.orchestrator.sharding import Ownership, Scope
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, from_job_run
-from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want
+from partbuild.state.model import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
 
 MessageT = TypeVar("MessageT", bound=Message)
 _SCHEDULABLE = (InstanceState.MISSING, InstanceState.UP_FOR_RETRY)
@@ -294,14 +294,18 @@ def stale_runs(
     return events
 
 
-def canceled_runs(state: BuildState, run_ids: Iterable[str]) -> list[str]:
-    """Those of `run_ids` (runs in flight in this process) that the log has canceled: O(len(run_ids))."""
-    canceled = []
+def ended_runs(state: BuildState, run_ids: Iterable[str]) -> dict[str, JobRunState]:
+    """Those of `run_ids` (runs in flight in this process) that the log has ended, with how: O(len(run_ids)).
+
+    While a run is in flight here, only someone else can end it: an operator's cancel, or another
+    worker failing it as stale (this process was paused past the heartbeat timeout).
+    """
+    ended = {}
     for run_id in run_ids:
         run = state.job_runs.get(run_id)
-        if run is not None and run.state == JobRunState.CANCELED:
-            canceled.append(run_id)
-    return canceled
+        if run is not None and run.state not in ACTIVE_RUN_STATES:
+            ended[run_id] = run.state
+    return ended
 
 
 def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> RunPlan:

@@ -2,8 +2,11 @@
 
 Spark accepts jobs from several threads of one session and runs them
 concurrently, so several job runs share the session (and its start-up cost).
+The session starts when the first run asks for `ctx.spark` (`spark.LazySpark`);
+each run's Spark jobs are tagged with its id from that moment, in its thread.
 Every run ends in exactly one outcome event (see `context` for the table),
-except a run canceled in the log: `cancel` stops it and it records nothing more.
+except a run the log ended while it ran here (canceled, or failed as stale by
+another worker): `cancel` stops it and it records nothing more.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from google.protobuf.message import Message
 
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
-from partbuild.orchestrator.spark import cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
+from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import Clock, envelope, from_job_run, wall_clock_ms
 
@@ -29,14 +32,19 @@ MAX_MESSAGE = 2_000
 logger = logging.getLogger("partbuild.executor")
 
 
+class RunEnded(RuntimeError):
+    """Raised by `ctx.spark` in a run the log has already ended: it must not start Spark jobs."""
+
+
 class JobExecutor:
     """Runs `RunPlan`s in a thread pool and appends their heartbeats and outcomes.
 
-    A run canceled in the log is stopped with `cancel`: it records nothing more (no heartbeat,
-    no outcome: the fold would reject them), its Spark jobs are canceled, and if it was still
-    waiting for a thread it never starts. A Python job function cannot be killed, so its
-    thread may keep running for a while; until it ends, no other run of this process starts
-    building the same instances (they would write the same instance location).
+    `spark`: a `LazySpark`, a session, or None (jobs get no Spark). A run the log has ended
+    (canceled, or failed as stale by another worker) is stopped with `cancel`: it records
+    nothing more (no heartbeat, no outcome: the fold would reject them), its Spark jobs are
+    canceled, and if it was still waiting for a thread it never starts. A Python job function
+    cannot be killed, so its thread may keep running for a while; until it ends, no other run
+    of this process starts building the same instances (they would write the same location).
     """
 
     def __init__(
@@ -50,7 +58,7 @@ class JobExecutor:
         clock: Clock = wall_clock_ms,
         on_finished: Callable[[], None] | None = None,
     ) -> None:
-        self.spark = spark
+        self.spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self._append = append
         self._resolve = resolve
         self._clock = clock
@@ -85,7 +93,7 @@ class JobExecutor:
         self._pool.submit(self._execute, plan)
 
     def cancel(self, run_id: str) -> bool:
-        """Stop a run the log says is canceled; returns whether it was here and not already canceled.
+        """Stop a run the log has ended; returns whether it was here and not already stopped.
 
         From when this returns, the run appends nothing. Its active Spark jobs are canceled now, and
         again on every heartbeat tick while its thread still runs (a job function may start more).
@@ -125,25 +133,42 @@ class JobExecutor:
         """Run the job unless it was canceled first; the outcome to record, or None."""
         run_id = plan.job_run_id
         log = logger.getChild(plan.job.label)
+        tagged = threading.Event()  # set once this run's thread labels its Spark jobs
+
+        def open_spark() -> Any:
+            session = self.spark.get()
+            if session is not None and not tagged.is_set():
+                self._tag_spark_jobs(session, plan)
+                tagged.set()
+                # Checked after tagging: a cancel from now on finds every Spark job of the run, and one
+                # that came before found none, so the run must not start any.
+                if self._is_canceled(run_id):
+                    raise RunEnded(f"job run {run_id} was ended in the log before it used Spark")
+            return session
+
         try:
-            # Tagged before the start check: a cancel that comes after it finds every Spark job of the run.
-            self._tag_spark_jobs(plan)
+            if (session := self.spark.started) is not None:
+                # Spark is up: tag now, as the thread's previous run left its own tag (classic sessions
+                # cannot clear it), and before the start check, so a later cancel finds every job.
+                self._tag_spark_jobs(session, plan)
+                tagged.set()
+            if not self._start(run_id):
+                log.info("job run %s was canceled before it started", run_id)
+                return None
+            context = JobContext(
+                job_run_id=run_id,
+                job_label=plan.job.label,
+                outputs=plan.targets,
+                input_locations=plan.input_locations,
+                log=log,
+                resolve=self._resolve,
+                open_spark=open_spark,
+            )
             try:
-                if not self._start(run_id):
-                    log.info("job run %s was canceled before it started", run_id)
-                    return None
-                context = JobContext(
-                    spark=self.spark,
-                    job_run_id=run_id,
-                    job_label=plan.job.label,
-                    outputs=plan.targets,
-                    input_locations=plan.input_locations,
-                    log=log,
-                    resolve=self._resolve,
-                )
                 return self._run_job(plan, context, log)
             finally:
-                self._untag_spark_jobs(plan)
+                if tagged.is_set():
+                    self._untag_spark_jobs(plan)
         except Exception as exc:  # e.g. the log is unreachable: the heartbeat timeout recovers the run
             log.exception("job run %s could not be executed: %s", run_id, exc)
             return None
@@ -234,25 +259,23 @@ class JobExecutor:
         with self._lock:
             return run_id in self._canceled
 
-    def _tag_spark_jobs(self, plan: RunPlan) -> None:
+    def _tag_spark_jobs(self, session: Any, plan: RunPlan) -> None:
         """Label this thread's Spark jobs as the run's (Spark UI, cancellation)."""
-        if self.spark is None:
-            return
         try:
-            tag_spark_jobs(self.spark, plan.job_run_id, f"partbuild {plan.job.label}")
+            tag_spark_jobs(session, plan.job_run_id, f"partbuild {plan.job.label}")
         except Exception:  # the run can still run; only canceling its Spark jobs would not work
             logger.warning("could not tag the Spark jobs of job run %s", plan.job_run_id, exc_info=True)
 
     def _untag_spark_jobs(self, plan: RunPlan) -> None:
-        if self.spark is not None:
-            with contextlib.suppress(Exception):  # the run is over either way
-                untag_spark_jobs(self.spark, plan.job_run_id)
+        with contextlib.suppress(Exception):  # the run is over either way
+            untag_spark_jobs(self.spark.started, plan.job_run_id)
 
     def _cancel_spark_jobs(self, run_id: str) -> None:
-        if self.spark is None:
+        session = self.spark.started  # no session yet: no run has a Spark job to cancel
+        if session is None:
             return
         try:
-            cancel_spark_jobs(self.spark, run_id)
+            cancel_spark_jobs(session, run_id)
         except Exception:  # e.g. the Spark Connect server is unreachable: the next tick tries again
             logger.exception("could not cancel the Spark jobs of job run %s", run_id)
 

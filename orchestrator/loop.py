@@ -17,8 +17,8 @@ import time
 from partbuild.orchestrator.decide import (
     Decision,
     SourceCheck,
-    canceled_runs,
     decide,
+    ended_runs,
     plan_run,
     stale_runs,
 )
@@ -154,7 +154,7 @@ class Orchestrator:
         """One round of read, decide, append, act. Returns whether anything happened."""
         self._check_member()
         self.catch_up()
-        self._stop_canceled_runs()
+        self._stop_runs_the_log_ended()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
@@ -186,17 +186,19 @@ class Orchestrator:
         )
         return bool(events) or observed or dispatched
 
-    def _stop_canceled_runs(self) -> None:
-        """Stop the runs in flight here that the fold has canceled (O(runs in flight), not O(all runs)).
+    def _stop_runs_the_log_ended(self) -> None:
+        """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
 
-        A canceled run records nothing more, and its instances are Missing again: the executor
-        keeps a rebuild from starting until the canceled run's thread has ended.
+        Canceled by an operator, or failed as stale by another worker while this process was
+        paused: either way the run records nothing more (the fold would reject it), and its
+        instances are built again elsewhere or later; the executor keeps a rebuild in this
+        process from starting until the ended run's thread has returned.
         """
         with self.live.read() as state:
-            canceled = canceled_runs(state, self.executor.running_ids())
-        for run_id in canceled:
+            ended = ended_runs(state, self.executor.running_ids())
+        for run_id, how in ended.items():
             if self.executor.cancel(run_id):
-                logger.info("job run %s was canceled: stopping it", run_id)
+                logger.info("job run %s was %s in the log: stopping it", run_id, how.name.lower())
 
     def _decide(self, state: BuildState, now: int) -> Decision:
         """`decide` on the state, or the previous decision if deciding again cannot differ."""

@@ -1,7 +1,10 @@
 """The one long-lived SparkSession of an orchestrator process.
 
-Start-up costs seconds, so a process creates its session once and every job
-run uses it. Master: `local[*]` by default, a cluster master URL
+Start-up costs seconds (a JVM, or a connection), so a process creates its
+session once and every job run uses it. It is created lazily (`LazySpark`):
+by the first job run that asks for `ctx.spark`, so an orchestrator whose jobs
+never touch Spark, or that never gets a run (an idle group member, a
+round-robin turn with nothing to do), never starts one. Master: `local[*]` by default, a cluster master URL
 (`spark://host:7077`, `yarn`, `k8s://...`), or a Spark Connect remote (`sc://host:15002`).
 Which settings it starts with (the user's, spark-defaults.conf, partbuild's defaults): `spark_conf`.
 """
@@ -11,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.spark_conf import effective_conf, launcher_settings, resolve_master
@@ -50,6 +54,58 @@ def spark_session(master: str | None = None, app_name: str = "partbuild", conf: 
     if master.startswith("sc://") and settings:
         _warn_unapplied(session, settings)
     return session
+
+
+class LazySpark:
+    """The process's session, started by the first `get()` (from any thread; later calls wait for it).
+
+    A failed start is not remembered: the next `get()` tries again (a cluster may be back), and the run
+    that asked fails with the reason, to be retried under its job's retry policy.
+    """
+
+    def __init__(self, start: Callable[[], Any] | None, describe: str = "Spark") -> None:
+        self._start = start
+        self._session: Any = None
+        self._lock = threading.Lock()
+        self.describe = describe  # for messages: which master this would start
+
+    @classmethod
+    def of(cls, session: Any) -> LazySpark:
+        """A holder of a session that already exists, or of none (`None`: jobs get no Spark)."""
+        holder = cls(None)
+        holder._session = session
+        return holder
+
+    def get(self) -> Any:
+        """The session, started now if it was not yet (None only for a holder of no session)."""
+        with self._lock:
+            if self._session is None and self._start is not None:
+                logger.info("starting %s for the first job run that uses it", self.describe)
+                try:
+                    self._session = self._start()
+                except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
+                    raise RuntimeError(f"cannot start {self.describe}: {_first_line(exc)}") from exc
+            return self._session
+
+    @property
+    def started(self) -> Any:
+        """The session if it exists already, else None (never starts one: for cancels and clean-up)."""
+        return self._session
+
+
+def lazy_spark_session(master: str | None = None, conf: Mapping[str, str] | None = None) -> LazySpark:
+    """`spark_session(master, conf=conf)`, started by the first job run that uses it.
+
+    The master is resolved now, so a process names the Spark it will use in its first lines.
+    """
+    resolved = spark_master(master)
+    settings = dict(conf or {})
+    return LazySpark(lambda: spark_session(resolved, conf=settings), describe=f"Spark {resolved}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _resolve(master: str | None) -> tuple[str, dict[str, str]]:

@@ -23,11 +23,11 @@ from partbuild.api.service import Service
 from partbuild.orchestrator.context import JobContext, OutputTarget
 from partbuild.orchestrator.decide import RunPlan, instance_location
 from partbuild.orchestrator.executor import JobExecutor
-from partbuild.orchestrator.graph import Graph, Job
+from partbuild.orchestrator.graph import Graph, Job, RetryPolicy
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, manual
+from partbuild.state.events import envelope, manual, system
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.replay import replay_into
 from partbuild.state.store import EventLog
@@ -291,6 +291,54 @@ def test_run_canceled_while_waiting_for_a_thread_never_starts(
     rebuilt = state.canonical_instance(waiting_ref)
     assert rebuilt is not None and rebuilt.state == InstanceState.LIVE
     assert rebuilt.built_by not in (None, waiting, holder)
+
+
+# ----------------------------------------------------------------- a run another worker failed as stale
+
+
+def test_a_run_failed_as_stale_elsewhere_stops_here_and_is_rebuilt_once_its_thread_ends(
+    run_orchestrator: Callable[..., Orchestrator], log: EventLog, calls: Calls, gate: threading.Event
+) -> None:
+    """This process looked dead (paused past the heartbeat timeout); another worker failed its run.
+
+    From the step that folds the failure, the run records nothing more: no heartbeat, and its
+    function's success is dropped (the fold would reject both). The retry waits for its thread.
+    """
+
+    def run(ctx: JobContext) -> None:
+        calls.start(ctx.job_run_id)
+        if len(calls.started_ms) == 1:
+            gate.wait(timeout=30)  # the first attempt is "paused" until the test lets it go
+        for target in ctx.outputs:
+            ctx.record(target.ref, row_count=1)
+        calls.end(ctx.job_run_id, None)
+
+    job = Job("slow", ["slow/n={n:int}"], run, retry=RetryPolicy(max_attempts=3, backoff_ms=0))
+    run_orchestrator(Graph([job]), spark=None, heartbeat_interval_s=0.05)
+    append(log, pb.WantCreate(want_id="w", partition_refs=["slow/n=1"]))
+
+    def heartbeating() -> str | None:
+        run_id = run_of(replayed(log), "slow/n=1")
+        return run_id if run_id is not None and len(events_from_run(log, run_id)) >= 3 else None
+
+    first = wait_for("the first run to heartbeat", heartbeating)
+    stale = pb.JobRunFailure(job_run_id=first, error_class=pb.ERROR_CLASS_RETRYABLE, message="no heartbeat for 31 s")
+    failed_at = log.append([envelope(stale, source=system("another-orchestrator"))]).first_seq
+    wait_for("the retry to be buffered", lambda: run_of(replayed(log), "slow/n=1") != first)
+    time.sleep(0.5)  # ten heartbeat intervals: a run still heartbeating would have appended by now
+    assert [seq for seq, _ in events_from_run(log, first) if seq > failed_at] == []
+    assert calls.started_ms.keys() == {first}  # the retry is held back while the first thread runs
+    gate.set()
+
+    def successful() -> BuildState | None:
+        state = replayed(log)
+        return state if state.wants["w"].state == WantState.SUCCESSFUL else None
+
+    state = wait_for("the want to be successful", successful)
+    assert state.rejections == []  # nothing late from the failed run
+    assert [seq for seq, _ in events_from_run(log, first) if seq > failed_at] == []
+    assert state.job_runs[first].state == JobRunState.FAILED
+    assert calls.started_ms[run_of(state, "slow/n=1") or ""] >= calls.ended_ms[first]
 
 
 # ----------------------------------------------------------------- the executor on its own

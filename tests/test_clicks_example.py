@@ -82,7 +82,7 @@ def make_ctx(
         for n, ref in enumerate(refs)
     ]
     return JobContext(
-        spark=spark,
+        open_spark=lambda: spark,
         job_run_id=f"run-{job_label}",
         job_label=job_label,
         outputs=outputs,

@@ -235,17 +235,15 @@ def test_a_paused_worker_is_fenced_off(db: str, clicks_root: Path, tmp_path: Pat
 def test_a_fourth_worker_joins_mid_run(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
     """A worker joining while the group builds: survivors keep theirs, it gets buckets, all is built once.
 
-    W1 at small size builds in seconds, less than a JVM takes to start: the wants are posted once the
-    newcomer's Spark is up, so that its join (which follows at once) falls in the middle of the build.
+    Spark starts at a worker's first job run: the newcomer starts once the first run is buffered, so
+    its join (it needs no JVM to join) falls while the others are still starting Spark and building.
     """
     names = ["a", "b", "c"]
     with processes() as procs:
         tail = form_group(db, clicks_root, tmp_path, procs, names)
-        procs["d"] = start_member(db, clicks_root, tmp_path, "d")
-        deadline = time.monotonic() + 240
-        while "Setting default log level" not in output(tmp_path, "d") and time.monotonic() < deadline:
-            time.sleep(0.1)
         want_weeklies(db)
+        wait_for(tail, "a run buffered", lambda _s: bool(tail.accepted("job_run_buffer")), procs, names, tmp_path)
+        procs["d"] = start_member(db, clicks_root, tmp_path, "d")
         pids = [procs[n].pid for n in [*names, "d"]]
         wait_for(tail, "balanced over four", balanced(tail, pids), procs, [*names, "d"], tmp_path)
         group, newcomer = tail.group(), task_of(tail, procs["d"].pid)

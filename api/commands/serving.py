@@ -163,17 +163,13 @@ def up(
     """
     from partbuild.api.app import create_app
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.orchestrator.spark import spark_master, spark_session
+    from partbuild.orchestrator.spark import lazy_spark_session
 
     graph = read_graph(graph_path)
     sock = _listen(host, port)
     _configure_logging()
-    master = spark_master(master)
+    spark = lazy_spark_session(master, conf=dict(spark_conf))  # started by the first job run
     with sock, open_log(db_url, must_exist=False) as log:
-        try:
-            spark = spark_session(master, conf=dict(spark_conf))
-        except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
-            raise CommandFailed(f"cannot start Spark ({master}): {exc}") from None
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(log, snapshot_every=snapshot_every)
         orchestrator = Orchestrator(
@@ -181,7 +177,7 @@ def up(
         )
         app = create_app(Service(log, graph=graph, live=live, on_append=orchestrator.wake))
         background = _Background(orchestrator)
-        click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on Spark {master}, {db_url}")
+        click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop)
         finally:
@@ -351,7 +347,7 @@ def run(
     owns; exit 3 if the group declares it dead (its heartbeats stopped too long).
     """
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.orchestrator.spark import spark_session
+    from partbuild.orchestrator.spark import lazy_spark_session
 
     _configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
     group = _group_config(group_name, group_buckets, member_timeout)
@@ -363,7 +359,7 @@ def run(
             log,
             graph,
             warehouse=warehouse,
-            spark=spark_session(master, conf=dict(spark_conf)),  # later settings of a key win
+            spark=lazy_spark_session(master, conf=dict(spark_conf)),  # started by the first job run
             snapshots=log.snapshots,
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,

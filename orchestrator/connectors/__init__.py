@@ -1,0 +1,11 @@
+"""Connectors (issue 11): discover a source's items through a paged, resumable, redacting contract.
+
+- `toxic`: `ItemKey`, `ItemRef`, `ResumeToken`, bytes from a source that never print themselves
+- `paging`: `Cursor`, `Budgets`, `KeyRange` (a shard of a scan)
+- `items`: `ScanItem`, `Page`, `Version`, `StableItemId`, `ConnectorTag`, `Location`
+- `errors`: `EnumerateError`, `ReadError`, retryable or permanent, sanitized messages
+- `contract`: `Capabilities` and the `Connector` protocol
+- `in_memory`: `InMemoryConnector`, the deterministic reference connector
+- `conformance`: the checks every connector must pass; `conformance_pytest` runs them under pytest
+- `split_estimator`: `SplitEstimator`, a byte-weighted median key in fixed memory
+"""
