@@ -2,8 +2,9 @@
 
 Workers are real `partbuild run --group` processes on `bench/graphs/sleep.py`, each
 in its own session (process group), so a SIGKILL of the group takes its Spark JVM
-with it, as the death of a machine or container would, and the clean-up on the way
-out can always kill whatever is left.
+with it, if it started one (since lazy Spark, a worker whose jobs never touch
+`ctx.spark` starts none), as the death of a machine or container would, and the
+clean-up on the way out can always kill whatever is left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -57,6 +59,19 @@ def now_ms() -> int:
 
 
 # ----------------------------------------------------------------- fresh logs
+
+
+@contextlib.contextmanager
+def workdir(keep: str | None, label: str) -> Iterator[Path]:
+    """A temporary directory for a log, warehouse and outputs; `<keep>/<label>`, kept, when `keep` is given."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="partbuild-bench-") as tmp:
+            yield Path(tmp)
+        return
+    path = Path(keep).absolute() / label
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"  outputs kept in {path}", flush=True)
+    yield path
 
 
 @contextlib.contextmanager
@@ -217,7 +232,7 @@ class Workers:
             "--heartbeat-interval", str(heartbeat_interval_s), "--heartbeat-timeout", str(heartbeat_timeout_s),
             "--snapshot-every", "0",  # no checkpoint at start or stop: nothing but the group in the figures
         ]  # fmt: skip
-        # One core for each worker's Spark: the jobs never use it, and fewer JVM threads compete for two cores.
+        # One core for each worker's Spark, should one start: the sleep jobs never use it.
         self.env = os.environ | {"PARTBUILD_SPARK_MASTER": "local[1]", "PYTHONUNBUFFERED": "1"} | env
         self.started: dict[str, Worker] = {}
 

@@ -29,7 +29,7 @@ sleeping (15 waves) against 60 s for one worker, long enough that the fixed cost
 `--rounds 2` alternates the order of k (1, 2, 4 then 4, 2, 1) and reports medians.
 
     .venv/bin/python bench/group_throughput.py [--backend postgres|sqlite] [--slots shared|per-worker]
-                                               [--wants 240] [--rounds 2] [--buckets 32] [--no-control]
+                                               [--wants 240] [--rounds 2] [--buckets 32] [--no-control] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -38,11 +38,9 @@ import argparse
 import math
 import os
 import statistics
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from _common import machine
 from _groupkit import (
@@ -56,6 +54,7 @@ from _groupkit import (
     now_ms,
     successful_wants,
     want_each,
+    workdir,
 )
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -122,12 +121,12 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
     env |= {"PARTBUILD_SLEEP_PARTITIONS": str(len(refs)), "PARTBUILD_SLEEP_S": str(args.sleep)}
     result = Result(label, k, slots)
     with (
-        tempfile.TemporaryDirectory(prefix="partbuild-bench-") as tmp,
-        fresh_log(backend, Path(tmp)) as db,
-        api_server(db, Path(tmp)) as api,
+        workdir(args.keep, f"{backend}-{k}-{slots_mode}-{slots}-{time.time_ns()}") as tmp,
+        fresh_log(backend, tmp) as db,
+        api_server(db, tmp) as api,
         Workers(
             db,
-            Path(tmp),
+            tmp,
             buckets=args.buckets,
             member_timeout_s=10,
             env=env,
@@ -203,6 +202,7 @@ def main() -> None:
     parser.add_argument("--buckets", type=int, default=32)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--keep", metavar="DIR", help="keep each log and the processes' outputs under DIR")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     refs = [f"bench/sleep/n={n}" for n in range(args.wants)]
