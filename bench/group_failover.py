@@ -63,6 +63,7 @@ from _groupkit import (
     want_each,
     workdir,
 )
+from graphs.sleep import SLEEP
 
 from partbuild.api.client import HttpClient
 from partbuild.proto.v1 import events_pb2 as pb
@@ -121,7 +122,7 @@ class Feed:
 
     def top_up(self, state: BuildState) -> None:
         if len(state.wants) - successful_wants(state) < self.batch // 2:
-            want_each(self.client, [f"bench/sleep/n={next(self.numbers)}" for _ in range(self.batch)])
+            want_each(self.client, [SLEEP.format(n=next(self.numbers)) for _ in range(self.batch)])
 
 
 def run(args: argparse.Namespace) -> list[Kill]:

@@ -7,11 +7,15 @@ For each k in 1, 2, 4, on a fresh log (a new PostgreSQL schema; `--backend sqlit
 for a SQLite file): `partbuild serve` for the API, then k `partbuild run --group`
 workers on `bench/graphs/sleep.py` (`--buckets 32`), wait until the group's current
 epoch has exactly those k members, every bucket owned and loads within one bucket,
-let the JVMs settle, then record M wants of one partition each in one request
+let the workers settle (3 s), then record M wants of one partition each in one request
 (`POST /api/v1/wants/batch`, what `partbuild want --file` sends) and time from just
 before the request to the envelope timestamp of the event that made the last want
 SUCCESSFUL (the log's own clock, same machine: no polling delay in the figure).
 runs/s = M / that time. Then SIGTERM the workers (they leave the group cleanly).
+Also printed: each run's time from its buffer to its success (1 s of sleep plus
+dispatch and outcome), the slot time left empty per run (shared slots), and the
+window's CPU split between the workers, the API server, PostgreSQL, this process
+and everything else on the machine (`/proc`).
 
 Slots. The job's `max_concurrency` is a limit on the whole log, shared by every worker
 of the group, not a per-worker one. So with `--slots shared` (the default) k workers
@@ -52,10 +56,12 @@ from _groupkit import (
     fresh_log,
     is_balanced,
     now_ms,
+    pid_of,
     successful_wants,
     want_each,
     workdir,
 )
+from graphs.sleep import sleep_refs
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import bucket
@@ -64,7 +70,7 @@ from partbuild.state.group import GroupState
 
 TARGET_4 = 3.2
 TARGET_2 = 1.6
-SETTLE_S = 3.0  # after the group is balanced: JVM start-up work (JIT, GC) out of the measured window
+SETTLE_S = 3.0  # after the group is balanced: the workers' start-up work out of the measured window
 TIMEOUT_S = 600.0
 CORES = os.cpu_count() or 1
 
@@ -160,7 +166,7 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
         result.first_run_s = (progress.first_buffer_ms - started_ms) / 1000
         group = tail.group()
         assert group is not None
-        members = sorted(group.members, key=lambda task: pids.index(int(task.split(":")[1])))
+        members = sorted(group.members, key=lambda task: pids.index(pid_of(task)))
         result.partitions_by_worker = owned_partitions(group, members, refs)
         result.runs_by_worker = [progress.buffered[task] for task in members]
         result.peak_in_flight = [progress.peak[task] for task in members]
@@ -205,7 +211,7 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="keep each log and the processes' outputs under DIR")
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    refs = [f"bench/sleep/n={n}" for n in range(args.wants)]
+    refs = sleep_refs(args.wants)
     print(
         f"{args.backend}, {args.wants} wants of one 1-partition run each sleeping {args.sleep:g} s, "
         f"{args.buckets} buckets, slots {args.slots_mode} ({args.slots_per_worker} per worker)",
