@@ -14,6 +14,7 @@ a FIFO.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import stat
@@ -50,6 +51,17 @@ def _open_error(error: OSError) -> ReadError:
     return as_error(ReadError, "opening the item", error)
 
 
+def open_dir(name: bytes, parent: int) -> int:
+    """`openat(parent, name)` of a directory, never through a symlink (ELOOP when it is one)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except NotADirectoryError:
+        # Linux answers ENOTDIR for a symlink under O_DIRECTORY | O_NOFOLLOW: say which it was.
+        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise OSError(errno.ELOOP, "symlink") from None
+        raise
+
+
 def open_confined(root: bytes, item_ref: ItemRef) -> tuple[int, os.stat_result]:
     """An fd of the regular file `item_ref` names under `root`, and its fstat; the caller closes it."""
     parts = ref_components(item_ref)
@@ -59,7 +71,7 @@ def open_confined(root: bytes, item_ref: ItemRef) -> tuple[int, os.stat_result]:
         raise as_error(ReadError, "opening the root directory", error) from None
     try:
         for part in parts[:-1]:
-            child = os.open(part, _DIR_FLAGS, dir_fd=parent)
+            child = open_dir(part, parent)
             os.close(parent)
             parent = child
         before = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 
 from partbuild.orchestrator.connectors.errors import EnumerateError
 from partbuild.orchestrator.connectors.fs_errors import as_error, skip_reason
-from partbuild.orchestrator.connectors.fs_read import file_kind
+from partbuild.orchestrator.connectors.fs_read import file_kind, open_dir
 from partbuild.orchestrator.connectors.toxic import MAX_ITEM_KEY_BYTES
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 SkipHook = Callable[[bytes, str], None]  # (relative path, reason)
 
 
@@ -123,7 +122,7 @@ class Walk:
             self._skip(path, "path too long")
             return False
         try:
-            fd = os.open(sort_key[:-1], _DIR_FLAGS, dir_fd=frame.fd)
+            fd = open_dir(sort_key[:-1], frame.fd)
         except OSError as error:
             reason = skip_reason(error)  # a symlink swapped in, deleted, or not ours to read
             if reason is None:
