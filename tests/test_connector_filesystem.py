@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -269,15 +271,46 @@ def test_refs_that_could_leave_the_root_are_refused(tmp_path: Path, raw: bytes) 
     assert not raised.value.is_retryable and os.fsencode(raw) not in str(raised.value).encode()
 
 
-def test_unreadable_directory_is_skipped_with_a_reason(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads any directory")
-    write_tree(tmp_path, {b"a/x": b"", b"b/locked/x": b"", b"c": b""})
-    (tmp_path / "b" / "locked").chmod(0)
+@contextlib.contextmanager
+def _without_root_privileges() -> Iterator[None]:
+    """Run as nobody (effective uid only, restored after) so permission bits apply; as is when not root."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
     try:
-        assert _skips(tmp_path) == ([b"a/x", b"c"], {b"b/locked/": "permission denied"})
+        yield
     finally:
-        (tmp_path / "b" / "locked").chmod(0o755)
+        os.seteuid(0)
+        os.setegid(0)
+
+
+NOBODY = 65534
+
+
+def test_permission_denied_skips_in_a_scan_and_fails_a_read_permanently() -> None:
+    # Not under tmp_path: pytest's base directory is private to its owner, and nobody must traverse the tree.
+    base = Path(tempfile.mkdtemp(prefix="pb-fs-denied-"))
+    try:
+        write_tree(base, {b"a/x": b"", b"b/locked/x": b"", b"b/secret": b"s", b"c": b""})
+        for path in (base, base / "a", base / "b", base / "b" / "locked"):
+            path.chmod(0o755)
+        for path in (base / "a" / "x", base / "b" / "secret", base / "c"):
+            path.chmod(0o644)
+        (base / "b" / "locked").chmod(0)
+        (base / "b" / "secret").chmod(0)
+        with _without_root_privileges():
+            keys, seen = _skips(base)
+            with pytest.raises(ReadError, match="EACCES") as raised:
+                FilesystemConnector(base).read_range(ItemRef(b"b/secret"), 0, 1, Budgets(1, 1))
+        # The entry is listed and its metadata readable; only its content is not ours to read.
+        assert keys == [b"a/x", b"b/secret", b"c"]
+        assert seen == {b"b/locked/": "permission denied"}
+        assert not raised.value.is_retryable
+    finally:
+        (base / "b" / "locked").chmod(0o755)
+        shutil.rmtree(base)
 
 
 # -- reads

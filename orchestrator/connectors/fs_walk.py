@@ -10,7 +10,9 @@ sorting by plain names would not when a sibling holds a byte below '/': "a!b"
 Memory. The walk holds a stack of frames, one per directory from the root down
 to the current one, each with that directory's sorted listing (names only) and
 an open directory fd. So it holds at most depth x widest directory names,
-whatever the tree's size: it never builds a list of the tree.
+whatever the tree's size: it never builds a list of the tree. One fd per level
+is open during a call; keys are at most 4,096 bytes, so depth is too (and a
+tree deeper than the process's fd limit fails the call retryable, EMFILE).
 
 Seek. Resuming at a key descends straight to it: in each directory on the
 key's path, a bisect on the sorted listing finds the first entry at or after
@@ -36,7 +38,7 @@ from partbuild.orchestrator.connectors.fs_errors import as_error, skip_reason
 from partbuild.orchestrator.connectors.fs_read import file_kind, open_dir
 from partbuild.orchestrator.connectors.toxic import MAX_ITEM_KEY_BYTES
 
-SkipHook = Callable[[bytes, str], None]  # (relative path, reason)
+SkipHook = Callable[[bytes, str], None]  # (relative path, with a trailing b"/" for a directory; reason)
 
 
 @dataclass
