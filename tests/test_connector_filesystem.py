@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partbuild.orchestrator.connectors.conformance import ConformanceCase, run_conformance, standard_cases
 from partbuild.orchestrator.connectors.conformance_pytest import conformance_suite
@@ -90,6 +92,42 @@ def test_order_is_by_full_path_bytes_not_per_directory_names(tmp_path: Path) -> 
     got = drain_keys(FilesystemConnector(tmp_path), Budgets(2, BIG))
     assert got == [b"a!b", b"a/b", b"a/c!d", b"a/c/d", b"a/c0", b"a0"]
     assert got == sorted(got)
+
+
+# Bytes around b"/" (0x2f) are where full-path order and per-directory name order part ways.
+_BYTES = [b"a", b"!", b"0", b".", b"\x01", b"\xff", b"~"]
+_NAMES = st.lists(st.sampled_from(_BYTES), min_size=1, max_size=3).map(b"".join).filter(lambda n: n.strip(b".") != b"")
+_PATHS = st.lists(st.lists(_NAMES, min_size=1, max_size=3).map(b"/".join), min_size=0, max_size=25)
+_PROBES = st.lists(st.sampled_from([*_BYTES, b"/"]), max_size=8).map(b"".join)
+
+
+def _as_tree(paths: list[bytes]) -> list[bytes]:
+    """The paths that can coexist: a path that is also another's directory is dropped."""
+    unique = set(paths)
+    return sorted(p for p in unique if not any(q.startswith(p + b"/") for q in unique))
+
+
+@settings(max_examples=40, deadline=None)
+@given(paths=_PATHS, probes=st.lists(_PROBES, min_size=1, max_size=4))
+def test_any_tree_drains_in_sorted_order_and_resumes_or_shards_at_any_key(
+    paths: list[bytes], probes: list[bytes]
+) -> None:
+    tree = _as_tree(paths)
+    with tempfile.TemporaryDirectory(prefix="pb-fs-prop-") as root:
+        write_tree(Path(root), dict.fromkeys(tree, b"x"))
+        connector = FilesystemConnector(root)
+        assert drain_keys(connector, Budgets(3, BIG)) == tree
+        for probe in probes:
+            if probe:
+                assert drain_keys(connector, Budgets(2, BIG), Cursor(ItemKey(probe))) == [k for k in tree if k > probe]
+            lower, upper = sorted((probe or b"\x00", probes[0] + b"\xff"))
+            if lower < upper:
+                shard = KeyRange(ItemKey(lower), ItemKey(upper))
+                got, cursor = [], Cursor()
+                while (page := connector.fill_page(shard, cursor, Budgets(2, BIG))) is not None:
+                    got += [i.key.raw_bytes() for i in page.items]
+                    cursor = page.cursor
+                assert got == [k for k in tree if lower <= k < upper]
 
 
 def test_unicode_and_non_utf8_names_are_keys_of_their_bytes(tmp_path: Path) -> None:
