@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import tempfile
 import time
 import tracemalloc
@@ -34,7 +35,7 @@ def build(root: Path, files: int) -> Path:
         folder = root / f"d{d:04d}"
         folder.mkdir(parents=True)
         for f in range(PER_DIR):
-            os.close(os.open(folder / f"f{f:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+            os.mknod(folder / f"f{f:05d}", 0o644 | stat.S_IFREG)  # one syscall per file, no fd
     return root
 
 

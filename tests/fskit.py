@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ def empty_files(root: Path, dirs: int, per_dir: int) -> Path:
         folder = root / f"d{d:04d}"
         folder.mkdir(parents=True)
         for f in range(per_dir):
-            os.close(os.open(folder / f"f{f:05d}", os.O_CREAT | os.O_WRONLY, 0o644))
+            os.mknod(folder / f"f{f:05d}", 0o644 | stat.S_IFREG)  # one syscall per file, no fd
     return root
 
 
