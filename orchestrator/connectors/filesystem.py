@@ -73,7 +73,8 @@ class FilesystemConnector:
         on_skip: SkipHook | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Resolved once: the root itself may be reached through symlinks the operator chose.
+        # Resolved once: the root itself may be reached through symlinks the operator chose; later opens
+        # of the resolved path use O_NOFOLLOW, so a root replaced by a symlink afterwards is refused.
         self._root = os.path.realpath(os.fsencode(root))
         if not os.path.isdir(self._root):
             raise ValueError("FilesystemConnector: the root is not a directory")

@@ -43,15 +43,15 @@ def ref_components(item_ref: ItemRef) -> list[bytes]:
     return parts
 
 
-def _open_error(error: OSError) -> ReadError:
+def _open_error(error: OSError, action: str = "opening the item") -> ReadError:
     if error.errno in SYMLINK:
-        return ReadError.permanent("refused: a symlink on the ref's path (symlinks are never followed)")
+        return ReadError.permanent(f"{action}: refused a symlink on the path (symlinks are never followed)")
     if error.errno in VANISHED:
-        return ReadError.permanent("no regular file has this ref (deleted, or a component is not a directory)")
-    return as_error(ReadError, "opening the item", error)
+        return ReadError.permanent(f"{action}: not found (deleted, or a component is not a directory)")
+    return as_error(ReadError, action, error)
 
 
-def open_dir(name: bytes, parent: int) -> int:
+def open_dir(name: bytes, parent: int | None) -> int:
     """`openat(parent, name)` of a directory, never through a symlink (ELOOP when it is one)."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
@@ -66,9 +66,9 @@ def open_confined(root: bytes, item_ref: ItemRef) -> tuple[int, os.stat_result]:
     """An fd of the regular file `item_ref` names under `root`, and its fstat; the caller closes it."""
     parts = ref_components(item_ref)
     try:
-        parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parent = open_dir(root, None)
     except OSError as error:
-        raise as_error(ReadError, "opening the root directory", error) from None
+        raise _open_error(error, "opening the root directory") from None
     try:
         for part in parts[:-1]:
             child = open_dir(part, parent)

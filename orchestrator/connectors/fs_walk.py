@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from partbuild.orchestrator.connectors.errors import EnumerateError
-from partbuild.orchestrator.connectors.fs_errors import as_error, skip_reason
+from partbuild.orchestrator.connectors.fs_errors import SYMLINK, as_error, skip_reason
 from partbuild.orchestrator.connectors.fs_read import file_kind, open_dir
 from partbuild.orchestrator.connectors.toxic import MAX_ITEM_KEY_BYTES
 
@@ -88,8 +88,10 @@ class Walk:
         self._on_skip = on_skip
         self._stack: list[_Frame] = []
         try:
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = open_dir(root, None)
         except OSError as error:
+            if error.errno in SYMLINK:
+                raise EnumerateError.permanent("opening the root directory: refused, it is now a symlink") from None
             raise as_error(EnumerateError, "opening the root directory", error) from None
         self._push(fd, b"")
 
