@@ -447,10 +447,20 @@ def test_resume_after_a_kill_mid_scan_skips_nothing_and_repeats_at_most_the_page
 
 
 @pytest.fixture(scope="module")
-def trees(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """10,000 and 100,000 empty files, both in directories of 1,000: depth and width equal, only size differs."""
-    base = tmp_path_factory.mktemp("fs-memory")
-    return {n: empty_files(base / str(n), dirs=n // 1000, per_dir=1000) for n in (10_000, 100_000)}
+def trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Path]]:
+    """10,000 and 100,000 empty files, both in directories of 1,000: depth and width equal, only size differs.
+
+    Built in /dev/shm when there is one: 110,000 creations take under 3 s on tmpfs and
+    minutes on a busy disk, and the walker's memory does not depend on where the tree is.
+    """
+    shm = Path("/dev/shm")
+    base = Path(tempfile.mkdtemp(prefix="pb-fs-memory-", dir=shm)) if os.access(shm, os.W_OK) else None
+    root = base or tmp_path_factory.mktemp("fs-memory")
+    try:
+        yield {n: empty_files(root / str(n), dirs=n // 1000, per_dir=1000) for n in (10_000, 100_000)}
+    finally:
+        if base is not None:
+            shutil.rmtree(base)
 
 
 def _drain_peak(root: Path) -> tuple[int, int]:
