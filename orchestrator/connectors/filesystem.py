@@ -44,7 +44,7 @@ from partbuild.orchestrator.connectors.items import (
     StableItemId,
     Version,
 )
-from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
 from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef
 
@@ -182,11 +182,7 @@ class FilesystemConnector:
 
     def read_range(self, item_ref: ItemRef, offset: int, length: int, budgets: Budgets) -> bytes:
         """Bytes [offset, offset + min(length, max_bytes)) of the file; b"" past its end."""
-        for name, number in (("offset", offset), ("length", length)):
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise TypeError(f"{name} must be an int, not {type(number).__name__}")
-            if number < 0:
-                raise ValueError(f"{name} must be at least 0, got {number}")
+        check_byte_range(offset, length)
         fd, _ = self._open(item_ref, budgets)
         try:
             return pread_exactly(fd, offset, min(length, budgets.max_bytes))
