@@ -72,6 +72,8 @@ def instance_out(instance: Instance) -> m.Instance:
         metadata=dict(instance.metadata or {}),
         waiting_on=list(instance.waiting_on or ()),
         note=instance.note,
+        version=instance.version[0] if instance.version else None,
+        version_strong=bool(instance.version and instance.version[1]),
     )
 
 

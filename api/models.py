@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from partbuild.state.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
 from partbuild.state.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
@@ -14,6 +14,7 @@ MAX_BATCH_REFS = 10_000
 MAX_PAGE = 1_000
 MAX_LINEAGE_DEPTH = 50
 MAX_COMMENT = 2_000
+MAX_VERSION = 1_024  # an ETag, a content hash, size and mtime: short
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,255}$"  # no slash: ids are path segments
 # Words that follow /wants/ in a route of their own: a want with such an id could never be read at
 # /wants/{want_id} (a fixed path wins over a templated one, in the document and in the server).
@@ -168,6 +169,24 @@ class ObserveRequest(_Request):
     metadata: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMENT)]] = Field(
         default_factory=dict, max_length=100
     )
+    version: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_VERSION,
+        description=(
+            "The data's version as its source reports it. Observing a Live partition again with another "
+            "version taints every Live partition built from it; with the same version it is a conflict."
+        ),
+    )
+    version_strong: bool = Field(
+        default=False, description="The version identifies the bytes (ETag, content hash), not metadata."
+    )
+
+    @model_validator(mode="after")
+    def _strong_needs_a_version(self) -> Self:
+        if self.version_strong and self.version is None:
+            raise ValueError("version_strong needs a version")
+        return self
 
 
 class RetentionRequest(_Request):
@@ -270,6 +289,8 @@ class Instance(BaseModel):
     metadata: dict[str, str]
     waiting_on: list[str]
     note: str | None
+    version: str | None = None
+    version_strong: bool = False
 
 
 class JobRun(BaseModel):

@@ -218,6 +218,7 @@ def instance_grid(instance: m.Instance) -> Table:
             ("rows", f"{instance.row_count:,}" if instance.row_count else None),
             ("bytes", f"{instance.byte_count:,}" if instance.byte_count else None),
             ("metadata", metadata),
+            ("version", _version(instance)),
             ("inputs", _joined(instance.inputs)),
             ("consumers", _joined(instance.consumers)),
             ("waiting on", _joined(instance.waiting_on)),
@@ -486,3 +487,10 @@ def progress_bar(description: str, *, show: bool = True) -> Progress:
     """A transient bar with count and time left on stderr, shown only on a terminal."""
     columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     return Progress(*columns, console=err_console, transient=True, disable=not (show and err_console.is_terminal))
+
+
+def _version(instance: m.Instance) -> str | None:
+    """`<version> (strong|weak)` of observed source data whose source reports versions."""
+    if instance.version is None:
+        return None
+    return f"{instance.version} ({'strong' if instance.version_strong else 'weak'})"

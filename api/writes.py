@@ -173,19 +173,20 @@ class Writes:
             raise InvalidInput(f"{request.ref!r} is built by job {job.label!r}; only source partitions are observed")
 
         def build(state: BuildState) -> list[pb.Event]:
-            current = state.canonical_instance(request.ref)
-            if current is not None and current.state in (InstanceState.BUILDING, InstanceState.UPSTREAM_BUILDING):
-                raise Conflict(f"partition {request.ref!r} is being built by a job run; it cannot also be observed")
-            if current is not None and current.state == InstanceState.LIVE and current.location == request.location:
-                raise Conflict(f"partition {request.ref!r} is already Live at {request.location!r}")
             observed = pb.PartitionObserved(
                 partition_ref=request.ref,
                 location=request.location,
                 row_count=request.row_count,
                 bytes=request.bytes,
                 metadata=request.metadata,
+                version=request.version or "",
+                version_strong=request.version_strong,
             )
-            return [self._event(observed, user)]
+            event = self._event(observed, user)
+            reason = state.problem(event)  # the fold's own rules: being built, already Live with this version...
+            if reason is not None:
+                raise Conflict(reason)
+            return [event]
 
         return m.Written(seq=self._write(build)[0])
 

@@ -159,6 +159,19 @@ class BuildState:
 
     # ----------------------------------------------------------------- reads
 
+    def problem(self, event: pb.Event) -> str | None:
+        """Why the fold would reject `event` appended next (None: it would apply). Changes nothing.
+
+        Writers that must not leave rejected events behind (the API) ask first; the fold still
+        decides when the event is folded, since someone may append in between.
+        """
+        kind = event.WhichOneof("payload")
+        handler = _HANDLERS.get(kind) if kind is not None else None
+        if handler is None:
+            return "event has no payload of a type this version knows"
+        plan = handler[0](self, self.head_seq + 1, getattr(event, kind), event)  # checks are pure
+        return plan if type(plan) is str else None
+
     def rejection_between(self, first: int, last: int) -> str | None:
         """The reason the fold rejected an event at seq first..last, if it did (the newest such)."""
         for rejection in reversed(self.rejections):

@@ -95,7 +95,7 @@ class _Record:
 class Instance(_Record):
     """One build of a partition ref, identified by a UUID derived from the log position."""
 
-    __slots__ = (
+    __slots__ = (  # noqa: RUF023 (sorted, except the field added last: the digest depends on the order)
         "attempts",
         "built_by",
         "byte_count",
@@ -113,6 +113,9 @@ class Instance(_Record):
         "updated_seq",
         "uuid",
         "waiting_on",
+        # Added after the fields above, so last: `state.digest` leaves it out while None, and the
+        # digest of a log that never carried it stays what it always was.
+        "version",
     )
 
     def __init__(self, uuid: str, ref: str, state: InstanceState, seq: int, previous_uuid: str | None) -> None:
@@ -135,6 +138,8 @@ class Instance(_Record):
         # Upstream refs it waits for while UPSTREAM_BUILDING; None otherwise.
         self.waiting_on: dict[str, None] | None = None
         self.note: str | None = None  # why it failed or was tainted
+        # (version, strong) of observed source data whose source reports versions; None otherwise.
+        self.version: tuple[str, bool] | None = None
 
 
 class Want(_Record):

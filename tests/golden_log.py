@@ -2,7 +2,8 @@
 
 `python tests/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/golden_log.py buckets`
 writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
-writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11). Each is written only
+writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/golden_log.py
+versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11). Each is written only
 once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
@@ -22,6 +23,7 @@ from partbuild.state.ids import instance_uuid
 GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
 GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
 GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
+GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
 
 
 def golden_events() -> list[pb.Event]:
@@ -146,6 +148,45 @@ def group_events() -> list[pb.Event]:
     return events
 
 
+def version_events() -> list[pb.Event]:
+    """raw -> daily -> weekly from observed raw days; then the raw data is observed again, versioned."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        events.append(
+            envelope(payload, source=source, timestamp_ms=1_795_000_000_000 + len(events), event_id=f"v{len(events)}")  # type: ignore[arg-type]
+        )
+        return len(events)
+
+    def observed(day: int, version: str = "", location: str = "", strong: bool = False) -> int:
+        ref = f"raw/date=2026-01-0{day}"
+        where = location or f"/data/{ref}"
+        return add(pb.PartitionObserved(partition_ref=ref, location=where, version=version, version_strong=strong))
+
+    raw1 = observed(1)  # before versions
+    raw2 = observed(2, "size=10,mtime=1")
+    raw3 = observed(3, "etag-3", strong=True)
+    refs = ["daily/date=2026-01-01", "daily/date=2026-01-02", "daily/date=2026-01-03", "weekly/week=2026-W01"]
+    want = add(pb.WantCreate(want_id="w", partition_refs=refs), manual("ann"))
+    inputs = {}
+    for n, raw_seq in enumerate((raw1, raw2, raw3), start=1):
+        ref = f"daily/date=2026-01-0{n}"
+        run = f"daily-{n}"
+        add(pb.JobRunBuffer(job_run_id=run, job_label="daily", instance_uuids=[instance_uuid(want, ref)]))
+        raw_uuid = instance_uuid(raw_seq, f"raw/date=2026-01-0{n}")
+        add(pb.JobRunSuccess(job_run_id=run, input_instance_uuids=[raw_uuid]), from_job_run(run))
+        inputs[ref] = instance_uuid(want, ref)
+    weekly = instance_uuid(want, refs[3])
+    add(pb.JobRunBuffer(job_run_id="weekly-1", job_label="weekly", instance_uuids=[weekly]))
+    add(pb.JobRunSuccess(job_run_id="weekly-1", input_instance_uuids=list(inputs.values())), from_job_run("weekly-1"))
+    observed(1, "size=10,mtime=1")  # the version of day 1 is learned: nothing changes
+    observed(2, "size=10,mtime=1")  # the same version again: rejected
+    observed(3, "etag-3", location="/moved/raw/date=2026-01-03", strong=True)  # the same bytes moved
+    observed(2, "size=12,mtime=2")  # late data for day 2: daily 2 and the weekly are tainted
+    add(pb.PartitionObserved(partition_ref="raw/x", location="/x", version_strong=True))  # rejected: no version
+    return events
+
+
 def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
     with path.open("wb") as out:
         for event in golden_events() if events is None else events:
@@ -171,5 +212,7 @@ if __name__ == "__main__":
         write(GOLDEN_BUCKETS, bucket_events())
     elif sys.argv[1:] == ["group"]:
         write(GOLDEN_GROUP, group_events())
+    elif sys.argv[1:] == ["versions"]:
+        write(GOLDEN_VERSIONS, version_events())
     else:
         write()

@@ -433,6 +433,8 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "metadata": {"format": "parquet"},
         "waiting_on": [],
         "note": None,
+        "version": None,
+        "version_strong": False,
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, read
+from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_VERSIONS, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
@@ -128,3 +128,22 @@ def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
     assert state.job_runs["noop-b-0"].state == JobRunState.FAILED  # b's stale run, failed by the new owner
     assert "noop-a-0" not in state.job_runs and state.wants["d-x"].parent_want_id == "w" and "d-y" not in state.wants
     assert verify(events) == []
+
+
+def test_the_versions_golden_log_replays_with_exactly_its_rejections() -> None:
+    """Versions learned, repeated, moved with strong versions kept, and late data that taints its consumers."""
+    state = replayed(read(GOLDEN_VERSIONS))
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(14, "partition_observed"), (17, "partition_observed")]
+    assert state.rejections[0].reason.endswith("with this version")
+    assert state.rejections[1].reason == "a strong version needs a version"
+    canonical = {ref: state.instances[uuid] for ref, uuid in state.canonical.items()}
+    day1, day2, day3 = (canonical[f"raw/date=2026-01-0{n}"] for n in (1, 2, 3))
+    assert (day1.version, day1.created_seq) == (("size=10,mtime=1", False), 1)  # learned, same instance
+    assert (day2.version, day2.created_seq) == (("size=12,mtime=2", False), 16)
+    assert (day3.version, day3.location) == (("etag-3", True), "/moved/raw/date=2026-01-03")
+    states = {ref: instance.state for ref, instance in canonical.items()}
+    assert states["daily/date=2026-01-02"] == states["weekly/week=2026-W01"] == InstanceState.MISSING
+    assert states["daily/date=2026-01-01"] == states["daily/date=2026-01-03"] == InstanceState.LIVE
+    tainted = [i.ref for i in state.instances.values() if i.state == InstanceState.TAINTED]
+    assert sorted(tainted) == ["daily/date=2026-01-02", "weekly/week=2026-W01"]
+    assert state.wants["w"].state == WantState.SUCCESSFUL

@@ -125,6 +125,12 @@ def taint(target: Target, ref: str, reason: str, only_this_ref: bool, user: str,
 @click.option("--location", required=True, help="Where the data is (path or URI).")
 @click.option("--rows", type=click.IntRange(min=0), default=0, help="Row count, if known.")
 @click.option("--bytes", "size", type=click.IntRange(min=0), default=0, help="Size in bytes, if known.")
+@click.option(
+    "--version",
+    "version",
+    help="The data's version (observing it again with another one taints what was built from it).",
+)
+@click.option("--strong", is_flag=True, help="The version identifies the bytes (an ETag, a content hash).")
 @click.option("--graph", "graph_path", help="With --db: refuse refs that a job of this graph builds.")
 @user_option
 @json_option
@@ -134,12 +140,16 @@ def observe(
     location: str,
     rows: int,
     size: int,
+    version: str | None,
+    strong: bool,
     graph_path: str | None,
     user: str,
     as_json: bool,
 ) -> None:
-    """Record that a source partition (one no job builds) is available."""
-    request = m.ObserveRequest(ref=ref, location=location, row_count=rows, bytes=size)
+    """Record that a source partition (one no job builds) is available, or has new data."""
+    request = m.ObserveRequest(
+        ref=ref, location=location, row_count=rows, bytes=size, version=version, version_strong=strong
+    )
     graph = read_graph(graph_path) if graph_path is not None else None
     with connect(target, must_exist=False, graph=graph) as client:
         written = client.observe(request, user)

@@ -6,6 +6,8 @@
 - `errors`: `EnumerateError`, `ReadError`, retryable or permanent, sanitized messages
 - `contract`: `Capabilities` and the `Connector` protocol
 - `in_memory`: `InMemoryConnector`, the deterministic reference connector
+- `filesystem`: `FilesystemConnector`, regular files under a root in path byte order (`fs_walk`: the
+  bounded-memory walk and seek; `fs_read`: confined reads; `fs_errors`: errno classes)
 - `conformance`: the checks every connector must pass; `conformance_pytest` runs them under pytest
 - `split_estimator`: `SplitEstimator`, a byte-weighted median key in fixed memory
 """

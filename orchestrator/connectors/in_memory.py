@@ -25,7 +25,7 @@ import blake3
 from partbuild.orchestrator.connectors.contract import Capabilities
 from partbuild.orchestrator.connectors.errors import EnumerateError, ReadError
 from partbuild.orchestrator.connectors.items import ConnectorTag, Page, ScanItem, StableItemId, Version
-from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef, ResumeToken
 
 IN_MEMORY_TAG = ConnectorTag("inmem")
@@ -178,10 +178,6 @@ class InMemoryConnector:
 
     def read_range(self, item_ref: ItemRef, offset: int, length: int, budgets: Budgets) -> bytes:
         """Bytes [offset, offset + min(length, max_bytes)) of the item; b"" past its end."""
-        for name, number in (("offset", offset), ("length", length)):
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise TypeError(f"{name} must be an int, not {type(number).__name__}")
-            if number < 0:
-                raise ValueError(f"{name} must be at least 0, got {number}")
+        check_byte_range(offset, length)
         data = self._content(item_ref, budgets)
         return data[offset : offset + min(length, budgets.max_bytes)]

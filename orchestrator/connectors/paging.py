@@ -106,3 +106,12 @@ class KeyRange:
         if not isinstance(key, ItemKey):
             return False
         return (self.start is None or key >= self.start) and (self.end is None or key < self.end)
+
+
+def check_byte_range(offset: object, length: object) -> None:
+    """The arguments of a range read: ints (not bools, not "10"), neither below zero."""
+    for name, number in (("offset", offset), ("length", length)):
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise TypeError(f"{name} must be an int, not {type(number).__name__}")
+        if number < 0:
+            raise ValueError(f"{name} must be at least 0, got {number}")

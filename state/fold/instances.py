@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 # (ref, reason, the Live canonical instances to taint in order, the one the event names)
 TaintPlan = tuple[str, str, list[Instance], Instance]
-# (ref, message, the current canonical instance or None, the instance that becomes Live if it is reused)
-ObservedPlan = tuple[str, pb.PartitionObserved, Instance | None, Instance | None]
+# (ref, message, the current canonical instance or None, the instance that becomes Live if it is reused,
+#  the Live instances built from the current one that the new data taints)
+ObservedPlan = tuple[str, pb.PartitionObserved, Instance | None, Instance | None, list[Instance]]
 # (instances to drop, UUIDs of the superseded instances kept)
 RetentionPlan = tuple[list[Instance], list[str]]
 # Each waiting instance with the refs it names that are not Live now.
@@ -51,11 +52,11 @@ def check_partition_taint(state: BuildState, seq: int, msg: pb.PartitionTaint, e
         return f"partition {short(ref)} has no instance to taint"
     if current.state != LIVE:
         return f"partition {short(ref)} is {current.state.name.lower()}; only a Live instance can be tainted"
-    return ref, msg.reason or "tainted", _taint_cascade(state, current, msg.only_this_ref), current
+    return ref, msg.reason or "tainted", _taint_cascade(state, [current], msg.only_this_ref), current
 
 
-def _taint_cascade(state: BuildState, current: Instance, only_this_ref: bool) -> list[Instance]:
-    """The Live canonical instances a taint of `current` reaches, in the order it taints them.
+def _taint_cascade(state: BuildState, start: list[Instance], only_this_ref: bool) -> list[Instance]:
+    """The Live canonical instances a taint of `start` reaches, in the order it taints them.
 
     Depth-first through consumers. Tainting one instance changes no other
     instance's eligibility (Live and canonical), so walking first and tainting
@@ -64,7 +65,7 @@ def _taint_cascade(state: BuildState, current: Instance, only_this_ref: bool) ->
     instances = state.instances
     order: list[Instance] = []
     taken: set[str] = set()
-    pending = [current]
+    pending = start[::-1]  # popped from the end: the first of `start` first
     while pending:
         old = pending.pop()
         # Reached twice through a diamond, or not Live: nothing (more) to taint.
@@ -93,7 +94,11 @@ def apply_partition_taint(state: BuildState, seq: int, plan: TaintPlan, event: p
 def check_partition_observed(
     state: BuildState, seq: int, msg: pb.PartitionObserved, event: pb.Event
 ) -> str | ObservedPlan:
-    """Validate a PartitionObserved; decide whether its current instance becomes Live or a new one."""
+    """Validate a PartitionObserved; decide whether its current instance becomes Live or a new one.
+
+    With a version, a Live partition observed again is judged by it: the same version is nothing
+    new (rejected), another one is new data that taints what was built from the old.
+    """
     ref = intern(msg.partition_ref)
     problem = ref_problem(ref)  # inline rather than ref_rejection: source data arrives often
     if problem:
@@ -102,30 +107,77 @@ def check_partition_observed(
         return "observed partition has no location"
     if msg.row_count < 0 or msg.bytes < 0:
         return "row_count and bytes must not be negative"
+    if msg.version_strong and not msg.version:
+        return "a strong version needs a version"
     uuid = state.canonical.get(ref)
     if uuid is None:
-        return ref, msg, None, None
+        return ref, msg, None, None, []
     current = state.instances[uuid]
     current_state = current.state
     if current_state in (BUILDING, UPSTREAM_BUILDING):
         return f"partition {short(ref)} is being built by a job run; it cannot also be observed"
-    if current_state == LIVE and current.location == msg.location:
-        return f"partition {short(ref)} is already Live at {short(msg.location)}"
     if current_state in (MISSING, UP_FOR_RETRY):
-        return ref, msg, current, current
-    # Live elsewhere (a new data version) or failed: a new instance replaces it.
-    return ref, msg, current, None
+        return ref, msg, current, current, []
+    if current_state != LIVE:  # failed: a new instance replaces it; nothing was built from it
+        return ref, msg, current, None, []
+    if not msg.version:  # as before versions: a new location is a new instance, nothing is tainted
+        if current.location == msg.location:
+            return f"partition {short(ref)} is already Live at {short(msg.location)}"
+        return ref, msg, current, None, []
+    return _observed_again(ref, msg, current, state)
+
+
+def _observed_again(ref: str, msg: pb.PartitionObserved, current: Instance, state: BuildState) -> str | ObservedPlan:
+    """A Live partition observed with a version: unchanged, learned, moved, or new data."""
+    same_place = current.location == msg.location
+    if current.version is None:
+        if same_place:  # observed before its source reported versions: learn it, change nothing
+            return ref, msg, current, current, []
+        return ref, msg, current, None, _built_from(state, current)  # moved, unknown content: assume new
+    if current.version[0] == msg.version:
+        if same_place:
+            return f"partition {short(ref)} is already Live at {short(msg.location)} with this version"
+        if msg.version_strong and current.version[1]:  # the same bytes moved: nothing built from them changes
+            return ref, msg, current, None, []
+    return ref, msg, current, None, _built_from(state, current)
+
+
+def _built_from(state: BuildState, current: Instance) -> list[Instance]:
+    """The Live canonical instances built from `current`'s data, transitively: new data makes them stale.
+
+    Data that moved with its strong version kept (a new instance of the same bytes) fed whatever was
+    built from the earlier instances too, so their consumers are included.
+    """
+    instances = state.instances
+    same_bytes = [current]
+    while (last := same_bytes[-1]).previous_uuid and last.version and last.version[1]:
+        earlier = instances.get(last.previous_uuid)
+        if earlier is None or earlier.version != last.version:
+            break
+        same_bytes.append(earlier)
+    consumers = [instances[uuid] for instance in same_bytes for uuid in instance.consumers or ()]
+    return _taint_cascade(state, consumers, only_this_ref=False)
 
 
 def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, event: pb.Event) -> None:
-    """The observed data makes the reused or a new canonical instance Live."""
-    ref, msg, current, reused = plan
+    """The observed data makes the reused or a new canonical instance Live; taints what the old one fed."""
+    ref, msg, current, reused, stale = plan
+    version = (msg.version, msg.version_strong) if msg.version else None
+    if reused is not None and reused.state == LIVE:  # only its version was learned
+        reused.version = version
+        reused.updated_seq = seq
+        return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
     instance.location = msg.location
     instance.row_count = msg.row_count
     instance.byte_count = msg.bytes
     instance.metadata = dict(sorted(msg.metadata.items())) if msg.metadata else None
+    instance.version = version
     set_state(state, instance, LIVE, seq)
+    for old in stale:
+        new_canonical(state, seq, old.ref, old)
+        change_state(state, old, TAINTED, seq)
+        old.note = f"upstream {ref} has new data (observed at seq {seq})"
 
 
 # ----------------------------------------------------------------- InstanceRetention

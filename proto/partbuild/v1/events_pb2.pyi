@@ -240,7 +240,7 @@ class PartitionTaint(_message.Message):
     def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ...) -> None: ...
 
 class PartitionObserved(_message.Message):
-    __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata")
+    __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata", "version", "version_strong")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -253,12 +253,16 @@ class PartitionObserved(_message.Message):
     ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_STRONG_FIELD_NUMBER: _ClassVar[int]
     partition_ref: str
     location: str
     row_count: int
     bytes: int
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    version: str
+    version_strong: bool
+    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., version_strong: _Optional[bool] = ...) -> None: ...
 
 class InstancesWaitUpstream(_message.Message):
     __slots__ = ("waits", "fence")
