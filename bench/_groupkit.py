@@ -116,10 +116,15 @@ def kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> N
         os.killpg(process.pid, sig)
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> int | None:
-    """SIGTERM, a bounded wait, then SIGKILL of its group; also kills what is left of the group. Exit code."""
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60.0, *, terminate: bool = True) -> int | None:
+    """SIGTERM (unless sent already), a bounded wait, then SIGKILL of its group and what is left of it. Exit code.
+
+    One SIGTERM only: a second one that lands while Python is shutting down (its handlers
+    are reset to the default by then) kills a worker that was leaving cleanly.
+    """
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+        if terminate:
+            process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -275,7 +280,7 @@ class Workers:
                 self.started[name].process.send_signal(signal.SIGTERM)
         for name in names:
             worker = self.started[name]
-            code = stop_process(worker.process)
+            code = stop_process(worker.process, terminate=False)
             if code not in (0, -signal.SIGKILL):
                 print(f"  worker {name} exited {code}; output ends:\n{worker.tail_of_output()}", flush=True)
 
@@ -287,7 +292,7 @@ class Workers:
             if worker.alive():
                 worker.process.send_signal(signal.SIGTERM)
         for worker in self.started.values():
-            stop_process(worker.process)
+            stop_process(worker.process, terminate=False)
 
 
 # ----------------------------------------------------------------- the API
