@@ -10,6 +10,8 @@ clean-up on the way out can always kill whatever is left.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import math
 import os
 import re
 import secrets
@@ -37,10 +39,14 @@ from partbuild.state.store import EventLog
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEP_GRAPH = REPO / "bench" / "graphs" / "sleep.py"
+DIAG = REPO / "bench" / "diag"
 GROUP = "bench"
 DEFAULT_PG_URL = "postgresql+psycopg://127.0.0.1:5432/test"
 START_TIMEOUT_S = 300.0  # a JVM per worker, several starting at once on two cores
 SERVE_LINE = re.compile(r"partbuild API on (http://\S+) ")
+# `partbuild run` logs local time to the ms; bench/diag/sitecustomize.py's line for a lost append race.
+LOG_TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
+CONFLICT = re.compile(rf"^{LOG_TIME} WARNING partbuild\.bench: append conflict in (\S+): (\S+)$", re.M)
 
 Watch = Callable[[int, pb.Event, BuildState], None]
 
@@ -216,6 +222,21 @@ class Worker:
         return "\n".join(self.output.read_text(errors="replace").splitlines()[-lines:])
 
 
+def log_time_ms(stamp: str) -> float:
+    """A `partbuild run` log line's time (local, ms) as ms since the epoch."""
+    return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+
+
+def conflicts(workers: list[Worker], since_ms: float = 0, until_ms: float = math.inf) -> Counter[str]:
+    """Appends that lost a race (`--count-conflicts`), by what they carried, in a window of time."""
+    found: Counter[str] = Counter()
+    for worker in workers:
+        for stamp, thread, kinds in CONFLICT.findall(worker.output.read_text(errors="replace")):
+            if since_ms <= log_time_ms(stamp) <= until_ms:
+                found[kinds if thread == "partbuild-group" else f"{kinds} ({thread})"] += 1
+    return found
+
+
 class Workers:
     """Starts group workers on one log; on the way out, stops every one still running (SIGKILL last)."""
 
@@ -229,6 +250,7 @@ class Workers:
         env: dict[str, str],
         heartbeat_interval_s: float,
         heartbeat_timeout_s: float,
+        count_conflicts: bool = False,
     ) -> None:
         self.db = db
         self.workdir = workdir
@@ -239,6 +261,8 @@ class Workers:
         ]  # fmt: skip
         # One core for each worker's Spark, should one start: the sleep jobs never use it.
         self.env = os.environ | {"PARTBUILD_SPARK_MASTER": "local[1]", "PYTHONUNBUFFERED": "1"} | env
+        if count_conflicts:  # bench/diag/sitecustomize.py logs each append that loses a race
+            self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(DIAG), os.environ.get("PYTHONPATH")]))
         self.started: dict[str, Worker] = {}
 
     def start(self, name: str) -> Worker:

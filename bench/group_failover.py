@@ -33,12 +33,12 @@ a race with another writer (`expected_head`), when it is retried a tick later.
 
     .venv/bin/python bench/group_failover.py [--backend postgres|sqlite] [--kills 4] [--leader-kills 3]
                                              [--member-timeout 4] [--workers 4] [--buckets 32] [--keep DIR]
+                                             [--count-conflicts]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import math
 import re
@@ -49,13 +49,16 @@ from dataclasses import dataclass
 from _common import machine
 from _groupkit import (
     GROUP,
+    LOG_TIME,
     RunsInFlight,
     Tail,
     Workers,
     api_server,
+    conflicts,
     fresh_log,
     is_balanced,
     kill_group,
+    log_time_ms,
     now_ms,
     pid_of,
     successful_wants,
@@ -71,10 +74,8 @@ from partbuild.state.build_state import BuildState
 
 MARGIN_S = 2.0  # the target: member timeout + 2 s
 SETTLE_S = 2.0  # after a (re)start, before the next kill
-# A leader's log line (`partbuild run` logs local time to the ms): the reap precedes the epoch in one tick.
-REAPED = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO partbuild\.group: group \S+: reaped dead members (.*)$", re.M
-)
+# A leader's log line: the reap precedes the epoch in one tick.
+REAPED = re.compile(rf"^{LOG_TIME} INFO partbuild\.group: group \S+: reaped dead members (.*)$", re.M)
 
 
 @dataclass
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> list[Kill]:
             # A dead worker's runs are failed as stale and retried soon, as in tests/w1kit.py.
             heartbeat_interval_s=0.3,
             heartbeat_timeout_s=3,
+            count_conflicts=args.count_conflicts,
         ) as workers,
         Tail(db) as tail,
     ):
@@ -190,13 +192,17 @@ def run(args: argparse.Namespace) -> list[Kill]:
             kill.new_leader = watch.leader
             kill.reaped_s = (reaped_ms(workers, victim) - killed_ms) / 1000
             kills.append(kill)
+            lost = ""
+            if args.count_conflicts:
+                epochs = conflicts(list(workers.started.values()), killed_ms, watch.owned_ms)["group_epoch"]
+                lost = f"; epoch appends that lost a race: {epochs}"
             print(
                 f"  kill {number} ({role}, {pid_of(victim)}, {kill.buckets} buckets, {kill.runs_in_flight} runs in "
                 f"flight; group balanced {waited:.1f} s before): every bucket owned after {kill.owned_s:.2f} s, "
                 f"balanced after {kill.balanced_s:.2f} s; its row expired {kill.expiry_s:.2f} s after the kill, "
                 f"so detection took {kill.owned_s - kill.expiry_s:.2f} s (reaped at {kill.reaped_s:.2f} s, the epoch "
                 f"{kill.owned_s - kill.reaped_s:.2f} s later); leader "
-                f"{'unchanged' if watch.leader == group.leader else 'now ' + str(pid_of(watch.leader))}",
+                f"{'unchanged' if watch.leader == group.leader else 'now ' + str(pid_of(watch.leader))}{lost}",
                 flush=True,
             )
             if number < len(plan):
@@ -208,6 +214,9 @@ def run(args: argparse.Namespace) -> list[Kill]:
             f"{runs.failures} runs failed (a dead worker's, as stale), {len(state.rejections)} events rejected",
             flush=True,
         )
+        if args.count_conflicts:
+            found = conflicts(list(workers.started.values()))
+            print(f"  appends that lost a race, by what they carried: {dict(found.most_common())}", flush=True)
         workers.stop(live)
     return kills
 
@@ -217,7 +226,7 @@ def reaped_ms(workers: Workers, victim: str) -> float:
     for worker in workers.started.values():
         for stamp, tasks in REAPED.findall(worker.output.read_text(errors="replace")):
             if victim in tasks.split(", "):
-                return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+                return log_time_ms(stamp)
     return math.nan
 
 
@@ -277,6 +286,9 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=4, help="kills of a non-leader")
     parser.add_argument("--leader-kills", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR", help="keep each log and the processes' outputs under DIR")
+    parser.add_argument(
+        "--count-conflicts", action="store_true", help="count appends that lose a race (bench/diag/sitecustomize.py)"
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(

@@ -34,6 +34,7 @@ sleeping (15 waves) against 60 s for one worker, long enough that the fixed cost
 
     .venv/bin/python bench/group_throughput.py [--backend postgres|sqlite] [--slots shared|per-worker]
                                                [--wants 240] [--rounds 2] [--buckets 32] [--no-control] [--keep DIR]
+                                               [--count-conflicts]
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from _groupkit import (
     Tail,
     Workers,
     api_server,
+    conflicts,
     fresh_log,
     is_balanced,
     now_ms,
@@ -139,6 +141,7 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
             # Runs last 1 s (or wait for a slot): few run heartbeats, and nobody dies here.
             heartbeat_interval_s=30,
             heartbeat_timeout_s=120,
+            count_conflicts=args.count_conflicts,
         ) as workers,
         Tail(db) as tail,
     ):
@@ -175,6 +178,10 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
         if slots_mode == "shared":
             result.idle_slot_s = (slots * result.seconds - sum(progress.run_ms) / 1000) / len(refs)
         result.rejections = len(tail.state.rejections)
+        lost = ""
+        if args.count_conflicts:
+            found = conflicts(list(workers.started.values()), started_ms, progress.done_ms)
+            lost = f"; appends that lost a race: {sum(found.values())} {dict(found.most_common())}"
         workers.stop(names)
         print(
             f"  {backend} {label}: {result.rate:.2f} runs/s ({len(refs)} runs in {result.seconds:.2f} s, "
@@ -185,7 +192,7 @@ def measure(backend: str, k: int, slots_mode: str, args: argparse.Namespace, ref
             + (f", a slot idles {result.idle_slot_s:.3f} s per run" if slots_mode == "shared" else " (waits included)")
             + f"; failures {result.failures}, rejected events {result.rejections}; "
             f"CPU s: {', '.join(f'{who} {used:.1f}' for who, used in result.cpu.items() if who != 'busy cores')}; "
-            f"{result.cpu['busy cores']:.2f} of {CORES} cores busy",
+            f"{result.cpu['busy cores']:.2f} of {CORES} cores busy{lost}",
             flush=True,
         )
     return result
@@ -209,6 +216,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--keep", metavar="DIR", help="keep each log and the processes' outputs under DIR")
+    parser.add_argument(
+        "--count-conflicts", action="store_true", help="count appends that lose a race (bench/diag/sitecustomize.py)"
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
     refs = sleep_refs(args.wants)
