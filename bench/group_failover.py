@@ -244,14 +244,22 @@ def kill_plan(members: int, leaders: int) -> list[str]:
 
 
 def choose_victim(tail: Tail, workers: Workers, live: list[str], role: str, runs: RunsInFlight) -> str:
-    """The leader, or a non-leader; preferably one with a run in flight (waits up to 5 s for one)."""
+    """The leader, or a non-leader; preferably one with a run in flight (waits up to 5 s for one).
+
+    Among non-leaders with runs in flight, the one with the fewest: `max_concurrency` is shared by
+    the group, and a victim holding most slots would leave them held by its dead runs until they
+    are failed as stale, a quiet log during the failover; the survivors should be the busy ones.
+    """
     deadline = time.monotonic() + 5
     while True:
         group = tail.group()
         assert group is not None
         tasks = {name: task_of(group, workers.started[name].pid) for name in live}
         candidates = [name for name in live if (tasks[name] == group.leader) == (role == "leader")]
-        busy = [name for name in candidates if runs.in_flight[tasks[name] or ""] > 0]
+        busy = sorted(
+            (name for name in candidates if runs.in_flight[tasks[name] or ""] > 0),
+            key=lambda name: runs.in_flight[tasks[name] or ""],
+        )
         if busy or time.monotonic() > deadline:
             return (busy or candidates)[0]
         time.sleep(0.1)
