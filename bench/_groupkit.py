@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -42,7 +42,7 @@ SLEEP_GRAPH = REPO / "bench" / "graphs" / "sleep.py"
 DIAG = REPO / "bench" / "diag"
 GROUP = "bench"
 DEFAULT_PG_URL = "postgresql+psycopg://127.0.0.1:5432/test"
-START_TIMEOUT_S = 300.0  # a JVM per worker, several starting at once on two cores
+START_TIMEOUT_S = 300.0  # generous: before lazy Spark, each worker started a JVM, several at once on two cores
 SERVE_LINE = re.compile(r"partbuild API on (http://\S+) ")
 # `partbuild run` logs local time to the ms; bench/diag/sitecustomize.py's line for a lost append race.
 LOG_TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
@@ -209,7 +209,6 @@ class Worker:
     name: str
     process: subprocess.Popen[bytes]
     output: Path
-    started: float = field(default_factory=time.monotonic)
 
     @property
     def pid(self) -> int:
@@ -284,9 +283,6 @@ class Workers:
             )
         worker = self.started[name] = Worker(name, process, output)
         return worker
-
-    def live(self) -> list[Worker]:
-        return [worker for worker in self.started.values() if worker.alive()]
 
     def check_running(self, names: list[str]) -> None:
         """Raise with its output if one of `names` has exited."""
