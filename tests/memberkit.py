@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
         group = Group(log, args.group, member_timeout_ms=args.timeout_ms)
         member = group.join(args.task)
         _emit("joined", task=member.task_id, pid=os.getpid())
-        with group.leader_lock() as lock:
+        with member.leader_lock() as lock:
             leading = False
             while not stop.wait(args.heartbeat_ms / 1000):
                 try:
