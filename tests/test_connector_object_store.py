@@ -164,6 +164,18 @@ def test_a_token_from_another_prefix_is_ignored() -> None:
     assert drain_keys_from(mine, forged, budgets) == drain_keys_from(mine, forged.without_token(), budgets)
 
 
+def test_a_token_the_server_rejects_falls_back_to_the_key() -> None:
+    from partbuild.orchestrator.connectors.s3_keys import make_token
+
+    budgets = Budgets(3, BIG)
+    mine = _prefixed()
+    last = key("clicks/date=2026-01-02/part-00000.csv")
+    bogus = make_token("conformance", "raw/", last, "not-a-token-this-server-ever-issued")
+    assert bogus is not None
+    cursor = Cursor(last, bogus)
+    assert drain_keys_from(mine, cursor, budgets) == drain_keys_from(mine, cursor.without_token(), budgets)
+
+
 def drain_keys_from(connector: ObjectStoreConnector, cursor: Cursor, budgets: Budgets) -> list[bytes]:
     keys = []
     while (page := connector.fill_page(KeyRange(), cursor, budgets)) is not None:

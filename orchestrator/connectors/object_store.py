@@ -59,7 +59,7 @@ from partbuild.orchestrator.connectors.items import (
 )
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
 from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
-from partbuild.orchestrator.connectors.s3_errors import as_error, is_invalid_range, is_missing
+from partbuild.orchestrator.connectors.s3_errors import as_error, is_invalid_range, is_missing, is_server_answer
 from partbuild.orchestrator.connectors.s3_keys import make_token, read_token, start_after, valid_utf8_prefix
 from partbuild.orchestrator.connectors.s3_logging import withhold_wire_logs
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
@@ -179,8 +179,10 @@ class ObjectStoreConnector:
         try:
             return self._client.list_objects_v2(**request)
         except Exception as error:
-            if token is not None and not as_error(EnumerateError, "", error).is_retryable:
-                # A token the server no longer honours (expired, or from another listing): the key decides.
+            if token is not None and is_server_answer(error):
+                # The server refused the request that carried a token: an expired or foreign token gets a 400
+                # from S3 (a 500 from moto). Retried once by key, which is authoritative: retrying the token
+                # could fail forever, and if the keyed request fails too its error is the real one.
                 return self._list(start, None, max_keys)
             raise as_error(EnumerateError, "listing the bucket", error) from None
 

@@ -76,6 +76,13 @@ def is_invalid_range(error: BaseException) -> bool:
     return code == "InvalidRange" or status == 416
 
 
+def is_server_answer(error: BaseException) -> bool:
+    """Whether the server answered with an error (as opposed to a transport failure)."""
+    from botocore.exceptions import ClientError
+
+    return isinstance(error, ClientError)
+
+
 def as_error(kind: type[E], action: str, error: BaseException) -> E:
     """`kind` (EnumerateError or ReadError) for a botocore error, classed by code and status."""
     from botocore import exceptions as bx  # boto3 is the optional `s3` extra
