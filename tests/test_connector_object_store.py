@@ -8,6 +8,7 @@ line, and resume from a persisted cursor on a fresh connector.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import time
@@ -328,6 +329,25 @@ def test_a_deadline_already_passed_is_retryable() -> None:
     with pytest.raises(ConnectorError) as caught:
         _prefixed().fill_page(KeyRange(), Cursor(), Budgets(1, BIG, deadline=0.0))
     assert caught.value.is_retryable
+
+
+def test_a_deadline_ends_a_page_early_but_never_before_its_first_item() -> None:
+    ticks = itertools.count()
+    connector = ObjectStoreConnector(server().config("conformance", "raw/"), clock=lambda: float(next(ticks)))
+    page = connector.fill_page(KeyRange(), Cursor(), Budgets(100, BIG, deadline=3.0))
+    assert page is not None and len(page) == 3  # the clock is read once at the start, then per later item
+    assert page.token is None  # cut mid-response: the key resumes it
+
+
+def test_objects_without_an_etag_get_a_weak_version() -> None:
+    from datetime import UTC, datetime
+
+    from partbuild.orchestrator.connectors.object_store import _Listed
+
+    stamp = datetime(2026, 1, 2, tzinfo=UTC)
+    assert _Listed.of(b"k", {"Size": 3, "ETag": '"abc"', "LastModified": stamp}).version().value == b"abc"
+    weak = _Listed.of(b"k", {"Size": 3, "LastModified": stamp}).version()
+    assert not weak.is_strong and weak.value == f"size=3;mtime_ns={int(stamp.timestamp() * 1e9)}".encode()
 
 
 # -- resume

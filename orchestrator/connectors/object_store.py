@@ -82,11 +82,24 @@ class ListStats:
 
 @dataclass(frozen=True, slots=True)
 class _Listed:
-    """One listed object inside the bounds: its relative key, size and ETag."""
+    """One listed object inside the bounds: its relative key, size, ETag and modification time."""
 
     key: bytes
     size: int
     etag: str
+    modified_ns: int
+
+    @classmethod
+    def of(cls, rel: bytes, entry: dict[str, Any]) -> _Listed:
+        modified = entry.get("LastModified")
+        modified_ns = int(modified.timestamp() * 1e9) if modified is not None else 0
+        return cls(rel, int(entry.get("Size") or 0), str(entry.get("ETag") or "").strip('"'), modified_ns)
+
+    def version(self) -> Version:
+        """Strong from the ETag; weak from size and time for a server that lists none (S3 always does)."""
+        if self.etag:
+            return Version.strong(self.etag.encode("utf-8")[:MAX_VERSION_BYTES])
+        return Version.from_metadata(self.size, self.modified_ns)
 
 
 @dataclass(slots=True)
@@ -211,10 +224,7 @@ class ObjectStoreConnector:
                 if reason is not None:
                     self.stats.skip(reason)
                     continue
-                yield (
-                    _Listed(rel, int(entry.get("Size") or 0), str(entry.get("ETag") or "")),
-                    index == len(contents) - 1,
-                )
+                yield _Listed.of(rel, entry), index == len(contents) - 1
             if token is None:
                 return
 
@@ -254,12 +264,11 @@ class ObjectStoreConnector:
 
     def _scan_item(self, listed: _Listed) -> ScanItem:
         key = ItemKey(listed.key)
-        etag = listed.etag.strip('"').encode("utf-8")[:MAX_VERSION_BYTES] or b"no-etag"
         return ScanItem(
             key,
             ItemRef(listed.key),
             StableItemId.derive(self.tag, key),
-            Version.strong(etag),
+            listed.version(),
             listed.size,
             self._location(listed.key),
         )
