@@ -273,6 +273,22 @@ def test_a_server_that_is_down_is_retryable_with_a_clean_message(caplog: pytest.
     _assert_clean(caplog.text, "some/secret/key", "closed-bucket")
 
 
+def test_a_server_killed_mid_scan_fails_the_next_page_retryable_from_the_same_cursor() -> None:
+    doomed = MotoServer()
+    try:
+        fill_bucket(doomed.client(), "doomed", {f"k{index:02d}": b"x" for index in range(6)})
+        connector = doomed.connector("doomed")
+        first = connector.fill_page(KeyRange(), Cursor(), Budgets(2, BIG))
+        assert first is not None
+        doomed.stop()
+        with pytest.raises(EnumerateError) as caught:
+            connector.fill_page(KeyRange(), first.cursor, Budgets(2, BIG))
+        assert caught.value.is_retryable and caught.value.retry_after is None
+        _assert_clean(str(caught.value), "doomed", "k01")
+    finally:
+        doomed.stop()
+
+
 def test_secrets_never_show_in_repr_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # botocore's wire traces would quote the Authorization header
     config = server().config("conformance", "raw/")
