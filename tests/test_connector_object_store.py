@@ -364,6 +364,8 @@ def test_objects_without_an_etag_get_a_weak_version() -> None:
     assert _Listed.of(b"k", {"Size": 3, "ETag": '"abc"', "LastModified": stamp}).version().value == b"abc"
     weak = _Listed.of(b"k", {"Size": 3, "LastModified": stamp}).version()
     assert not weak.is_strong and weak.value == f"size=3;mtime_ns={int(stamp.timestamp() * 1e9)}".encode()
+    as_text = _Listed.of(b"k", {"Size": 3, "LastModified": "2026-01-02T00:00:00.000Z"}).version()
+    assert as_text == weak
 
 
 # -- resume

@@ -39,6 +39,7 @@ their private clients.
 
 from __future__ import annotations
 
+import datetime
 import io
 import time
 from collections.abc import Callable, Iterator
@@ -91,15 +92,28 @@ class _Listed:
 
     @classmethod
     def of(cls, rel: bytes, entry: dict[str, Any]) -> _Listed:
-        modified = entry.get("LastModified")
-        modified_ns = int(modified.timestamp() * 1e9) if modified is not None else 0
-        return cls(rel, int(entry.get("Size") or 0), str(entry.get("ETag") or "").strip('"'), modified_ns)
+        etag = str(entry.get("ETag") or "").strip('"')
+        # The time is parsed only when it is needed (no ETag): the shared session leaves timestamps as text.
+        modified_ns = 0 if etag else _time_ns(entry.get("LastModified"))
+        return cls(rel, int(entry.get("Size") or 0), etag, modified_ns)
 
     def version(self) -> Version:
         """Strong from the ETag; weak from size and time for a server that lists none (S3 always does)."""
         if self.etag:
             return Version.strong(self.etag.encode("utf-8")[:MAX_VERSION_BYTES])
         return Version.from_metadata(self.size, self.modified_ns)
+
+
+def _time_ns(modified: object) -> int:
+    """LastModified (ISO 8601 text, or a datetime from a client that parses it) in ns since the epoch; 0 if none."""
+    if isinstance(modified, str):
+        try:
+            modified = datetime.datetime.fromisoformat(modified.replace("Z", "+00:00"))
+        except ValueError:
+            return 0
+    if isinstance(modified, datetime.datetime):
+        return int(modified.timestamp() * 1e9)
+    return 0
 
 
 @dataclass(slots=True)
