@@ -1,12 +1,14 @@
 """`ObjectStoreConnector`: the objects under a bucket and key prefix, over the S3 API (boto3).
 
-Library: boto3's S3 client. ListObjectsV2 *is* the contract's cursor: an
-ordered listing that starts after a key (`StartAfter`) or resumes from the
-server's own marker (`ContinuationToken`), `MaxKeys` at a time. boto3 passes
-both straight through. s3fs (fsspec) and pyarrow.fs list a whole prefix (or
-directory) at once and expose neither parameter, so a resumable scan of a
-million objects would list the million on every call, or reach past them into
-their private clients.
+Library: boto3's S3 client (its botocore layer, the AWS SDK's own). ListObjectsV2
+*is* the contract's cursor: an ordered listing that starts after a key
+(`StartAfter`) or resumes from the server's own marker (`ContinuationToken`),
+`MaxKeys` at a time, and the client passes both straight through. s3fs
+(fsspec) and pyarrow.fs list a whole prefix or directory per call and expose
+neither parameter in their public listing calls, so a resumable scan of a
+million objects would re-list from the top on every page, or reach through
+them into the private client they wrap (s3fs wraps aiobotocore, the same
+model, async).
 
 - Keys and refs are the object key's UTF-8 bytes after `config.prefix`. S3
   lists keys in UTF-8 binary order, the byte order of `ItemKey`, so pages come
