@@ -127,26 +127,28 @@ class ObjectStoreConfig:
             s3={"addressing_style": self.addressing_style},
         )
         # Credentials go to the client, not the shared session: clients of two configurations never mix them.
-        return _shared_session().create_client(
-            "s3",
-            region_name=self.region,
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id=text(self.access_key_id),
-            aws_secret_access_key=text(self.secret_access_key),
-            aws_session_token=text(self.session_token),
-            config=config,
-        )
+        # A botocore session is not thread-safe (clients are): clients are made under the lock.
+        with _SESSION_LOCK:
+            return _shared_session().create_client(
+                "s3",
+                region_name=self.region,
+                endpoint_url=self.endpoint_url,
+                aws_access_key_id=text(self.access_key_id),
+                aws_secret_access_key=text(self.secret_access_key),
+                aws_session_token=text(self.session_token),
+                config=config,
+            )
 
 
 _SESSION: Any = None
-_SESSION_LOCK = threading.Lock()
+_SESSION_LOCK = threading.RLock()
 
 
 def _shared_session() -> Any:
     """One botocore session per process: it caches the parsed S3 service model, so a new client costs
     milliseconds instead of the ~150 ms of loading the model again (connectors are made per scan)."""
     global _SESSION
-    with _SESSION_LOCK:
+    with _SESSION_LOCK:  # re-entered from make_client
         if _SESSION is None:
             import botocore.session
 
