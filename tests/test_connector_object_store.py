@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("boto3", reason="needs pip install 'partbuild[s3]'")
 pytest.importorskip("moto.server", reason="needs pip install 'moto[server]'")
@@ -194,6 +196,29 @@ def test_split_point_halves_the_remaining_bytes() -> None:
     }
     below = sum(size for rel, size in sizes.items() if rel < split.raw_bytes())
     assert 0.3 < below / sum(sizes.values()) < 0.7
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), min_codepoint=0), min_size=1, max_size=6)
+_CHARS_NEAR_EDGES = st.sampled_from(["\x00", "\x01", "a", "\x7f", "\u0080", "\ud7ff", "\ue000", "\U0010ffff", "/"])
+_EDGY_TEXT = st.lists(_CHARS_NEAR_EDGES, min_size=1, max_size=5).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    bound=st.one_of(_TEXT.map(str.encode), _EDGY_TEXT.map(str.encode), st.binary(min_size=1, max_size=6)),
+    keys=st.lists(st.one_of(_TEXT, _EDGY_TEXT), min_size=1, max_size=10),
+    inclusive=st.booleans(),
+)
+def test_start_after_never_skips_a_key_in_the_range(bound: bytes, keys: list[str], inclusive: bool) -> None:
+    from partbuild.orchestrator.connectors.s3_keys import start_after
+
+    after = start_after("p/", bound, inclusive)
+    assert after is None or after.startswith("p/")
+    for text in keys:
+        raw = text.encode()
+        if raw > bound or (inclusive and raw == bound):
+            # S3 compares whole keys by UTF-8 bytes; StartAfter is exclusive.
+            assert after is None or ("p/" + text).encode() > after.encode()
 
 
 # -- versions
