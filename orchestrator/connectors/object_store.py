@@ -229,6 +229,9 @@ class ObjectStoreConnector:
             contents = response.get("Contents") or []
             token = response.get("NextContinuationToken") if response.get("IsTruncated") else None
             state.token = token
+            if contents:
+                # Where a keyed retry resumes if the server refuses the next token (see `_list`).
+                after = contents[-1]["Key"]
             for index, entry in enumerate(contents):
                 rel = entry["Key"].encode("utf-8")[self._prefix_len :]
                 if end is not None and rel >= end:
