@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -156,6 +157,24 @@ def test_full_pages_carry_s3_continuation_tokens_that_resume_like_the_key() -> N
     # A byte budget cutting a page mid-response hands out no token: the key resumes as cheaply.
     cut = connector.fill_page(KeyRange(), Cursor(), Budgets(50, 1))
     assert cut is not None and len(cut) == 1 and cut.token is None
+
+
+def test_a_page_larger_than_one_s3_response_spans_several_and_still_ends_with_a_token() -> None:
+    client = server().client()
+    client.create_bucket(Bucket="many-objects")
+    names = [f"n/{index:05d}" for index in range(1050)]
+    with ThreadPoolExecutor(8) as pool:  # PUTs are round trips: overlap them
+        list(pool.map(lambda name: client.put_object(Bucket="many-objects", Key=name, Body=b"x"), names))
+    connector = server().connector("many-objects", "n/")
+    budgets = Budgets(1020, BIG)  # S3 answers at most 1,000 keys: 1,000 + 20, then 30
+    first = connector.fill_page(KeyRange(), Cursor(), budgets)
+    assert first is not None and len(first) == 1020 and first.token is not None
+    assert connector.stats.requests == 2
+    second = connector.fill_page(KeyRange(), first.cursor, budgets)
+    assert second is not None and len(second) == 30
+    keys = [item.key.raw_bytes() for page in (first, second) for item in page.items]
+    assert keys == [name[2:].encode() for name in names]
+    assert connector.fill_page(KeyRange(), second.cursor, budgets) is None
 
 
 def test_a_token_from_another_prefix_is_ignored() -> None:
