@@ -60,7 +60,7 @@ from partbuild.orchestrator.connectors.items import (
     StableItemId,
     Version,
 )
-from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
 from partbuild.orchestrator.connectors.s3_errors import as_error, is_invalid_range, is_missing, is_server_answer
 from partbuild.orchestrator.connectors.s3_keys import make_token, read_token, start_after, valid_utf8_prefix
@@ -360,11 +360,7 @@ class ObjectStoreConnector:
 
     def read_range(self, item_ref: ItemRef, offset: int, length: int, budgets: Budgets) -> bytes:
         """Bytes [offset, offset + min(length, max_bytes)) of the object; b"" past its end."""
-        for name, number in (("offset", offset), ("length", length)):
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise TypeError(f"{name} must be an int, not {type(number).__name__}")
-            if number < 0:
-                raise ValueError(f"{name} must be at least 0, got {number}")
+        check_byte_range(offset, length)
         key = self._object_key(item_ref, budgets)
         wanted = min(length, budgets.max_bytes)
         if wanted == 0:
