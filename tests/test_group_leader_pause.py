@@ -14,15 +14,14 @@ declared dead and exits 3 without a traceback; the SQLite one is already dead.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from groupworkerkit import Tail, task_of, wait_for
+from memberkit import writes_blocked
 from test_group_workers import (
     DECLARED_DEAD_EXIT,
     assert_stale_run_retried,
@@ -35,9 +34,12 @@ from test_group_workers import (
 from test_sharded_workers import Processes, output, processes
 from w1kit import finished, want_weeklies
 
-from partbuild.state.db import create_engine_for
 from partbuild.state.model import JobRunState
 from partbuild.state.store import EventLog
+
+# The locks every writer needs (appends take the log head, heartbeats the members' rows): a process
+# stopped inside a transaction holding one would block the whole group, however leadership is handled.
+EVERY_WRITER_LOCKS = ("SELECT 1 FROM log_head FOR UPDATE", "SELECT 1 FROM group_members FOR UPDATE")
 
 
 @pytest.fixture
@@ -46,35 +48,6 @@ def db(db_url: str) -> Iterator[str]:
     with EventLog.open(db_url, auto_upgrade=True):
         pass
     yield db_url
-
-
-def writes_blocked(db: str) -> bool:
-    """True when some transaction holds a lock every writer needs: the log's head, the group's rows, SQLite's file.
-
-    A process stopped inside such a transaction would block every other worker
-    (appends, heartbeats) however the leader lock is handled: not the case here.
-    """
-    if db.startswith("sqlite"):
-        probe = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=0.2, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return False
-        except sqlite3.OperationalError:
-            return True
-        finally:
-            probe.close()
-    engine = create_engine_for(db)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text("SET LOCAL lock_timeout = '200ms'"))
-            conn.execute(sa.text("SELECT 1 FROM log_head FOR UPDATE"))
-            conn.execute(sa.text("SELECT 1 FROM group_members FOR UPDATE"))
-        return False
-    except sa.exc.OperationalError:
-        return True
-    finally:
-        engine.dispose()
 
 
 def pause_mid_run(tail: Tail, procs: Processes, name: str, db: str, tmp_path: Path) -> tuple[str, str]:
@@ -86,7 +59,7 @@ def pause_mid_run(tail: Tail, procs: Processes, name: str, db: str, tmp_path: Pa
     for _ in range(20):
         _, task, run_id = victim_with_a_run(tail, procs, [name], tmp_path)
         procs[name].send_signal(signal.SIGSTOP)
-        if writes_blocked(db) or tail.poll().job_runs[run_id].state != JobRunState.RUNNING:
+        if writes_blocked(db, *EVERY_WRITER_LOCKS) or tail.poll().job_runs[run_id].state != JobRunState.RUNNING:
             procs[name].send_signal(signal.SIGCONT)
             time.sleep(0.02)  # let it leave its transaction (or start its next run) before trying again
             continue

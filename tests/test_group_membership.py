@@ -14,13 +14,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from conftest import PgServer
-from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
 from partbuild.state.db import create_engine_for
@@ -31,16 +31,6 @@ from partbuild.state.store import EventLog
 GROUP = "builders"
 HEARTBEAT_MS = 100
 TIMEOUT_MS = 1000
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll `condition()` until true; the seconds it took."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from conftest import PgServer
-from memberkit import DECLARED_DEAD_EXIT, MemberProcess, pause
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, holds_for_one_of
 from partbuild.orchestrator.group.steps import GroupConfig
@@ -48,16 +48,6 @@ from partbuild.state.store import EventLog
 GROUP = "builders"
 TIMEOUT_MS = 1000
 SURVIVOR = "survivor"
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll `condition()` until true; the seconds it took."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def wait_for_beats(group: Group, task: str, beats: int) -> None:
