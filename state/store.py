@@ -154,9 +154,12 @@ class EventLog:
         """Wakes when any process appends (PostgreSQL); None where callers must poll (SQLite)."""
         return open_append_listener(self._engine)
 
-    def leader_lock(self, group: str) -> LeaderLock:
-        """The leader lock of worker group `group` on this database, not yet taken (see `state.leader_lock`)."""
-        return open_leader_lock(self._engine, group)
+    def leader_lock(self, group: str, task_id: str | None = None) -> LeaderLock:
+        """The leader lock of worker group `group` on this database, for `task_id`, not yet taken.
+
+        See `state.leader_lock`: the task id is how other members recognize the holder.
+        """
+        return open_leader_lock(self._engine, group, task_id)
 
     def append(self, events: Sequence[pb.Event], *, expected_head: int | None = None) -> AppendResult:
         """Append a batch atomically; with `expected_head`, only if the head is still there."""

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def main(argv: list[str]) -> int:
         group = Group(log, args.group, member_timeout_ms=args.timeout_ms)
         member = group.join(args.task)
         _emit("joined", task=member.task_id, pid=os.getpid())
-        with group.leader_lock() as lock:
+        with member.leader_lock() as lock:
             leading = False
             while not stop.wait(args.heartbeat_ms / 1000):
                 try:
@@ -144,8 +145,9 @@ class MemberProcess:
         self._reader.join(timeout=10)
 
 
-def _group_rows_are_locked(db: str, group: str) -> bool:
-    """True when some transaction holds a write lock a member needs (SQLite: the database; PostgreSQL: a row)."""
+def writes_blocked(db: str, *row_locks: str, **params: object) -> bool:
+    """True when some transaction holds a write lock a writer needs: SQLite's database, or (PostgreSQL)
+    one of the rows the `SELECT ... FOR UPDATE` statements `row_locks` take (with `params`)."""
     if db.startswith("sqlite"):
         probe = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=0.2, isolation_level=None)
         try:
@@ -160,7 +162,8 @@ def _group_rows_are_locked(db: str, group: str) -> bool:
     try:
         with engine.begin() as conn:
             conn.execute(sa.text("SET LOCAL lock_timeout = '200ms'"))
-            conn.execute(sa.text("SELECT 1 FROM group_members WHERE group_name = :g FOR UPDATE"), {"g": group})
+            for statement in row_locks:
+                conn.execute(sa.text(statement), params)
         return False
     except sa.exc.OperationalError:
         return True
@@ -177,7 +180,7 @@ def pause(member: MemberProcess, db: str, group: str) -> None:
     """
     for _ in range(100):
         member.signal(signal.SIGSTOP)
-        if not _group_rows_are_locked(db, group):
+        if not writes_blocked(db, "SELECT 1 FROM group_members WHERE group_name = :g FOR UPDATE", g=group):
             return
         member.signal(signal.SIGCONT)
         time.sleep(0.02)
@@ -197,3 +200,13 @@ def first_leader(members: list[MemberProcess], timeout_s: float) -> MemberProces
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll `condition()` until true; the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.01)
+    return time.monotonic() - start

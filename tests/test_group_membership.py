@@ -8,16 +8,19 @@ processes of `memberkit.py`, which are then SIGKILLed, SIGSTOPped and continued.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from conftest import PgServer
-from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
 from partbuild.state.db import create_engine_for
@@ -28,16 +31,6 @@ from partbuild.state.store import EventLog
 GROUP = "builders"
 HEARTBEAT_MS = 100
 TIMEOUT_MS = 1000
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll `condition()` until true; the seconds it took."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 @pytest.fixture
@@ -209,9 +202,10 @@ def test_a_paused_leader_keeps_the_lock_until_it_wakes_up_dead(
 ) -> None:
     """SIGSTOP: the process and its connection are alive, so the lock stays held on both backends.
 
-    Nothing but the paused leader's own next heartbeat ends its leadership. That is
-    why the lock only elects: the fold's epochs must fence what a leader that wakes
-    up does before that heartbeat.
+    memberkit members never take the lock away (group workers do: see
+    tests/test_leader_takeover.py), so here nothing but the paused leader's own
+    next heartbeat ends its leadership. The lock only elects: the fold's epochs
+    must fence what a leader that wakes up does before that heartbeat.
     """
     group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
     leader = first_leader(members, timeout_s=20)
@@ -303,7 +297,10 @@ def test_the_sqlite_lock_is_a_file_next_to_the_database(event_log: EventLog, db_
         assert isinstance(lock, FileLeaderLock)
         assert lock.path == database.with_name(f"{database.name}.group-{GROUP}.lock")
         assert lock.try_acquire() is True
-        assert lock.path.read_text() == f"{os.getpid()}\n"
+        # Read by another process: a record lock is released when its process closes any descriptor of the file.
+        claim = json.loads(subprocess.run(["cat", str(lock.path)], capture_output=True, check=True).stdout)
+        assert claim == {"pid": os.getpid(), "host": socket.gethostname(), "task": None}
+        assert lock.is_held() and rival.holder() is not None  # a rival in the process reads it safely
         # Deleting the file would let another process lock a new file of that name:
         # the holder notices that it no longer holds the lock of the path.
         lock.path.unlink()

@@ -5,11 +5,24 @@ log. A member is dead once its last heartbeat is older than the member timeout;
 a dead member hears it on its next heartbeat (`MemberDeclaredDead`) and must
 stop acting for the group, then rejoin as a new task if it wants to continue.
 
-The leader is the holder of the group's lock (`Group.leader_lock()`, see
+The leader is the holder of the group's lock (`GroupMember.leader_lock()`, see
 `partbuild.state.leader_lock`): no election protocol. The leader reaps dead
-members' rows (`Group.reap`). The lock elects but does not fence: a paused
-leader keeps it, so the event log's epochs, checked by the fold, are what stop
-a stale leader or member from deciding anything.
+members' rows (`Group.reap`).
+
+The group survives the loss of any member, its leader's included. A leader
+that dies loses the lock with its process or connection; a leader that hangs
+(SIGSTOP, a long GC pause, a frozen VM) keeps both alive, and with them the
+lock. So the rule: a lock held by a task that is not a live member of the group
+(its heartbeat older than the timeout, or its row gone) is taken away by the
+survivors. `Group.holder_is_live` is that judgement: a survivor that cannot take
+the lock asks the lock who holds it (the task its PostgreSQL session or lock
+file declares, its process on this host) and expels a holder that is no live
+member (`LeaderLock.expel`: its session terminated, or its process killed). A
+holder caught in a late heartbeat, but within the timeout, is alive and left
+alone. The lock still only elects: an expelled leader that acted before being
+expelled, or that wakes up later, is stopped by the event log's epochs, checked
+by the fold, which is what keeps a stale leader or member from deciding anything;
+its next heartbeat then declares it dead.
 
 Every timestamp comes from the group's clock (milliseconds), the wall clock
 unless a test passes another.
@@ -25,7 +38,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
-from partbuild.state.leader_lock import LeaderLock
+from partbuild.state.leader_lock import LeaderLock, LockHolder, task_digest
 from partbuild.state.members import Heartbeat, Member, check_group_name
 from partbuild.state.store import EventLog
 
@@ -97,9 +110,32 @@ class Group:
         """Delete the rows of dead members (the leader's job); their task ids."""
         return self.log.members.reap(self.name, self.clock(), self.member_timeout_ms)
 
-    def leader_lock(self) -> LeaderLock:
-        """This group's leader lock, not yet taken: `try_acquire()` it to lead."""
-        return self.log.leader_lock(self.name)
+    def leader_lock(self, task_id: str | None = None) -> LeaderLock:
+        """This group's leader lock for `task_id`, not yet taken: `try_acquire()` it to lead."""
+        return self.log.leader_lock(self.name, task_id)
+
+    def holder_is_live(self, holder: LockHolder) -> bool:
+        """Whether the lock's `holder` is a live member now, so not to be expelled (see the module doc)."""
+        return holds_for_one_of(holder, self.live_members())
+
+    def task_of(self, holder: LockHolder) -> str | None:
+        """The task id of the row (live or dead) whose task `holder` declared, for messages; None if gone."""
+        return next((m.task_id for m in self.all_members() if holds_for_one_of(holder, [m])), None)
+
+
+def holds_for_one_of(holder: LockHolder, members: list[Member]) -> bool:
+    """Whether `holder` is one of `members`: the task it declared, or its process on its host.
+
+    The process match (file locks only: a PostgreSQL holder's pid is a server
+    backend's) keeps a live member's process safe even when its lock declared no
+    task, or its claim in the lock file could not be read.
+    """
+    for member in members:
+        if holder.task_digest is not None and holder.task_digest == task_digest(member.task_id):
+            return True
+        if holder.host is not None and (holder.host, holder.pid) == (member.host, member.pid):
+            return True
+    return False
 
 
 class GroupMember:
@@ -122,6 +158,10 @@ class GroupMember:
             self.left = True
             raise MemberDeclaredDead(self.group.name, self.task_id, found)
         self.last_heartbeat_ms = now
+
+    def leader_lock(self) -> LeaderLock:
+        """The group's leader lock held for this member's task (how other members recognize the holder)."""
+        return self.group.leader_lock(self.task_id)
 
     def leave(self) -> bool:
         """Delete this member's row; False when it was already gone. Safe to call more than once."""

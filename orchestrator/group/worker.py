@@ -7,8 +7,11 @@
    (`MemberDeclaredDead`) it records that and stops: the orchestrator stops
    deciding at once and the process exits (it does not rejoin: a restart is a
    new task, and the group has already moved its buckets on);
-2. tries the leader lock; the leader reaps dead members' rows and, when the
-   live members differ from the current epoch's, appends a new epoch;
+2. tries the leader lock; when another task holds it that is not a live
+   member (a leader paused past the timeout), takes it away
+   (`_take_over`: see `membership`) and tries again; the leader reaps dead
+   members' rows and, when the live members differ from the current epoch's,
+   appends a new epoch;
 3. appends its own task message when it has one (`steps.task_event`).
 
 Group events are appended with `expected_head`; a conflict (someone appended
@@ -26,7 +29,7 @@ from partbuild.orchestrator.group.membership import Group, GroupMember, MemberDe
 from partbuild.orchestrator.group.steps import GroupConfig, epoch_event, task_event
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import Clock, wall_clock_ms
-from partbuild.state.leader_lock import LeaderLock
+from partbuild.state.leader_lock import ExpelRefused, LeaderLock
 from partbuild.state.live import LiveState
 from partbuild.state.store import AppendConflict, EventLog
 
@@ -56,6 +59,7 @@ class GroupWorker:
         self.leading = False
         self._member: GroupMember | None = None
         self._lock: LeaderLock | None = None
+        self._untouchable: set[str] = set()  # holders we may not expel, warned about once each
         self._stop = threading.Event()
         self._poke = threading.Event()
         self._thread = threading.Thread(target=self._run, name="partbuild-group", daemon=True)
@@ -63,7 +67,7 @@ class GroupWorker:
     def start(self) -> None:
         """Join the group (a new member row) and start ticking."""
         self._member = self.group.join(self.task_id, buckets=self.config.buckets)
-        self._lock = self.group.leader_lock()
+        self._lock = self._member.leader_lock()
         logger.info("joined group %s as task %s", self.config.name, self.task_id)
         self._thread.start()
 
@@ -106,7 +110,8 @@ class GroupWorker:
         """Stay a member; try the lock; as leader, reap the dead and start an epoch if members changed."""
         assert self._member is not None and self._lock is not None
         self._member.heartbeat()
-        was_leading, self.leading = self.leading, self._lock.try_acquire()
+        was_leading = self.leading
+        self.leading = self._lock.try_acquire() or (self._take_over() and self._lock.try_acquire())
         if self.leading != was_leading:
             logger.info("group %s: %s the leader", self.config.name, "now" if self.leading else "no longer")
         if not self.leading:
@@ -120,6 +125,54 @@ class GroupWorker:
             event, head = epoch_event(state, self.config, self.task_id, live, self.group.clock()), state.head_seq
         if event is not None and self._append(event, head):
             logger.info("group %s: new epoch %s, members %s", self.config.name, event.group_epoch.epoch_id, live)
+
+    def _take_over(self) -> bool:
+        """Expel the lock's holder if it is no live member (paused, frozen, dead); whether it was expelled.
+
+        We are live: our heartbeat just succeeded. A holder that is not a partbuild
+        leader lock, or that we are not permitted to expel, is left alone with one warning.
+        """
+        assert self._lock is not None
+        holder = self._lock.holder()
+        if holder is None or self.group.holder_is_live(holder):
+            return False
+        name = self.config.name
+        if not holder.ours:
+            self._warn_once(
+                holder.description,
+                "the leader lock of group %s is held by %s, not a partbuild leader: "
+                "left alone, and the group has no leader while it holds it",
+                name,
+                holder.description,
+            )
+            return False
+        task = self.group.task_of(holder) or "a task whose row is gone"
+        try:
+            # Wait for it to go, but not so long that our own next heartbeat is late.
+            expelled = self._lock.expel(holder, wait_ms=int(self.config.heartbeat_interval_s * 500))
+        except ExpelRefused as exc:
+            self._warn_once(
+                holder.description,
+                "group %s: cannot take the leader lock from %s, not a live member: %s",
+                name,
+                task,
+                exc,
+            )
+            return False
+        if expelled:
+            logger.warning(
+                "group %s: the leader lock was held by %s, not a live member: %s, %s",
+                name,
+                task,
+                holder.description,
+                self._lock.expulsion,
+            )
+        return expelled
+
+    def _warn_once(self, holder: str, message: str, *args: object) -> None:
+        if holder not in self._untouchable:
+            self._untouchable.add(holder)
+            logger.warning(message, *args)
 
     def _speak(self) -> None:
         """Append this task's next message (epoch seen, pick-up, drop, share), if it has one."""
