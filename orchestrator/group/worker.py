@@ -35,6 +35,9 @@ from partbuild.state.store import AppendConflict, EventLog
 
 logger = logging.getLogger("partbuild.group")
 
+# Appends of one epoch that lost a race to another writer, retried at once before waiting a tick.
+EPOCH_ATTEMPTS = 20
+
 
 class GroupWorker:
     """Membership, leadership and task messages of one orchestrator process in one group."""
@@ -119,12 +122,27 @@ class GroupWorker:
         reaped = self.group.reap()
         if reaped:
             logger.info("group %s: reaped dead members %s", self.config.name, ", ".join(reaped))
-        live = [member.task_id for member in self.group.live_members()]
-        self.live.catch_up()
-        with self.live.read() as state:
-            event, head = epoch_event(state, self.config, self.task_id, live, self.group.clock()), state.head_seq
-        if event is not None and self._append(event, head):
-            logger.info("group %s: new epoch %s, members %s", self.config.name, event.group_epoch.epoch_id, live)
+        self._start_epoch([member.task_id for member in self.group.live_members()])
+
+    def _start_epoch(self, live: list[str]) -> None:
+        """Append the epoch the live members call for, if any; a race lost to another writer is retried at once.
+
+        On a busy log (runs ending every moment) the head often moves between our read and our append:
+        waiting a tick after each lost race delayed a failover by a second per loss (bench/group_failover.py).
+        """
+        for _ in range(EPOCH_ATTEMPTS):
+            self.live.catch_up()
+            with self.live.read() as state:
+                event, head = epoch_event(state, self.config, self.task_id, live, self.group.clock()), state.head_seq
+            if event is None:
+                return
+            try:
+                accepted = self._append(event, head)
+            except AppendConflict:
+                continue  # decided again on the newer state
+            if accepted:
+                logger.info("group %s: new epoch %s, members %s", self.config.name, event.group_epoch.epoch_id, live)
+            return
 
     def _take_over(self) -> bool:
         """Expel the lock's holder if it is no live member (paused, frozen, dead); whether it was expelled.
@@ -179,16 +197,17 @@ class GroupWorker:
         self.live.catch_up()
         with self.live.read() as state:
             event, head = task_event(state, self.config.name, self.task_id, self.group.clock()), state.head_seq
-        if event is not None and self._append(event, head):
+        try:
+            accepted = event is not None and self._append(event, head)
+        except AppendConflict:  # someone appended first: the next tick (soon) looks again
+            return
+        if accepted:
             self.on_change()
             self._poke.set()  # one step may enable the next (a drop after a pick-up): look again soon
 
     def _append(self, event: pb.Event, head: int) -> bool:
-        """Append on `head`; whether the fold accepted it (a conflict or rejection is retried next tick)."""
-        try:
-            appended = self.log.append([event], expected_head=head)
-        except AppendConflict:
-            return False
+        """Append on `head` (AppendConflict if the log moved); whether the fold accepted it."""
+        appended = self.log.append([event], expected_head=head)
         self.live.read_at_least(appended.last_seq)
         with self.live.read() as state:
             rejected = state.rejection_between(appended.first_seq, appended.last_seq)
