@@ -105,14 +105,16 @@ def lock_for_migration(conn: Connection) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
 
 
-# PostgreSQL channel on which every append announces itself (delivered at commit).
-APPEND_CHANNEL = "partbuild_log"
+# PostgreSQL channel on which every append announces itself (delivered at commit). One per schema:
+# notifications are database-wide, and two logs in two schemas must not wake each other's readers.
+# The server computes the name, so an append costs no extra round trip.
+_APPEND_CHANNEL_SQL = "'partbuild_log_' || md5(current_schema())"
 
 
 def notify_append(conn: Connection) -> None:
     """Wake listeners in other processes once this transaction commits; nothing to do on SQLite."""
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"NOTIFY {APPEND_CHANNEL}")
+        conn.exec_driver_sql(f"SELECT pg_notify({_APPEND_CHANNEL_SQL}, '')")
 
 
 def libpq_conninfo(url: URL) -> str:
@@ -129,9 +131,11 @@ class AppendListener:
 
     def __init__(self, url: URL) -> None:
         import psycopg  # only PostgreSQL deployments need it
+        from psycopg import sql
 
         self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
-        self._conn.execute(f"LISTEN {APPEND_CHANNEL}")
+        channel = self._conn.execute(f"SELECT {_APPEND_CHANNEL_SQL}").fetchone()[0]
+        self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
     def wait(self, timeout_s: float) -> bool:
         """True when an append was announced within `timeout_s`."""

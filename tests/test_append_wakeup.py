@@ -6,6 +6,9 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+from conftest import PgServer, _postgres_url
+
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
@@ -36,6 +39,26 @@ def test_listener_wakes_on_append_from_another_connection(db_url: str) -> None:
                 timer.join()
         finally:
             listener.close()
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_an_append_to_a_log_in_another_schema_wakes_no_listener(db_url: str, pg_server: PgServer) -> None:
+    """Notifications are database-wide; each schema's log has its own channel."""
+    other = _postgres_url(pg_server)
+    other_url = next(other)
+    try:
+        with EventLog.open(db_url, auto_upgrade=True) as log, EventLog.open(other_url, auto_upgrade=True) as neighbour:
+            listener = log.append_listener()
+            assert listener is not None
+            try:
+                neighbour.append([_want("n", "a")])
+                assert listener.wait(0.5) is False  # the other schema's append
+                log.append([_want("w", "a")])
+                assert listener.wait(10) is True  # our own
+            finally:
+                listener.close()
+    finally:
+        other.close()
 
 
 def test_run_loop_reacts_to_a_new_want_without_waiting_out_its_timeout(db_url: str, tmp_path: Path) -> None:
