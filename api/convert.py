@@ -72,8 +72,7 @@ def instance_out(instance: Instance) -> m.Instance:
         metadata=dict(instance.metadata or {}),
         waiting_on=list(instance.waiting_on or ()),
         note=instance.note,
-        version=instance.version[0] if instance.version else None,
-        version_strong=bool(instance.version and instance.version[1]),
+        version=m.SourceVersion(value=instance.version[0], strong=instance.version[1]) if instance.version else None,
     )
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Generic, Literal, Self, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from partbuild.state.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
 from partbuild.state.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
@@ -159,6 +159,13 @@ class TaintRequest(_Request):
     only_this_ref: bool = Field(default=False, description="Do not taint Live partitions built from it.")
 
 
+class SourceVersion(_Request):
+    """The version of source data: strong when it identifies the bytes (an ETag, a content hash)."""
+
+    value: str = Field(min_length=1, max_length=MAX_VERSION)
+    strong: bool = False
+
+
 class ObserveRequest(_Request):
     """A source partition (one no job builds) became available."""
 
@@ -169,24 +176,13 @@ class ObserveRequest(_Request):
     metadata: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMENT)]] = Field(
         default_factory=dict, max_length=100
     )
-    version: str | None = Field(
+    version: SourceVersion | None = Field(
         default=None,
-        min_length=1,
-        max_length=MAX_VERSION,
         description=(
             "The data's version as its source reports it. Observing a Live partition again with another "
             "version taints every Live partition built from it; with the same version it is a conflict."
         ),
     )
-    version_strong: bool = Field(
-        default=False, description="The version identifies the bytes (ETag, content hash), not metadata."
-    )
-
-    @model_validator(mode="after")
-    def _strong_needs_a_version(self) -> Self:
-        if self.version_strong and self.version is None:
-            raise ValueError("version_strong needs a version")
-        return self
 
 
 class RetentionRequest(_Request):
@@ -289,8 +285,7 @@ class Instance(BaseModel):
     metadata: dict[str, str]
     waiting_on: list[str]
     note: str | None
-    version: str | None = None
-    version_strong: bool = False
+    version: SourceVersion | None = None
 
 
 class JobRun(BaseModel):

@@ -493,4 +493,4 @@ def _version(instance: m.Instance) -> str | None:
     """`<version> (strong|weak)` of observed source data whose source reports versions."""
     if instance.version is None:
         return None
-    return f"{instance.version} ({'strong' if instance.version_strong else 'weak'})"
+    return f"{instance.version.value} ({'strong' if instance.version.strong else 'weak'})"

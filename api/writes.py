@@ -179,8 +179,8 @@ class Writes:
                 row_count=request.row_count,
                 bytes=request.bytes,
                 metadata=request.metadata,
-                version=request.version or "",
-                version_strong=request.version_strong,
+                version=request.version.value if request.version else "",
+                version_strong=request.version.strong if request.version else False,
             )
             event = self._event(observed, user)
             reason = state.problem(event)  # the fold's own rules: being built, already Live with this version...

@@ -434,7 +434,6 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "waiting_on": [],
         "note": None,
         "version": None,
-        "version_strong": False,
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)

@@ -167,21 +167,20 @@ def test_any_sequence_of_versions_keeps_one_live_canonical_raw_and_no_live_stale
 def test_the_api_observes_versions_and_refuses_the_same_version_without_appending(api_server: Any) -> None:
     client = api_server.client
     url = "/api/v1/partitions/observe"
-    first = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": "v1", "version_strong": True})
+    strong = {"value": "v1", "strong": True}
+    first = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": strong})
     assert first.status_code == 201, first.text
-    again = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": "v1"})
+    again = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": {"value": "v1"}})
     assert again.status_code == 409 and "with this version" in again.text, again.text
     assert client.get("/healthz").json()["head_seq"] == first.json()["seq"]  # nothing appended, nothing rejected
-    changed = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": "v2"})
+    changed = client.post(url, json={"ref": "raw/a", "location": "/d/a", "version": {"value": "v2"}})
     assert changed.status_code == 201, changed.text
     instance = client.get("/api/v1/partitions/canonical/raw/a").json()
-    assert (instance["version"], instance["version_strong"]) == ("v2", False), instance
-    bad = client.post(url, json={"ref": "raw/b", "location": "/d/b", "version_strong": True})
-    assert bad.status_code == 422 and "version_strong needs a version" in bad.text
-    empty = client.post(url, json={"ref": "raw/b", "location": "/d/b", "version": ""})
-    assert empty.status_code == 422
-    typed = client.post(url, json={"ref": "raw/b", "location": "/d/b", "version": 10})
-    assert typed.status_code == 422  # strict: a number is not a version string
+    assert instance["version"] == {"value": "v2", "strong": False}, instance
+    for bad in ({"strong": True}, {"value": ""}, {"value": 10}, {"value": "v", "strong": "true"}, "v1"):
+        refused = client.post(url, json={"ref": "raw/b", "location": "/d/b", "version": bad})
+        assert refused.status_code == 422, (bad, refused.text)  # strict: no missing, empty or mistyped values
+    assert client.get("/healthz").json()["head_seq"] == changed.json()["seq"]
 
 
 @pytest.mark.parametrize("args", [["--strong"], ["--version", ""]])

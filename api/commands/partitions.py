@@ -147,9 +147,10 @@ def observe(
     as_json: bool,
 ) -> None:
     """Record that a source partition (one no job builds) is available, or has new data."""
-    request = m.ObserveRequest(
-        ref=ref, location=location, row_count=rows, bytes=size, version=version, version_strong=strong
-    )
+    if strong and version is None:
+        raise click.UsageError("--strong needs --version")
+    source_version = m.SourceVersion(value=version, strong=strong) if version is not None else None
+    request = m.ObserveRequest(ref=ref, location=location, row_count=rows, bytes=size, version=source_version)
     graph = read_graph(graph_path) if graph_path is not None else None
     with connect(target, must_exist=False, graph=graph) as client:
         written = client.observe(request, user)
