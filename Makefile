@@ -36,7 +36,7 @@ run: $(BIN)/.installed
 
 ## The whole test suite, as CI runs it.
 test: $(BIN)/.installed proto-check lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
