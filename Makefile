@@ -67,6 +67,11 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/up_memory.py
 	$(BIN)/python bench/bucketing.py
 	$(BIN)/python bench/bucket_column.py
+	$(BIN)/python bench/group_throughput.py
+	$(BIN)/python bench/group_failover.py --count-conflicts
+	$(BIN)/python bench/split_estimator.py
+	$(BIN)/python bench/filesystem_scan.py
+	$(BIN)/python bench/object_store_scan.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse
