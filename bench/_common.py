@@ -54,3 +54,19 @@ def rss_bytes() -> tuple[int, int]:
                 name, value = line.split(":")
                 fields[name] = int(value.split()[0]) * 1024
     return fields["VmRSS"], fields["VmHWM"]
+
+
+def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the /proc/<pid>/stat fields after the name) of every process we can read.
+
+    The fields start at `state`: [0] state, [1] ppid, [2] pgrp, ... [11] utime, [12] stime.
+    """
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                text = stat.read()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        yield int(entry), text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()

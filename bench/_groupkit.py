@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
+from _common import proc_stats
 
 from partbuild.api import models as m
 from partbuild.api.client import HttpClient, create_wants_chunked
@@ -143,20 +144,7 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 60.0, *, t
 
 def _process_ticks() -> dict[int, tuple[str, int, int]]:
     """pid -> (command, process group, CPU ticks user + system) of every process we can read."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        command = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        # After the command: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime.
-        found[int(entry)] = (command, int(fields[2]), int(fields[11]) + int(fields[12]))
-    return found
+    return {pid: (command, int(fields[2]), int(fields[11]) + int(fields[12])) for pid, command, fields in proc_stats()}
 
 
 def _machine_ticks() -> tuple[int, int]:

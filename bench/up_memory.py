@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from _common import machine
+from _common import machine, proc_stats
 from replay_throughput import fill
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -191,17 +191,8 @@ def alive(pid: int) -> bool:
 def descendants(pid: int) -> list[tuple[int, str]]:
     """(pid, command name) of every process below `pid`."""
     children: dict[int, list[tuple[int, str]]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        ppid = int(text.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append((int(entry), name))
+    for child, name, fields in proc_stats():
+        children.setdefault(int(fields[1]), []).append((child, name))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
