@@ -99,6 +99,14 @@ def event_log(db_url: str) -> Iterator[EventLog]:
         yield log
 
 
+@pytest.fixture
+def db(db_url: str) -> Iterator[str]:
+    """The URL of a migrated empty database on `db_url`'s backend, for tests whose processes open it."""
+    with EventLog.open(db_url, auto_upgrade=True):
+        pass
+    yield db_url
+
+
 # --- Spark: one local[2] session per test process, started on first use ----------------------------
 
 # Tiny test data: two shuffle partitions, no UI.

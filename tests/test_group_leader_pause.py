@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,10 @@ from test_sharded_workers import Processes, output, processes
 from w1kit import finished, want_weeklies
 
 from partbuild.state.model import JobRunState
-from partbuild.state.store import EventLog
 
 # The locks every writer needs (appends take the log head, heartbeats the members' rows): a process
 # stopped inside a transaction holding one would block the whole group, however leadership is handled.
 EVERY_WRITER_LOCKS = ("SELECT 1 FROM log_head FOR UPDATE", "SELECT 1 FROM group_members FOR UPDATE")
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[str]:
-    """A migrated empty database on each backend."""
-    with EventLog.open(db_url, auto_upgrade=True):
-        pass
-    yield db_url
 
 
 def pause_mid_run(tail: Tail, procs: Processes, name: str, db: str, tmp_path: Path) -> tuple[str, str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +36,9 @@ from w1kit import finished, want_weeklies
 
 from partbuild.state.build_state import BuildState
 from partbuild.state.model import JobRunState
-from partbuild.state.store import EventLog
 
 DECLARED_DEAD_EXIT = 3
 FENCED = ("job_run_buffer", "instances_wait_upstream")
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[str]:
-    """A migrated empty database on each backend."""
-    with EventLog.open(db_url, auto_upgrade=True):
-        pass
-    yield db_url
 
 
 def form_group(db: str, clicks_root: Path, tmp_path: Path, procs: Processes, names: list[str]) -> Tail:
