@@ -4,13 +4,46 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
 from partbuild.api import models as m
+from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want, WantState
 from partbuild.state.queries import Lineage
+from partbuild.state.redact import redacted
 
 MAX_TREE_NODES = 1_000
 WAITING_DEPTH = 4
+
+
+# What a bytes field of an event holds, for its redacted text. Every bytes field of an event is a
+# connector's (a scan cursor, a token): none is ever shown raw.
+_BYTES_KINDS = {"after_key": "ItemKey", "last_key": "ItemKey", "resume_token": "ResumeToken"}
+
+
+def event_out(event: pb.Event) -> dict[str, Any]:
+    """An event as JSON for API answers, its bytes fields redacted (`ItemKey(len=N, hash=..)`)."""
+    shown = MessageToDict(event, preserving_proto_field_name=True)
+    _redact_bytes(event, shown)
+    return shown
+
+
+def _redact_bytes(message: Message, shown: dict[str, Any]) -> None:
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_BYTES:
+            kind = _BYTES_KINDS.get(field.name, "Bytes")
+            shown[field.name] = (
+                [redacted(kind, v) for v in value] if isinstance(value, list | tuple) else redacted(kind, value)
+            )
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+            if field.is_repeated:
+                for item, item_shown in zip(value, shown[field.name], strict=True):
+                    _redact_bytes(item, item_shown)
+            else:
+                _redact_bytes(value, shown[field.name])
 
 
 def name(state: InstanceState | WantState | JobRunState) -> Any:

@@ -14,10 +14,8 @@ from contextlib import contextmanager
 from itertools import islice, takewhile
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
 from partbuild.api import models as m
-from partbuild.api.convert import instance_out, job_run_out, lineage_out, want_detail_out, want_out
+from partbuild.api.convert import event_out, instance_out, job_run_out, lineage_out, want_detail_out, want_out
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.group_view import group_out, summary_out
 from partbuild.api.surface import Direction
@@ -229,7 +227,7 @@ class Reads:
                 event_id=row.event_id,
                 event_type=row.event_type,
                 recorded_at_ms=row.recorded_at_ms,
-                event=MessageToDict(parse_event(row.payload), preserving_proto_field_name=True),
+                event=event_out(parse_event(row.payload)),
             )
             for row in self.log.read(after_seq, limit)
         ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.context import JobContext
+    from partbuild.orchestrator.sources.discovery import Discovery
 
 
 class GraphError(ValueError):
@@ -173,18 +174,32 @@ class Job:
 
 @dataclass(frozen=True)
 class SourceDataset:
-    """Data that arrives from outside (no job builds it), with a way to check for presence.
+    """Data that arrives from outside (no job builds it), and how partbuild learns it is there.
 
-    `locate` returns the location of a present partition, or None while it is absent.
+    Two ways, either or both: `locate` returns the location of a present partition, or None
+    while it is absent (asked for wanted partitions only); `discovery` scans a connector and
+    records every complete partition with its size and version, so rewritten data is noticed
+    (`orchestrator/sources/`).
     """
 
     name: str
     pattern: PartitionPattern | str
-    locate: Callable[[Partition], str | None]
+    locate: Callable[[Partition], str | None] | None = None
+    discovery: Discovery | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.pattern, str):
             object.__setattr__(self, "pattern", PartitionPattern(self.pattern))
+        if self.locate is None and self.discovery is None:
+            raise GraphError(f"source {self.name!r} needs a locate function or a discovery (or both)")
+        if self.discovery is not None and self.discovery.keys is not None:
+            keys = PartitionPattern(self.discovery.keys)
+            own = self.pattern.fields  # type: ignore[union-attr]
+            if {name: kind.regex for name, kind in keys.fields.items()} != {n: k.regex for n, k in own.items()}:
+                raise GraphError(
+                    f"source {self.name!r}: the discovery's key pattern {keys.template!r} must have the fields "
+                    f"of {self.pattern.template!r} with the same types"  # type: ignore[union-attr]
+                )
 
 
 Producer = Job | SourceDataset

@@ -3,7 +3,8 @@
 Each step folds new events into the in-memory state, appends the decisions
 (stale runs failed, derivative wants, waits, job runs) in one batch guarded by
 the head it decided on, looks for wanted source data, and dispatches the runs
-the fold accepted. Only accepted JobRunBuffer events are dispatched: if another
+the fold accepted (sources with a discovery are scanned by a `SourceScanner`
+thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
 the newer state.
 """
@@ -30,6 +31,7 @@ from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sharding import Ownership, Shard, start_shard
+from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.bucketing import BucketingConfig
 from partbuild.state.build_state import BuildState
@@ -93,18 +95,25 @@ class Orchestrator:
         # The last decision and the head it was made on: with nothing folded since and no retry
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
-        workers = max_workers or max(1, sum(job.max_concurrency for job in graph.jobs.values()))
-        self.executor = JobExecutor(
+        self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
+        self.scanner = SourceScanner(log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock)
+        self.scanner.on_append = self.wake
+        self.scanner.start()
+        if self.group is not None:
+            self.group.start()  # last: heartbeats from here on, so nothing slow may follow
+
+    def _executor(self, spark: object, max_workers: int | None, heartbeat_interval_s: float) -> JobExecutor:
+        """The job runner: as many threads as the jobs' concurrencies add up to, unless told."""
+        workers = max_workers or max(1, sum(job.max_concurrency for job in self.graph.jobs.values()))
+        return JobExecutor(
             spark,
             self._append_from_run,
             resolve=self.live_instance,
             max_workers=workers,
             heartbeat_interval_s=heartbeat_interval_s,
-            clock=clock,
+            clock=self.clock,
             on_finished=self.wake,
         )
-        if self.group is not None:
-            self.group.start()  # last: heartbeats from here on, so nothing slow may follow
 
     def _join(self, group: GroupConfig) -> GroupWorker:
         """Member of `group` (started at the end of __init__): decide for the buckets it owns.
@@ -113,6 +122,10 @@ class Orchestrator:
         """
         self.shard = GroupOwnership(group.name, WORKER_ID)
         return GroupWorker(self.log, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
+
+    def _owns_source(self, state: BuildState, key: str) -> bool:
+        """Whether this worker scans a source: every worker alone, one owner in a sharded or grouped set."""
+        return self.shard is None or self.shard.at(state).owns(key)
 
     def wake(self) -> None:
         """Something was appended in this process: step now rather than after the poll interval."""
@@ -222,6 +235,8 @@ class Orchestrator:
         interval = self.source_check_interval_ms
         due = None
         for check in checks:
+            if check.source.locate is None:  # discovered by the scanner, not asked for
+                continue
             last = self._last_source_check.get(check.ref)
             if last is not None and now - last < interval:
                 due = last + interval if due is None else min(due, last + interval)
@@ -294,7 +309,8 @@ class Orchestrator:
         return False
 
     def close(self) -> None:
-        """Stop taking runs; wait for those in flight and fold their outcomes; leave the group."""
+        """Stop scanning and taking runs; wait for those in flight and fold their outcomes; leave the group."""
+        self.scanner.stop()
         self.executor.shutdown(wait=True)
         if self.group is not None:  # after the runs: until they end, their buckets stay ours
             self.group.stop()

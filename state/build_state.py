@@ -25,7 +25,16 @@ from partbuild.state.fold.transitions import derive_want_state
 from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.group import GroupState
-from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
+from partbuild.state.model import (
+    Instance,
+    InstanceState,
+    JobRun,
+    JobRunState,
+    Rejection,
+    SourceScan,
+    Want,
+    WantState,
+)
 
 # Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
 __all__ = ["MAX_ID_LENGTH", "BrokenBuildState", "BuildState", "FoldError", "derive_want_state", "describe_source"]
@@ -77,6 +86,8 @@ class BuildState:
         self.bucket_layouts: dict[str, tuple[int, int]] = {}
         # worker group name -> its current epoch, members' states and bucket owners (state/group.py).
         self.groups: dict[str, GroupState] = {}
+        # source dataset name -> how far its connector's scans have got (state/fold/sources.py).
+        self.sources: dict[str, SourceScan] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

@@ -45,4 +45,6 @@ def _digest(state: BuildState) -> str:
         update(repr(sorted(state.bucket_layouts.items())).encode())
     if state.groups:  # only where a group ran: older logs keep their digests
         update(repr([state.groups[name].record() for name in sorted(state.groups)]).encode())
+    if state.sources:  # only where a connector scanned: older logs keep their digests
+        update(repr([state.sources[name].__getstate__() for name in sorted(state.sources)]).encode())
     return h.hexdigest()

@@ -12,6 +12,8 @@ from enum import IntEnum
 from operator import attrgetter
 from typing import Any
 
+from partbuild.state.redact import redacted
+
 
 class InstanceState(IntEnum):
     """Lifecycle of one build of a partition ref."""
@@ -263,3 +265,72 @@ class Rejection(_Record):
         self.seq = seq
         self.event_type = event_type
         self.reason = reason
+
+
+# The connector contract's limits (orchestrator/connectors/toxic.py uses these): a scan cursor's
+# key and token, as the fold accepts them.
+MAX_SCAN_KEY_BYTES = 4096
+MAX_SCAN_TOKEN_BYTES = 16384
+
+
+class SourceScan(_Record):
+    """How far the scans of one source dataset have got (SourceScanProgress events).
+
+    `last_key` and `resume_token` are a connector's bytes: the repr shows them redacted,
+    and nothing should print them raw.
+    """
+
+    __slots__ = (
+        "done",
+        "errors_total",
+        "items_total",
+        "last_error",
+        "last_error_ms",
+        "last_error_retryable",
+        "last_key",
+        "last_pass_done_ms",
+        "last_pass_items",
+        "last_pass_partitions",
+        "name",
+        "partitions_total",
+        "pass_items",
+        "pass_number",
+        "pass_partitions",
+        "pass_started_ms",
+        "passes_done",
+        "resume_token",
+        "updated_ms",
+        "updated_seq",
+    )
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pass_number = 0  # no pass yet
+        self.last_key = b""  # the cursor: b"" at a pass's start
+        self.resume_token = b""
+        self.done = False
+        self.pass_started_ms = 0
+        self.pass_items = 0  # this pass so far
+        self.pass_partitions = 0
+        self.passes_done = 0
+        self.last_pass_done_ms = 0  # when the latest finished pass ended (0: none has)
+        self.last_pass_items = 0
+        self.last_pass_partitions = 0
+        self.items_total = 0  # every pass
+        self.partitions_total = 0
+        self.errors_total = 0
+        self.last_error: str | None = None
+        self.last_error_retryable = False
+        self.last_error_ms = 0
+        self.updated_seq = 0
+        self.updated_ms = 0
+
+    def __repr__(self) -> str:
+        shown = {
+            "last_key": redacted("ItemKey", self.last_key),
+            "resume_token": redacted("ResumeToken", self.resume_token),
+        }
+        fields = ", ".join(
+            f"{name}={shown.get(name, repr(getattr(self, name)))}" for name in self.__slots__ if name not in shown
+        )
+        return f"SourceScan({fields}, cursor={shown['last_key']}, token={shown['resume_token']})"

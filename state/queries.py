@@ -6,7 +6,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
+from partbuild.state.fold.instances import check_partition_observed
 from partbuild.state.model import Instance, JobRun, Want
 
 Direction = Literal["upstream", "downstream", "both"]
@@ -96,3 +98,19 @@ def _walk(state: BuildState, graph: Lineage, start: str, depth: int, *, upstream
             graph.nodes[other] = state.instances.get(other)
             graph.depth_of.setdefault(other, hops + 1)
             queue.append((other, hops + 1))
+
+
+def refs_tainted_by(state: BuildState, observed: pb.PartitionObserved) -> list[str]:
+    """The refs whose Live instances `observed`, appended next, would taint (new data upstream of them).
+
+    Asks the fold's own check (pure), so the answer is exactly what folding the event would do.
+    """
+    plan = check_partition_observed(state, state.head_seq + 1, observed, pb.Event())
+    if isinstance(plan, str):
+        return []
+    return [instance.ref for instance in plan[4]]
+
+
+def root_wanted(state: BuildState, ref: str) -> bool:
+    """Whether a person (a want with no parent) asked for `ref` at some point."""
+    return any(state.wants[want_id].parent_want_id is None for want_id in state.wants_by_ref.get(ref, ()))

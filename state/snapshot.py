@@ -29,7 +29,16 @@ _ALLOWED_CLASSES = {
     ("partbuild.state.build_state", "BuildState"),
     *(
         ("partbuild.state.model", name)
-        for name in ("Instance", "Want", "JobRun", "Rejection", "InstanceState", "WantState", "JobRunState")
+        for name in (
+            "Instance",
+            "Want",
+            "JobRun",
+            "Rejection",
+            "InstanceState",
+            "WantState",
+            "JobRunState",
+            "SourceScan",
+        )
     ),
     ("partbuild.state.group", "GroupState"),
     ("partbuild.state.group", "TaskState"),

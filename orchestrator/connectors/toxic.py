@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Self
 
-import blake3
+from partbuild.state.model import MAX_SCAN_KEY_BYTES as MAX_ITEM_KEY_BYTES
+from partbuild.state.model import MAX_SCAN_TOKEN_BYTES as MAX_RESUME_TOKEN_BYTES
+from partbuild.state.redact import digest_prefix as _digest_prefix
 
-MAX_ITEM_KEY_BYTES = 4096
 MAX_ITEM_REF_BYTES = 16384
-MAX_RESUME_TOKEN_BYTES = 16384
-
-_DIGEST_HEX_CHARS = 8  # 32 bits: tells values apart in a log, too short to be a useful fingerprint
 
 
 class ToxicBytes:
@@ -54,7 +52,7 @@ class ToxicBytes:
         """The hex prefix of the BLAKE3 digest shown in `repr` (computed once, on demand)."""
         digest = self._digest
         if digest is None:
-            digest = blake3.blake3(self._raw).hexdigest()[:_DIGEST_HEX_CHARS]
+            digest = _digest_prefix(self._raw)
             _set_digest(self, digest)
         return digest
 

@@ -30,9 +30,10 @@ Modules:
 - clock: ClockTick.
 - buckets: BucketRunStart, BucketLayout, and the bucket scopes of sharded decisions.
 - group: GroupEpoch, GroupTaskMessage (worker groups), and the fences of members' decisions.
+- sources: SourceScanProgress (the cursors of connector scans).
 - validation: pure helpers of the check phases (id and ref rules, quoting).
 
-Adding an event type (connector cursors, subscriptions are next) means: the
+Adding an event type (subscriptions are next) means: the
 message and its `Event.payload` oneof member in proto/partbuild/v1/events.proto;
 one handler (check + apply) in the module of its entity (a new module for a new
 entity, whose data is new attributes of `BuildState`); one row in `HANDLERS` below. Nothing else dispatches on event
@@ -46,7 +47,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import buckets, clock, group, instances, job_runs, wants
+from partbuild.state.fold import buckets, clock, group, instances, job_runs, sources, wants
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
@@ -73,4 +74,5 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "bucket_layout": (buckets.check_bucket_layout, buckets.apply_bucket_layout),
     "group_epoch": (group.check_group_epoch, group.apply_group_epoch),
     "group_task_message": (group.check_group_task_message, group.apply_group_task_message),
+    "source_scan_progress": (sources.check_source_scan_progress, sources.apply_source_scan_progress),
 }

@@ -1,0 +1,76 @@
+"""How a source dataset's partitions are discovered by scanning a connector.
+
+A `Discovery` says which connector lists the source's items, how an item's key
+maps to a partition (`keys`: the partition's directory under the connector's
+root, a pattern with the same fields as the source's ref pattern), where readers
+find that directory (`base_location`), and when a partition is complete (a marker
+item in it, by default Spark's `_SUCCESS`; None: complete as soon as the scan has
+listed all of it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from partbuild.orchestrator.connectors.contract import Connector
+
+if TYPE_CHECKING:
+    from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
+
+DEFAULT_MARKER = "_SUCCESS"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """A source's connector and how its items form partitions; see the module docstring."""
+
+    connector: Connector
+    base_location: str  # the connector's root as jobs read it: a directory, `s3a://bucket/prefix`
+    keys: str | None = None  # the partition directory under the root; None: the source's ref pattern
+    complete_marker: str | None = DEFAULT_MARKER
+    rescan_every_s: float = 60.0  # a finished pass is followed by the next after this long
+    # Late data: re-want the partitions a new version tainted that a person (a root want) wanted before.
+    rewant_tainted: bool = False
+    page_items: int = 1_000  # items per connector call
+    slice_s: float = 0.05  # the longest a connector call may take when the connector honours deadlines
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.connector, Connector):
+            raise TypeError(f"Discovery.connector must be a Connector, not {type(self.connector).__name__}")
+        if not isinstance(self.base_location, str) or not self.base_location:
+            raise ValueError("Discovery.base_location must be a non-empty str")
+        marker = self.complete_marker
+        if marker is not None and (not isinstance(marker, str) or not marker or "/" in marker):
+            raise ValueError("Discovery.complete_marker must be a file name (no slash) or None")
+        for name in ("rescan_every_s", "slice_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"Discovery.{name} must be a positive number of seconds")
+        if isinstance(self.page_items, bool) or not isinstance(self.page_items, int) or self.page_items < 1:
+            raise ValueError("Discovery.page_items must be an int of at least 1")
+        if type(self.rewant_tainted) is not bool:
+            raise TypeError("Discovery.rewant_tainted must be a bool")
+
+    def location_of(self, directory: str) -> str:
+        """Where readers find the partition directory `directory` (relative to the connector's root)."""
+        return self.base_location.rstrip("/") + "/" + directory
+
+
+def filesystem_discovery(root: str | os.PathLike[str], keys: str | None = None, **options: object) -> Discovery:
+    """A `Discovery` over the files under `root` (an absolute directory as base location)."""
+    from partbuild.orchestrator.connectors.filesystem import FilesystemConnector
+
+    absolute = os.path.abspath(os.fspath(root))
+    return Discovery(FilesystemConnector(absolute), absolute, keys, **options)  # type: ignore[arg-type]
+
+
+def object_store_discovery(
+    config: ObjectStoreConfig, keys: str | None = None, *, scheme: str = "s3a", **options: object
+) -> Discovery:
+    """A `Discovery` over the objects under the config's bucket and prefix; jobs read `scheme://bucket/prefix`."""
+    from partbuild.orchestrator.connectors.object_store import ObjectStoreConnector
+
+    base = f"{scheme}://{config.bucket}/{config.prefix}"
+    return Discovery(ObjectStoreConnector(config), base, keys, **options)  # type: ignore[arg-type]

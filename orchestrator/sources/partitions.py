@@ -1,0 +1,134 @@
+"""Scan items, in key order, folded into the partitions of a source dataset.
+
+A partition is a directory under the connector's root (`Discovery.keys`, e.g.
+`date={date:date}`); its items are the keys below it. Keys sharing a prefix are
+contiguous in key order, so a partition is complete as soon as the scan lists a
+key outside it, and only the open partition is held, as a running digest: memory
+does not grow with the number of files in a partition or of partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import blake3
+
+from partbuild.orchestrator.connectors.items import ScanItem
+from partbuild.orchestrator.graph import GraphError, PartitionPattern
+
+
+@dataclass(frozen=True, slots=True)
+class FoundPartition:
+    """A partition directory the scan listed completely."""
+
+    ref: str
+    directory: str  # relative to the connector's root
+    items: int
+    bytes: int
+    version: str  # a digest of every item's name, version and size
+    strong: bool  # every item's version was strong (a content hash or an ETag)
+    complete: bool  # the completeness marker was among its items (always, without a marker)
+
+
+class _Open:
+    __slots__ = ("bytes", "digest", "directory", "fields", "items", "last_key", "marked", "strong")
+
+    def __init__(self, directory: str, fields: dict[str, object]) -> None:
+        self.directory = directory
+        self.fields = fields
+        self.digest = blake3.blake3()
+        self.items = 0
+        self.bytes = 0
+        self.strong = True
+        self.marked = False
+        self.last_key = b""
+
+
+def _framed(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+class PartitionGrouper:
+    """Feed items in key order; get each partition once the scan has moved past it.
+
+    `settled_key` is the last key everything up to which is accounted for (in a
+    partition handed out, or outside every partition): the cursor to record, since
+    a scan resumed after it lists the open partition again from its first item.
+    """
+
+    def __init__(self, keys: PartitionPattern, refs: PartitionPattern, marker: str | None) -> None:
+        if set(keys.fields) != set(refs.fields):
+            raise GraphError(
+                f"key pattern {keys.template!r} must have the fields of {refs.template!r}: "
+                f"{sorted(keys.fields)} != {sorted(refs.fields)}"
+            )
+        self._keys = keys
+        self._refs = refs
+        self._marker = marker
+        self._depth = keys.template.count("/") + 1
+        self._open: _Open | None = None
+        self.settled_key = b""
+        self.unmatched = 0  # items outside every partition (other files, undecodable names)
+
+    def feed(self, items: Iterable[ScanItem]) -> list[FoundPartition]:
+        """Take the next items; return the partitions they closed."""
+        closed: list[FoundPartition] = []
+        depth = self._depth
+        for item in items:
+            raw = item.key.raw_bytes()
+            current = self._open
+            try:
+                parts = raw.decode("utf-8").split("/", depth)
+            except UnicodeDecodeError:
+                parts = []
+            if len(parts) <= depth or not parts[depth]:
+                self._close(closed)
+                self._outside(raw)
+                continue
+            directory = "/".join(parts[:depth])
+            if current is None or current.directory != directory:
+                self._close(closed)
+                fields = self._keys.match(directory)
+                if fields is None:
+                    self._outside(raw)
+                    continue
+                current = self._open = _Open(directory, fields)
+            name = parts[depth]
+            current.digest.update(_framed(name.encode()) + _framed(item.version.value))
+            current.digest.update(b"s" if item.version.is_strong else b"w")
+            current.digest.update(item.size.to_bytes(8, "big"))
+            current.items += 1
+            current.bytes += item.size
+            current.strong = current.strong and item.version.is_strong
+            current.marked = current.marked or name == self._marker
+            current.last_key = raw
+        return closed
+
+    def finish(self) -> list[FoundPartition]:
+        """The scan listed everything: close the open partition."""
+        closed: list[FoundPartition] = []
+        self._close(closed)
+        return closed
+
+    def _outside(self, raw: bytes) -> None:
+        self.unmatched += 1
+        self.settled_key = raw
+
+    def _close(self, closed: list[FoundPartition]) -> None:
+        group = self._open
+        if group is None:
+            return
+        self._open = None
+        self.settled_key = group.last_key
+        closed.append(
+            FoundPartition(
+                ref=self._refs.format(**group.fields),
+                directory=group.directory,
+                items=group.items,
+                bytes=group.bytes,
+                version=group.digest.hexdigest()[:32],
+                strong=group.strong,
+                complete=self._marker is None or group.marked,
+            )
+        )

@@ -1,0 +1,312 @@
+"""The source scanner: lists the connectors of source datasets in slices and records what it found.
+
+One thread per orchestrator. Each slice asks a source's connector for one page
+within budgets (items, and a deadline where the connector honours one), folds the
+items into partitions, and appends, in one batch guarded by the log's head:
+
+- a `SourceScanProgress` (the cursor, where the fold checks the slice continues
+  the current pass, so a second or stale scanner is rejected),
+- a `PartitionObserved` for each complete partition whose version or location is
+  new (the fold makes a new instance and taints what was built from the old one),
+- with `rewant_tainted`, one `WantCreate` of the refs it tainted that a person
+  had wanted (and that no active want covers): late data rebuilds what it touched.
+
+It appends when it found partitions, at the end of a pass, after an error, and at
+least every `checkpoint_every_s` while it lists: a restarted orchestrator resumes
+from the recorded cursor, which is the last key of the last partition handed out,
+so the partition open at a crash is listed again from its first item, and nothing
+is observed twice (unchanged versions are never appended). A finished pass is
+followed by the next one `rescan_every_s` later; `partbuild sources scan NAME`
+starts one at once (a new pass in the log, which the scanner adopts).
+
+Decisions are not held up: the thread reads the state under the read lock only
+while it compares and builds events, and connector calls are bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from partbuild.orchestrator.connectors.errors import EnumerateError
+from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.toxic import ItemKey
+from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
+from partbuild.orchestrator.identity import WORKER_ID
+from partbuild.orchestrator.sources.discovery import Discovery
+from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionGrouper
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
+from partbuild.state.events import Clock, envelope, system, wall_clock_ms
+from partbuild.state.live import LiveState
+from partbuild.state.model import InstanceState, SourceScan
+from partbuild.state.queries import refs_tainted_by, root_wanted
+from partbuild.state.store import AppendConflict, EventLog
+
+logger = logging.getLogger("partbuild.sources")
+
+SCANNER = system("source-scanner", WORKER_ID)
+APPEND_ATTEMPTS = 10  # a lost race for the head is decided again at once, on the newer state
+POLL_S = 0.5  # how often an idle scanner looks for a pass someone started, or a moved cursor
+MAX_PAGE_BYTES = 1 << 62  # listing is bounded by items and time; bytes are for reads
+BACKOFF_S = (1.0, 60.0)  # after errors: doubling from the first, up to the second
+
+
+def source_scope_key(name: str) -> str:
+    """What a sharded or grouped worker asks its scope about: the one owner of this key scans `name`."""
+    return f"source:{name}"
+
+
+@dataclass
+class _Scan:
+    """One source's scan as this process runs it: the pass in memory, ahead of the log's cursor."""
+
+    source: SourceDataset
+    discovery: Discovery
+    active: bool = False  # a pass is in progress here (begun or adopted)
+    pass_number: int = 0
+    new_pass: bool = False  # the next append begins the pass in the log
+    cursor: Cursor = field(default_factory=Cursor.initial)  # where the next page starts (with a token)
+    logged_key: bytes = b""  # the cursor the log holds: the next slice's `after_key`
+    expected_seq: int = -1  # the source record's updated_seq we are in step with (0: no record)
+    grouper: PartitionGrouper | None = None
+    items: int = 0  # listed since the last append
+    found: list[FoundPartition] = field(default_factory=list)  # since the last append
+    last_append: float = 0.0
+    next_due: float = 0.0  # monotonic
+    failures: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def start(self, pass_number: int, key: bytes, *, new_pass: bool) -> None:
+        keys = PartitionPattern(self.discovery.keys) if self.discovery.keys else self.source.pattern
+        self.grouper = PartitionGrouper(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
+        self.active = True
+        self.pass_number = pass_number
+        self.new_pass = new_pass
+        self.logged_key = key
+        self.cursor = Cursor.after(ItemKey(key)) if key else Cursor.initial()
+        self.items = 0
+        self.found = []
+
+
+class SourceScanner:
+    """Scans every source with a `Discovery` in a background thread; see the module docstring."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        live: LiveState,
+        sources: list[SourceDataset],
+        *,
+        owns: Callable[[BuildState, str], bool] = lambda state, key: True,
+        on_append: Callable[[], None] = lambda: None,
+        clock: Clock = wall_clock_ms,
+        checkpoint_every_s: float = 5.0,
+    ) -> None:
+        self.log = log
+        self.live = live
+        self.owns = owns
+        self.on_append = on_append
+        self.clock = clock
+        self.checkpoint_every_s = checkpoint_every_s
+        self._scans = [_Scan(source, source.discovery) for source in sources if source.discovery is not None]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._scans)
+
+    def start(self) -> None:
+        if self._scans and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="partbuild-sources", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the slice in progress (its findings are appended or listed again next time)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.step()
+            due = min(scan.next_due for scan in self._scans)
+            self._stop.wait(min(POLL_S, max(0.0, due - time.monotonic())))
+
+    def step(self) -> None:
+        """One slice of every source that is due (tests and benchmarks call it directly)."""
+        for scan in self._scans:
+            if scan.next_due <= time.monotonic() and not self._stop.is_set():
+                try:
+                    self._slice(scan)
+                except Exception as exc:  # a connector's or our bug: keep the others scanning
+                    logger.exception("scan of source %s failed", scan.name)
+                    self._failed(scan, f"unexpected {type(exc).__name__} while scanning", None)
+
+    # ----------------------------------------------------------------- one slice
+
+    def _slice(self, scan: _Scan) -> None:
+        with self.live.read() as state:
+            record = state.sources.get(scan.name)
+            owned = self.owns(state, source_scope_key(scan.name))
+        if not owned:
+            scan.active = False
+            scan.next_due = time.monotonic() + POLL_S
+            return
+        seq = record.updated_seq if record is not None else 0
+        if not (scan.active and seq == scan.expected_seq) and not self._begin(scan, record):
+            return
+        scan.expected_seq = seq
+        discovery = scan.discovery
+        budgets = Budgets(discovery.page_items, MAX_PAGE_BYTES, time.monotonic() + discovery.slice_s)
+        try:
+            page = discovery.connector.fill_page(KeyRange.everything(), scan.cursor, budgets)
+        except EnumerateError as error:
+            self._failed(scan, str(error), error)
+            return
+        assert scan.grouper is not None
+        if page is None:
+            scan.found += scan.grouper.finish()
+        else:
+            scan.items += len(page)
+            scan.found += scan.grouper.feed(page.items)
+            scan.cursor = page.cursor
+        done = page is None
+        due = time.monotonic() - scan.last_append >= self.checkpoint_every_s
+        if done or scan.found or due:
+            self._append(scan, done=done)
+        scan.failures = 0
+        scan.next_due = time.monotonic()
+
+    def _begin(self, scan: _Scan, record: SourceScan | None) -> bool:
+        """Start a pass here: adopt the log's unfinished one, or begin the next when it is due."""
+        if record is not None and not record.done:
+            scan.start(record.pass_number, record.last_key, new_pass=False)
+            return True
+        due_ms = record.last_pass_done_ms + int(scan.discovery.rescan_every_s * 1000) if record else 0
+        wait_s = (due_ms - self.clock()) / 1000
+        if wait_s > 0:
+            scan.active = False
+            scan.next_due = time.monotonic() + min(POLL_S, wait_s)
+            return False
+        scan.start(record.pass_number + 1 if record else 1, b"", new_pass=True)
+        return True
+
+    def _failed(self, scan: _Scan, message: str, error: EnumerateError | None) -> None:
+        """Record the error in the log (with what the slice found before it) and back off."""
+        scan.failures += 1
+        delay = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** min(scan.failures - 1, 16))
+        if error is not None and error.retry_after is not None:
+            delay = max(delay, error.retry_after)
+        if scan.active:
+            retryable = error is not None and error.retryable
+            self._append(scan, done=False, error=(message, retryable))
+        if error is None:  # failed half-way through a page: start again from the recorded cursor
+            scan.active = False
+        scan.next_due = time.monotonic() + delay
+        logger.warning("scan of source %s: %s (next try in %.0f s)", scan.name, message, delay)
+
+    # ----------------------------------------------------------------- recording
+
+    def _append(self, scan: _Scan, *, done: bool, error: tuple[str, bool] | None = None) -> None:
+        """Append the slice's progress with its observations, on the newest state; redo on a lost race."""
+        for _ in range(APPEND_ATTEMPTS):
+            with self.live.read() as state:
+                record = state.sources.get(scan.name)
+                if (record.updated_seq if record is not None else 0) != scan.expected_seq:
+                    scan.active = False  # someone moved the cursor: adopt it on the next slice
+                    return
+                head = state.head_seq
+                events, progress = self._events(state, scan, done, error)
+            try:
+                appended = self.log.append(events, expected_head=head)
+            except AppendConflict:
+                self.live.catch_up()
+                continue
+            scan.expected_seq = appended.first_seq
+            scan.logged_key = progress.last_key or scan.logged_key
+            scan.new_pass = False
+            scan.items = 0
+            scan.found = []
+            scan.last_append = time.monotonic()
+            scan.active = not done
+            self.live.catch_up()  # the next slice must see our record to know it is in step
+            self.on_append()
+            return
+        logger.warning(
+            "scan of source %s: lost the race for the log %d times; resuming from the log", scan.name, APPEND_ATTEMPTS
+        )
+        scan.active = False
+
+    def _events(
+        self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
+    ) -> tuple[list[pb.Event], pb.SourceScanProgress]:
+        now = self.clock()
+        assert scan.grouper is not None
+        complete = [found for found in scan.found if found.complete]
+        progress = pb.SourceScanProgress(
+            source=scan.name,
+            pass_number=scan.pass_number,
+            after_key=b"" if scan.new_pass else scan.logged_key,
+            last_key=scan.grouper.settled_key,
+            done=done,
+            items=scan.items,
+            partitions=len(complete),
+        )
+        if error is not None:
+            progress.error, progress.error_retryable = error
+        events = [envelope(progress, source=SCANNER, timestamp_ms=now)]
+        observed = [event for found in complete if (event := self._observation(state, scan, found, now)) is not None]
+        events += observed
+        if scan.discovery.rewant_tainted and observed:
+            rewant = self._rewant(state, scan, observed, now)
+            if rewant is not None:
+                events.append(rewant)
+        return events, progress
+
+    def _observation(self, state: BuildState, scan: _Scan, found: FoundPartition, now: int) -> pb.Event | None:
+        """A PartitionObserved for `found`, or None when the state already knows this version there."""
+        location = scan.discovery.location_of(found.directory)
+        current = state.canonical_instance(found.ref)
+        known = current is not None and current.state == InstanceState.LIVE and current.location == location
+        if known and current.version == (found.version, found.strong):  # type: ignore[union-attr]
+            return None
+        observed = pb.PartitionObserved(
+            partition_ref=found.ref,
+            location=location,
+            bytes=found.bytes,
+            version=found.version,
+            version_strong=found.strong,
+        )
+        observed.metadata["files"] = str(found.items)
+        event = envelope(observed, source=SCANNER, timestamp_ms=now)
+        problem = state.problem(event)
+        if problem is not None:  # e.g. a ref a job run is building: the next pass looks again
+            logger.info("not observing %s now: %s", found.ref, problem)
+            return None
+        return event
+
+    def _rewant(self, state: BuildState, scan: _Scan, observed: list[pb.Event], now: int) -> pb.Event | None:
+        """One WantCreate of the refs the new data taints that a person wanted and no active want covers."""
+        refs: dict[str, None] = {}
+        for event in observed:
+            for ref in refs_tainted_by(state, event.partition_observed):
+                if root_wanted(state, ref) and not any(state.active_wants_for_ref(ref)):
+                    refs[ref] = None
+        if not refs:
+            return None
+        changed = len(observed)
+        want = pb.WantCreate(
+            want_id=f"want-{uuid.uuid4().hex}",
+            partition_refs=list(refs),
+            comment=f"late data: {changed} partition(s) of source {scan.name} changed; rebuilding what they fed",
+        )
+        return envelope(want, source=SCANNER, timestamp_ms=now)
