@@ -3,7 +3,8 @@
 `python tests/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/golden_log.py buckets`
 writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
 writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/golden_log.py
-versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11). Each is written only
+versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11), `python
+tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11). Each is written only
 once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
@@ -24,6 +25,7 @@ GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
 GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
 GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
 GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
+GOLDEN_SCANS = Path(__file__).parent / "data" / "golden_log_scans.bin"
 
 
 def golden_events() -> list[pb.Event]:
@@ -187,6 +189,42 @@ def version_events() -> list[pb.Event]:
     return events
 
 
+def scan_events() -> list[pb.Event]:
+    """Two passes of a source scan with observations, an error, a stale scanner, an operator's new pass."""
+    events: list[pb.Event] = []
+    scanner = system("source-scanner", "host:1:aaaa")
+
+    def add(payload: object, source: pb.EventSource | None = scanner) -> None:
+        stamp = 1_796_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"s{len(events)}"))  # type: ignore[arg-type]
+
+    def progress(pass_number: int, after: bytes, last: bytes, **fields: object) -> pb.SourceScanProgress:
+        return pb.SourceScanProgress(source="raw", pass_number=pass_number, after_key=after, last_key=last, **fields)  # type: ignore[arg-type]
+
+    def observed(day: int, version: str) -> pb.PartitionObserved:
+        ref = f"raw/date=2026-01-0{day}"
+        found = pb.PartitionObserved(partition_ref=ref, location=f"/data/{ref}", bytes=10 * day, version=version)
+        found.metadata["files"] = "2"
+        return found
+
+    add(progress(1, b"", b"date=2026-01-01/_SUCCESS", items=3, partitions=1))  # 1
+    add(observed(1, "a1"))
+    add(progress(1, b"date=2026-01-01/_SUCCESS", b"date=2026-01-02/_SUCCESS", items=2, partitions=1))  # 3
+    add(observed(2, "a2"))
+    add(pb.WantCreate(want_id="w", partition_refs=["daily/date=2026-01-02"]), manual("ann"))
+    add(progress(1, b"date=2026-01-01/_SUCCESS", b"date=2026-01-03/x", items=2))  # 6: stale, rejected
+    add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS", error="SlowDown (503)", error_retryable=True))
+    add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS", resume_token=b"tok", done=True))  # 8
+    add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS"))  # 9: the pass is done, rejected
+    add(progress(2, b"", b"date=2026-01-02/_SUCCESS", items=5, partitions=2))  # 10
+    add(observed(2, "b2"))
+    add(progress(3, b"", b"", items=0), manual("ann"))  # 12: an operator starts a new pass at once
+    add(progress(3, b"", b"date=2026-01-01/x", resume_token=b"t"))  # 13: the scanner takes up the new pass
+    add(progress(4, b"k", b""))  # 14: rejected: a new pass begins at the start
+    add(progress(3, b"", b"", resume_token=b"t"))  # 15: rejected: a token without a key
+    return events
+
+
 def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
     with path.open("wb") as out:
         for event in golden_events() if events is None else events:
@@ -214,5 +252,7 @@ if __name__ == "__main__":
         write(GOLDEN_GROUP, group_events())
     elif sys.argv[1:] == ["versions"]:
         write(GOLDEN_VERSIONS, version_events())
+    elif sys.argv[1:] == ["scans"]:
+        write(GOLDEN_SCANS, scan_events())
     else:
         write()

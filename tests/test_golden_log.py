@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_VERSIONS, read
+from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_SCANS, GOLDEN_VERSIONS, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
@@ -147,3 +147,21 @@ def test_the_versions_golden_log_replays_with_exactly_its_rejections() -> None:
     tainted = [i.ref for i in state.instances.values() if i.state == InstanceState.TAINTED]
     assert sorted(tainted) == ["daily/date=2026-01-02", "weekly/week=2026-W01"]
     assert state.wants["w"].state == WantState.SUCCESSFUL
+
+
+def test_the_scans_golden_log_replays_with_exactly_its_rejections() -> None:
+    """Slices continue their pass from the cursor; stale slices, slices of a done pass and bad bounds are rejected."""
+    state = replayed(read(GOLDEN_SCANS))
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "source_scan_progress")] + [
+        (seq, "source_scan_progress") for seq in (9, 14, 15)
+    ]
+    assert "moved past where this slice began" in state.rejections[0].reason
+    scan = state.sources["raw"]
+    assert (scan.pass_number, scan.done, scan.passes_done) == (3, False, 1)
+    assert (scan.last_key, scan.resume_token) == (b"date=2026-01-01/x", b"t")
+    assert (scan.items_total, scan.partitions_total, scan.errors_total) == (10, 4, 1)
+    assert (scan.last_pass_items, scan.last_pass_partitions) == (5, 2)
+    assert (scan.last_error, scan.last_error_retryable) == ("SlowDown (503)", True)
+    raw2 = state.instances[state.canonical["raw/date=2026-01-02"]]
+    assert (raw2.version, raw2.byte_count, raw2.metadata) == (("b2", False), 20, {"files": "2"})
+    assert "date=2026-01" not in repr(scan)  # the record prints its cursor redacted

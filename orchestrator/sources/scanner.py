@@ -170,7 +170,7 @@ class SourceScanner:
         try:
             page = discovery.connector.fill_page(KeyRange.everything(), scan.cursor, budgets)
         except EnumerateError as error:
-            self._failed(scan, str(error), error)
+            self._failed(scan, error.message, error)
             return
         assert scan.grouper is not None
         if page is None:
@@ -207,7 +207,7 @@ class SourceScanner:
         if error is not None and error.retry_after is not None:
             delay = max(delay, error.retry_after)
         if scan.active:
-            retryable = error is not None and error.retryable
+            retryable = error is not None and error.is_retryable
             self._append(scan, done=False, error=(message, retryable))
         if error is None:  # failed half-way through a page: start again from the recorded cursor
             scan.active = False
