@@ -213,7 +213,11 @@ def scan_events() -> list[pb.Event]:
     add(observed(2, "a2"))
     add(pb.WantCreate(want_id="w", partition_refs=["daily/date=2026-01-02"]), manual("ann"))
     add(progress(1, b"date=2026-01-01/_SUCCESS", b"date=2026-01-03/x", items=2))  # 6: stale, rejected
-    add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS", error="SlowDown (503)", error_retryable=True))
+    add(
+        progress(
+            1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS", error="SlowDown (503)", error_retryable=True
+        )
+    )
     add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS", resume_token=b"tok", done=True))  # 8
     add(progress(1, b"date=2026-01-02/_SUCCESS", b"date=2026-01-02/_SUCCESS"))  # 9: the pass is done, rejected
     add(progress(2, b"", b"date=2026-01-02/_SUCCESS", items=5, partitions=2))  # 10
