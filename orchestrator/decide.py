@@ -9,7 +9,7 @@ second copy instead of running the work twice.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -210,7 +210,7 @@ class _Decider:
         return f"{label}-{self.state.head_seq}-{self.shard.run_tag}-{number}"
 
     def _buffer_runs(self) -> None:
-        """Group ready instances into runs of up to batch_size, within each job's concurrency.
+        """Group ready instances into runs of up to batch_size (and batch_bytes), within each job's concurrency.
 
         Only instances with the same number of failed attempts share a run: a run
         fails as a whole, so mixing them would spend a fresh partition's retries.
@@ -227,18 +227,59 @@ class _Decider:
                 if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
                     key = self.shard.batch_key(instance.ref) if self.shard is not None else 0
                     by_failures[failures, key].append(instance)
-            batches = [
-                group[start : start + job.batch_size]
-                for group in by_failures.values()
-                for start in range(0, len(group), job.batch_size)
-            ]
-            for batch in batches[: max(room, 0)]:
+            for batch in self._batches(job, by_failures.values(), room):
                 buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
                 buffer.instance_uuids.extend(instance.uuid for instance in batch)
                 self._stamped(buffer)  # the fold checks every partition is in the bucket(s) it may build
                 run_id = buffer.job_run_id
                 self.decision.events.append(_event(buffer, self.now_ms))
                 self.decision.new_runs.append(run_id)
+
+    def _batches(self, job: Job, groups: Iterable[list[Instance]], room: int) -> list[list[Instance]]:
+        """The first `room` runs: each group split in order by batch_size and, if set, batch_bytes."""
+        batches: list[list[Instance]] = []
+        for group in groups:
+            if len(batches) >= room:
+                break
+            if job.batch_bytes is None:
+                spans: Iterable[range] = (
+                    range(start, start + job.batch_size) for start in range(0, len(group), job.batch_size)
+                )
+            else:  # only as many instances as the runs there is room for can hold
+                group = group[: (room - len(batches)) * job.batch_size]
+                sizes = [input_bytes(self.state, self.graph, instance.ref) for instance in group]
+                spans = pack_by_bytes(sizes, job.batch_size, job.batch_bytes)
+            batches.extend(group[span.start : span.stop] for span in spans)
+        return batches[: max(room, 0)]
+
+
+def pack_by_bytes(sizes: Sequence[int], max_count: int, max_bytes: int | None = None) -> list[range]:
+    """Split the indices of `sizes` into contiguous runs, in order, packed greedily.
+
+    A run holds at most `max_count` items and, if `max_bytes` is set, sizes summing
+    to at most `max_bytes`; an item larger than `max_bytes` runs alone.
+    """
+    runs: list[range] = []
+    start = total = 0
+    for index, size in enumerate(sizes):
+        full = index - start == max_count or (max_bytes is not None and total + size > max_bytes)
+        if index > start and full:
+            runs.append(range(start, index))
+            start, total = index, 0
+        total += size
+    if start < len(sizes):
+        runs.append(range(start, len(sizes)))
+    return runs
+
+
+def input_bytes(state: BuildState, graph: Graph, ref: str) -> int:
+    """The bytes a build of `ref` reads: byte_count of its inputs' Live canonical instances (others count 0)."""
+    total = 0
+    for upstream in graph.inputs_of(ref):
+        instance = state.canonical_instance(upstream)
+        if instance is not None and instance.state == InstanceState.LIVE:
+            total += instance.byte_count
+    return total
 
 
 def active_runs_by_job(state: BuildState) -> dict[str, int]:

@@ -160,6 +160,9 @@ class Job:
     batch_size: int = 1  # how many partitions one run may build together
     max_concurrency: int = 1  # job runs of this job at once
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # If set, a run also reads at most this many input bytes (the byte_count of its
+    # partitions' Live inputs); a partition whose inputs alone exceed it runs alone.
+    batch_bytes: int | None = None
 
     def __post_init__(self) -> None:
         patterns = tuple(p if isinstance(p, PartitionPattern) else PartitionPattern(p) for p in self.outputs)
@@ -170,6 +173,9 @@ class Job:
             raise GraphError(f"job {self.label!r} declares no output patterns")
         if self.batch_size < 1 or self.max_concurrency < 1:
             raise GraphError(f"job {self.label!r}: batch_size and max_concurrency must be at least 1")
+        limit = self.batch_bytes
+        if limit is not None and (type(limit) is not int or limit < 1):  # type(): True is an int too
+            raise GraphError(f"job {self.label!r}: batch_bytes must be None or an int of at least 1, not {limit!r}")
 
 
 @dataclass(frozen=True)
