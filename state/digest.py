@@ -13,6 +13,7 @@ import hashlib
 
 from partbuild.state.build_state import BuildState
 from partbuild.state.collector import collector_paused
+from partbuild.state.model import SourceScan
 
 
 def state_digest(state: BuildState) -> str:
@@ -46,5 +47,12 @@ def _digest(state: BuildState) -> str:
     if state.groups:  # only where a group ran: older logs keep their digests
         update(repr([state.groups[name].record() for name in sorted(state.groups)]).encode())
     if state.sources:  # only where a connector scanned: older logs keep their digests
-        update(repr([state.sources[name].__getstate__() for name in sorted(state.sources)]).encode())
+        update(repr([_scan_record(state.sources[name]) for name in sorted(state.sources)]).encode())
     return h.hexdigest()
+
+
+def _scan_record(scan: SourceScan) -> tuple[object, ...]:
+    """A source scan's fields with its shards' fields in full (their repr is redacted, so not that)."""
+    return tuple(
+        [shard.__getstate__() for shard in value] if isinstance(value, list) else value for value in scan.__getstate__()
+    )

@@ -273,11 +273,45 @@ MAX_SCAN_KEY_BYTES = 4096
 MAX_SCAN_TOKEN_BYTES = 16384
 
 
+class ScanShard(_Record):
+    """One key range of a source scan's pass, with its own cursor; `start`/`end` b"": open ends.
+
+    Keys are a connector's bytes: the repr shows them redacted.
+    """
+
+    __slots__ = ("bytes", "done", "end", "items", "last_key", "resume_token", "split_hint", "start", "updated_seq")
+
+    def __init__(self, start: bytes, end: bytes) -> None:
+        self.start = start
+        self.end = end
+        self.last_key = b""  # the cursor: b"" until a slice moved it
+        self.resume_token = b""
+        self.done = False
+        self.items = 0
+        self.bytes = 0
+        self.split_hint = b""  # set when done: the key splitting its bytes about in half
+        self.updated_seq = 0
+
+    def contains(self, key: bytes) -> bool:
+        """Whether `key` lies in [start, end)."""
+        return key >= self.start and (not self.end or key < self.end)
+
+    def __repr__(self) -> str:
+        keys = ", ".join(
+            f"{name}={redacted('ItemKey', getattr(self, name))}" for name in ("start", "end", "last_key", "split_hint")
+        )
+        return (
+            f"ScanShard({keys}, token={redacted('ResumeToken', self.resume_token)}, done={self.done}, "
+            f"items={self.items}, bytes={self.bytes}, updated_seq={self.updated_seq})"
+        )
+
+
 class SourceScan(_Record):
     """How far the scans of one source dataset have got (SourceScanProgress events).
 
-    `last_key` and `resume_token` are a connector's bytes: the repr shows them redacted,
-    and nothing should print them raw.
+    A pass is one or more shards (key ranges), each with its own cursor; it is done when
+    every shard is. `last_pass_shards` are the finished pass's shards, from which the next
+    pass rebalances its split.
     """
 
     __slots__ = (
@@ -287,10 +321,10 @@ class SourceScan(_Record):
         "last_error",
         "last_error_ms",
         "last_error_retryable",
-        "last_key",
         "last_pass_done_ms",
         "last_pass_items",
         "last_pass_partitions",
+        "last_pass_shards",
         "name",
         "partitions_total",
         "pass_items",
@@ -298,7 +332,8 @@ class SourceScan(_Record):
         "pass_partitions",
         "pass_started_ms",
         "passes_done",
-        "resume_token",
+        "rescan_requested",
+        "shards",
         "updated_ms",
         "updated_seq",
     )
@@ -306,8 +341,7 @@ class SourceScan(_Record):
     def __init__(self, name: str) -> None:
         self.name = name
         self.pass_number = 0  # no pass yet
-        self.last_key = b""  # the cursor: b"" at a pass's start
-        self.resume_token = b""
+        self.shards: list[ScanShard] = []  # the current pass's
         self.done = False
         self.pass_started_ms = 0
         self.pass_items = 0  # this pass so far
@@ -316,6 +350,8 @@ class SourceScan(_Record):
         self.last_pass_done_ms = 0  # when the latest finished pass ended (0: none has)
         self.last_pass_items = 0
         self.last_pass_partitions = 0
+        self.last_pass_shards: list[ScanShard] = []
+        self.rescan_requested = False  # a SourceScanRequest since the current pass began
         self.items_total = 0  # every pass
         self.partitions_total = 0
         self.errors_total = 0
@@ -326,11 +362,5 @@ class SourceScan(_Record):
         self.updated_ms = 0
 
     def __repr__(self) -> str:
-        shown = {
-            "last_key": redacted("ItemKey", self.last_key),
-            "resume_token": redacted("ResumeToken", self.resume_token),
-        }
-        fields = ", ".join(
-            f"{name}={shown.get(name, repr(getattr(self, name)))}" for name in self.__slots__ if name not in shown
-        )
-        return f"SourceScan({fields}, cursor={shown['last_key']}, token={shown['resume_token']})"
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"SourceScan({fields})"

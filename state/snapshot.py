@@ -38,6 +38,7 @@ _ALLOWED_CLASSES = {
             "WantState",
             "JobRunState",
             "SourceScan",
+            "ScanShard",
         )
     ),
     ("partbuild.state.group", "GroupState"),

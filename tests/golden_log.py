@@ -4,7 +4,9 @@
 writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
 writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/golden_log.py
 versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11), `python
-tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11). Each is written only
+tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11), `python
+tests/golden_log.py shards` writes `tests/data/golden_log_scan_shards.bin` (scans split into shards, scan requests,
+2026-11). Each is written only
 once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
@@ -26,6 +28,7 @@ GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
 GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
 GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
 GOLDEN_SCANS = Path(__file__).parent / "data" / "golden_log_scans.bin"
+GOLDEN_SCAN_SHARDS = Path(__file__).parent / "data" / "golden_log_scan_shards.bin"
 
 
 def golden_events() -> list[pb.Event]:
@@ -229,6 +232,32 @@ def scan_events() -> list[pb.Event]:
     return events
 
 
+def scan_shard_events() -> list[pb.Event]:
+    """A request before any pass, a pass split in three scanned shard by shard, a request during a pass."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> None:
+        stamp = 1_797_000_000_000 + len(events)
+        source = source or system("source-scanner", "host:2:bbbb")
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"h{len(events)}"))  # type: ignore[arg-type]
+
+    def part(shard: int, after: bytes, last: bytes, **fields: object) -> pb.SourceScanProgress:
+        return pb.SourceScanProgress(source="raw", pass_number=1, shard=shard, after_key=after, last_key=last, **fields)  # type: ignore[arg-type]
+
+    add(pb.SourceScanRequest(source="raw", reason="first look"), manual("ann"))  # 1
+    add(part(0, b"", b"d=1/x", split_keys=[b"d=4/", b"d=7/"], items=3, bytes=30, partitions=1))  # 2
+    add(part(2, b"", b"d=8/x", items=4, bytes=40, partitions=2))  # 3: shards go in any order
+    add(part(1, b"", b"d=5/x", items=2, bytes=20, done=True, split_hint=b"d=5/"))  # 4
+    add(part(1, b"d=5/x", b"d=6/x"))  # 5: rejected, shard 1 is done
+    add(pb.SourceScanRequest(source="raw", reason="rewritten"), manual("ann"))  # 6: due after this pass
+    add(part(0, b"d=1/x", b"d=3/x", items=1, bytes=10, done=True, split_hint=b"d=2/"))  # 7
+    add(part(2, b"d=8/x", b"d=9/x", done=True, split_hint=b"d=3/"))  # 8: rejected, the hint is outside
+    add(part(2, b"d=8/x", b"d=9/x", done=True, split_hint=b"d=9/"))  # 9: the pass is done
+    add(pb.SourceScanProgress(source="raw", pass_number=2, shard=3, last_key=b"z"))  # 10: rejected, not shard 0
+    add(pb.SourceScanRequest(source=""), manual("ann"))  # 11: rejected, no source
+    return events
+
+
 def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
     with path.open("wb") as out:
         for event in golden_events() if events is None else events:
@@ -258,5 +287,7 @@ if __name__ == "__main__":
         write(GOLDEN_VERSIONS, version_events())
     elif sys.argv[1:] == ["scans"]:
         write(GOLDEN_SCANS, scan_events())
+    elif sys.argv[1:] == ["shards"]:
+        write(GOLDEN_SCAN_SHARDS, scan_shard_events())
     else:
         write()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_SCANS, GOLDEN_VERSIONS, read
+from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_SCAN_SHARDS, GOLDEN_SCANS, GOLDEN_VERSIONS, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
@@ -158,10 +158,22 @@ def test_the_scans_golden_log_replays_with_exactly_its_rejections() -> None:
     assert "moved past where this slice began" in state.rejections[0].reason
     scan = state.sources["raw"]
     assert (scan.pass_number, scan.done, scan.passes_done) == (3, False, 1)
-    assert (scan.last_key, scan.resume_token) == (b"date=2026-01-01/x", b"t")
+    (shard,) = scan.shards
+    assert (shard.last_key, shard.resume_token) == (b"date=2026-01-01/x", b"t")
     assert (scan.items_total, scan.partitions_total, scan.errors_total) == (10, 4, 1)
     assert (scan.last_pass_items, scan.last_pass_partitions) == (5, 2)
     assert (scan.last_error, scan.last_error_retryable) == ("SlowDown (503)", True)
     raw2 = state.instances[state.canonical["raw/date=2026-01-02"]]
     assert (raw2.version, raw2.byte_count, raw2.metadata) == (("b2", False), 20, {"files": "2"})
     assert "date=2026-01" not in repr(scan)  # the record prints its cursor redacted
+
+
+def test_the_scan_shards_golden_log_replays_with_exactly_its_rejections() -> None:
+    """A pass split in three, its shards finished in any order; a request during a pass makes the next one due."""
+    state = replayed(read(GOLDEN_SCAN_SHARDS))
+    assert [r.seq for r in state.rejections] == [5, 8, 10, 11]
+    scan = state.sources["raw"]
+    assert (scan.done, scan.passes_done, scan.rescan_requested) == (True, 1, True)
+    bounds = [(shard.start, shard.end, shard.bytes, shard.split_hint) for shard in scan.last_pass_shards]
+    assert bounds == [(b"", b"d=4/", 40, b"d=2/"), (b"d=4/", b"d=7/", 20, b"d=5/"), (b"d=7/", b"", 40, b"d=9/")]
+    assert (scan.items_total, scan.partitions_total, scan.last_pass_done_ms) == (10, 3, 1_797_000_000_008)

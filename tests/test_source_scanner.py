@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,14 @@ from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery
 from partbuild.orchestrator.sources.partitions import PartitionGrouper
 from partbuild.orchestrator.sources.scanner import SourceScanner
+from partbuild.orchestrator.sources.shards import next_split_keys
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.build_state import BuildState
 from partbuild.state.events import envelope, from_job_run, manual
 from partbuild.state.ids import instance_uuid
 from partbuild.state.live import LiveState
 from partbuild.state.model import InstanceState as I
+from partbuild.state.model import ScanShard
 from partbuild.state.store import EventLog, parse_event
 
 RAW = "raw/clicks/date={date:date}"
@@ -99,12 +102,9 @@ def events(log: EventLog, kind: str) -> list[pb.Event]:
 
 
 def new_pass(log: EventLog, live: LiveState) -> None:
-    """What `partbuild sources scan raw` appends: the next pass, from the start, at once."""
+    """What `partbuild sources scan raw` appends: the next pass is due at once."""
+    log.append([envelope(pb.SourceScanRequest(source="raw", reason="test"), source=manual("ann"))])
     live.catch_up()
-    record = live.state.sources["raw"]
-    log.append(
-        [envelope(pb.SourceScanProgress(source="raw", pass_number=record.pass_number + 1), source=manual("ann"))]
-    )
 
 
 # ----------------------------------------------------------------- grouping items into partitions
@@ -246,7 +246,7 @@ def test_a_restarted_scanner_resumes_from_the_recorded_cursor(log: EventLog, roo
     for _ in range(4):  # 4 pages of 3 items: part of the way
         first.step()
     live.catch_up()
-    cursor = live.state.sources["raw"].last_key
+    cursor = live.state.sources["raw"].shards[0].last_key
     assert cursor.startswith(b"date=2026-01-0") and not live.state.sources["raw"].done
     # A new process: its own state, replayed from the log.
     second, second_live = scanner(log, source(root))
@@ -429,3 +429,137 @@ def test_a_scan_killed_mid_pass_resumes_without_repeating_or_skipping_a_partitio
     refs = Counter(e.partition_observed.partition_ref for e in events(log, "partition_observed"))
     assert refs == Counter(f"raw/n={n}" for n in range(300))
     assert live.state.rejections == [] and live.state.sources["raw"].passes_done == 1
+
+
+# ----------------------------------------------------------------- passes split into shards
+
+
+def shards(*loads: tuple[bytes, int, bytes]) -> list[ScanShard]:
+    """Finished shards from (start, bytes, split hint); ends follow from the next start."""
+    made = []
+    for index, (start, size, hint) in enumerate(loads):
+        end = loads[index + 1][0] if index + 1 < len(loads) else b""
+        shard = ScanShard(start, end)
+        shard.bytes, shard.split_hint, shard.done = size, hint, True
+        made.append(shard)
+    return made
+
+
+def test_split_keys_grow_to_the_wanted_count_and_move_towards_equal_bytes() -> None:
+    assert next_split_keys([], 4) == [] and next_split_keys(shards((b"", 100, b"m")), 1) == []
+    assert next_split_keys(shards((b"", 100, b"m")), 4) == [b"m"]  # each shard splits once per pass
+    assert next_split_keys(shards((b"", 50, b"f"), (b"m", 50, b"t")), 4) == [b"f", b"m", b"t"]
+    assert next_split_keys(shards((b"", 50, b"f"), (b"m", 50, b"t")), 3) == [b"f", b"m"]
+    # At the wanted count: the two lightest neighbours merge so the heaviest can split.
+    loads = shards((b"", 10, b"b"), (b"c", 10, b"d"), (b"e", 80, b"p"))
+    assert next_split_keys(loads, 3) == [b"e", b"p"]
+    balanced = shards((b"", 30, b"b"), (b"c", 35, b"d"), (b"e", 35, b"p"))
+    assert next_split_keys(balanced, 3) == [b"c", b"e"]  # a trade would not lower the heaviest load
+    assert next_split_keys(shards((b"", 50, b""), (b"m", 50, b"")), 2) == [b"m"]  # no hints: kept
+    assert next_split_keys(balanced, 2) == [b"e"]  # fewer wanted: the lightest neighbours (30 + 35) merge
+
+
+def fold(*slices: pb.SourceScanProgress) -> tuple[BuildState, list[str | None]]:
+    state = BuildState(strict=True)
+    reasons = [state.apply(seq, envelope(msg, timestamp_ms=seq)) for seq, msg in enumerate(slices, start=1)]
+    return state, reasons
+
+
+def test_the_fold_keeps_a_cursor_per_shard_and_ends_the_pass_when_every_shard_is_done() -> None:
+    def slice_of(shard: int, after: bytes, last: bytes, **fields: Any) -> pb.SourceScanProgress:
+        return pb.SourceScanProgress(source="raw", pass_number=1, shard=shard, after_key=after, last_key=last, **fields)
+
+    state, reasons = fold(
+        slice_of(0, b"", b"a", split_keys=[b"f", b"p"], items=2, bytes=20),
+        slice_of(2, b"", b"q", items=1, bytes=5),
+        slice_of(1, b"", b"g", items=1, bytes=7),
+        slice_of(1, b"g", b"h", done=True, split_hint=b"g/"),
+        slice_of(0, b"a", b"b", done=True),
+        slice_of(3, b"", b"z"),  # no such shard
+        slice_of(2, b"q", b"e"),  # before where it began
+        slice_of(2, b"q", b"zz", done=True, split_hint=b"a"),  # the hint lies outside the shard
+        slice_of(2, b"q", b"zz", split_keys=[b"x"]),  # only a pass's first slice splits it
+        slice_of(1, b"h", b"i"),  # shard 1 is done
+        slice_of(0, b"b", b"c"),  # so is shard 0
+    )
+    assert reasons[:5] == [None] * 5
+    assert [reason.split(":")[0] if reason else None for reason in reasons[5:]] == [
+        "pass 1 of source 'raw' has 3 shard(s), not a shard 3",
+        "a slice's last key is before the key it began after",
+        "a split hint comes with the slice that ends a shard, inside the shard",
+        "only the slice that begins a pass may split it",
+        "shard 1 of pass 1 of source 'raw' is done",
+        "shard 0 of pass 1 of source 'raw' is done",
+    ]
+    scan = state.sources["raw"]
+    assert not scan.done and [(s.start, s.end, s.last_key, s.done) for s in scan.shards] == [
+        (b"", b"f", b"b", True),
+        (b"f", b"p", b"h", True),
+        (b"p", b"", b"q", False),
+    ]
+    assert (scan.pass_items, scan.shards[1].bytes, scan.shards[1].split_hint) == (4, 7, b"g/")
+    assert state.apply(12, envelope(slice_of(2, b"q", b"z", done=True), timestamp_ms=12)) is None
+    assert scan.done and scan.passes_done == 1 and scan.last_pass_shards == scan.shards
+    _, bad = fold(slice_of(0, b"", b"g", split_keys=[b"f"]), slice_of(0, b"", b"", split_keys=[b"p", b"f"]))
+    assert bad == ["the slice's last key is outside shard 0", "split keys must increase"]
+
+
+def day_tree(root: Path, days: int, files: int = 3) -> None:
+    """`days` complete partitions of equal size, over two months (dates must be valid)."""
+    for n in range(days):
+        directory = root / f"date=2026-{1 + n // 28:02d}-{1 + n % 28:02d}"
+        directory.mkdir(parents=True)
+        for index in range(files):
+            (directory / f"part-{index}").write_bytes(b"x" * 100)
+        (directory / "_SUCCESS").write_bytes(b"")
+
+
+def test_passes_split_into_balanced_shards_over_a_few_passes(log: EventLog, root: Path) -> None:
+    day_tree(root, 48)
+    scan, live = scanner(log, source(root, shards=4, page_items=10))
+    counts = []
+    for _ in range(4):
+        drain(scan, live)
+        counts.append(len(live.state.sources["raw"].last_pass_shards))
+        new_pass(log, live)
+        live.catch_up()
+    assert counts == [1, 2, 4, 4]
+    finished = live.state.sources["raw"].last_pass_shards
+    loads = [shard.bytes for shard in finished]
+    assert sum(loads) == 48 * 300 and max(loads) <= 1.5 * min(loads), loads
+    for shard in finished:  # every boundary is the start of a partition directory
+        assert shard.start == b"" or (shard.start.startswith(b"date=") and shard.start.endswith(b"/"))
+    refs = [e.partition_observed.partition_ref for e in events(log, "partition_observed")]
+    assert len(refs) == len(set(refs)) == 48  # nothing observed twice, whatever the split
+    assert live.state.rejections == []
+
+
+def test_workers_owning_different_shards_scan_one_pass_between_them(log: EventLog, root: Path) -> None:
+    day_tree(root, 40)
+    first, live = scanner(log, source(root, shards=2, page_items=10))
+    drain(first, live)
+    new_pass(log, live)
+    drain(first, live)  # now the passes split in two
+    new_pass(log, live)
+
+    def owner(parity: int) -> Callable[[BuildState, str], bool]:
+        return lambda state, key: int(key.rsplit("/", 1)[1]) % 2 == parity
+
+    even, even_live = scanner(log, source(root, shards=2, page_items=10), owns=owner(0))
+    odd, odd_live = scanner(log, source(root, shards=2, page_items=10), owns=owner(1))
+    for _ in range(100):
+        for worker in (even, odd):
+            for pending in worker._scans:  # a worker idle while the pass had not begun: no waiting in a test
+                pending.next_due = 0.0
+            worker.step()
+        even_live.catch_up()
+        if even_live.state.sources["raw"].passes_done == 3:
+            break
+    record = even_live.state.sources["raw"]
+    assert record.passes_done == 3 and len(record.last_pass_shards) == 2
+    writers = {
+        (e.source_scan_progress.shard, e.source.system.worker, e.source.system.component)
+        for e in events(log, "source_scan_progress")[-6:]
+    }
+    assert {shard for shard, _, _ in writers} == {0, 1}
+    assert even_live.state.rejections == [] and odd_live.state.rejections == []

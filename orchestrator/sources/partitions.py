@@ -74,19 +74,15 @@ class PartitionGrouper:
     def feed(self, items: Iterable[ScanItem]) -> list[FoundPartition]:
         """Take the next items; return the partitions they closed."""
         closed: list[FoundPartition] = []
-        depth = self._depth
         for item in items:
             raw = item.key.raw_bytes()
             current = self._open
-            try:
-                parts = raw.decode("utf-8").split("/", depth)
-            except UnicodeDecodeError:
-                parts = []
-            if len(parts) <= depth or not parts[depth]:
+            split = self._split(raw)
+            if split is None:
                 self._close(closed)
                 self._outside(raw)
                 continue
-            directory = "/".join(parts[:depth])
+            directory, name = split
             if current is None or current.directory != directory:
                 self._close(closed)
                 fields = self._keys.match(directory)
@@ -94,7 +90,6 @@ class PartitionGrouper:
                     self._outside(raw)
                     continue
                 current = self._open = _Open(directory, fields)
-            name = parts[depth]
             current.digest.update(_framed(name.encode()) + _framed(item.version.value))
             current.digest.update(b"s" if item.version.is_strong else b"w")
             current.digest.update(item.size.to_bytes(8, "big"))
@@ -104,6 +99,27 @@ class PartitionGrouper:
             current.marked = current.marked or name == self._marker
             current.last_key = raw
         return closed
+
+    def _split(self, raw: bytes) -> tuple[str, str] | None:
+        """(partition directory candidate, the rest of the key), or None for a key too shallow or not UTF-8."""
+        depth = self._depth
+        try:
+            parts = raw.decode("utf-8").split("/", depth)
+        except UnicodeDecodeError:
+            return None
+        if len(parts) <= depth or not parts[depth]:
+            return None
+        return "/".join(parts[:depth]), parts[depth]
+
+    def partition_start(self, key: bytes) -> bytes:
+        """The least key of the partition holding `key` (its directory and a slash); `key` itself outside one.
+
+        A shard boundary there never cuts a partition in two.
+        """
+        split = self._split(key)
+        if split is None or self._keys.match(split[0]) is None:
+            return key
+        return (split[0] + "/").encode()
 
     def finish(self) -> list[FoundPartition]:
         """The scan listed everything: close the open partition."""

@@ -16,8 +16,14 @@ least every `checkpoint_every_s` while it lists: a restarted orchestrator resume
 from the recorded cursor, which is the last key of the last partition handed out,
 so the partition open at a crash is listed again from its first item, and nothing
 is observed twice (unchanged versions are never appended). A finished pass is
-followed by the next one `rescan_every_s` later; `partbuild sources scan NAME`
-starts one at once (a new pass in the log, which the scanner adopts).
+followed by the next one `rescan_every_s` later, or as soon as someone asks
+(`SourceScanRequest`, `partbuild sources scan NAME`).
+
+A pass may be split into shards (`Discovery.shards`), key ranges fixed by the
+slice that begins it and rebalanced from the last pass's split estimates
+(`shards.py`); each shard has its own cursor, and in a sharded or grouped set
+of workers the owner of `source:<name>/<shard>` scans it (the owner of shard 0
+begins passes). A worker owning several shards scans them one after another.
 
 Decisions are not held up: the thread reads the state under the read lock only
 while it compares and builds events, and connector calls are bounded.
@@ -34,11 +40,13 @@ from dataclasses import dataclass, field
 
 from partbuild.orchestrator.connectors.errors import EnumerateError
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.split_estimator import SplitEstimator
 from partbuild.orchestrator.connectors.toxic import ItemKey
 from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
 from partbuild.orchestrator.identity import WORKER_ID
 from partbuild.orchestrator.sources.discovery import Discovery
 from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionGrouper
+from partbuild.orchestrator.sources.shards import next_split_keys
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, system, wall_clock_ms
@@ -56,25 +64,30 @@ MAX_PAGE_BYTES = 1 << 62  # listing is bounded by items and time; bytes are for 
 BACKOFF_S = (1.0, 60.0)  # after errors: doubling from the first, up to the second
 
 
-def source_scope_key(name: str) -> str:
-    """What a sharded or grouped worker asks its scope about: the one owner of this key scans `name`."""
-    return f"source:{name}"
+def source_scope_key(name: str, shard: int) -> str:
+    """What a sharded or grouped worker asks its scope about: the one owner of this key scans that shard."""
+    return f"source:{name}/{shard}"
 
 
 @dataclass
 class _Scan:
-    """One source's scan as this process runs it: the pass in memory, ahead of the log's cursor."""
+    """One source's scan as this process runs it: a shard of a pass in memory, ahead of the log's cursor."""
 
     source: SourceDataset
     discovery: Discovery
-    active: bool = False  # a pass is in progress here (begun or adopted)
+    active: bool = False  # a shard is being scanned here (begun or adopted)
     pass_number: int = 0
-    new_pass: bool = False  # the next append begins the pass in the log
+    shard: int = 0
+    key_range: KeyRange = field(default_factory=KeyRange.everything)
+    new_pass: bool = False  # the next append begins the pass in the log, with these split keys
+    split_keys: list[bytes] = field(default_factory=list)
     cursor: Cursor = field(default_factory=Cursor.initial)  # where the next page starts (with a token)
-    logged_key: bytes = b""  # the cursor the log holds: the next slice's `after_key`
-    expected_seq: int = -1  # the source record's updated_seq we are in step with (0: no record)
+    logged_key: bytes = b""  # the shard's cursor in the log: the next slice's `after_key`
+    expected_seq: int = -1  # the updated_seq (of the shard; of the record for a new pass) we are in step with
     grouper: PartitionGrouper | None = None
+    estimator: SplitEstimator = field(default_factory=SplitEstimator)
     items: int = 0  # listed since the last append
+    bytes: int = 0
     found: list[FoundPartition] = field(default_factory=list)  # since the last append
     last_append: float = 0.0
     next_due: float = 0.0  # monotonic
@@ -84,16 +97,40 @@ class _Scan:
     def name(self) -> str:
         return self.source.name
 
-    def start(self, pass_number: int, key: bytes, *, new_pass: bool) -> None:
+    def start(self, pass_number: int, shard: int, start: bytes, end: bytes, key: bytes) -> None:
+        """Scan shard `shard` = [start, end) of pass `pass_number` from after `key` (b"": its start)."""
         keys = PartitionPattern(self.discovery.keys) if self.discovery.keys else self.source.pattern
         self.grouper = PartitionGrouper(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
+        self.grouper.settled_key = key  # everything up to the cursor was accounted for before
+        self.estimator = SplitEstimator()
         self.active = True
         self.pass_number = pass_number
-        self.new_pass = new_pass
+        self.shard = shard
+        self.key_range = KeyRange(ItemKey(start) if start else None, ItemKey(end) if end else None)
+        self.new_pass = False
+        self.split_keys = []
         self.logged_key = key
         self.cursor = Cursor.after(ItemKey(key)) if key else Cursor.initial()
-        self.items = 0
+        self.items = self.bytes = 0
         self.found = []
+
+    def position(self, record: SourceScan | None) -> int:
+        """The log's updated_seq of what this scan continues (-2: the log has moved to another pass)."""
+        if self.new_pass:
+            return record.updated_seq if record is not None else 0
+        if record is None or record.pass_number != self.pass_number or self.shard >= len(record.shards):
+            return -2
+        return record.shards[self.shard].updated_seq
+
+    def split_hint(self) -> bytes:
+        """Where the bytes listed in this shard split in half, moved to the start of its partition; or b""."""
+        assert self.grouper is not None
+        hint = self.estimator.split_point()
+        if hint is None:
+            return b""
+        key = self.grouper.partition_start(hint.raw_bytes())
+        start = self.key_range.start.raw_bytes() if self.key_range.start is not None else b""
+        return key if key > start and ItemKey(key) in self.key_range else b""
 
 
 class SourceScanner:
@@ -143,6 +180,8 @@ class SourceScanner:
 
     def step(self) -> None:
         """One slice of every source that is due (tests and benchmarks call it directly)."""
+        if any(scan.next_due <= time.monotonic() for scan in self._scans):
+            self.live.catch_up()  # what others appended decides what is ours to scan
         for scan in self._scans:
             if scan.next_due <= time.monotonic() and not self._stop.is_set():
                 try:
@@ -156,19 +195,15 @@ class SourceScanner:
     def _slice(self, scan: _Scan) -> None:
         with self.live.read() as state:
             record = state.sources.get(scan.name)
-            owned = self.owns(state, source_scope_key(scan.name))
-        if not owned:
-            scan.active = False
-            scan.next_due = time.monotonic() + POLL_S
-            return
-        seq = record.updated_seq if record is not None else 0
-        if not (scan.active and seq == scan.expected_seq) and not self._begin(scan, record):
-            return
-        scan.expected_seq = seq
+            in_step = scan.active and scan.position(record) == scan.expected_seq
+            if in_step and not self.owns(state, source_scope_key(scan.name, scan.shard)):
+                in_step = scan.active = False  # the shard has moved to another worker
+            if not in_step and not self._begin(state, scan, record):
+                return
         discovery = scan.discovery
         budgets = Budgets(discovery.page_items, MAX_PAGE_BYTES, time.monotonic() + discovery.slice_s)
         try:
-            page = discovery.connector.fill_page(KeyRange.everything(), scan.cursor, budgets)
+            page = discovery.connector.fill_page(scan.key_range, scan.cursor, budgets)
         except EnumerateError as error:
             self._failed(scan, error.message, error)
             return
@@ -176,29 +211,47 @@ class SourceScanner:
         if page is None:
             scan.found += scan.grouper.finish()
         else:
+            for item in page.items:
+                scan.estimator.observe(item.key, item.size)
             scan.items += len(page)
+            scan.bytes += page.total_size
             scan.found += scan.grouper.feed(page.items)
             scan.cursor = page.cursor
         done = page is None
-        due = time.monotonic() - scan.last_append >= self.checkpoint_every_s
-        if done or scan.found or due:
+        # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
+        # only move the log's position, and a second scanner of the shard would then start over, and so on.
+        moved = scan.grouper.settled_key != scan.logged_key
+        due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
+        if done or scan.found or due or scan.new_pass:
             self._append(scan, done=done)
         scan.failures = 0
         scan.next_due = time.monotonic()
 
-    def _begin(self, scan: _Scan, record: SourceScan | None) -> bool:
-        """Start a pass here: adopt the log's unfinished one, or begin the next when it is due."""
-        if record is not None and not record.done:
-            scan.start(record.pass_number, record.last_key, new_pass=False)
-            return True
+    def _begin(self, state: BuildState, scan: _Scan, record: SourceScan | None) -> bool:
+        """Take up a shard: one of the log's unfinished pass that we own, or shard 0 of the next pass when due."""
+        name = scan.name
+        if record is not None and record.pass_number and not record.done:
+            for index, shard in enumerate(record.shards):
+                if not shard.done and self.owns(state, source_scope_key(name, index)):
+                    scan.start(record.pass_number, index, shard.start, shard.end, shard.last_key)
+                    scan.expected_seq = shard.updated_seq
+                    return True
+            return self._idle(scan, POLL_S)
         due_ms = record.last_pass_done_ms + int(scan.discovery.rescan_every_s * 1000) if record else 0
-        wait_s = (due_ms - self.clock()) / 1000
-        if wait_s > 0:
-            scan.active = False
-            scan.next_due = time.monotonic() + min(POLL_S, wait_s)
-            return False
-        scan.start(record.pass_number + 1 if record else 1, b"", new_pass=True)
+        wait_s = 0.0 if record is None or record.rescan_requested else (due_ms - self.clock()) / 1000
+        if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
+            return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
+        split = next_split_keys(record.last_pass_shards, scan.discovery.shards) if record else []
+        scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
+        scan.new_pass, scan.split_keys = True, split
+        scan.expected_seq = scan.position(record)
         return True
+
+    @staticmethod
+    def _idle(scan: _Scan, wait_s: float) -> bool:
+        scan.active = False
+        scan.next_due = time.monotonic() + wait_s
+        return False
 
     def _failed(self, scan: _Scan, message: str, error: EnumerateError | None) -> None:
         """Record the error in the log (with what the slice found before it) and back off."""
@@ -220,8 +273,7 @@ class SourceScanner:
         """Append the slice's progress with its observations, on the newest state; redo on a lost race."""
         for _ in range(APPEND_ATTEMPTS):
             with self.live.read() as state:
-                record = state.sources.get(scan.name)
-                if (record.updated_seq if record is not None else 0) != scan.expected_seq:
+                if scan.position(state.sources.get(scan.name)) != scan.expected_seq:
                     scan.active = False  # someone moved the cursor: adopt it on the next slice
                     return
                 head = state.head_seq
@@ -234,7 +286,7 @@ class SourceScanner:
             scan.expected_seq = appended.first_seq
             scan.logged_key = progress.last_key or scan.logged_key
             scan.new_pass = False
-            scan.items = 0
+            scan.items = scan.bytes = 0
             scan.found = []
             scan.last_append = time.monotonic()
             scan.active = not done
@@ -255,11 +307,15 @@ class SourceScanner:
         progress = pb.SourceScanProgress(
             source=scan.name,
             pass_number=scan.pass_number,
+            shard=scan.shard,
+            split_keys=scan.split_keys if scan.new_pass else [],
             after_key=b"" if scan.new_pass else scan.logged_key,
             last_key=scan.grouper.settled_key,
             done=done,
             items=scan.items,
+            bytes=scan.bytes,
             partitions=len(complete),
+            split_hint=scan.split_hint() if done else b"",
         )
         if error is not None:
             progress.error, progress.error_retryable = error

@@ -30,7 +30,7 @@ Modules:
 - clock: ClockTick.
 - buckets: BucketRunStart, BucketLayout, and the bucket scopes of sharded decisions.
 - group: GroupEpoch, GroupTaskMessage (worker groups), and the fences of members' decisions.
-- sources: SourceScanProgress (the cursors of connector scans).
+- sources: SourceScanProgress (the cursors of connector scans), SourceScanRequest.
 - validation: pure helpers of the check phases (id and ref rules, quoting).
 
 Adding an event type (subscriptions are next) means: the
@@ -75,4 +75,5 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "group_epoch": (group.check_group_epoch, group.apply_group_epoch),
     "group_task_message": (group.check_group_task_message, group.apply_group_task_message),
     "source_scan_progress": (sources.check_source_scan_progress, sources.apply_source_scan_progress),
+    "source_scan_request": (sources.check_source_scan_request, sources.apply_source_scan_request),
 }

@@ -1,59 +1,95 @@
-"""Source scans: SourceScanProgress, the cursor of a connector's scan of a source dataset.
+"""Source scans: SourceScanProgress, the cursors of a connector's scan of a source dataset.
 
-A pass lists a source from its first key to its last, in slices; each slice
-continues exactly where the previous one ended. So a slice is accepted only when
-it names the current pass and the current cursor as where it began, or when it
-begins a new pass (the next number, from the start; an operator may start one
-at any time). A second scanner of the same source, or a stale one, names a
-cursor that has moved on and is rejected: nothing it found is counted twice.
+A pass lists a source from its first key to its last, possibly split into shards
+(key ranges, fixed by the slice that begins the pass), each listed in slices by
+whoever owns it. A slice continues exactly where the previous slice of its shard
+ended: it is accepted only when it names the current pass, a shard not yet done,
+and that shard's cursor as where it began. Or it begins a new pass (the next
+number, from the start of shard 0; an operator may begin one at any time). A
+second scanner of a shard, or a stale one, names a cursor that has moved on and
+is rejected: nothing it found is counted twice.
+
+SourceScanRequest (an operator's "scan it again now") makes the next pass due.
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import id_problem, short
-from partbuild.state.model import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, SourceScan
+from partbuild.state.model import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanShard, SourceScan
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
 
 MAX_ERROR_CHARS = 1024
+MAX_SHARDS = 256
 
-# (the source's record, or None for its first event; whether the slice begins a new pass)
-ScanPlan = tuple[SourceScan | None, bool]
+# (the source's record, or None for its first event; the shards of a new pass, or None to continue)
+ScanPlan = tuple[SourceScan | None, list[ScanShard] | None]
 
 
 def check_source_scan_progress(
     state: BuildState, seq: int, msg: pb.SourceScanProgress, event: pb.Event
 ) -> str | ScanPlan:
-    """Validate a slice of a scan: bounds, then whether it continues the current pass or begins the next."""
+    """Validate a slice: bounds, then whether it begins the next pass or continues its shard's cursor."""
     problem = id_problem("source name", msg.source) or _bounds_problem(msg)
     if problem:
         return problem
+    name = short(msg.source)
     scan = state.sources.get(msg.source)
     current = scan.pass_number if scan is not None else 0
     if msg.pass_number == current + 1:
-        if msg.after_key:
-            return f"pass {msg.pass_number} of source {short(msg.source)} must begin at the start, not after a key"
-        return scan, True
+        if msg.after_key or msg.shard != 0:
+            return f"pass {msg.pass_number} of source {name} must begin at the start of shard 0"
+        shards = _split(list(msg.split_keys))
+        if isinstance(shards, str):
+            return shards
+        return _slice_problem(msg, shards[0]) or (scan, shards)
+    if msg.split_keys:
+        return "only the slice that begins a pass may split it"
     if msg.pass_number != current:
-        return f"source {short(msg.source)} is at pass {current}; a slice of pass {msg.pass_number} is stale"
+        return f"source {name} is at pass {current}; a slice of pass {msg.pass_number} is stale"
     assert scan is not None  # current >= 1 here, since pass_number >= 1
-    if scan.done:
-        return f"pass {current} of source {short(msg.source)} is done; the next slice begins pass {current + 1}"
-    if msg.after_key != scan.last_key:
+    if msg.shard >= len(scan.shards):
+        return f"pass {current} of source {name} has {len(scan.shards)} shard(s), not a shard {msg.shard}"
+    shard = scan.shards[msg.shard]
+    if shard.done:
+        return f"shard {msg.shard} of pass {current} of source {name} is done"
+    if msg.after_key != shard.last_key:
         # Keys are a connector's bytes: the reason says that they differ, not what they are.
-        return f"source {short(msg.source)} has moved past where this slice began (another scanner, or a stale one)"
-    return scan, False
+        return f"source {name} has moved past where this slice began (another scanner, or a stale one)"
+    return _slice_problem(msg, shard) or (scan, None)
+
+
+def _split(keys: list[bytes]) -> list[ScanShard] | str:
+    """The shards `keys` split the key space into, or why they cannot."""
+    if len(keys) >= MAX_SHARDS:
+        return f"a pass has at most {MAX_SHARDS} shards"
+    if any(not key or len(key) > MAX_SCAN_KEY_BYTES for key in keys):
+        return f"a split key is 1..{MAX_SCAN_KEY_BYTES} bytes"
+    if any(a >= b for a, b in pairwise(keys)):
+        return "split keys must increase"
+    bounds = [b"", *keys, b""]
+    return [ScanShard(start, end) for start, end in pairwise(bounds)]
+
+
+def _slice_problem(msg: pb.SourceScanProgress, shard: ScanShard) -> str | None:
+    """Why a slice's keys do not fit its shard, or None."""
+    if msg.last_key and not shard.contains(msg.last_key):
+        return f"the slice's last key is outside shard {msg.shard}"
+    if msg.split_hint and not (msg.done and shard.contains(msg.split_hint)):
+        return "a split hint comes with the slice that ends a shard, inside the shard"
+    return None
 
 
 def _bounds_problem(msg: pb.SourceScanProgress) -> str | None:
-    if msg.pass_number < 1:
-        return "pass_number must be at least 1"
-    if len(msg.after_key) > MAX_SCAN_KEY_BYTES or len(msg.last_key) > MAX_SCAN_KEY_BYTES:
+    if msg.pass_number < 1 or msg.shard < 0:
+        return "pass_number must be at least 1 and shard at least 0"
+    if max(len(msg.after_key), len(msg.last_key), len(msg.split_hint)) > MAX_SCAN_KEY_BYTES:
         return f"a scan key is at most {MAX_SCAN_KEY_BYTES} bytes"
     if len(msg.resume_token) > MAX_SCAN_TOKEN_BYTES:
         return f"a resume token is at most {MAX_SCAN_TOKEN_BYTES} bytes"
@@ -61,30 +97,34 @@ def _bounds_problem(msg: pb.SourceScanProgress) -> str | None:
         return "a resume token needs the key it resumes after"
     if msg.last_key and msg.after_key and msg.last_key < msg.after_key:
         return "a slice's last key is before the key it began after"
-    if msg.items < 0 or msg.partitions < 0:
-        return "items and partitions must not be negative"
+    if msg.items < 0 or msg.partitions < 0 or msg.bytes < 0:
+        return "items, partitions and bytes must not be negative"
     if len(msg.error) > MAX_ERROR_CHARS or any(not ch.isprintable() for ch in msg.error):
         return f"a scan error is at most {MAX_ERROR_CHARS} printable characters"
     return None
 
 
 def apply_source_scan_progress(state: BuildState, seq: int, plan: ScanPlan, event: pb.Event) -> None:
-    """Move the source's cursor; count what the slice listed and found; close the pass when done."""
-    scan, new_pass = plan
+    """Move the shard's cursor; count what the slice listed and found; close the shard, and the pass."""
+    scan, new_shards = plan
     msg = event.source_scan_progress
     now = event.timestamp_ms
     if scan is None:
         scan = state.sources[intern(msg.source)] = SourceScan(intern(msg.source))
-    if new_pass:
+    if new_shards is not None:
+        scan.rescan_requested = False
         scan.pass_number = msg.pass_number
+        scan.shards = new_shards
         scan.pass_started_ms = now
         scan.pass_items = scan.pass_partitions = 0
         scan.done = False
+    shard = scan.shards[msg.shard]
     if msg.last_key:  # a slice that found nothing after the cursor leaves it where it was
-        scan.last_key = msg.last_key
-        scan.resume_token = msg.resume_token
-    elif new_pass:
-        scan.last_key = scan.resume_token = b""
+        shard.last_key = msg.last_key
+        shard.resume_token = msg.resume_token
+    shard.items += msg.items
+    shard.bytes += msg.bytes
+    shard.updated_seq = seq
     scan.pass_items += msg.items
     scan.pass_partitions += msg.partitions
     scan.items_total += msg.items
@@ -95,10 +135,35 @@ def apply_source_scan_progress(state: BuildState, seq: int, plan: ScanPlan, even
         scan.last_error_retryable = msg.error_retryable
         scan.last_error_ms = now
     if msg.done:
-        scan.done = True
-        scan.passes_done += 1
-        scan.last_pass_done_ms = now
-        scan.last_pass_items = scan.pass_items
-        scan.last_pass_partitions = scan.pass_partitions
+        shard.done = True
+        shard.split_hint = msg.split_hint
+        if all(each.done for each in scan.shards):
+            scan.done = True
+            scan.passes_done += 1
+            scan.last_pass_done_ms = now
+            scan.last_pass_items = scan.pass_items
+            scan.last_pass_partitions = scan.pass_partitions
+            scan.last_pass_shards = scan.shards
     scan.updated_seq = seq
     scan.updated_ms = now
+
+
+def check_source_scan_request(state: BuildState, seq: int, msg: pb.SourceScanRequest, event: pb.Event) -> str | None:
+    """Validate a request to scan a source again now (any source name: its scanner may not have run yet)."""
+    problem = id_problem("source name", msg.source)
+    if problem:
+        return problem
+    if len(msg.reason) > MAX_ERROR_CHARS:
+        return f"a reason is at most {MAX_ERROR_CHARS} characters"
+    return None
+
+
+def apply_source_scan_request(state: BuildState, seq: int, plan: None, event: pb.Event) -> None:
+    """The source's next pass is due at once (after the current one, if one is running)."""
+    name = intern(event.source_scan_request.source)
+    scan = state.sources.get(name)
+    if scan is None:
+        scan = state.sources[name] = SourceScan(name)
+    scan.rescan_requested = True
+    scan.updated_seq = seq
+    scan.updated_ms = event.timestamp_ms

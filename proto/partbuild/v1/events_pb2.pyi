@@ -47,7 +47,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class Event(_message.Message):
     GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_TASK_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SCAN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_SCAN_REQUEST_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -90,7 +91,8 @@ class Event(_message.Message):
     group_epoch: GroupEpoch
     group_task_message: GroupTaskMessage
     source_scan_progress: SourceScanProgress
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ...) -> None: ...
+    source_scan_request: SourceScanRequest
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -358,7 +360,7 @@ class DecisionFence(_message.Message):
     def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class SourceScanProgress(_message.Message):
-    __slots__ = ("source", "pass_number", "after_key", "last_key", "resume_token", "done", "items", "partitions", "error", "error_retryable")
+    __slots__ = ("source", "pass_number", "after_key", "last_key", "resume_token", "done", "items", "partitions", "error", "error_retryable", "shard", "split_keys", "bytes", "split_hint")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     PASS_NUMBER_FIELD_NUMBER: _ClassVar[int]
     AFTER_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +371,10 @@ class SourceScanProgress(_message.Message):
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_HINT_FIELD_NUMBER: _ClassVar[int]
     source: str
     pass_number: int
     after_key: bytes
@@ -379,4 +385,16 @@ class SourceScanProgress(_message.Message):
     partitions: int
     error: str
     error_retryable: bool
-    def __init__(self, source: _Optional[str] = ..., pass_number: _Optional[int] = ..., after_key: _Optional[bytes] = ..., last_key: _Optional[bytes] = ..., resume_token: _Optional[bytes] = ..., done: _Optional[bool] = ..., items: _Optional[int] = ..., partitions: _Optional[int] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ...) -> None: ...
+    shard: int
+    split_keys: _containers.RepeatedScalarFieldContainer[bytes]
+    bytes: int
+    split_hint: bytes
+    def __init__(self, source: _Optional[str] = ..., pass_number: _Optional[int] = ..., after_key: _Optional[bytes] = ..., last_key: _Optional[bytes] = ..., resume_token: _Optional[bytes] = ..., done: _Optional[bool] = ..., items: _Optional[int] = ..., partitions: _Optional[int] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., shard: _Optional[int] = ..., split_keys: _Optional[_Iterable[bytes]] = ..., bytes: _Optional[int] = ..., split_hint: _Optional[bytes] = ...) -> None: ...
+
+class SourceScanRequest(_message.Message):
+    __slots__ = ("source", "reason")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    reason: str
+    def __init__(self, source: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
