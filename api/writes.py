@@ -21,8 +21,9 @@ from partbuild.api import models as m
 from partbuild.api.convert import name
 from partbuild.api.errors import Conflict, InvalidInput, NotFound, TooLarge
 from partbuild.api.metrics import Metrics
+from partbuild.api.source_view import source_out
 from partbuild.api.surface import ANONYMOUS
-from partbuild.orchestrator.graph import Graph, GraphError, Job
+from partbuild.orchestrator.graph import Graph, GraphError, Job, SourceDataset
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, manual
@@ -228,6 +229,28 @@ class Writes:
         report.seq = self._write(build)[0]
         return report
 
+    # ----------------------------------------------------------------- source scans
+
+    def scan_source(self, name: str, user: str = ANONYMOUS) -> m.ScanRequested:
+        """Begin the next pass of a source's scan from its first key; its scanner adopts the pass at once."""
+        declared = self.graph.sources.get(name) if self.graph is not None else None
+
+        def build(state: BuildState) -> list[pb.Event]:
+            scan = state.sources.get(name)
+            if scan is None:
+                _check_scannable(name, declared, self.graph is not None)
+            number = (scan.pass_number if scan is not None else 0) + 1
+            event = self._event(pb.SourceScanProgress(source=name, pass_number=number, items=0), user)
+            reason = state.problem(event)  # the fold's own rules: the pass number, the name
+            if reason is not None:
+                raise Conflict(reason)
+            return [event]
+
+        seq = self._write(build)[0]
+        with self.live.read() as state:
+            source = source_out(name, declared, state.sources.get(name))
+        return m.ScanRequested(seq=seq, source=source)
+
     # ----------------------------------------------------------------- buckets
 
     def reshard(self, request: m.ReshardRequest, user: str = ANONYMOUS) -> m.Written:
@@ -254,6 +277,16 @@ def _want_create(request: m.WantRequest, want_id: str) -> pb.WantCreate:
         sla_seconds=request.sla_seconds,
         comment=request.comment,
     )
+
+
+def _check_scannable(name: str, declared: SourceDataset | None, has_graph: bool) -> None:
+    """NotFound unless the graph has `name` as a source with a discovery (the log has no scan of it)."""
+    if declared is None:
+        if has_graph:
+            raise NotFound(f"no source dataset {name!r}: neither the served graph nor the log has one of that name")
+        raise NotFound(f"no source dataset {name!r}: the log has no scan of it (and this service has no graph)")
+    if declared.discovery is None:
+        raise NotFound(f"source dataset {name!r} has no discovery: it is found by locate only, nothing scans it")
 
 
 def _reason(request: m.CancelRequest | None) -> str:
