@@ -232,7 +232,7 @@ class Writes:
     # ----------------------------------------------------------------- source scans
 
     def scan_source(self, name: str, user: str = ANONYMOUS) -> m.ScanRequested:
-        """Begin the next pass of a source's scan from its first key; its scanner adopts the pass at once."""
+        """Begin the next pass of a source's scan from its first key; the scanner adopts it when it next looks."""
         declared = self.graph.sources.get(name) if self.graph is not None else None
 
         def build(state: BuildState) -> list[pb.Event]:
