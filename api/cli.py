@@ -24,7 +24,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from partbuild.api.commands import bucketing, group, log, partitions, runs, serving, wants
+from partbuild.api.commands import bucketing, group, log, partitions, runs, serving, sources, wants
 from partbuild.api.commands.common import BadInput, CommandFailed
 from partbuild.api.errors import ApiError, ClientError, validation_message
 
@@ -69,6 +69,7 @@ for command in (
     bucketing.reshard_command,
     bucketing.config_group,
     group.group_group,
+    sources.sources_group,
 ):
     cli.add_command(command)
 

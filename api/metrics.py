@@ -29,6 +29,7 @@ class Metrics:
         )
         self.registry.register(_StateCollector(live))
         self.registry.register(_GroupCollector(live))
+        self.registry.register(_SourceCollector(live))
 
 
 class _StateCollector(Collector):
@@ -106,3 +107,37 @@ class _GroupCollector(Collector):
         for kind, count in fenced.items():
             rejected.add_metric([kind], count)
         yield from (members, epochs, unowned, rejected)
+
+
+class _SourceCollector(Collector):
+    """Source scans, from the fold's record of each source: so every process serving the log agrees."""
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        label = ["source"]
+        items = CounterMetricFamily(
+            "partbuild_source_items_scanned", "Items listed by scans of each source", labels=label
+        )
+        found = CounterMetricFamily(
+            "partbuild_source_partitions_found", "Complete partitions found by scans of each source", labels=label
+        )
+        errors = CounterMetricFamily(
+            "partbuild_source_scan_errors", "Scan slices of each source that ended in an error", labels=label
+        )
+        passes = GaugeMetricFamily(
+            "partbuild_source_scan_passes_done", "Finished passes of each source's scan", labels=label
+        )
+        number = GaugeMetricFamily(
+            "partbuild_source_scan_pass", "The current (or last) pass of each source's scan", labels=label
+        )
+        with self.live.read() as state:
+            for name in sorted(state.sources):
+                scan = state.sources[name]
+                items.add_metric([name], scan.items_total)
+                found.add_metric([name], scan.partitions_total)
+                errors.add_metric([name], scan.errors_total)
+                passes.add_metric([name], scan.passes_done)
+                number.add_metric([name], scan.pass_number)
+        yield from (items, found, errors, passes, number)

@@ -476,6 +476,87 @@ class Group(BaseModel):
     member_timeout_s: float
 
 
+SourceFoundByName = Literal["locate", "discovery", "both"]
+
+
+class SourceConnector(BaseModel):
+    """The connector a discovery scans: its class and tag (never its configuration)."""
+
+    class_name: str
+    tag: str | None = Field(description="The connector type's tag (item ids are derived under it), if it has one.")
+
+
+class SourceDiscovery(BaseModel):
+    """How a source's partitions are discovered: the connector, where readers find them, when complete."""
+
+    connector: SourceConnector
+    base_location: str = Field(description="The connector's root as jobs read it.")
+    keys: str = Field(description="The partition directory under the root (a pattern).")
+    complete_marker: str | None = Field(description="The item that makes a partition complete; null: listed.")
+    rescan_every_s: float
+    rewant_tainted: bool
+    shards: int = Field(description="Up to how many key ranges a pass is split into.")
+
+
+class SourceScanError(BaseModel):
+    """The last error a scan of the source recorded."""
+
+    message: str
+    retryable: bool
+    at_ms: int
+
+
+class SourceScanShard(BaseModel):
+    """One key range of a pass, its cursor and counts. Keys are a connector's bytes: shown redacted."""
+
+    start: str = Field(description="The range's first key, redacted (`None`: open).")
+    end: str = Field(description="The key after the range, redacted (`None`: open).")
+    cursor: str = Field(description="The last key accounted for, redacted (`ItemKey(len=N, hash=..)`; `None`).")
+    resume_token: str = Field(description="The connector's resume token there, redacted (`None`: none).")
+    done: bool
+    items: int = Field(
+        description="Items listed in it in this pass (a partition listed again after a restart counts again)."
+    )
+    bytes: int = Field(description="Bytes of those items, by size hint.")
+
+
+class SourceScanStatus(BaseModel):
+    """How far the scans of a source have got (the fold's record). The cursor is shown redacted."""
+
+    pass_number: int = Field(description="The current (or last) pass; 1 for the first, 0 before any.")
+    pass_done: bool
+    shards: list[SourceScanShard] = Field(description="The pass's key ranges, each with its own cursor.")
+    rescan_requested: bool = Field(description="A scan was asked for: the next pass begins when this one ends.")
+    pass_items: int = Field(description="Items listed in this pass so far.")
+    pass_partitions: int = Field(description="Complete partitions found in this pass so far.")
+    items_total: int
+    partitions_total: int
+    passes_done: int
+    pass_started_ms: int
+    last_pass_done_ms: int | None = Field(description="When the latest finished pass ended; null: none has.")
+    last_pass_items: int
+    last_pass_partitions: int
+    errors_total: int
+    last_error: SourceScanError | None
+    updated_seq: int = Field(description="The seq of its latest scan event.")
+
+
+class Source(BaseModel):
+    """A source dataset: how it is found (from the served graph) and how far its scans have got (the log)."""
+
+    name: str
+    pattern: str | None = Field(description="Its ref pattern; null when the served graph does not have it.")
+    found_by: SourceFoundByName | None = Field(description="null when the served graph does not have it.")
+    discovery: SourceDiscovery | None
+    scan: SourceScanStatus | None = Field(description="null until a scan of it is recorded.")
+
+
+class ScanRequested(Written):
+    """A scan of a source was asked for: its next pass begins at once, or when the current one ends."""
+
+    source: Source
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     head_seq: int

@@ -18,7 +18,9 @@ from partbuild.api import models as m
 from partbuild.api.convert import event_out, instance_out, job_run_out, lineage_out, want_detail_out, want_out
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.group_view import group_out, summary_out
+from partbuild.api.source_view import sources_out
 from partbuild.api.surface import Direction
+from partbuild.orchestrator.graph import Graph
 from partbuild.state.audit import AuditInputError, audit
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock
@@ -33,6 +35,7 @@ class Reads:
     """Queries over the live state (mixed into `Service`)."""
 
     log: EventLog
+    graph: Graph | None
     live: LiveState
     listing: ListingIndex
     clock: Clock
@@ -93,6 +96,14 @@ class Reads:
             raise NotFound(f"no worker group {name!r}{suffix}")
         rows = self.log.members.members(name)
         return group_out(found, seq, rows, self.clock(), member_timeout_s)
+
+    # ----------------------------------------------------------------- source datasets
+
+    def sources(self, as_of_seq: int | None = None, min_seq: int | None = None) -> list[m.Source]:
+        """The served graph's source datasets and every source the log has scans of, by name."""
+        declared = self.graph.sources if self.graph is not None else {}
+        with self._reading(min_seq, as_of_seq) as state:
+            return sources_out(declared, state.sources)
 
     # ----------------------------------------------------------------- wants
 

@@ -372,6 +372,50 @@ def groups_table(groups: list[m.GroupSummary]) -> Table:
     return table
 
 
+def sources_table(sources: list[m.Source]) -> Table:
+    """One row a source: how it is found, its scan's pass and cursor (redacted), counts, the last error."""
+    table = _table(
+        "SOURCE", "FOUND BY", "CONNECTOR", "PASS", "STATE", "CURSOR", "ITEMS", "PARTITIONS", "ERRORS", "ERROR",
+        "LAST PASS DONE",
+    )  # fmt: skip
+    for source in sources:
+        discovery = source.discovery
+        connector = "-"
+        if discovery is not None:
+            tag = discovery.connector.tag
+            connector = discovery.connector.class_name + (f" ({tag})" if tag else "")
+        table.add_row(Text(source.name), source.found_by or "(log only)", Text(connector), *_scan_cells(source.scan))
+    return table
+
+
+def _scan_cells(scan: m.SourceScanStatus | None) -> tuple[str | Text, ...]:
+    if scan is None:
+        return ("-", Text("not scanned", style="dim"), "-", "-", "-", "-", "-", "-")
+    state = Text("done", style="green") if scan.pass_done else Text("running", style="yellow")
+    error = scan.last_error
+    error_text = Text("-")
+    if error is not None:
+        kind = "retryable" if error.retryable else "permanent"
+        error_text = Text(f"{error.message} ({kind}, {when(error.at_ms)})", style="red")
+    return (
+        str(scan.pass_number),
+        state,
+        Text(_cursor_text(scan.shards)),
+        f"{scan.pass_items:,}/{scan.items_total:,}",
+        f"{scan.pass_partitions:,}/{scan.partitions_total:,}",
+        str(scan.errors_total),
+        error_text,
+        when(scan.last_pass_done_ms),
+    )
+
+
+def _cursor_text(shards: list[m.SourceScanShard]) -> str:
+    """One shard's cursor (redacted), or how many of the pass's shards are done."""
+    if len(shards) == 1:
+        return shards[0].cursor
+    return f"{sum(shard.done for shard in shards)}/{len(shards)} shards done" if shards else "-"
+
+
 def _heartbeat_cells(beat: m.MemberHeartbeat | None) -> tuple[Text, str, str, Text]:
     """Host, pid, last heartbeat with its age, and liveness; a member without a row is shown as such."""
     if beat is None:

@@ -44,6 +44,7 @@ RunIdPath = Annotated[str, Path(description="A job run's id.")]
 UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
 RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
 GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
+SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=["raw_clicks"])]
 MemberTimeout = Annotated[
     m.QueryFloat,
     Query(
@@ -145,6 +146,9 @@ class Client(Protocol):
     @operation("POST", "/buckets/layout", "Re-shard: split a bucketing namespace into a new number of buckets")
     def reshard(self, request: Annotated[m.ReshardRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
 
+    @operation("POST", "/sources/{name}/scan", "Start a new pass of a source's scan, from its first key", status=201)
+    def scan_source(self, name: SourceNamePath, user: User = ANONYMOUS) -> m.ScanRequested: ...
+
     # ----------------------------------------------------------------- reads
 
     @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants")
@@ -217,6 +221,9 @@ class Client(Protocol):
         as_of_seq: AsOfSeq = None,
         min_seq: MinSeq = None,
     ) -> m.Group: ...
+
+    @operation("GET", "/sources", "Source datasets: how each is found, and how far its connector's scans have got")
+    def sources(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.Source]: ...
 
     @operation("GET", "/events", "The raw event log as JSON, by seq")
     def events(

@@ -21,8 +21,9 @@ from partbuild.api import models as m
 from partbuild.api.convert import name
 from partbuild.api.errors import Conflict, InvalidInput, NotFound, TooLarge
 from partbuild.api.metrics import Metrics
+from partbuild.api.source_view import source_out
 from partbuild.api.surface import ANONYMOUS
-from partbuild.orchestrator.graph import Graph, GraphError, Job
+from partbuild.orchestrator.graph import Graph, GraphError, Job, SourceDataset
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
 from partbuild.state.events import Clock, envelope, manual
@@ -228,6 +229,26 @@ class Writes:
         report.seq = self._write(build)[0]
         return report
 
+    # ----------------------------------------------------------------- source scans
+
+    def scan_source(self, name: str, user: str = ANONYMOUS) -> m.ScanRequested:
+        """Ask for a source to be scanned again now: its next pass begins at once, or when the current one ends."""
+        declared = self.graph.sources.get(name) if self.graph is not None else None
+
+        def build(state: BuildState) -> list[pb.Event]:
+            if name not in state.sources:
+                _check_scannable(name, declared, self.graph is not None)
+            event = self._event(pb.SourceScanRequest(source=name, reason=f"asked for by {user}"), user)
+            reason = state.problem(event)  # the fold's own rules (the name)
+            if reason is not None:
+                raise Conflict(reason)
+            return [event]
+
+        seq = self._write(build)[0]
+        with self.live.read() as state:
+            source = source_out(name, declared, state.sources.get(name))
+        return m.ScanRequested(seq=seq, source=source)
+
     # ----------------------------------------------------------------- buckets
 
     def reshard(self, request: m.ReshardRequest, user: str = ANONYMOUS) -> m.Written:
@@ -254,6 +275,16 @@ def _want_create(request: m.WantRequest, want_id: str) -> pb.WantCreate:
         sla_seconds=request.sla_seconds,
         comment=request.comment,
     )
+
+
+def _check_scannable(name: str, declared: SourceDataset | None, has_graph: bool) -> None:
+    """NotFound unless the graph has `name` as a source with a discovery (the log has no scan of it)."""
+    if declared is None:
+        if has_graph:
+            raise NotFound(f"no source dataset {name!r}: neither the served graph nor the log has one of that name")
+        raise NotFound(f"no source dataset {name!r}: the log has no scan of it (and this service has no graph)")
+    if declared.discovery is None:
+        raise NotFound(f"source dataset {name!r} has no discovery: it is found by locate only, nothing scans it")
 
 
 def _reason(request: m.CancelRequest | None) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from partbuild.state.fold.validation import id_problem
+
 if TYPE_CHECKING:
     from partbuild.orchestrator.context import JobContext
     from partbuild.orchestrator.sources.discovery import Discovery
@@ -194,6 +196,9 @@ class SourceDataset:
     discovery: Discovery | None = None
 
     def __post_init__(self) -> None:
+        problem = id_problem("source name", self.name) if isinstance(self.name, str) else "source name must be a str"
+        if problem:  # the fold's rule for the names its scan events carry
+            raise GraphError(problem)
         if isinstance(self.pattern, str):
             object.__setattr__(self, "pattern", PartitionPattern(self.pattern))
         if self.locate is None and self.discovery is None:

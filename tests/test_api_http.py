@@ -73,6 +73,8 @@ COVERED: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/buckets"): "test_reshard_then_bucket_layouts_as_of_any_seq",
     ("GET", "/api/v1/groups"): "test_worker_group_ownership_as_of_any_seq_and_heartbeats_now",
     ("GET", "/api/v1/group/{name}"): "test_worker_group_ownership_as_of_any_seq_and_heartbeats_now",
+    ("GET", "/api/v1/sources"): "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",
+    ("POST", "/api/v1/sources/{name}/scan"): "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",
     ("GET", "/healthz"): "test_healthz_and_metrics",
     ("GET", "/metrics"): "test_healthz_and_metrics",
 }
@@ -679,6 +681,26 @@ def test_worker_group_metrics_count_members_epochs_and_fenced_rejections(api_ser
     again = scrape()
     assert again[("partbuild_group_fenced_rejections_total", "not_owner")] == 1
     assert again[("partbuild_group_fenced_rejections_total", "old_epoch")] == 1
+
+
+def test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due(db_api_server: ApiServer) -> None:
+    """A source the log has scans of is listed with its cursor redacted; a scan request makes the next pass due."""
+    client = db_api_server.client
+    assert ok(client.get(f"{API}/sources")) == []
+    problem(client.post(f"{API}/sources/raw/scan"), 404, "no source dataset 'raw'")
+    key = b"/secret/cursor/key"
+    scanned = pb.SourceScanProgress(source="raw", pass_number=1, last_key=key, items=7, partitions=2, done=True)
+    db_api_server.log.append([envelope(scanned)])
+    [raw] = ok(client.get(f"{API}/sources", params={"min_seq": 1}))
+    assert (raw["name"], raw["found_by"], raw["discovery"]) == ("raw", None, None)
+    cursor = raw["scan"]["shards"][0]["cursor"]
+    assert cursor.startswith("ItemKey(len=18, hash=") and raw["scan"]["passes_done"] == 1
+    assert (raw["scan"]["items_total"], raw["scan"]["partitions_total"]) == (7, 2)
+    response = client.post(f"{API}/sources/raw/scan", headers={"X-Partbuild-User": "ops"})
+    answer = ok(response, 201)
+    assert answer["seq"] == 2 and key not in response.content
+    assert (answer["source"]["scan"]["pass_number"], answer["source"]["scan"]["rescan_requested"]) == (1, True)
+    assert ok(client.get(f"{API}/sources", params={"as_of_seq": 1}))[0]["scan"]["rescan_requested"] is False
 
 
 def test_taint_then_taint_again_conflicts(api_server: ApiServer) -> None:

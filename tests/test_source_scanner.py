@@ -563,3 +563,20 @@ def test_workers_owning_different_shards_scan_one_pass_between_them(log: EventLo
     }
     assert {shard for shard, _, _ in writers} == {0, 1}
     assert even_live.state.rejections == [] and odd_live.state.rejections == []
+
+
+def test_a_scan_the_log_would_refuse_appends_nothing_and_waits(log: EventLog, root: Path) -> None:
+    """Progress the fold would reject (here: a cursor a bug moved) is never appended, nor retried at once."""
+    for day in (1, 2, 3):
+        write_day(root, day)
+    scan, live = scanner(log, source(root, page_items=2))
+    scan.step()
+    live.catch_up()
+    head = live.state.head_seq
+    (pending,) = scan._scans
+    pending.logged_key = b"zzz"  # not the log's cursor: the fold would reject the slice
+    for _ in range(5):
+        scan.step()
+    live.catch_up()
+    assert live.state.head_seq == head and live.state.rejections == []
+    assert pending.next_due > time.monotonic() + 30  # backs off instead of spinning

@@ -41,7 +41,7 @@ def _problem(description: str) -> dict[str, Any]:
 
 _DESCRIPTIONS = {
     400: "A request the HTTP layer could not parse (bad request line, header or URL)",
-    404: "No such want, partition, instance, job run or worker group; or a cursor this list did not give",
+    404: "No such want, partition, instance, job run, worker group or source to scan; or a cursor no page gave",
     405: "The path exists but not with this method; `Allow` lists the methods it has",
     409: "Valid, but not in the current state: not a valid next step, or a seq after the log head",
     413: "A batch over the limits",

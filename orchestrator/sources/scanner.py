@@ -25,6 +25,10 @@ slice that begins it and rebalanced from the last pass's split estimates
 of workers the owner of `source:<name>/<shard>` scans it (the owner of shard 0
 begins passes). A worker owning several shards scans them one after another.
 
+Resumption is by key (key-authoritative connectors; the recorded cursor is the
+end of a partition, where a page's token would not apply). Item counts are of
+items listed: a partition listed again after a restart counts again.
+
 Decisions are not held up: the thread reads the state under the read lock only
 while it compares and builds events, and connector calls are bounded.
 """
@@ -222,8 +226,8 @@ class SourceScanner:
         # only move the log's position, and a second scanner of the shard would then start over, and so on.
         moved = scan.grouper.settled_key != scan.logged_key
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
-        if done or scan.found or due or scan.new_pass:
-            self._append(scan, done=done)
+        if (done or scan.found or due or scan.new_pass) and not self._append(scan, done=done):
+            return
         scan.failures = 0
         scan.next_due = time.monotonic()
 
@@ -261,7 +265,8 @@ class SourceScanner:
             delay = max(delay, error.retry_after)
         if scan.active:
             retryable = error is not None and error.is_retryable
-            self._append(scan, done=False, error=(message, retryable))
+            if not self._append(scan, done=False, error=(message, retryable)):
+                return
         if error is None:  # failed half-way through a page: start again from the recorded cursor
             scan.active = False
         scan.next_due = time.monotonic() + delay
@@ -269,15 +274,23 @@ class SourceScanner:
 
     # ----------------------------------------------------------------- recording
 
-    def _append(self, scan: _Scan, *, done: bool, error: tuple[str, bool] | None = None) -> None:
-        """Append the slice's progress with its observations, on the newest state; redo on a lost race."""
+    def _append(self, scan: _Scan, *, done: bool, error: tuple[str, bool] | None = None) -> bool:
+        """Append the slice's progress with its observations, on the newest state; redo on a lost race.
+
+        False when the fold would refuse the progress itself (nothing is appended; the scan waits).
+        """
         for _ in range(APPEND_ATTEMPTS):
             with self.live.read() as state:
                 if scan.position(state.sources.get(scan.name)) != scan.expected_seq:
                     scan.active = False  # someone moved the cursor: adopt it on the next slice
-                    return
+                    return True
                 head = state.head_seq
                 events, progress = self._events(state, scan, done, error)
+                refused = state.problem(events[0])
+            if refused is not None:  # a bug or a name the fold refuses: never append a rejection in a loop
+                logger.error("scan of source %s: the log would refuse its progress: %s", scan.name, refused)
+                self._idle(scan, BACKOFF_S[1])
+                return False
             try:
                 appended = self.log.append(events, expected_head=head)
             except AppendConflict:
@@ -292,11 +305,12 @@ class SourceScanner:
             scan.active = not done
             self.live.catch_up()  # the next slice must see our record to know it is in step
             self.on_append()
-            return
+            return True
         logger.warning(
             "scan of source %s: lost the race for the log %d times; resuming from the log", scan.name, APPEND_ATTEMPTS
         )
         scan.active = False
+        return True
 
     def _events(
         self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
