@@ -10,6 +10,15 @@ day count come from `PARTBUILD_CLICKS_ROOT` (default `clicks-data`) and
 `weekly_counts` / `write_daily` / `write_weekly`, shared with the plain-loop floor
 in `plain.py`, so both do provably the same work.
 
+The raw source is found one of two ways. By default `locate` checks a wanted day's
+directory for Spark's `_SUCCESS` marker. With `build_graph(..., raw_discovery=...)`
+(or `PARTBUILD_CLICKS_DISCOVER=1` for `graph()`: a filesystem discovery of
+`<root>/raw/clicks`, keys `date={date:date}`) partbuild also scans the raw data,
+records every day with its size and version, and notices a rewritten day: the
+daily and weekly built from it are rebuilt. Raw data Spark cannot read directly
+(an object store without its Hadoop connector) is copied to a local directory by
+`stage_raw` before the daily job reads it.
+
 Only `partbuild.*` is imported at module level (this file is also imported by
 path, outside any package), and pyspark only inside the Spark functions, so
 loading the graph needs no Spark.
@@ -18,7 +27,7 @@ loading the graph needs no Spark.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,10 +39,13 @@ from partbuild.orchestrator.graph import Graph, Job, Partition, PartitionPattern
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from partbuild.orchestrator.sources.discovery import Discovery
+
 RAW = "raw/clicks/date={date:date}"
 DAILY = "agg/daily_clicks/date={date:date}"
 WEEKLY = "agg/weekly_clicks/week={week:isoweek}"
 START = date(2026, 1, 1)
+RAW_KEYS = "date={date:date}"  # a raw day's directory under `<root>/raw/clicks`, for discovery
 
 _RAW = PartitionPattern(RAW)
 _DAILY = PartitionPattern(DAILY)
@@ -100,13 +112,18 @@ def write_weekly(spark: Any, daily_locations: Sequence[str], location: str) -> N
 # --- Job functions -------------------------------------------------------------------------------
 
 
-def run_daily(ctx: JobContext) -> None:
-    """Build each daily partition of the batch from the raw partition of the same day."""
+def run_daily(ctx: JobContext, *, stage_raw: Callable[[str], str] | None = None) -> None:
+    """Build each daily partition of the batch from the raw partition of the same day.
+
+    `stage_raw` maps a raw location Spark cannot read (e.g. `s3a://...` without the
+    Hadoop S3 connector) to a local directory holding a copy of it.
+    """
     # All inputs are looked up before any Spark work: a batch with absent raw days
     # fails fast, and its MissingInputs names every absent ref at once.
     raw_locations = ctx.inputs(raw_ref(target.partition["date"]) for target in ctx.outputs)
     for target, raw_location in zip(ctx.outputs, raw_locations, strict=True):
-        write_daily(ctx.spark, raw_location, target.location)
+        readable = stage_raw(raw_location) if stage_raw is not None else raw_location
+        write_daily(ctx.spark, readable, target.location)
 
 
 def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
@@ -129,8 +146,21 @@ def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
 # --- The graph -----------------------------------------------------------------------------------
 
 
-def build_graph(data_root: str | Path, days: int = 28, start: date = START, daily_batch: int = 7) -> Graph:
-    """The W1 graph over raw data under `data_root`, for the `days` days from `start`."""
+def build_graph(
+    data_root: str | Path,
+    days: int = 28,
+    start: date = START,
+    daily_batch: int = 7,
+    *,
+    raw_discovery: Discovery | None = None,
+    stage_raw: Callable[[str], str] | None = None,
+) -> Graph:
+    """The W1 graph over raw data under `data_root`, for the `days` days from `start`.
+
+    `raw_discovery`: scan for raw days (its keys relative to its root, e.g. `RAW_KEYS`
+    under `<data_root>/raw/clicks`) instead of checking wanted days under `data_root`.
+    `stage_raw`: see `run_daily`.
+    """
     # Absolute, so locations stay valid whatever the job process's working directory.
     root = Path(data_root).absolute()
 
@@ -149,21 +179,36 @@ def build_graph(data_root: str | Path, days: int = 28, start: date = START, dail
         """`run_weekly` over this graph's day range."""
         run_weekly(ctx, days=days, start=start)
 
+    def run_daily_staged(ctx: JobContext) -> None:
+        """`run_daily`, reading raw data through `stage_raw`."""
+        run_daily(ctx, stage_raw=stage_raw)
+
+    if raw_discovery is None:
+        raw = SourceDataset("raw_clicks", RAW, locate=locate_raw)
+    else:
+        raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
+    daily_run = run_daily if stage_raw is None else run_daily_staged
     return Graph(
         jobs=[
-            Job("daily_clicks", [DAILY], run=run_daily, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2),
+            Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2),
             Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2),
         ],
-        sources=[SourceDataset("raw_clicks", RAW, locate=locate_raw)],
+        sources=[raw],
     )
 
 
 def graph() -> Graph:
-    """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS."""
-    return build_graph(
-        os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data"),
-        int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28")),
-    )
+    """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS.
+
+    With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`.
+    """
+    root = Path(os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data")).absolute()
+    discovery = None
+    if os.environ.get("PARTBUILD_CLICKS_DISCOVER") == "1":
+        from partbuild.orchestrator.sources.discovery import filesystem_discovery
+
+        discovery = filesystem_discovery(root / "raw" / "clicks", RAW_KEYS)
+    return build_graph(root, int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28")), raw_discovery=discovery)
 
 
 def main(argv: list[str] | None = None) -> None:
