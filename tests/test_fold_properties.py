@@ -711,7 +711,8 @@ _I = InstanceState
 # Every instance state change one applied event may make (a new instance starts Missing or Live).
 INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     _I.MISSING: frozenset({_I.BUILDING, _I.LIVE}),
-    _I.BUILDING: frozenset({_I.LIVE, _I.FAILED, _I.UP_FOR_RETRY, _I.MISSING, _I.UPSTREAM_BUILDING}),
+    # Tainted: it succeeded, but an input it read was tainted or replaced by new data while it ran.
+    _I.BUILDING: frozenset({_I.LIVE, _I.FAILED, _I.UP_FOR_RETRY, _I.MISSING, _I.UPSTREAM_BUILDING, _I.TAINTED}),
     _I.UPSTREAM_BUILDING: frozenset({_I.MISSING, _I.UPSTREAM_FAILED}),
     _I.UP_FOR_RETRY: frozenset({_I.BUILDING, _I.LIVE}),
     _I.LIVE: frozenset({_I.TAINTED}),

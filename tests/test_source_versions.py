@@ -139,6 +139,54 @@ def test_a_new_version_while_a_consumer_is_being_built_taints_only_live_ones() -
     assert observe(s, "raw/1", "v2") is None
     assert s.state.instances[daily].state == I.TAINTED
     assert s.istate("weekly") == I.BUILDING  # not Live yet: nothing to taint; its run goes on
+    # It read the old daily: its success is recorded, but what it built is tainted, never Live.
+    building = s.uuid("weekly")
+    s.succeed("run-2", [daily])
+    built = s.state.instances[building]
+    assert built.state == I.TAINTED and built.built_by == "run-2" and built.inputs == (daily,)
+    assert built.note == f"input daily/1 changed while it was built (it read instance {daily})"
+    assert s.istate("weekly") == I.MISSING and s.wstate("w2") != W.SUCCESSFUL  # wanted again: rebuilt
+
+
+def test_a_build_that_read_a_source_rewritten_while_it_ran_is_tainted_and_built_again() -> None:
+    """The run looked up raw v1 and read it; v2 was observed before it reported: its daily must not be Live."""
+    s = Story()
+    assert observe(s, "raw/1", "v1") is None
+    old_raw = s.uuid("raw/1")
+    s.want("w", "daily/1")
+    s.buffer("run-1", "daily/1")
+    assert observe(s, "raw/1", "v2") is None
+    stale = s.uuid("daily/1")
+    s.succeed("run-1", [old_raw])
+    assert s.state.instances[stale].state == I.TAINTED
+    assert s.istate("daily/1") == I.MISSING and s.wstate("w") != W.SUCCESSFUL
+    s.buffer("run-2", "daily/1")  # the rebuild reads the new data and goes Live
+    s.succeed("run-2", [s.uuid("raw/1")])
+    assert s.istate("daily/1") == I.LIVE and s.wstate("w") == W.SUCCESSFUL
+    assert s.state.rejections == []
+
+
+def test_a_build_that_read_an_input_tainted_while_it_ran_is_tainted_too() -> None:
+    s = Story()
+    assert observe(s, "raw/1", "v1") is None
+    raw = s.uuid("raw/1")
+    s.want("w", "daily/1")
+    s.buffer("run-1", "daily/1")
+    assert s.apply(pb.PartitionTaint(partition_ref="raw/1", reason="bad rows")) is None
+    s.succeed("run-1", [raw])
+    assert s.state.instances[s.state.instances[s.uuid("daily/1")].previous_uuid or ""].state == I.TAINTED
+    assert s.istate("daily/1") == I.MISSING
+
+
+def test_a_build_that_read_data_that_only_moved_with_its_strong_version_goes_live() -> None:
+    s = Story()
+    assert observe(s, "raw/1", "etag", strong=True) is None
+    raw = s.uuid("raw/1")
+    s.want("w", "daily/1")
+    s.buffer("run-1", "daily/1")
+    assert observe(s, "raw/1", "etag", strong=True, location="/moved/raw/1") is None
+    s.succeed("run-1", [raw])
+    assert s.istate("daily/1") == I.LIVE and s.wstate("w") == W.SUCCESSFUL
 
 
 @given(st.lists(st.sampled_from(["v1", "v2", "v3"]), min_size=1, max_size=12))

@@ -15,9 +15,11 @@ from partbuild.state.fold.transitions import (
     FAILED,
     LIVE,
     MISSING,
+    TAINTED,
     UP_FOR_RETRY,
     change_state,
     is_live,
+    new_canonical,
     set_state,
     wait_for_upstream,
 )
@@ -224,7 +226,33 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
                 upstream.consumers = [uuid]
             else:
                 upstream.consumers.append(uuid)
-        set_state(state, instance, LIVE, seq)
+        changed = _changed_input(state, inputs[1])
+        if changed is None:
+            set_state(state, instance, LIVE, seq)
+        else:  # built from data replaced while it ran: recorded, never Live; a fresh instance is wanted instead
+            new_canonical(state, seq, instance.ref, instance)
+            change_state(state, instance, TAINTED, seq)
+            instance.note = f"input {changed.ref} changed while it was built (it read instance {changed.uuid})"
+
+
+def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | None:
+    """The first input that changed after the run read it, as a taint or new data would have for a Live consumer.
+
+    Tainted since, or replaced by a new version of its data (a strong version that only moved is the
+    same data). Inputs replaced by observations without versions keep the rules from before versions.
+    """
+    for upstream in inputs:
+        if upstream.state == TAINTED:
+            return upstream
+        if not upstream.superseded_seq:
+            continue
+        current = state.canonical_instance(upstream.ref)
+        if current is None or (upstream.version is None and current.version is None):
+            continue
+        if current.version == upstream.version and current.version is not None and current.version[1]:
+            continue
+        return upstream
+    return None
 
 
 # ----------------------------------------------------------------- JobRunFailure, JobRunCancel
