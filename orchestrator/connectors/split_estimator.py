@@ -1,8 +1,10 @@
 """`SplitEstimator`: the key that splits observed bytes about in half, in fixed memory.
 
-Used to split a large scan between workers (and later to form batches by input
-bytes): the observations are (key, size) pairs seen while scanning, far too
-many to keep. The estimator keeps a *priority sample* (Duffield, Lund and
+Used to split a large scan between workers (`orchestrator/sources/shards.py`
+rebalances each pass's shards from the half-way keys of the last pass's, and
+connectors answer `choose_split_point` with it): the observations are (key,
+size) pairs seen while scanning, far too many to keep. (Batches of a job's
+partitions by input bytes, `Job.batch_bytes`, are few enough to pack exactly.) The estimator keeps a *priority sample* (Duffield, Lund and
 Thorup, "Priority sampling for estimation of arbitrary subset sums", 2007):
 
 - each observation of `size` bytes gets the priority `size / u`, u uniform in (0, 1];
