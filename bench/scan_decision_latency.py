@@ -21,12 +21,14 @@ target's case); "all" includes the steps that folded the scanner's batches (10
 PartitionObserved each) or a want and decided on them.
 
     .venv/bin/python bench/scan_decision_latency.py [--backend both|sqlite|postgres] [--page-items 1000]
-        [--slice-s 0.05] [--switch-interval 0.005] [--poll 0.05] [--probe-every 0.25] [--rounds 3]
+        [--slice-s 0.05] [--switch-interval 0.005]
+        [--compare-switch-interval 0.001] [--poll 0.05] [--probe-every 0.25] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,12 +103,59 @@ def spread(values: list[float]) -> str:
     )
 
 
+class LockWaits:
+    """Time the main thread spends waiting for the live state's locks (the fold lock and the readers/writer lock).
+
+    Installed as proxies on one LiveState: what a step waits for beyond them is the GIL,
+    the database and its own CPU (`time.thread_time`).
+    """
+
+    def __init__(self, live: object) -> None:
+        self.main = threading.main_thread()
+        self.waited_s = 0.0
+        self._fold = live._fold_lock  # type: ignore[attr-defined]
+        self._rw = live._lock  # type: ignore[attr-defined]
+        live._fold_lock = self  # type: ignore[attr-defined]
+        live._lock = self  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def _timed(self, lock: contextlib.AbstractContextManager[object]) -> Iterator[None]:
+        if threading.current_thread() is not self.main:
+            with lock:
+                yield
+            return
+        started = time.perf_counter()
+        with lock:
+            self.waited_s += time.perf_counter() - started
+            yield
+
+    def __enter__(self) -> None:  # the fold lock (a plain Lock: acquired here, released in __exit__)
+        if threading.current_thread() is not self.main:
+            self._fold.acquire()
+            return
+        started = time.perf_counter()
+        self._fold.acquire()
+        self.waited_s += time.perf_counter() - started
+
+    def __exit__(self, *exc: object) -> None:
+        self._fold.release()
+
+    def read_lock(self) -> contextlib.AbstractContextManager[None]:
+        return self._timed(self._rw.read_lock())
+
+    def write_lock(self) -> contextlib.AbstractContextManager[None]:
+        return self._timed(self._rw.write_lock())
+
+
 @dataclass
 class Phase:
     """The steps and want latencies of one phase (during the scan, or the baseline)."""
 
     steps_ms: list[float] = field(default_factory=list)
     idle_ms: list[float] = field(default_factory=list)  # steps that folded and appended nothing
+    idle_cpu_ms: list[float] = field(default_factory=list)  # the main thread's CPU in those steps
+    idle_locks_ms: list[float] = field(default_factory=list)  # their waits for the live state's locks
+    idle_rest_ms: list[float] = field(default_factory=list)  # wall - CPU - locks: the GIL and the database
     latency_ms: list[float] = field(default_factory=list)
 
 
@@ -150,15 +200,22 @@ class Prober(threading.Thread):
                 del self.waiting[ref]
 
 
-def timed_step(orchestrator: Orchestrator, phase: Phase, prober: Prober) -> None:
+def timed_step(orchestrator: Orchestrator, phase: Phase, prober: Prober, waits: LockWaits) -> None:
     head = orchestrator.state.head_seq
+    waited = waits.waited_s
+    cpu = time.thread_time()
     started = time.perf_counter()
     busy = orchestrator.step()
     ended = time.perf_counter()
+    cpu_ms = (time.thread_time() - cpu) * 1000
     ms = (ended - started) * 1000
     phase.steps_ms.append(ms)
     if not busy and orchestrator.state.head_seq == head:
+        locks_ms = (waits.waited_s - waited) * 1000
         phase.idle_ms.append(ms)
+        phase.idle_cpu_ms.append(cpu_ms)
+        phase.idle_locks_ms.append(locks_ms)
+        phase.idle_rest_ms.append(max(0.0, ms - cpu_ms - locks_ms))
     prober.check(orchestrator, ended, phase.latency_ms)
     if not busy:
         orchestrator._wait()  # the real loop's wait: the poll interval, or until woken
@@ -214,10 +271,11 @@ def measure(backend: str, root: Path, args: argparse.Namespace, workdir: Path) -
                 listen_timeout_s=args.poll,
             )
             prober = Prober(log, orchestrator, args.probe_every, 0)
+            waits = LockWaits(orchestrator.live)
             try:
                 prober.start()
                 while True:
-                    timed_step(orchestrator, scanning, prober)
+                    timed_step(orchestrator, scanning, prober, waits)
                     record = orchestrator.state.sources.get(SOURCE)
                     if record is not None and record.passes_done >= 1:
                         break
@@ -226,11 +284,11 @@ def measure(backend: str, root: Path, args: argparse.Namespace, workdir: Path) -
                 wall_s = time.perf_counter() - started
                 orchestrator.scanner.stop()
                 for _ in range(len(scanning.steps_ms)):
-                    timed_step(orchestrator, baseline, prober)
+                    timed_step(orchestrator, baseline, prober, waits)
                 prober.stop.set()
                 prober.join()
                 for _ in range(20):  # the last probes' runs
-                    timed_step(orchestrator, baseline, prober)
+                    timed_step(orchestrator, baseline, prober, waits)
                     if not prober.waiting:
                         break
             finally:
@@ -249,13 +307,15 @@ def measure(backend: str, root: Path, args: argparse.Namespace, workdir: Path) -
     }
 
 
-def report(backend: str, results: list[dict[str, object]]) -> bool:
+def report(backend: str, results: list[dict[str, object]]) -> tuple[bool, dict[str, float]]:
     scanning, baseline, times = Phase(), Phase(), SliceTimes()
+    rates = []
     for result in results:
         record = result["record"]
         pass_s = (record.last_pass_done_ms - record.pass_started_ms) / 1000  # type: ignore[attr-defined]
         items = record.last_pass_items  # type: ignore[attr-defined]
         partitions = record.last_pass_partitions  # type: ignore[attr-defined]
+        rates.append(items / pass_s)
         print(
             f"[{backend}] first pass: {items:,} objects, {partitions:,} partitions in {pass_s:.2f} s "
             f"({items / pass_s:,.0f} items/s; the loop saw it done after {result['wall_s']:.2f} s)"
@@ -265,6 +325,9 @@ def report(backend: str, results: list[dict[str, object]]) -> bool:
             pooled.steps_ms += phase.steps_ms  # type: ignore[attr-defined]
             pooled.idle_ms += phase.idle_ms  # type: ignore[attr-defined]
             pooled.latency_ms += phase.latency_ms  # type: ignore[attr-defined]
+            pooled.idle_cpu_ms += phase.idle_cpu_ms  # type: ignore[attr-defined]
+            pooled.idle_locks_ms += phase.idle_locks_ms  # type: ignore[attr-defined]
+            pooled.idle_rest_ms += phase.idle_rest_ms  # type: ignore[attr-defined]
         times.slices_ms += result["times"].slices_ms  # type: ignore[attr-defined]
         times.pages_ms += result["times"].pages_ms  # type: ignore[attr-defined]
     print(f"  pooled over {len(results)} round(s):")
@@ -274,6 +337,11 @@ def report(backend: str, results: list[dict[str, object]]) -> bool:
     print(f"  steps during the scan, idle: {spread(scanning.idle_ms)}")
     print(f"  baseline (no scan), all:     {spread(baseline.steps_ms)}")
     print(f"  baseline (no scan), idle:    {spread(baseline.idle_ms)}")
+    for label, phase in (("during the scan", scanning), ("baseline", baseline)):
+        print(f"  idle steps {label}, where the time goes:")
+        print(f"    main thread CPU:          {spread(phase.idle_cpu_ms)}")
+        print(f"    waits for the state locks: {spread(phase.idle_locks_ms)}")
+        print(f"    rest (GIL, database):     {spread(phase.idle_rest_ms)}")
     print(f"  want -> JobRunBuffer during the scan: {spread(scanning.latency_ms)}")
     print(f"  want -> JobRunBuffer, baseline:       {spread(baseline.latency_ms)}")
     left = sum(result["probes_left"] for result in results)  # type: ignore[misc]
@@ -302,7 +370,22 @@ def report(backend: str, results: list[dict[str, object]]) -> bool:
             f"[{backend}] idle steps only: p99 {idle:.2f} ms: {'PASS' if idle < TARGET_MS else 'MISS'}"
             f" (baseline all steps p99 {pct(baseline.steps_ms, 0.99):.2f} ms)"
         )
-    return verdict == "PASS"
+    figures = {
+        "step p99": p99,
+        "idle step p99": pct(scanning.idle_ms, 0.99) if scanning.idle_ms else float("nan"),
+        "want latency p50": statistics.median(scanning.latency_ms) if scanning.latency_ms else float("nan"),
+        "want latency max": max(scanning.latency_ms) if scanning.latency_ms else float("nan"),
+        "scan items/s": statistics.median(rates),
+    }
+    return verdict == "PASS", figures
+
+
+def compare(backend: str, before: dict[str, float], after: dict[str, float], interval: float) -> None:
+    """Ratios of the arm with a switch interval of `interval` to the default one (same run, alternating rounds)."""
+    shown = ", ".join(
+        f"{name} {before[name]:,.2f} -> {after[name]:,.2f} ({after[name] / before[name]:.2f}x)" for name in before
+    )
+    print(f"[{backend}] switch interval {interval * 1000:g} ms vs default, during the scan: {shown}")
 
 
 def main() -> None:
@@ -311,6 +394,11 @@ def main() -> None:
     parser.add_argument("--page-items", type=int, default=1_000, help="Discovery.page_items (default: its default)")
     parser.add_argument("--slice-s", type=float, default=0.05, help="Discovery.slice_s (default: its default)")
     parser.add_argument("--switch-interval", type=float, help="sys.setswitchinterval first (diagnosis)")
+    parser.add_argument(
+        "--compare-switch-interval",
+        type=float,
+        help="also run every round with this sys.setswitchinterval, alternating, and print the ratios",
+    )
     parser.add_argument("--poll", type=float, default=0.05, help="the loop's poll interval (SQLite's default)")
     parser.add_argument("--probe-every", type=float, default=0.25, help="seconds between two probe wants")
     parser.add_argument("--rounds", type=int, default=3, help="scans per backend, each on a fresh log")
@@ -337,13 +425,29 @@ def main() -> None:
             f"built {objects:,} empty files in {DIRS:,} partitions in {time.perf_counter() - started:.1f} s "
             f"under {args.dir or 'the temp dir'}"
         )
+        default = sys.getswitchinterval()
+        arms = [default] if args.compare_switch_interval is None else [default, args.compare_switch_interval]
         for backend in backends:
-            results = []
+            results: dict[float, list[dict[str, object]]] = {arm: [] for arm in arms}
             for round_ in range(args.rounds):
-                workdir = base / f"{backend}-{round_}"
-                workdir.mkdir()
-                results.append(measure(backend, base / "tree", args, workdir))
-            passed = report(backend, results) and passed
+                for arm in arms if round_ % 2 == 0 else arms[::-1]:  # alternate the order: drift hits both
+                    workdir = base / f"{backend}-{round_}-{arm}"
+                    workdir.mkdir()
+                    sys.setswitchinterval(arm)
+                    result = measure(backend, base / "tree", args, workdir)
+                    result["switch_ms"] = sys.getswitchinterval() * 1000  # as the round ran it
+                    results[arm].append(result)
+            sys.setswitchinterval(default)
+            summaries = {}
+            for arm in arms:
+                label = backend if len(arms) == 1 else f"{backend}, switch interval {arm * 1000:g} ms"
+                ran = sorted({result["switch_ms"] for result in results[arm]})  # type: ignore[type-var]
+                if len(arms) > 1 or ran != [default * 1000]:
+                    print(f"[{label}] rounds ran with a switch interval of {', '.join(f'{v:g}' for v in ran)} ms")
+                summaries[arm] = report(label, results[arm])
+            passed = summaries[default][0] and passed
+            if len(arms) > 1:
+                compare(backend, summaries[default][1], summaries[arms[1]][1], arms[1])
     finally:
         shutil.rmtree(base)
     print(f"overall: {'PASS' if passed else 'MISS'} (target: step p99 < {TARGET_MS:g} ms during the scan)")
