@@ -72,6 +72,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/split_estimator.py
 	$(BIN)/python bench/filesystem_scan.py
 	$(BIN)/python bench/object_store_scan.py
+	$(BIN)/python bench/scan_decision_latency.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

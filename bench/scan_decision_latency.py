@@ -17,8 +17,14 @@ new ref of the job and wakes the loop, as `up` does; the decision latency is the
 time from that append to the return of the step that appended its `JobRunBuffer`.
 
 "Idle" steps below are the steps that folded nothing and appended nothing (the
-target's case); "all" includes the steps that folded the scanner's batches (10
-PartitionObserved each) or a want and decided on them.
+target's case; the scanner folds its own batches, so a step woken by one decides
+again on it but folds nothing); "all" adds the steps that folded a probe want or a
+run's outcome and appended or dispatched something. For idle steps the main
+thread's CPU time (`time.thread_time`) and its waits for the live state's locks are
+split out; the rest is time off the CPU: waiting for the GIL, the database, or the
+OS scheduler (the baseline shows how much of it is the last two).
+`--compare-switch-interval` runs every round a second time with another
+`sys.setswitchinterval`, alternating the order, and prints the ratios.
 
     .venv/bin/python bench/scan_decision_latency.py [--backend both|sqlite|postgres] [--page-items 1000]
         [--slice-s 0.05] [--switch-interval 0.005]
