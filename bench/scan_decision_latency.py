@@ -104,7 +104,8 @@ def spread(values: list[float]) -> str:
     if not values:
         return "(none)"
     return (
-        f"p50 {statistics.median(values):6.2f}  p99 {pct(values, 0.99):6.2f}  max {max(values):6.2f} ms"
+        f"mean {statistics.fmean(values):6.2f}  p50 {statistics.median(values):6.2f}  p99 {pct(values, 0.99):6.2f}"
+        f"  max {max(values):6.2f} ms"
         f"  (n={len(values)})"
     )
 
@@ -259,7 +260,10 @@ def instrument(times: SliceTimes, graph: Graph) -> None:
     connector.fill_page = fill_page_timed  # type: ignore[method-assign]
 
 
-def measure(backend: str, root: Path, args: argparse.Namespace, workdir: Path) -> dict[str, object]:
+def measure(
+    backend: str, root: Path, args: argparse.Namespace, workdir: Path, impose: float | None = None
+) -> dict[str, object]:
+    """One round; `impose`: the switch interval to run with, set after the orchestrator (and its scanner) started."""
     graph = graph_for(root, args.page_items, args.slice_s)
     times = SliceTimes()
     original_slice = SourceScanner._slice
@@ -276,6 +280,8 @@ def measure(backend: str, root: Path, args: argparse.Namespace, workdir: Path) -
                 poll_interval_s=args.poll,
                 listen_timeout_s=args.poll,
             )
+            if impose is not None:
+                sys.setswitchinterval(impose)
             prober = Prober(log, orchestrator, args.probe_every, 0)
             waits = LockWaits(orchestrator.live)
             try:
@@ -379,6 +385,8 @@ def report(backend: str, results: list[dict[str, object]]) -> tuple[bool, dict[s
     figures = {
         "step p99": p99,
         "idle step p99": pct(scanning.idle_ms, 0.99) if scanning.idle_ms else float("nan"),
+        "idle step mean": statistics.fmean(scanning.idle_ms) if scanning.idle_ms else float("nan"),
+        "idle rest mean": statistics.fmean(scanning.idle_rest_ms) if scanning.idle_rest_ms else float("nan"),
         "want latency p50": statistics.median(scanning.latency_ms) if scanning.latency_ms else float("nan"),
         "want latency max": max(scanning.latency_ms) if scanning.latency_ms else float("nan"),
         "scan items/s": statistics.median(rates),
@@ -403,7 +411,8 @@ def main() -> None:
     parser.add_argument(
         "--compare-switch-interval",
         type=float,
-        help="also run every round with this sys.setswitchinterval, alternating, and print the ratios",
+        help="also run every round with this sys.setswitchinterval, alternating, and print the ratios"
+        " (both arms' intervals are set after the orchestrator started, whatever its scanner set)",
     )
     parser.add_argument("--poll", type=float, default=0.05, help="the loop's poll interval (SQLite's default)")
     parser.add_argument("--probe-every", type=float, default=0.25, help="seconds between two probe wants")
@@ -439,8 +448,8 @@ def main() -> None:
                 for arm in arms if round_ % 2 == 0 else arms[::-1]:  # alternate the order: drift hits both
                     workdir = base / f"{backend}-{round_}-{arm}"
                     workdir.mkdir()
-                    sys.setswitchinterval(arm)
-                    result = measure(backend, base / "tree", args, workdir)
+                    sys.setswitchinterval(default)
+                    result = measure(backend, base / "tree", args, workdir, arm if len(arms) > 1 else None)
                     result["switch_ms"] = sys.getswitchinterval() * 1000  # as the round ran it
                     results[arm].append(result)
             sys.setswitchinterval(default)
