@@ -24,11 +24,12 @@ thread's CPU time (`time.thread_time`) and its waits for the live state's locks 
 split out; the rest is time off the CPU: waiting for the GIL, the database, or the
 OS scheduler (the baseline shows how much of it is the last two).
 `--compare-switch-interval` runs every round a second time with another
-`sys.setswitchinterval`, alternating the order, and prints the ratios.
+`sys.setswitchinterval`, `--compare-slice-pause` with the scanner's `SLICE_PAUSE`
+at 0 and at the given value, alternating the order, and prints the ratios.
 
     .venv/bin/python bench/scan_decision_latency.py [--backend both|sqlite|postgres] [--page-items 1000]
         [--slice-s 0.05] [--switch-interval 0.005]
-        [--compare-switch-interval 0.001] [--poll 0.05] [--probe-every 0.25] [--rounds 3]
+        [--compare-switch-interval 0.001 | --compare-slice-pause 1] [--poll 0.05] [--probe-every 0.25] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from _groupkit import fresh_log
 from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.graph import Graph, Job, PartitionPattern, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
+from partbuild.orchestrator.sources import scanner as scanner_module
 from partbuild.orchestrator.sources.discovery import filesystem_discovery
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
@@ -394,12 +396,12 @@ def report(backend: str, results: list[dict[str, object]]) -> tuple[bool, dict[s
     return verdict == "PASS", figures
 
 
-def compare(backend: str, before: dict[str, float], after: dict[str, float], interval: float) -> None:
-    """Ratios of the arm with a switch interval of `interval` to the default one (same run, alternating rounds)."""
+def compare(backend: str, before: dict[str, float], after: dict[str, float], what: str) -> None:
+    """Ratios of the second arm's figures to the first's (same run, alternating rounds)."""
     shown = ", ".join(
         f"{name} {before[name]:,.2f} -> {after[name]:,.2f} ({after[name] / before[name]:.2f}x)" for name in before
     )
-    print(f"[{backend}] switch interval {interval * 1000:g} ms vs default, during the scan: {shown}")
+    print(f"[{backend}] {what}, during the scan: {shown}")
 
 
 def main() -> None:
@@ -413,6 +415,11 @@ def main() -> None:
         type=float,
         help="also run every round with this sys.setswitchinterval, alternating, and print the ratios"
         " (both arms' intervals are set after the orchestrator started, whatever its scanner set)",
+    )
+    parser.add_argument(
+        "--compare-slice-pause",
+        type=float,
+        help="run every round with the scanner's SLICE_PAUSE at 0 and at this value, alternating; print the ratios",
     )
     parser.add_argument("--poll", type=float, default=0.05, help="the loop's poll interval (SQLite's default)")
     parser.add_argument("--probe-every", type=float, default=0.25, help="seconds between two probe wants")
@@ -441,28 +448,48 @@ def main() -> None:
             f"under {args.dir or 'the temp dir'}"
         )
         default = sys.getswitchinterval()
-        arms = [default] if args.compare_switch_interval is None else [default, args.compare_switch_interval]
+        paused = getattr(scanner_module, "SLICE_PAUSE", None)  # None: a scanner without the pause
+        # An arm: (label, switch interval to impose or None, the scanner's SLICE_PAUSE or None).
+        arms: list[tuple[str, float | None, float | None]] = [("default", None, None)]
+        if args.compare_switch_interval is not None:
+            arms = [
+                (f"switch interval {default * 1000:g} ms", default, None),
+                (f"switch interval {args.compare_switch_interval * 1000:g} ms", args.compare_switch_interval, None),
+            ]
+        elif args.compare_slice_pause is not None:
+            if paused is None:
+                raise SystemExit("--compare-slice-pause needs a scanner with SLICE_PAUSE")
+            arms = [
+                ("slice pause 0", None, 0.0),
+                (f"slice pause {args.compare_slice_pause:g}", None, args.compare_slice_pause),
+            ]
         for backend in backends:
-            results: dict[float, list[dict[str, object]]] = {arm: [] for arm in arms}
+            results: dict[str, list[dict[str, object]]] = {arm[0]: [] for arm in arms}
             for round_ in range(args.rounds):
-                for arm in arms if round_ % 2 == 0 else arms[::-1]:  # alternate the order: drift hits both
-                    workdir = base / f"{backend}-{round_}-{arm}"
+                for label, switch, pause in arms if round_ % 2 == 0 else arms[::-1]:  # alternate: drift hits both
+                    workdir = base / f"{backend}-{round_}-{len(results[label])}-{label.replace(' ', '_')}"
                     workdir.mkdir()
                     sys.setswitchinterval(default)
-                    result = measure(backend, base / "tree", args, workdir, arm if len(arms) > 1 else None)
+                    if pause is not None:
+                        scanner_module.SLICE_PAUSE = pause  # type: ignore[attr-defined]
+                    try:
+                        result = measure(backend, base / "tree", args, workdir, switch)
+                    finally:
+                        if paused is not None:
+                            scanner_module.SLICE_PAUSE = paused  # type: ignore[attr-defined]
                     result["switch_ms"] = sys.getswitchinterval() * 1000  # as the round ran it
-                    results[arm].append(result)
+                    results[label].append(result)
             sys.setswitchinterval(default)
             summaries = {}
-            for arm in arms:
-                label = backend if len(arms) == 1 else f"{backend}, switch interval {arm * 1000:g} ms"
-                ran = sorted({result["switch_ms"] for result in results[arm]})  # type: ignore[type-var]
-                if len(arms) > 1 or ran != [default * 1000]:
-                    print(f"[{label}] rounds ran with a switch interval of {', '.join(f'{v:g}' for v in ran)} ms")
-                summaries[arm] = report(label, results[arm])
-            passed = summaries[default][0] and passed
+            for label, _, _ in arms:
+                name = backend if len(arms) == 1 else f"{backend}, {label}"
+                ran = sorted({result["switch_ms"] for result in results[label]})  # type: ignore[type-var]
+                if ran != [default * 1000]:
+                    print(f"[{name}] rounds ran with a switch interval of {', '.join(f'{v:g}' for v in ran)} ms")
+                summaries[label] = report(name, results[label])
+            passed = summaries[arms[0][0]][0] and passed
             if len(arms) > 1:
-                compare(backend, summaries[default][1], summaries[arms[1]][1], arms[1])
+                compare(backend, summaries[arms[0][0]][1], summaries[arms[1][0]][1], f"{arms[1][0]} vs {arms[0][0]}")
     finally:
         shutil.rmtree(base)
     print(f"overall: {'PASS' if passed else 'MISS'} (target: step p99 < {TARGET_MS:g} ms during the scan)")
