@@ -301,10 +301,12 @@ def measure(
                     timed_step(orchestrator, baseline, prober, waits)
                 prober.stop.set()
                 prober.join()
-                for _ in range(20):  # the last probes' runs
-                    timed_step(orchestrator, baseline, prober, waits)
+                tail = Phase()  # the last probes' runs: their latencies count, their steps do not
+                for _ in range(20):
                     if not prober.waiting:
                         break
+                    timed_step(orchestrator, tail, prober, waits)
+                baseline.latency_ms += tail.latency_ms
             finally:
                 prober.stop.set()
                 orchestrator.close()
