@@ -5,7 +5,8 @@ rebalances each pass's shards from the half-way keys of the last pass's, and
 connectors answer `choose_split_point` with it): the observations are (key,
 size) pairs seen while scanning, far too many to keep. (Batches of a job's
 partitions by input bytes, `Job.batch_bytes`, are few enough to pack exactly.)
-The estimator keeps a *priority sample* (Duffield, Lund and Thorup, "Priority sampling for estimation of arbitrary subset sums", 2007):
+The estimator keeps a *priority sample* (Duffield, Lund and Thorup, "Priority
+sampling for estimation of arbitrary subset sums", 2007):
 
 - each observation of `size` bytes gets the priority `size / u`, u uniform in (0, 1];
 - the `capacity + 1` highest priorities are kept in a min-heap (fixed memory:
