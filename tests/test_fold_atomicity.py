@@ -36,6 +36,7 @@ from partbuild.state.digest import state_digest
 from partbuild.state.events import manual
 from partbuild.state.fold import buckets, instances, job_runs, wants
 from partbuild.state.fold import group as group_fold
+from partbuild.state.fold import sources as sources_fold
 from partbuild.state.group import share_step
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
@@ -151,6 +152,12 @@ CASES = [
         lambda s: message(s, share_step(group_of(s).states, "a")),  # a drops what b picked up
         (group_fold, "step_problem"),
     ),
+    Case(
+        "source_scan_progress",
+        lambda s: pb.SourceScanProgress(source="raw", pass_number=1, last_key=b"k", items=1),
+        (sources_fold, "_bounds_problem"),
+    ),
+    Case("source_scan_request", lambda s: pb.SourceScanRequest(source="raw"), (sources_fold, "id_problem")),
 ]
 
 
@@ -284,6 +291,12 @@ INVALID: list[tuple[str, Build, str]] = [
     ("bucket_layout", lambda s: pb.BucketLayout(namespace="ns", bucket_total=-1), "is not between 1 and"),
     ("group_epoch", _epoch_moving_a_survivors_bucket, "member 'b' would lose buckets 4"),
     ("group_task_message", _message_changing_another_state, "changes the data of 'b'"),
+    (
+        "source_scan_progress",
+        lambda s: pb.SourceScanProgress(source="raw", pass_number=1, after_key=b"k"),
+        "must begin at the start of shard 0",
+    ),
+    ("source_scan_request", lambda s: pb.SourceScanRequest(source="r" * 300), "longer than 256"),
     # Fenced decisions by a member that does not own the bucket: refused once everything else was resolved.
     (
         "job_run_buffer",
