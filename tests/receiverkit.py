@@ -30,7 +30,7 @@ import uvicorn
 from standardwebhooks import Webhook, WebhookVerificationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 HOST = "127.0.0.1"
@@ -192,7 +192,7 @@ class Receiver:
 
     # -- the endpoint
 
-    async def _handle(self, request: Request) -> PlainTextResponse:
+    async def _handle(self, request: Request) -> Response:
         body = await request.body()
         headers = dict(request.headers)
         with self._lock:
@@ -206,7 +206,8 @@ class Receiver:
         with self._lock:
             self._received[index] = dataclasses.replace(self._received[index], answered=answered)
         extra = {"Retry-After": answer.retry_after} if answer.retry_after is not None else {}
-        return PlainTextResponse(f"{answer.status}\n", status_code=answer.status, headers=extra)
+        # No body: a 204 or 304 must not have one, and the sender only looks at the status.
+        return Response(status_code=answer.status, headers=extra)
 
     def _record(self, message_id: str, body: bytes, headers: dict[str, str]) -> Received:
         return Received(
