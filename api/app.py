@@ -21,7 +21,17 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from partbuild.api.errors import TITLES, ApiError, validation_message
-from partbuild.api.routes import audit, events, groups, operations, partitions, runs, sources, wants
+from partbuild.api.routes import (
+    audit,
+    events,
+    groups,
+    operations,
+    partitions,
+    runs,
+    sources,
+    subscriptions,
+    wants,
+)
 from partbuild.api.routes.common import PROBLEM_JSON
 from partbuild.api.service import Service
 
@@ -54,7 +64,9 @@ def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
     )
     app.state.service = service
     app.openapi = _exact_document(app.openapi)  # type: ignore[method-assign]
-    routers = [module.router for module in (wants, partitions, runs, groups, sources, events, audit, operations)]
+    routers = [
+        module.router for module in (wants, partitions, runs, groups, sources, subscriptions, events, audit, operations)
+    ]
     for router in routers:
         app.include_router(router)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)

@@ -24,7 +24,17 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from partbuild.api.commands import bucketing, group, log, partitions, runs, serving, sources, wants
+from partbuild.api.commands import (
+    bucketing,
+    group,
+    log,
+    partitions,
+    runs,
+    serving,
+    sources,
+    subscriptions,
+    wants,
+)
 from partbuild.api.commands.common import BadInput, CommandFailed
 from partbuild.api.errors import ApiError, ClientError, validation_message
 
@@ -70,6 +80,8 @@ for command in (
     bucketing.config_group,
     group.group_group,
     sources.sources_group,
+    subscriptions.subscriptions_group,
+    subscriptions.deliver,
 ):
     cli.add_command(command)
 

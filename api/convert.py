@@ -35,9 +35,7 @@ def _redact_bytes(message: Message, shown: dict[str, Any]) -> None:
     for field, value in message.ListFields():
         if field.type == FieldDescriptor.TYPE_BYTES:
             kind = _BYTES_KINDS.get(field.name, "Bytes")
-            shown[field.name] = (
-                [redacted(kind, v) for v in value] if isinstance(value, list | tuple) else redacted(kind, value)
-            )
+            shown[field.name] = [redacted(kind, v) for v in value] if field.is_repeated else redacted(kind, value)
         elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
             if field.is_repeated:
                 for item, item_shown in zip(value, shown[field.name], strict=True):

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from partbuild.api.metrics import Metrics
 from partbuild.api.reads import Reads
+from partbuild.api.subscriptions_service import Subscriptions
 from partbuild.api.writes import Writes
 from partbuild.orchestrator.graph import Graph
 from partbuild.state.build_state import BuildState
@@ -26,7 +27,7 @@ from partbuild.state.live import LiveState
 from partbuild.state.store import EventLog
 
 
-class Service(Writes, Reads):
+class Service(Writes, Reads, Subscriptions):
     """Validated writes and consistent reads over one event log."""
 
     def __init__(

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, get_type_hints
 from fastapi import Body, Header, Path, Query
 
 from partbuild.api import models as m
+from partbuild.api import subscription_models as sm
 
 MAX_SEQ = m.MAX_SAFE_INT
 ANONYMOUS = "anonymous"
@@ -45,6 +46,7 @@ UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
 RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
 GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
 SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=["raw_clicks"])]
+SubscriptionNamePath = Annotated[str, Path(description="A subscription's name.", examples=["alerts"])]
 MemberTimeout = Annotated[
     m.QueryFloat,
     Query(
@@ -149,6 +151,43 @@ class Client(Protocol):
     @operation("POST", "/sources/{name}/scan", "Start a new pass of a source's scan, from its first key", status=201)
     def scan_source(self, name: SourceNamePath, user: User = ANONYMOUS) -> m.ScanRequested: ...
 
+    @operation("POST", "/subscriptions", "Subscribe a webhook to the log's events", status=201)
+    def create_subscription(
+        self, request: Annotated[sm.SubscriptionRequest, Body()], user: User = ANONYMOUS
+    ) -> sm.SubscriptionCreated: ...
+
+    @operation("POST", "/subscriptions/{name}/pause", "Stop delivering; offsets and queues stay")
+    def pause_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
+
+    @operation("POST", "/subscriptions/{name}/resume", "Deliver again from where it paused")
+    def resume_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
+
+    @operation("DELETE", "/subscriptions/{name}", "Delete a subscription and its queues")
+    def delete_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
+
+    @operation("POST", "/subscriptions/{name}/shards", "Change a subscription's shard count while it runs")
+    def reshard_subscription(
+        self,
+        name: SubscriptionNamePath,
+        request: Annotated[sm.ReshardSubscriptionRequest, Body()],
+        user: User = ANONYMOUS,
+    ) -> sm.SubscriptionWritten: ...
+
+    @operation("POST", "/subscriptions/{name}/offsets", "Rewind or fast-forward the main topic; fast-forward RQ/DLQ")
+    def reset_subscription_offset(
+        self, name: SubscriptionNamePath, request: Annotated[sm.OffsetResetRequest, Body()], user: User = ANONYMOUS
+    ) -> sm.SubscriptionWritten: ...
+
+    @operation("POST", "/subscriptions/{name}/dlq/replay", "Deliver dead letters again, each group's in order")
+    def replay_dead_letters(
+        self, name: SubscriptionNamePath, request: Annotated[sm.DeadLetterRequest, Body()], user: User = ANONYMOUS
+    ) -> sm.DeadLettersMoved: ...
+
+    @operation("POST", "/subscriptions/{name}/dlq/purge", "Drop dead letters")
+    def purge_dead_letters(
+        self, name: SubscriptionNamePath, request: Annotated[sm.DeadLetterRequest, Body()], user: User = ANONYMOUS
+    ) -> sm.DeadLettersMoved: ...
+
     # ----------------------------------------------------------------- reads
 
     @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants")
@@ -224,6 +263,22 @@ class Client(Protocol):
 
     @operation("GET", "/sources", "Source datasets: how each is found, and how far its connector's scans have got")
     def sources(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.Source]: ...
+
+    @operation("GET", "/subscriptions", "Webhook subscriptions: settings, topics, lag, queues, counters")
+    def list_subscriptions(self) -> sm.SubscriptionList: ...
+
+    @operation("GET", "/subscriptions/{name}", "One subscription: settings, topics, lag, queues, counters")
+    def get_subscription(self, name: SubscriptionNamePath) -> sm.Subscription: ...
+
+    @operation("GET", "/subscriptions/{name}/dlq", "A subscription's dead letters, in event order")
+    def list_dead_letters(
+        self,
+        name: SubscriptionNamePath,
+        after_seq: Annotated[
+            m.QueryInt, Query(ge=-1, le=MAX_SEQ, description="Messages of events after this seq (-1: all).")
+        ] = -1,
+        limit: Limit = 100,
+    ) -> sm.DeadLetterList: ...
 
     @operation("GET", "/events", "The raw event log as JSON, by seq")
     def events(

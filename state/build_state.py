@@ -35,6 +35,7 @@ from partbuild.state.model import (
     Want,
     WantState,
 )
+from partbuild.state.subscriptions import Subscription
 
 # Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
 __all__ = ["MAX_ID_LENGTH", "BrokenBuildState", "BuildState", "FoldError", "derive_want_state", "describe_source"]
@@ -88,6 +89,8 @@ class BuildState:
         self.groups: dict[str, GroupState] = {}
         # source dataset name -> how far its connector's scans have got (state/fold/sources.py).
         self.sources: dict[str, SourceScan] = {}
+        # subscription name -> its settings and topics (state/fold/subscriptions.py); deleted ones stay.
+        self.subscriptions: dict[str, Subscription] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

@@ -48,6 +48,8 @@ def _digest(state: BuildState) -> str:
         update(repr([state.groups[name].record() for name in sorted(state.groups)]).encode())
     if state.sources:  # only where a connector scanned: older logs keep their digests
         update(repr([_scan_record(state.sources[name]) for name in sorted(state.sources)]).encode())
+    if state.subscriptions:  # only where subscriptions were made: older logs keep their digests
+        update(repr([state.subscriptions[name].record() for name in sorted(state.subscriptions)]).encode())
     return h.hexdigest()
 
 

@@ -67,3 +67,93 @@ group_members = sa.Table(
     sa.Column("buckets", sa.Integer(), nullable=True),
     sa.Column("info", sa.Text(), nullable=False),
 )
+
+# ----------------------------------------------------------------- webhook deliveries (issue 12)
+# Where each subscription's deliveries stand. `subscription` is the subscription's key
+# (`name@created_seq`, so a name made again starts clean). The rows change with every
+# delivery, so they are not events; each change is one transaction with the offsets it
+# moves past (state/deliveries.py).
+
+# The main topic's read offsets: the last seq handled in each virtual partition of each
+# storage topic. A partition without a row is at the subscription's floor (`delivery_control`).
+delivery_offsets = sa.Table(
+    "delivery_offsets",
+    metadata,
+    sa.Column("subscription", sa.String(100), primary_key=True),
+    sa.Column("topic", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+)
+
+# One row per subscription: the last reset event applied (the shards' fence), the main
+# topic's floor, and counters every process reads for metrics.
+delivery_control = sa.Table(
+    "delivery_control",
+    metadata,
+    sa.Column("subscription", sa.String(100), primary_key=True),
+    sa.Column("applied_seq", sa.BigInteger(), nullable=False),
+    sa.Column("main_floor", sa.BigInteger(), nullable=False),
+    sa.Column("delivered", sa.BigInteger(), nullable=False),
+    sa.Column("retried", sa.BigInteger(), nullable=False),
+    sa.Column("dead_lettered", sa.BigInteger(), nullable=False),
+)
+
+# The next offset of each partition of each storage topic of the RQ and the DLQ.
+delivery_heads = sa.Table(
+    "delivery_heads",
+    metadata,
+    sa.Column("subscription", sa.String(100), primary_key=True),
+    sa.Column("queue", sa.String(3), primary_key=True),
+    sa.Column("topic", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("next_offset", sa.BigInteger(), nullable=False),
+)
+
+# The messages waiting in the RQ and the DLQ.
+delivery_messages = sa.Table(
+    "delivery_messages",
+    metadata,
+    sa.Column("subscription", sa.String(100), primary_key=True),
+    sa.Column("queue", sa.String(3), primary_key=True),
+    sa.Column("topic", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("partition", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("offset", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("group_key", sa.Text(), nullable=False),
+    sa.Column("group_hash", sa.BigInteger(), nullable=False),
+    sa.Column("event_seq", sa.BigInteger(), nullable=False),
+    sa.Column("main_topic", sa.Integer(), nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False),
+    sa.Column("not_before_ms", sa.BigInteger(), nullable=False),
+    sa.Column("first_failed_ms", sa.BigInteger(), nullable=False),
+    sa.Column("last_status", sa.Integer(), nullable=False),
+    sa.Column("last_error", sa.Text(), nullable=False),
+    sa.Index("ix_delivery_messages_group", "subscription", "queue", "group_key"),
+)
+
+# The seed's per-group state of the RQ and the DLQ: p, the position (main topic index and
+# seq, internal topic index and offset) of the group's last message produced to the queue;
+# c, of its last consumed. A group has messages waiting while p != c; caught-up rows are deleted.
+delivery_groups = sa.Table(
+    "delivery_groups",
+    metadata,
+    sa.Column("subscription", sa.String(100), primary_key=True),
+    sa.Column("queue", sa.String(3), primary_key=True),
+    sa.Column("group_key", sa.Text(), primary_key=True),
+    sa.Column("group_hash", sa.BigInteger(), nullable=False),
+    sa.Column("p_main_topic", sa.Integer(), nullable=False),
+    sa.Column("p_main_offset", sa.BigInteger(), nullable=False),
+    sa.Column("p_topic", sa.Integer(), nullable=False),
+    sa.Column("p_offset", sa.BigInteger(), nullable=False),
+    sa.Column("c_main_topic", sa.Integer(), nullable=False),
+    sa.Column("c_main_offset", sa.BigInteger(), nullable=False),
+    sa.Column("c_topic", sa.Integer(), nullable=False),
+    sa.Column("c_offset", sa.BigInteger(), nullable=False),
+)
+
+# Signing secrets, by the digest the subscription's event names. Never in the log.
+delivery_secrets = sa.Table(
+    "delivery_secrets",
+    metadata,
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("secret", sa.Text(), nullable=False),
+)

@@ -17,7 +17,7 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import build_state, fold, group, ids, model, refs
+from partbuild.state import build_state, fold, group, ids, model, refs, subscriptions, topics
 from partbuild.state.build_state import BuildState
 from partbuild.state.collector import collector_paused
 
@@ -43,6 +43,9 @@ _ALLOWED_CLASSES = {
     ),
     ("partbuild.state.group", "GroupState"),
     ("partbuild.state.group", "TaskState"),
+    ("partbuild.state.subscriptions", "Subscription"),
+    ("partbuild.state.topics", "CompositeTopic"),
+    ("partbuild.state.topics", "StorageTopic"),
 }
 
 
@@ -52,9 +55,10 @@ class SnapshotError(Exception):
 
 def _fold_sources() -> list[Path]:
     """The source files whose change must invalidate snapshots: entities, the fold (every module of
-    `partbuild.state.fold`, new ones included), the worker-group rules and records, ids and refs."""
+    `partbuild.state.fold`, new ones included), the worker-group rules and records, ids, refs,
+    subscriptions and their topics."""
     paths = []
-    for module in (model, build_state, group, ids, refs):
+    for module in (model, build_state, group, ids, refs, subscriptions, topics):
         assert module.__file__ is not None
         paths.append(Path(module.__file__))
     assert fold.__file__ is not None

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.db import AppendListener, begin_write, create_engine_for, notify_append, open_append_listener
+from partbuild.state.deliveries import DeliveryStore
 from partbuild.state.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.members import MemberStore
 from partbuild.state.migrate import current_revision, ensure_schema
@@ -106,6 +107,7 @@ class EventLog:
         self._owns_engine = False
         self.snapshots = SnapshotStore(engine)
         self.members = MemberStore(engine)
+        self.deliveries = DeliveryStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):

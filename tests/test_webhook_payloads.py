@@ -195,12 +195,6 @@ def test_partbuild_payload_of_a_scan_never_carries_raw_connector_bytes() -> None
     _assert_no_raw_bytes(_scan_event())
 
 
-@pytest.mark.xfail(
-    raises=TypeError,
-    strict=True,
-    reason="api/convert.py::event_out redacts repeated bytes fields (split_keys) only when they are a list or "
-    "tuple; protobuf gives a RepeatedScalarContainer, so redacted() raises. It fails closed (no bytes leak).",
-)
 def test_partbuild_payload_of_a_scan_with_split_keys_never_carries_raw_bytes() -> None:
     _assert_no_raw_bytes(_scan_event(split_keys=[SECRETS[2]]))
 

@@ -145,6 +145,12 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
 @spark_conf_option
 @snapshot_every_option
 @retain_days_option
+@click.option(
+    "--deliver-shards",
+    default="all",
+    show_default=True,
+    help="Which shards of every webhook subscription this process delivers: all, none, a list (0,2), a part (k/n).",
+)
 def up(
     db_url: str,
     graph_path: str,
@@ -155,6 +161,7 @@ def up(
     spark_conf: tuple[tuple[str, str], ...],
     snapshot_every: int,
     retain_days: int | None,
+    deliver_shards: str,
 ) -> None:
     """HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.
 
@@ -162,9 +169,15 @@ def up(
     flight finish and records their outcomes before the process exits.
     """
     from partbuild.api.app import create_app
+    from partbuild.api.webhook_payloads import render as render_payload
+    from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import lazy_spark_session
 
+    try:
+        selector = None if deliver_shards == "none" else ShardSelector.parse(deliver_shards)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     graph = read_graph(graph_path)
     sock = _listen(host, port)
     _configure_logging()
@@ -177,6 +190,7 @@ def up(
         )
         app = create_app(Service(log, graph=graph, live=live, on_append=orchestrator.wake))
         background = _Background(orchestrator)
+        deliverer = Deliverer(live, render_payload, selector=selector).start() if selector is not None else None
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop)
@@ -184,6 +198,8 @@ def up(
             logger.info("finishing the job runs in flight")
             background.request_stop()
             background.thread.join()
+            if deliverer is not None:
+                deliverer.stop()
             live.close()
     if background.failure:
         raise CommandFailed(f"the orchestrator stopped: {background.failure[0]}")

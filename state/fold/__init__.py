@@ -31,9 +31,11 @@ Modules:
 - buckets: BucketRunStart, BucketLayout, and the bucket scopes of sharded decisions.
 - group: GroupEpoch, GroupTaskMessage (worker groups), and the fences of members' decisions.
 - sources: SourceScanProgress (the cursors of connector scans), SourceScanRequest.
+- subscriptions: SubscriptionCreate, SubscriptionChange, SubscriptionReshard,
+  SubscriptionOffsetReset (webhook subscriptions and their topics' layouts).
 - validation: pure helpers of the check phases (id and ref rules, quoting).
 
-Adding an event type (subscriptions are next) means: the
+Adding an event type means: the
 message and its `Event.payload` oneof member in proto/partbuild/v1/events.proto;
 one handler (check + apply) in the module of its entity (a new module for a new
 entity, whose data is new attributes of `BuildState`); one row in `HANDLERS` below. Nothing else dispatches on event
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import buckets, clock, group, instances, job_runs, sources, wants
+from partbuild.state.fold import buckets, clock, group, instances, job_runs, sources, subscriptions, wants
 
 if TYPE_CHECKING:
     from partbuild.state.build_state import BuildState
@@ -76,4 +78,11 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
     "group_task_message": (group.check_group_task_message, group.apply_group_task_message),
     "source_scan_progress": (sources.check_source_scan_progress, sources.apply_source_scan_progress),
     "source_scan_request": (sources.check_source_scan_request, sources.apply_source_scan_request),
+    "subscription_create": (subscriptions.check_subscription_create, subscriptions.apply_subscription_create),
+    "subscription_change": (subscriptions.check_subscription_change, subscriptions.apply_subscription_change),
+    "subscription_reshard": (subscriptions.check_subscription_reshard, subscriptions.apply_subscription_reshard),
+    "subscription_offset_reset": (
+        subscriptions.check_subscription_offset_reset,
+        subscriptions.apply_subscription_offset_reset,
+    ),
 }

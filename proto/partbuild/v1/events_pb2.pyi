@@ -12,9 +12,31 @@ class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CLASS_UNSPECIFIED: _ClassVar[ErrorClass]
     ERROR_CLASS_RETRYABLE: _ClassVar[ErrorClass]
     ERROR_CLASS_PERMANENT: _ClassVar[ErrorClass]
+
+class SubscriptionAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_ACTION_UNSPECIFIED: _ClassVar[SubscriptionAction]
+    SUBSCRIPTION_ACTION_PAUSE: _ClassVar[SubscriptionAction]
+    SUBSCRIPTION_ACTION_RESUME: _ClassVar[SubscriptionAction]
+    SUBSCRIPTION_ACTION_DELETE: _ClassVar[SubscriptionAction]
+
+class SubscriptionQueue(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_QUEUE_UNSPECIFIED: _ClassVar[SubscriptionQueue]
+    SUBSCRIPTION_QUEUE_MAIN: _ClassVar[SubscriptionQueue]
+    SUBSCRIPTION_QUEUE_RQ: _ClassVar[SubscriptionQueue]
+    SUBSCRIPTION_QUEUE_DLQ: _ClassVar[SubscriptionQueue]
 ERROR_CLASS_UNSPECIFIED: ErrorClass
 ERROR_CLASS_RETRYABLE: ErrorClass
 ERROR_CLASS_PERMANENT: ErrorClass
+SUBSCRIPTION_ACTION_UNSPECIFIED: SubscriptionAction
+SUBSCRIPTION_ACTION_PAUSE: SubscriptionAction
+SUBSCRIPTION_ACTION_RESUME: SubscriptionAction
+SUBSCRIPTION_ACTION_DELETE: SubscriptionAction
+SUBSCRIPTION_QUEUE_UNSPECIFIED: SubscriptionQueue
+SUBSCRIPTION_QUEUE_MAIN: SubscriptionQueue
+SUBSCRIPTION_QUEUE_RQ: SubscriptionQueue
+SUBSCRIPTION_QUEUE_DLQ: SubscriptionQueue
 
 class EventSource(_message.Message):
     __slots__ = ("manual", "job_run", "system")
@@ -47,7 +69,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +92,10 @@ class Event(_message.Message):
     GROUP_TASK_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SCAN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SCAN_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_CREATE_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_RESHARD_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -92,7 +118,11 @@ class Event(_message.Message):
     group_task_message: GroupTaskMessage
     source_scan_progress: SourceScanProgress
     source_scan_request: SourceScanRequest
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ...) -> None: ...
+    subscription_create: SubscriptionCreate
+    subscription_change: SubscriptionChange
+    subscription_reshard: SubscriptionReshard
+    subscription_offset_reset: SubscriptionOffsetReset
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -398,3 +428,95 @@ class SourceScanRequest(_message.Message):
     source: str
     reason: str
     def __init__(self, source: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SubscriptionFilter(_message.Message):
+    __slots__ = ("event_types", "ref_prefixes", "ref_patterns", "job", "root_want")
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    REF_PREFIXES_FIELD_NUMBER: _ClassVar[int]
+    REF_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ROOT_WANT_FIELD_NUMBER: _ClassVar[int]
+    event_types: _containers.RepeatedScalarFieldContainer[str]
+    ref_prefixes: _containers.RepeatedScalarFieldContainer[str]
+    ref_patterns: _containers.RepeatedScalarFieldContainer[str]
+    job: str
+    root_want: str
+    def __init__(self, event_types: _Optional[_Iterable[str]] = ..., ref_prefixes: _Optional[_Iterable[str]] = ..., ref_patterns: _Optional[_Iterable[str]] = ..., job: _Optional[str] = ..., root_want: _Optional[str] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "backoff_initial_ms", "backoff_max_ms", "max_age_ms", "timeout_ms")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    backoff_initial_ms: int
+    backoff_max_ms: int
+    max_age_ms: int
+    timeout_ms: int
+    def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ..., max_age_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class SubscriptionCreate(_message.Message):
+    __slots__ = ("name", "endpoint", "filter", "ordering", "format", "retry", "shard_count", "main_partitions", "rq_partitions", "dlq_partitions", "secret_digest", "start_after_seq")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAIN_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RQ_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SECRET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    endpoint: str
+    filter: SubscriptionFilter
+    ordering: str
+    format: str
+    retry: RetryPolicy
+    shard_count: int
+    main_partitions: int
+    rq_partitions: int
+    dlq_partitions: int
+    secret_digest: str
+    start_after_seq: int
+    def __init__(self, name: _Optional[str] = ..., endpoint: _Optional[str] = ..., filter: _Optional[_Union[SubscriptionFilter, _Mapping]] = ..., ordering: _Optional[str] = ..., format: _Optional[str] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., shard_count: _Optional[int] = ..., main_partitions: _Optional[int] = ..., rq_partitions: _Optional[int] = ..., dlq_partitions: _Optional[int] = ..., secret_digest: _Optional[str] = ..., start_after_seq: _Optional[int] = ...) -> None: ...
+
+class SubscriptionChange(_message.Message):
+    __slots__ = ("name", "action", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    action: SubscriptionAction
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[SubscriptionAction, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SubscriptionReshard(_message.Message):
+    __slots__ = ("name", "shard_count", "main_partitions", "rq_partitions", "dlq_partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAIN_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RQ_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shard_count: int
+    main_partitions: int
+    rq_partitions: int
+    dlq_partitions: int
+    def __init__(self, name: _Optional[str] = ..., shard_count: _Optional[int] = ..., main_partitions: _Optional[int] = ..., rq_partitions: _Optional[int] = ..., dlq_partitions: _Optional[int] = ...) -> None: ...
+
+class SubscriptionOffsetReset(_message.Message):
+    __slots__ = ("name", "queue", "to_seq", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue: SubscriptionQueue
+    to_seq: int
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[_Union[SubscriptionQueue, str]] = ..., to_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

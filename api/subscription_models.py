@@ -1,0 +1,179 @@
+"""Request and response models of webhook subscriptions (`/api/v1/subscriptions`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from partbuild.api.models import MAX_SAFE_INT, JsonInt, NonNegative, Written, _Request
+from partbuild.state.subscriptions import (
+    EVENT_TYPES,
+    MAX_ATTEMPTS,
+    MAX_BACKOFF_MS,
+    MAX_ENDPOINT_CHARS,
+    MAX_FILTER_CHARS,
+    MAX_FILTER_ENTRIES,
+    MAX_TIMEOUT_MS,
+    MIN_TIMEOUT_MS,
+)
+from partbuild.state.topics import MAX_PARTITIONS
+
+SUBSCRIPTION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+OrderingName = Literal["partition_ref", "job_run", "root_want"]
+FormatName = Literal["partbuild", "cloudevents", "openlineage"]
+QueueName = Literal["main", "rq", "dlq"]
+StatusName = Literal["active", "paused", "deleted"]
+EventTypeName = Literal[EVENT_TYPES]  # type: ignore[valid-type]
+FilterText = Annotated[str, Field(min_length=1, max_length=MAX_FILTER_CHARS)]
+Count = Annotated[int, Field(ge=1, le=MAX_PARTITIONS), JsonInt]
+
+
+class SubscriptionFilter(_Request):
+    """Which events a subscription delivers; empty fields do not filter."""
+
+    event_types: list[EventTypeName] = Field(
+        default_factory=list,
+        max_length=MAX_FILTER_ENTRIES,
+        description="Event types; empty: every build event (wants, job runs, taints, observations).",
+    )
+    ref_prefixes: list[FilterText] = Field(default_factory=list, max_length=MAX_FILTER_ENTRIES)
+    ref_patterns: list[FilterText] = Field(
+        default_factory=list, max_length=MAX_FILTER_ENTRIES, description="Shell-style patterns: *, ?, [..]."
+    )
+    job: str = Field("", max_length=MAX_FILTER_CHARS, description="Only job-run events of this job.")
+    root_want: str = Field("", max_length=MAX_FILTER_CHARS, description="Only messages serving this root want.")
+
+
+class RetryPolicy(_Request):
+    """How failed deliveries are retried before they are dead-lettered."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS), JsonInt] = 8
+    backoff_initial_ms: Annotated[int, Field(ge=1, le=MAX_BACKOFF_MS), JsonInt] = 500
+    backoff_max_ms: Annotated[int, Field(ge=1, le=MAX_BACKOFF_MS), JsonInt] = 60_000
+    max_age_ms: Annotated[int, Field(ge=0, le=MAX_SAFE_INT), JsonInt] = 0
+    timeout_ms: Annotated[int, Field(ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS), JsonInt] = 10_000
+
+
+class SubscriptionRequest(_Request):
+    """A new subscription."""
+
+    name: str = Field(pattern=SUBSCRIPTION_NAME_PATTERN, examples=["alerts"])
+    endpoint: str = Field(min_length=1, max_length=MAX_ENDPOINT_CHARS, examples=["https://hooks.example.com/pb"])
+    filter: SubscriptionFilter = Field(default_factory=SubscriptionFilter)
+    ordering: OrderingName = "partition_ref"
+    format: FormatName = "partbuild"
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    shard_count: Count = 1
+    main_partitions: Count = 12
+    rq_partitions: Count = 12
+    dlq_partitions: Count = 12
+    secret: str | None = Field(
+        None,
+        min_length=24,
+        max_length=200,
+        pattern=r"^whsec_[A-Za-z0-9+/=]+$",
+        description="The signing secret (`whsec_` + base64 of 24 to 64 bytes); omitted: one is made and returned once.",
+    )
+    start_after_seq: NonNegative | None = Field(
+        None, description="Deliver the events after this seq (0: the whole log); omitted: only new events."
+    )
+
+
+class ReshardSubscriptionRequest(_Request):
+    """A new shard count, and the partition counts the topics grow to (0: as needed)."""
+
+    shard_count: Count
+    main_partitions: Annotated[int, Field(ge=0, le=MAX_PARTITIONS), JsonInt] = 0
+    rq_partitions: Annotated[int, Field(ge=0, le=MAX_PARTITIONS), JsonInt] = 0
+    dlq_partitions: Annotated[int, Field(ge=0, le=MAX_PARTITIONS), JsonInt] = 0
+
+
+class OffsetResetRequest(_Request):
+    """Move a queue's read offset: to a seq, or to the last event recorded before a time."""
+
+    queue: QueueName = "main"
+    to_seq: NonNegative | None = None
+    to_time_ms: NonNegative | None = Field(None, description="Milliseconds since the epoch.")
+
+
+class DeadLetterRequest(_Request):
+    """Which dead letters to replay or purge: one group's, or all."""
+
+    group: str | None = Field(None, min_length=1, max_length=MAX_FILTER_CHARS)
+
+
+class StorageTopic(BaseModel):
+    partitions: int
+    k: int
+    start_seq: int
+
+
+class CompositeTopic(BaseModel):
+    storage_topics: list[StorageTopic]
+    produce_pointer: int
+
+
+class Subscription(BaseModel):
+    """A subscription: its settings, topics and where its deliveries stand (the secret never shows)."""
+
+    name: str
+    status: StatusName
+    endpoint: str
+    filter: SubscriptionFilter
+    ordering: OrderingName
+    format: FormatName
+    retry: RetryPolicy
+    shard_count: int
+    main_topic: CompositeTopic
+    rq_topic: CompositeTopic
+    dlq_topic: CompositeTopic
+    secret_digest: str
+    created_seq: int
+    start_after_seq: int
+    lag_events: int = Field(description="Events of the log not yet handled by every shard.")
+    lag_seconds: float = Field(description="How long the oldest unhandled event has waited.")
+    rq_messages: int
+    dlq_messages: int
+    delivered: int
+    retried: int
+    dead_lettered: int
+
+
+class SubscriptionList(BaseModel):
+    subscriptions: list[Subscription]
+
+
+class SubscriptionCreated(Written):
+    subscription: Subscription
+    secret: str | None = Field(description="The signing secret made for it: shown this once. Null if you gave one.")
+
+
+class SubscriptionWritten(Written):
+    subscription: Subscription
+
+
+class DeadLetter(BaseModel):
+    """A message in the dead-letter queue."""
+
+    message_id: str
+    group: str
+    seq: int
+    event_type: str | None
+    attempts: int
+    last_status: int
+    last_error: str
+    first_failed_ms: int
+    topic: int
+    partition: int
+    offset: int
+
+
+class DeadLetterList(BaseModel):
+    messages: list[DeadLetter]
+    next_after_seq: int | None = Field(description="Pass as `after_seq` for the next page; null: the last page.")
+
+
+class DeadLettersMoved(BaseModel):
+    subscription: str
+    moved: int
