@@ -108,7 +108,7 @@ class _Request:
             self.headers[name] = value
         elif isinstance(marker, params.Body):
             assert isinstance(value, BaseModel)
-            self.content = value.model_dump_json().encode()
+            self.content = value.model_dump_json(exclude_unset=True).encode()
             self.headers["Content-Type"] = "application/json"
 
 

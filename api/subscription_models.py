@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from partbuild.api.models import MAX_SAFE_INT, JsonInt, NonNegative, Written, _Request
 from partbuild.state.subscriptions import (
@@ -90,11 +91,31 @@ class ReshardSubscriptionRequest(_Request):
 
 
 class OffsetResetRequest(_Request):
-    """Move a queue's read offset: to a seq, or to the last event recorded before a time."""
+    """Move a queue's read offset: to a seq, or to the last event recorded before a time (exactly one)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"oneOf": [{"required": ["to_seq"]}, {"required": ["to_time_ms"]}]},
+    )
 
     queue: QueueName = "main"
-    to_seq: NonNegative | None = None
-    to_time_ms: NonNegative | None = Field(None, description="Milliseconds since the epoch.")
+    # Not nullable: a request names the one it means (the document's oneOf), never both.
+    to_seq: NonNegative | SkipJsonSchema[None] = None
+    to_time_ms: NonNegative | SkipJsonSchema[None] = Field(None, description="Milliseconds since the epoch.")
+
+    @field_validator("to_seq", "to_time_ms", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:  # only a value given is checked: leaving a field out is how it is absent
+            raise ValueError("leave the field out instead of null")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_target(self) -> OffsetResetRequest:
+        if (self.to_seq is None) == (self.to_time_ms is None):
+            raise ValueError("give exactly one of to_seq and to_time_ms")
+        return self
 
 
 class DeadLetterRequest(_Request):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import blake3
 
 from partbuild.api import subscription_models as sm
-from partbuild.api.errors import Conflict, InvalidInput, NotFound
+from partbuild.api.errors import Conflict, NotFound
 from partbuild.api.subscription_view import dead_letter_out, subscription_out
 from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.delivery.shard import layouts, message_id
@@ -161,8 +161,6 @@ class Subscriptions:
     ) -> sm.SubscriptionWritten:
         """Rewind or fast-forward the main topic; fast-forward the RQ or the DLQ."""
         self._known(name)
-        if (request.to_seq is None) == (request.to_time_ms is None):
-            raise InvalidInput("give exactly one of to_seq and to_time_ms")
         to_seq = request.to_seq
         if to_seq is None:
             assert request.to_time_ms is not None

@@ -6,7 +6,8 @@ writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 20
 versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11), `python
 tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11), `python
 tests/golden_log.py shards` writes `tests/data/golden_log_scan_shards.bin` (scans split into shards, scan requests,
-2026-11). Each is written only
+2026-11), `python tests/golden_log.py subscriptions` writes `tests/data/golden_log_subscriptions.bin`
+(webhook subscriptions and their changes, 2026-11). Each is written only
 once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
@@ -29,6 +30,7 @@ GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
 GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
 GOLDEN_SCANS = Path(__file__).parent / "data" / "golden_log_scans.bin"
 GOLDEN_SCAN_SHARDS = Path(__file__).parent / "data" / "golden_log_scan_shards.bin"
+GOLDEN_SUBSCRIPTIONS = Path(__file__).parent / "data" / "golden_log_subscriptions.bin"
 
 
 def golden_events() -> list[pb.Event]:
@@ -258,6 +260,50 @@ def scan_shard_events() -> list[pb.Event]:
     return events
 
 
+def subscription_events() -> list[pb.Event]:
+    """Two subscriptions, pause and resume, a reshard growing the RQ, resets, a delete and a re-create."""
+    events: list[pb.Event] = []
+
+    def add(payload: object) -> None:
+        stamp = 1_798_000_000_000 + len(events)
+        events.append(envelope(payload, source=manual("ann"), timestamp_ms=stamp, event_id=f"s{len(events)}"))  # type: ignore[arg-type]
+
+    retry = pb.RetryPolicy(max_attempts=5, backoff_initial_ms=100, backoff_max_ms=10_000, timeout_ms=2_000)
+
+    def create(name: str, **fields: object) -> pb.SubscriptionCreate:
+        values: dict[str, object] = {
+            "name": name,
+            "endpoint": "https://hooks.example.com/pb",
+            "ordering": "partition_ref",
+            "format": "partbuild",
+            "retry": retry,
+            "shard_count": 2,
+            "main_partitions": 12,
+            "rq_partitions": 12,
+            "dlq_partitions": 12,
+            "secret_digest": "0f" * 16,
+        }
+        values.update(fields)
+        return pb.SubscriptionCreate(**values)  # type: ignore[arg-type]
+
+    flt = pb.SubscriptionFilter(event_types=["job_run_success"], ref_prefixes=["agg/"])
+    add(create("alerts", filter=flt))  # 1
+    add(create("lineage", format="openlineage", ordering="job_run", start_after_seq=0))  # 2
+    add(pb.SubscriptionChange(name="alerts", action=pb.SUBSCRIPTION_ACTION_PAUSE, reason="maintenance"))  # 3
+    add(pb.SubscriptionChange(name="alerts", action=pb.SUBSCRIPTION_ACTION_PAUSE))  # 4: rejected, paused
+    add(pb.SubscriptionChange(name="alerts", action=pb.SUBSCRIPTION_ACTION_RESUME))  # 5
+    add(pb.SubscriptionReshard(name="alerts", shard_count=8))  # 6: 8 does not divide 12: rejected
+    add(pb.SubscriptionReshard(name="alerts", shard_count=8, main_partitions=24))  # 7: RQ and DLQ grow to 16
+    add(pb.SubscriptionOffsetReset(name="alerts", queue=pb.SUBSCRIPTION_QUEUE_MAIN, to_seq=1))  # 8: rewind
+    add(pb.SubscriptionOffsetReset(name="alerts", queue=pb.SUBSCRIPTION_QUEUE_RQ, to_seq=7))  # 9
+    add(pb.SubscriptionOffsetReset(name="alerts", queue=pb.SUBSCRIPTION_QUEUE_RQ, to_seq=3))  # 10: rejected
+    add(create("alerts"))  # 11: rejected, exists
+    add(pb.SubscriptionChange(name="lineage", action=pb.SUBSCRIPTION_ACTION_DELETE))  # 12
+    add(create("lineage", shard_count=3))  # 13: a new incarnation of the name
+    add(create("bad name!"))  # 14: rejected
+    return events
+
+
 def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
     with path.open("wb") as out:
         for event in golden_events() if events is None else events:
@@ -289,5 +335,7 @@ if __name__ == "__main__":
         write(GOLDEN_SCANS, scan_events())
     elif sys.argv[1:] == ["shards"]:
         write(GOLDEN_SCAN_SHARDS, scan_shard_events())
+    elif sys.argv[1:] == ["subscriptions"]:
+        write(GOLDEN_SUBSCRIPTIONS, subscription_events())
     else:
         write()

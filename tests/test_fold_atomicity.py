@@ -37,6 +37,7 @@ from partbuild.state.events import manual
 from partbuild.state.fold import buckets, instances, job_runs, wants
 from partbuild.state.fold import group as group_fold
 from partbuild.state.fold import sources as sources_fold
+from partbuild.state.fold import subscriptions as subscriptions_fold
 from partbuild.state.group import share_step
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
@@ -69,7 +70,26 @@ def rich_story() -> Story:
     step(s, "a")
     step(s, "b")
     assert group_of(s).owners == {1: "a", 2: "a", 3: "b", 4: "b"} and group_of(s).states["a"].share
+    s.ok(subscription("hooks"))
     return s
+
+
+def subscription(name: str, **fields: Any) -> pb.SubscriptionCreate:
+    """A valid subscription (12 partitions everywhere, 2 shards), with `fields` changed."""
+    values: dict[str, Any] = {
+        "name": name,
+        "endpoint": "http://127.0.0.1:9/hook",
+        "ordering": "partition_ref",
+        "format": "partbuild",
+        "retry": pb.RetryPolicy(max_attempts=3, backoff_initial_ms=10, backoff_max_ms=100, timeout_ms=1000),
+        "shard_count": 2,
+        "main_partitions": 12,
+        "rq_partitions": 12,
+        "dlq_partitions": 12,
+        "secret_digest": "ab" * 16,
+    }
+    values.update(fields)
+    return pb.SubscriptionCreate(**values)
 
 
 def not_owner(s: Story, ref: str) -> pb.DecisionFence:
@@ -158,6 +178,22 @@ CASES = [
         (sources_fold, "_bounds_problem"),
     ),
     Case("source_scan_request", lambda s: pb.SourceScanRequest(source="raw"), (sources_fold, "id_problem")),
+    Case("subscription_create", lambda s: subscription("more"), (subscriptions_fold, "shard_count_problem")),
+    Case(
+        "subscription_change",
+        lambda s: pb.SubscriptionChange(name="hooks", action=pb.SUBSCRIPTION_ACTION_PAUSE),
+        (subscriptions_fold, "_existing"),
+    ),
+    Case(
+        "subscription_reshard",
+        lambda s: pb.SubscriptionReshard(name="hooks", shard_count=4, rq_partitions=24),
+        (subscriptions_fold, "_grown"),
+    ),
+    Case(
+        "subscription_offset_reset",
+        lambda s: pb.SubscriptionOffsetReset(name="hooks", queue=pb.SUBSCRIPTION_QUEUE_MAIN, to_seq=1),
+        (subscriptions_fold, "_existing"),
+    ),
 ]
 
 
@@ -297,6 +333,18 @@ INVALID: list[tuple[str, Build, str]] = [
         "must begin at the start of shard 0",
     ),
     ("source_scan_request", lambda s: pb.SourceScanRequest(source="r" * 300), "longer than 256"),
+    ("subscription_create", lambda s: subscription("more", shard_count=5), "5 shards cannot split 12"),
+    (
+        "subscription_change",
+        lambda s: pb.SubscriptionChange(name="hooks", action=pb.SUBSCRIPTION_ACTION_RESUME),
+        "is active",
+    ),
+    ("subscription_reshard", lambda s: pb.SubscriptionReshard(name="hooks", shard_count=4, rq_partitions=18), "18"),
+    (
+        "subscription_offset_reset",
+        lambda s: pb.SubscriptionOffsetReset(name="hooks", queue=pb.SUBSCRIPTION_QUEUE_RQ, to_seq=10**6),
+        "to_seq is 0 to",
+    ),
     # Fenced decisions by a member that does not own the bucket: refused once everything else was resolved.
     (
         "job_run_buffer",

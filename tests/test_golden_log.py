@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from golden_log import GOLDEN, GOLDEN_BUCKETS, GOLDEN_GROUP, GOLDEN_SCAN_SHARDS, GOLDEN_SCANS, GOLDEN_VERSIONS, read
+from golden_log import (
+    GOLDEN,
+    GOLDEN_BUCKETS,
+    GOLDEN_GROUP,
+    GOLDEN_SCAN_SHARDS,
+    GOLDEN_SCANS,
+    GOLDEN_SUBSCRIPTIONS,
+    GOLDEN_VERSIONS,
+    read,
+)
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.build_state import BuildState
@@ -177,3 +186,32 @@ def test_the_scan_shards_golden_log_replays_with_exactly_its_rejections() -> Non
     bounds = [(shard.start, shard.end, shard.bytes, shard.split_hint) for shard in scan.last_pass_shards]
     assert bounds == [(b"", b"d=4/", 40, b"d=2/"), (b"d=4/", b"d=7/", 20, b"d=5/"), (b"d=7/", b"", 40, b"d=9/")]
     assert (scan.items_total, scan.partitions_total, scan.last_pass_done_ms) == (10, 3, 1_797_000_000_008)
+
+
+def test_the_subscriptions_golden_log_replays_with_exactly_its_rejections() -> None:
+    """Subscriptions made, paused, resumed, resharded (the RQ and DLQ grow), reset, deleted and made again."""
+    state = replayed(read(GOLDEN_SUBSCRIPTIONS))
+    assert [r.seq for r in state.rejections] == [4, 6, 8, 10, 11, 14]
+    assert "do not divide: change the shard count first" in state.rejections[2].reason  # a rewind across topic 0
+    alerts = state.subscriptions["alerts"]
+    assert (alerts.status, alerts.shard_count, alerts.event_types, alerts.ref_prefixes) == (
+        "active",
+        8,
+        ("job_run_success",),
+        ("agg/",),
+    )
+    main = [(t.partitions, t.k, t.start_seq) for t in alerts.main.storage_topics]
+    assert (main, alerts.main.produce_pointer) == ([(12, 1, 2), (24, 2, 8)], 1)
+    assert (
+        [(t.partitions, t.k) for t in alerts.rq.storage_topics]
+        == [(12, 1), (16, 1)]
+        == [(t.partitions, t.k) for t in alerts.dlq.storage_topics]
+    )
+    assert (alerts.resets, alerts.rq_floor) == (((9, "rq", 7),), 7)
+    lineage = state.subscriptions["lineage"]
+    assert (lineage.key, lineage.shard_count, lineage.start_after_seq, lineage.format) == (
+        "lineage@13",
+        3,
+        13,
+        "partbuild",
+    )

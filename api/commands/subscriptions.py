@@ -220,7 +220,8 @@ def reset_command(
 ) -> None:
     """Rewind or fast-forward NAME's main topic; fast-forward its RQ or DLQ."""
     to_time_ms = int(to_time.timestamp() * 1000) if to_time is not None else None
-    request = sm.OffsetResetRequest(queue=queue, to_seq=to_seq, to_time_ms=to_time_ms)  # type: ignore[arg-type]
+    target = {"to_seq": to_seq} if to_seq is not None else {"to_time_ms": to_time_ms} if to_time_ms is not None else {}
+    request = sm.OffsetResetRequest(queue=queue, **target)  # type: ignore[arg-type]
     with connect(target) as client:
         written = client.reset_subscription_offset(name, request, user)
     render.emit(written, as_json, lambda: f"subscription {name}: {queue} reset at seq {written.seq}")
