@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from partbuild.api.subscription_view import subscription_out
 from partbuild.state.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
 from partbuild.state.live import LiveState
@@ -30,6 +31,7 @@ class Metrics:
         self.registry.register(_StateCollector(live))
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
+        self.registry.register(_SubscriptionCollector(live))
 
 
 class _StateCollector(Collector):
@@ -141,3 +143,42 @@ class _SourceCollector(Collector):
                 passes.add_metric([name], scan.passes_done)
                 number.add_metric([name], scan.pass_number)
         yield from (items, found, errors, passes, number)
+
+
+class _SubscriptionCollector(Collector):
+    """Webhook deliveries of each subscription, read from the database rows every delivering process shares."""
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        label = ["subscription"]
+        delivered = CounterMetricFamily("partbuild_subscription_delivered", "Messages delivered (2xx)", labels=label)
+        retried = CounterMetricFamily(
+            "partbuild_subscription_retried",
+            "Failed deliveries that went to (or stayed in) the retry queue",
+            labels=label,
+        )
+        dead = CounterMetricFamily(
+            "partbuild_subscription_dead_lettered", "Messages moved to the dead-letter queue", labels=label
+        )
+        lag = GaugeMetricFamily("partbuild_subscription_lag_events", "Log events not yet handled", labels=label)
+        lag_s = GaugeMetricFamily(
+            "partbuild_subscription_lag_seconds", "How long the oldest unhandled event has waited", labels=label
+        )
+        queued = GaugeMetricFamily(
+            "partbuild_subscription_queued", "Messages waiting in the RQ or the DLQ", labels=["subscription", "queue"]
+        )
+        with self.live.read() as state:
+            subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
+            head = state.head_seq
+        for sub in sorted(subs, key=lambda s: s.name):
+            shown = subscription_out(sub, self.live.log, head)
+            delivered.add_metric([sub.name], shown.delivered)
+            retried.add_metric([sub.name], shown.retried)
+            dead.add_metric([sub.name], shown.dead_lettered)
+            lag.add_metric([sub.name], shown.lag_events)
+            lag_s.add_metric([sub.name], shown.lag_seconds)
+            queued.add_metric([sub.name, "rq"], shown.rq_messages)
+            queued.add_metric([sub.name, "dlq"], shown.dlq_messages)
+        yield from (delivered, retried, dead, lag, lag_s, queued)
