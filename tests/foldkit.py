@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -83,3 +85,21 @@ class Story:
 
     def wstate(self, want_id: str) -> WantState:
         return self.state.wants[want_id].state
+
+
+def subscription(name: str = "hooks", **fields: Any) -> pb.SubscriptionCreate:
+    """A valid SubscriptionCreate (12 partitions everywhere, 2 shards), with `fields` changed."""
+    values: dict[str, Any] = {
+        "name": name,
+        "endpoint": "https://hooks.example.com/pb",
+        "ordering": "partition_ref",
+        "format": "partbuild",
+        "retry": pb.RetryPolicy(max_attempts=3, backoff_initial_ms=10, backoff_max_ms=100, timeout_ms=1000),
+        "shard_count": 2,
+        "main_partitions": 12,
+        "rq_partitions": 12,
+        "dlq_partitions": 12,
+        "secret_digest": "ab" * 16,
+    }
+    values.update(fields)
+    return pb.SubscriptionCreate(**values)

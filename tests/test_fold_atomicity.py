@@ -42,7 +42,7 @@ from partbuild.state.group import share_step
 from partbuild.state.model import InstanceState, JobRunState, WantState
 from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
 
-from foldkit import Story
+from foldkit import Story, subscription
 from groupkit import NAMESPACE, epoch, fenced, group_of, message, start, step, with_state
 
 
@@ -72,24 +72,6 @@ def rich_story() -> Story:
     assert group_of(s).owners == {1: "a", 2: "a", 3: "b", 4: "b"} and group_of(s).states["a"].share
     s.ok(subscription("hooks"))
     return s
-
-
-def subscription(name: str, **fields: Any) -> pb.SubscriptionCreate:
-    """A valid subscription (12 partitions everywhere, 2 shards), with `fields` changed."""
-    values: dict[str, Any] = {
-        "name": name,
-        "endpoint": "http://127.0.0.1:9/hook",
-        "ordering": "partition_ref",
-        "format": "partbuild",
-        "retry": pb.RetryPolicy(max_attempts=3, backoff_initial_ms=10, backoff_max_ms=100, timeout_ms=1000),
-        "shard_count": 2,
-        "main_partitions": 12,
-        "rq_partitions": 12,
-        "dlq_partitions": 12,
-        "secret_digest": "ab" * 16,
-    }
-    values.update(fields)
-    return pb.SubscriptionCreate(**values)
 
 
 def not_owner(s: Story, ref: str) -> pb.DecisionFence:

@@ -12,23 +12,7 @@ from partbuild.state.digest import state_digest
 from partbuild.state.snapshot import decode_state, encode_state
 
 from foldkit import Story
-
-
-def create(name: str = "hooks", **fields: Any) -> pb.SubscriptionCreate:
-    values: dict[str, Any] = {
-        "name": name,
-        "endpoint": "https://hooks.example.com/pb",
-        "ordering": "partition_ref",
-        "format": "partbuild",
-        "retry": pb.RetryPolicy(max_attempts=3, backoff_initial_ms=10, backoff_max_ms=100, timeout_ms=1000),
-        "shard_count": 2,
-        "main_partitions": 12,
-        "rq_partitions": 12,
-        "dlq_partitions": 12,
-        "secret_digest": "ab" * 16,
-    }
-    values.update(fields)
-    return pb.SubscriptionCreate(**values)
+from foldkit import subscription as create
 
 
 @pytest.mark.parametrize(
