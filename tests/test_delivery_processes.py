@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import pytest
-from receiverkit import Answer, Received, Receiver
+from receiverkit import Answer, Received, Receiver, failing_groups
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import envelope, manual
@@ -279,3 +279,49 @@ def test_a_deliver_process_killed_mid_step_loses_nothing_and_repeats_only_its_st
     duplicates = assert_duplicates_were_in_flight(delivered, done, restart)
     assert duplicates, "the kill landed between steps: nothing was in flight"
     print(f"{len(expected)} messages, {len(duplicates)} delivered twice (the killed step's)")
+
+
+# ----------------------------------------------------------------- 2. resharding across processes
+
+FAILING = {"tbl/1", "tbl/4", "tbl/6"}  # groups the receiver refuses (500) until it recovers
+
+
+def rq_size(db: str, sub: dict[str, Any]) -> int:
+    """Messages in the subscription's RQ, read in this process (a CLI call costs seconds)."""
+    with EventLog.open(db) as log:
+        return log.deliveries.counts(f"{sub['name']}@{sub['created_seq']}")["rq"]
+
+
+def reshard(db: str, name: str, shards: int, receiver: Receiver) -> None:
+    """`partbuild subscriptions reshard NAME --shards N`, then let a few messages through the new layout."""
+    out = cli(db, "subscriptions", "reshard", name, "--shards", str(shards))
+    assert f"subscription {name}: {shards} shard(s)" in out
+    before = len(receiver.delivered())
+    receiver.wait_for(lambda got: len(got) >= before + 5, STEP_TIMEOUT_S)
+
+
+def test_two_processes_keep_order_and_lose_nothing_while_the_shard_count_goes_2_4_1(db: str, tmp_path: Path) -> None:
+    options = ("--shards", "2", "--max-attempts", "100", "--backoff-ms", "50", "--backoff-max-ms", "200")
+    with Receiver(SECRET, rule=failing_groups(FAILING)) as receiver, processes(tmp_path) as procs:
+        sub = create(db, "moving", receiver.url, *options)
+        procs["part0"] = start_deliver(db, tmp_path, "part0", "--shards", "0/2")
+        procs["part1"] = start_deliver(db, tmp_path, "part1", "--shards", "1/2")
+        with Appender(db, count=500, every_s=0.03) as appender:
+            wait_until("messages in the RQ", lambda: rq_size(db, sub) > 0, procs, tmp_path)
+            reshard(db, "moving", 4, receiver)
+            assert rq_size(db, sub) > 0  # the failing groups wait through the reshard
+            reshard(db, "moving", 1, receiver)
+            receiver.set_rule(None)  # the failing groups recover
+            streaming = appender.appended < appender.count
+        assert streaming, "the stream ended before the receiver recovered"
+        expected = expected_messages(db, sub["created_seq"])
+        wait_all_delivered(receiver, expected)
+        final = wait_drained(db, "moving", procs, tmp_path)
+        assert_running(procs, tmp_path)
+    delivered = receiver.delivered()
+    assert delivered_messages(delivered) == expected
+    assert receiver.order_violations() == []
+    assert final["shard_count"] == 1 and final["retried"] > 0 and final["dead_lettered"] == 0
+    refused = {r.group for r in receiver.received if r.answered == 500}
+    assert refused == FAILING
+    print(f"{len(expected)} messages, {len(delivered)} deliveries, {final['retried']} retries")
