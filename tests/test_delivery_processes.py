@@ -325,3 +325,68 @@ def test_two_processes_keep_order_and_lose_nothing_while_the_shard_count_goes_2_
     refused = {r.group for r in receiver.received if r.answered == 500}
     assert refused == FAILING
     print(f"{len(expected)} messages, {len(delivered)} deliveries, {final['retried']} retries")
+
+
+# ----------------------------------------------------------------- 3. the CLI
+
+
+def one_line_error(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("partbuild: error: "), text
+    return lines[0]
+
+
+def test_bad_input_exits_2_with_one_line(db: str, tmp_path: Path) -> None:
+    create(db, "hooks", "http://127.0.0.1:9/hook")  # 12 partitions
+    refused = one_line_error(cli(db, "subscriptions", "reshard", "hooks", "--shards", "5", code=2))
+    assert "5 shards cannot split 12 partitions evenly" in refused  # the fold's reason
+    assert "no subscription 'nope'" in one_line_error(cli(db, "subscriptions", "show", "nope", code=2))
+    assert "no subscription 'nope'" in one_line_error(cli(db, "subscriptions", "replay", "nope", code=2))
+    assert "--shards 'x'" in one_line_error(cli(db, "deliver", "--shards", "x", code=2))
+    assert show(db, "hooks")["shard_count"] == 1
+
+
+def append_wants(db: str, refs: list[str], count: int, first: int = 0) -> None:
+    """`count` wants of all of `refs`: one message per ref each."""
+    with EventLog.open(db) as log:
+        for n in range(first, first + count):
+            want = pb.WantCreate(want_id=f"want-{n}", partition_refs=refs)
+            log.append([envelope(want, source=manual("delivery-tests"))])
+
+
+def dead_letters(db: str, name: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(cli(db, "subscriptions", "dlq", name, "--json"))["messages"]
+    return found
+
+
+def seqs_of(got: list[Received], group: str) -> list[int]:
+    return [r.seq for r in got if r.group == group and r.seq is not None]
+
+
+def test_dead_letters_are_listed_replayed_in_order_and_purged_from_the_cli(db: str, tmp_path: Path) -> None:
+    refs = ["dl/replayed", "dl/purged", "ok/flowing"]
+    with Receiver(SECRET, rule=failing_groups(set(refs[:2]), 400)) as receiver, processes(tmp_path) as procs:
+        sub = create(db, "dead", receiver.url)
+        procs["deliver"] = start_deliver(db, tmp_path, "deliver")
+        append_wants(db, refs, 4)
+        receiver.wait_for(lambda got: len(seqs_of(got, "ok/flowing")) == 4, STEP_TIMEOUT_S)
+        wait_until("8 dead letters", lambda: show(db, "dead")["dlq_messages"] == 8, procs, tmp_path)
+        listed = dead_letters(db, "dead")
+        for group in refs[:2]:
+            mine = [dl for dl in listed if dl["group"] == group]
+            assert [dl["seq"] for dl in mine] == sorted(dl["seq"] for dl in mine) and len(mine) == 4
+            assert (mine[0]["attempts"], mine[0]["last_status"]) == (1, 400)  # the rest waited behind it
+        assert {dl["event_type"] for dl in listed} == {"want_create"}
+        receiver.set_rule(None)
+        replayed = json.loads(cli(db, "subscriptions", "replay", "dead", "--group", "dl/replayed", "--json"))
+        assert replayed == {"subscription": "dead", "moved": 4}
+        got = receiver.wait_for(lambda got: len(seqs_of(got, "dl/replayed")) == 4, STEP_TIMEOUT_S)
+        assert seqs_of(got, "dl/replayed") == [dl["seq"] for dl in listed if dl["group"] == "dl/replayed"]
+        purged = json.loads(cli(db, "subscriptions", "purge", "dead", "--json"))
+        assert purged == {"subscription": "dead", "moved": 4}
+        assert dead_letters(db, "dead") == []
+        append_wants(db, refs, 1, first=4)  # the purged group flows again
+        got = receiver.wait_for(lambda got: len(seqs_of(got, "dl/purged")) == 1, STEP_TIMEOUT_S)
+        wait_drained(db, "dead", procs, tmp_path)
+    assert seqs_of(got, "dl/purged") == [max(seq for seq, _ in expected_messages(db, sub["created_seq"]))]
+    assert receiver.order_violations() == []
