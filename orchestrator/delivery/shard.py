@@ -136,12 +136,14 @@ class ShardStep:
     async def run(self, control: Control) -> bool:
         sub = self.sub
         self.commit = commit = Commit(sub.key, control.applied_seq)
+        # Offsets before waiting groups: a commit landing in between then makes this step see a group
+        # waiting with offsets still before its queued message, never offsets past it with the group free.
+        main = self._read_main(control)
         waiting = {
             key: queue
             for key, (queue, group_hash) in self.store.waiting_groups(sub.key).items()
             if owns_group(sub, self.shard_id, group_hash)
         }
-        main = self._read_main(control)
         retries = [key for key, queue in waiting.items() if queue == "rq"]
         await asyncio.gather(self._deliver_main(main, waiting), self._retry(retries))
         if commit.empty():
