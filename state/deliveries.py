@@ -246,7 +246,8 @@ class DeliveryStore:
                 statement = self._insert(delivery_offsets).values(
                     subscription=commit.subscription, topic=topic, partition=partition, seq=new
                 )
-                moved = conn.execute(statement.on_conflict_do_nothing()).rowcount
+                # RETURNING, not rowcount: SQLAlchemy's psycopg dialect reports -1 for an INSERT's rowcount.
+                moved = len(conn.execute(statement.on_conflict_do_nothing().returning(c.seq)).all())
             else:
                 moved = conn.execute(sa.update(delivery_offsets).where(*where, c.seq == old).values(seq=new)).rowcount
             if moved != 1:
