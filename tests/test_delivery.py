@@ -1,0 +1,251 @@
+"""Webhook delivery end to end, in process: a real log (SQLite and PostgreSQL), a real HTTP receiver.
+
+Each test runs a `Deliverer` over a live state and points subscriptions at a
+`receiverkit.Receiver` that answers on a schedule; it then checks what arrived:
+at-least-once, per-group order, signatures, stable webhook ids, the RQ and DLQ,
+pause/resume/delete, offset resets, payload formats and resharding.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+
+from partbuild.api import models as m
+from partbuild.api import subscription_models as sm
+from partbuild.api.errors import Conflict
+from partbuild.api.service import Service
+from partbuild.api.subscriptions_service import new_secret
+from partbuild.api.webhook_payloads import render
+from partbuild.orchestrator.delivery.deliverer import Deliverer
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.events import envelope, from_job_run
+from partbuild.state.live import LiveState
+from partbuild.state.store import EventLog
+
+from receiverkit import Answer, Receiver, Received, Rule, always, by_group
+
+WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
+FAST_RETRY = sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
+Key = tuple[str, int]  # (group, event seq): one message of one subscription
+
+
+class Rig:
+    """A log, its live state and service, a webhook receiver and a running deliverer."""
+
+    def __init__(self, log: EventLog, receiver: Receiver, secret: str) -> None:
+        self.log, self.receiver, self.secret = log, receiver, secret
+        self.live = LiveState(log)
+        self.svc = Service(log, live=self.live)
+        self.deliverer = Deliverer(self.live, render)
+
+    def subscribe(self, name: str, **fields: Any) -> sm.Subscription:
+        """A subscription to the receiver, with fast retries unless `retry` is given."""
+        fields.setdefault("retry", FAST_RETRY)
+        request = sm.SubscriptionRequest(name=name, endpoint=self.receiver.url, secret=self.secret, **fields)
+        return self.svc.create_subscription(request).subscription
+
+    def want(self, *refs: str, want_id: str | None = None) -> int:
+        """Ask for `refs`; the seq of the want_create."""
+        return self.svc.create_want(m.WantRequest(refs=list(refs), want_id=want_id)).seq
+
+    def append(self, payload: Message, source: pb.EventSource | None = None) -> int:
+        """Append one raw event the fold must accept; its seq."""
+        seq = self.log.append([envelope(payload, source=source)]).first_seq
+        self.live.catch_up()
+        assert all(r.seq != seq for r in self.live.state.rejections), self.live.state.rejections[-1]
+        return seq
+
+    def run(self, run_id: str, label: str, *refs: str, fail: bool = False) -> tuple[int, int]:
+        """Buffer a job run for `refs`, then end it; the seqs of both events."""
+        uuids = [self.live.state.canonical[ref] for ref in refs]
+        start = self.append(pb.JobRunBuffer(job_run_id=run_id, job_label=label, instance_uuids=uuids))
+        if fail:
+            end = pb.JobRunFailure(job_run_id=run_id, error_class=pb.ERROR_CLASS_PERMANENT, message="boom")
+            return start, self.append(end)
+        return start, self.append(pb.JobRunSuccess(job_run_id=run_id))
+
+    def key(self, name: str) -> str:
+        return self.live.state.subscriptions[name].key
+
+    def settled(self, name: str) -> sm.Subscription:
+        """The subscription once every shard is at the head and its RQ is empty (wait for it)."""
+        deadline = time.monotonic() + WAIT_S
+        while (sub := self.svc.get_subscription(name)).lag_events or sub.rq_messages:
+            assert time.monotonic() < deadline, f"{name}: lag {sub.lag_events} events, {sub.rq_messages} in the RQ"
+            time.sleep(0.02)
+        # Read again: one answer reads the counters before the queue sizes, in separate statements.
+        return self.svc.get_subscription(name)
+
+
+@contextmanager
+def rig(db_url: str, rule: Rule | None = None) -> Iterator[Rig]:
+    """A running `Rig` on `db_url`, torn down in order: deliverer, receiver, log."""
+    secret = new_secret()
+    with EventLog.open(db_url, auto_upgrade=True) as log, Receiver(secret, rule=rule) as receiver:
+        r = Rig(log, receiver, secret)
+        r.deliverer.start()
+        try:
+            yield r
+        finally:
+            r.deliverer.stop()
+
+
+@pytest.fixture
+def env(db_url: str) -> Iterator[Rig]:
+    with rig(db_url) as r:
+        yield r
+
+
+# ----------------------------------------------------------------- receiver helpers
+
+
+def group_answers(group: str, answers: Sequence[Answer]) -> Rule:
+    """The k-th arrival of any message of `group` gets answers[k], later ones 200; other groups 200."""
+    arrivals: Counter[str] = Counter()
+
+    def rule(got: str, before: int) -> Answer:
+        if got != group:
+            return Answer()
+        k = arrivals[got]
+        arrivals[got] += 1
+        return answers[k] if k < len(answers) else Answer()
+
+    return rule
+
+
+def body(r: Received) -> dict[str, Any]:
+    return json.loads(r.body)
+
+
+def keys(got: Sequence[Received], subscription: str | None = None) -> set[Key]:
+    """The (group, seq) of requests, of one subscription's with `subscription`."""
+    return {(r.group, body(r)["seq"]) for r in got if subscription is None or body(r)["subscription"] == subscription}
+
+
+def first_arrival(got: Sequence[Received], key: Key) -> Received:
+    return next(r for r in got if (r.group, r.seq) == key)
+
+
+def wait_keys(receiver: Receiver, expected: set[Key], subscription: str | None = None) -> list[Received]:
+    """Wait until every expected message was delivered (2xx) at least once."""
+    return receiver.wait_for(lambda got: expected <= keys(got, subscription), WAIT_S)
+
+
+def messages(seq: int, *refs: str) -> set[Key]:
+    return {(ref, seq) for ref in refs}
+
+
+def assert_sound(receiver: Receiver) -> None:
+    """Order per group, valid signatures, and one webhook-id per (group, seq) and vice versa."""
+    assert receiver.order_violations() == []
+    received = receiver.received
+    assert received and all(r.signature_ok for r in received)
+    by_id: dict[str, set[tuple[str, Any]]] = defaultdict(set)
+    for r in received:
+        by_id[r.message_id].add((r.group, r.seq))
+    assert all(len(found) == 1 for found in by_id.values()), by_id
+    assert len({next(iter(found)) for found in by_id.values()}) == len(by_id)
+
+
+# ----------------------------------------------------------------- 1. at-least-once, order, signatures, ids
+
+
+def test_every_matching_event_delivered_in_group_order_signed(env: Rig) -> None:
+    """Flaky first arrivals for a couple of groups; every message still arrives, in order, signed."""
+    env.receiver.set_rule(by_group({"a/1": group_answers("a/1", [Answer(503)] * 2)}, always(200)))
+    env.subscribe("all", shard_count=2)
+    expected: set[Key] = set()
+    for i in range(6):
+        refs = (f"a/{i % 3}", f"b/{i % 2}")
+        expected |= messages(env.want(*refs), *refs)
+    got = wait_keys(env.receiver, expected)
+    assert keys(got) == expected
+    assert_sound(env.receiver)
+    retried = [r for r in env.receiver.received if r.answered == 503]
+    assert len(retried) == 2
+    # the retries of one message carried its webhook-id, and the success too
+    failed_id = retried[0].message_id
+    assert {r.message_id for r in env.receiver.received if r.group == "a/1" and r.seq == retried[0].seq} == {
+        failed_id
+    }
+    sub = env.settled("all")
+    assert (sub.delivered, sub.retried, sub.dead_lettered) == (len(expected), 2, 0)
+
+
+# ----------------------------------------------------------------- 2. retries
+
+
+def test_retryable_failures_hold_the_group_while_others_flow(env: Rig) -> None:
+    """500, 500, 429 + Retry-After: 1, then 200: the group waits behind its head; other groups do not."""
+    statuses = [Answer(500), Answer(500), Answer(429, retry_after="1")]
+    env.receiver.set_rule(group_answers("slow/0", statuses))
+    env.subscribe("retry", retry=sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=60))
+    head = env.want("slow/0")
+    env.receiver.wait_for(lambda got: any(r.answered == 500 for r in env.receiver.received), WAIT_S)
+    behind = env.want("slow/0")
+    others = messages(env.want("fast/0"), "fast/0") | messages(env.want("fast/1", "fast/2"), "fast/1", "fast/2")
+    got = wait_keys(env.receiver, others | messages(head, "slow/0") | messages(behind, "slow/0"))
+    head_delivered = first_arrival(got, ("slow/0", head))
+    assert first_arrival(got, ("slow/0", behind)).at > head_delivered.at
+    # the others arrived while the head was still waiting out its Retry-After
+    assert all(first_arrival(got, key).at < head_delivered.at for key in others)
+    arrivals = [r for r in env.receiver.received if r.group == "slow/0" and r.seq == head]
+    assert [r.answered for r in arrivals] == [500, 500, 429, 200]
+    assert arrivals[3].at - arrivals[2].at >= 0.95  # Retry-After honoured over the 60 ms backoff cap
+    assert len({r.message_id for r in arrivals}) == 1
+    assert_sound(env.receiver)
+    sub = env.settled("retry")
+    assert (sub.retried, sub.dead_lettered, sub.delivered) == (3, 0, 5)
+
+
+# ----------------------------------------------------------------- 3. permanent failures, replay, purge
+
+
+def dead_letters(env: Rig, name: str, count: int) -> list[sm.DeadLetter]:
+    """Wait until the DLQ holds `count` messages; them."""
+    deadline = time.monotonic() + WAIT_S
+    while len(found := env.svc.list_dead_letters(name).messages) != count:
+        assert time.monotonic() < deadline, f"DLQ of {name}: {found}"
+        time.sleep(0.02)
+    return found
+
+
+def test_permanent_failure_dead_letters_the_group_then_replay_and_purge(env: Rig) -> None:
+    env.receiver.set_rule(by_group({"bad/0": always(400)}, always(200)))
+    env.subscribe("perm")
+    bad = [env.want("bad/0")]
+    good = messages(env.want("good/0"), "good/0")
+    bad.append(env.want("bad/0", "good/1"))
+    good |= messages(bad[-1], "good/1")
+    wait_keys(env.receiver, good)
+    letters = dead_letters(env, "perm", 2)
+    assert [(d.group, d.seq) for d in letters] == [("bad/0", seq) for seq in bad]
+    assert (letters[0].attempts, letters[0].last_status) == (1, 400)
+    assert letters[1].attempts == 0  # never sent: it waited behind the head
+    assert [r.seq for r in env.receiver.received if r.group == "bad/0"] == [bad[0]]
+    sub = env.settled("perm")
+    assert (sub.dead_lettered, sub.dlq_messages, sub.retried) == (1, 2, 0)
+
+    env.receiver.set_rule(None)
+    assert env.svc.replay_dead_letters("perm", sm.DeadLetterRequest(group="bad/0")).moved == 2
+    got = wait_keys(env.receiver, messages(bad[0], "bad/0") | messages(bad[1], "bad/0"))
+    assert [r.seq for r in got if r.group == "bad/0"] == bad
+    assert env.settled("perm").dlq_messages == 0
+
+    env.receiver.set_rule(by_group({"bad/0": always(400)}, always(200)))
+    purged = [env.want("bad/0"), env.want("bad/0")]
+    dead_letters(env, "perm", 2)
+    assert env.svc.purge_dead_letters("perm", sm.DeadLetterRequest()).moved == 2
+    env.receiver.set_rule(None)
+    after = env.want("bad/0")
+    got = wait_keys(env.receiver, messages(after, "bad/0"))
+    assert not {("bad/0", seq) for seq in purged} & keys(got)
+    assert_sound(env.receiver)
