@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from google.protobuf.message import Message
+from receiverkit import Answer, Received, Receiver, Rule, always, by_group
 
 from partbuild.api import models as m
 from partbuild.api import subscription_models as sm
-from partbuild.api.errors import Conflict
 from partbuild.api.service import Service
 from partbuild.api.subscriptions_service import new_secret
 from partbuild.api.webhook_payloads import render
@@ -29,8 +29,6 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import envelope, from_job_run
 from partbuild.state.live import LiveState
 from partbuild.state.store import EventLog
-
-from receiverkit import Answer, Receiver, Received, Rule, always, by_group
 
 WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
 FAST_RETRY = sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
@@ -144,13 +142,14 @@ def messages(seq: int, *refs: str) -> set[Key]:
 
 
 def assert_sound(receiver: Receiver) -> None:
-    """Order per group, valid signatures, and one webhook-id per (group, seq) and vice versa."""
+    """Order per group, valid signatures, one webhook-id per (subscription, group, seq) and vice versa."""
     assert receiver.order_violations() == []
     received = receiver.received
     assert received and all(r.signature_ok for r in received)
-    by_id: dict[str, set[tuple[str, Any]]] = defaultdict(set)
+    by_id: dict[str, set[tuple[str, str, Any]]] = defaultdict(set)
     for r in received:
-        by_id[r.message_id].add((r.group, r.seq))
+        subscription = r.message_id.split("_")[1]  # pb_<created seq>_<seq>_<group digest>
+        by_id[r.message_id].add((subscription, r.group, r.seq))
     assert all(len(found) == 1 for found in by_id.values()), by_id
     assert len({next(iter(found)) for found in by_id.values()}) == len(by_id)
 
@@ -173,9 +172,7 @@ def test_every_matching_event_delivered_in_group_order_signed(env: Rig) -> None:
     assert len(retried) == 2
     # the retries of one message carried its webhook-id, and the success too
     failed_id = retried[0].message_id
-    assert {r.message_id for r in env.receiver.received if r.group == "a/1" and r.seq == retried[0].seq} == {
-        failed_id
-    }
+    assert {r.message_id for r in env.receiver.received if r.group == "a/1" and r.seq == retried[0].seq} == {failed_id}
     sub = env.settled("all")
     assert (sub.delivered, sub.retried, sub.dead_lettered) == (len(expected), 2, 0)
 
@@ -248,4 +245,81 @@ def test_permanent_failure_dead_letters_the_group_then_replay_and_purge(env: Rig
     after = env.want("bad/0")
     got = wait_keys(env.receiver, messages(after, "bad/0"))
     assert not {("bad/0", seq) for seq in purged} & keys(got)
+    assert_sound(env.receiver)
+
+
+# ----------------------------------------------------------------- 4. attempts exhausted, timeouts
+
+
+def test_exhausted_attempts_dead_letter_and_timeouts_are_retried(env: Rig) -> None:
+    """500 every time: DLQ after max_attempts; an answer slower than the timeout: retried, delivered."""
+    slow = group_answers("slow/0", [Answer(delay_s=0.6)])
+    env.receiver.set_rule(by_group({"dead/0": always(500), "slow/0": slow}, always(200)))
+    policy = sm.RetryPolicy(max_attempts=3, backoff_initial_ms=20, backoff_max_ms=50, timeout_ms=200)
+    env.subscribe("exhaust", retry=policy)
+    dead = env.want("dead/0")
+    ok = env.want("slow/0", "ok/0")
+    wait_keys(env.receiver, messages(ok, "slow/0", "ok/0"))
+    (letter,) = dead_letters(env, "exhaust", 1)
+    assert (letter.group, letter.seq, letter.attempts, letter.last_status) == ("dead/0", dead, 3, 500)
+    assert [r.answered for r in env.receiver.received if r.group == "dead/0"] == [500] * 3
+    slow_arrivals = [r for r in env.receiver.received if r.group == "slow/0"]
+    assert [r.answered for r in slow_arrivals] == [0, 200]  # 0: the sender gave up waiting
+    sub = env.settled("exhaust")
+    assert (sub.delivered, sub.retried, sub.dead_lettered) == (2, 3, 1)
+    assert_sound(env.receiver)
+
+
+# ----------------------------------------------------------------- 5. filters and orderings
+
+
+def by_subscription(got: Sequence[Received]) -> dict[str, set[Key]]:
+    found: dict[str, set[Key]] = defaultdict(set)
+    for r in got:
+        found[body(r)["subscription"]].add((r.group, body(r)["seq"]))
+    return found
+
+
+def filter_story(env: Rig) -> dict[str, int]:
+    """Wants, runs, a cancel and a derivative want; the seq of each event by name."""
+    seqs = {"w1": env.want("a/1", "b/x/1", "c/2", want_id="w1"), "w2": env.want("g/1", want_id="w2")}
+    seqs["w3"] = env.want("e/1", want_id="w3")
+    seqs["r1_start"], seqs["r1_end"] = env.run("r1", "job_a", "a/1")
+    seqs["r2_start"], seqs["r2_end"] = env.run("r2", "job_c", "c/2", fail=True)
+    derivative = pb.WantCreate(want_id="wd", partition_refs=["f/1"], parent_want_id="w3")
+    seqs["wd"] = env.append(derivative, source=from_job_run("r1"))
+    seqs["r3_start"], seqs["r3_end"] = env.run("r3", "job_f", "f/1")
+    seqs["cancel"] = env.svc.cancel_want("w2").seq
+    return seqs
+
+
+def expected_by_filter(s: dict[str, int]) -> dict[str, set[Key]]:
+    """What each subscription of the filter test must get, worked out by hand."""
+    return {
+        "types": {("g/1", s["cancel"])},
+        "prefix": {("a/1", s["w1"]), ("a/1", s["r1_start"]), ("a/1", s["r1_end"])},
+        "pattern": {("b/x/1", s["w1"])},
+        "job": {("c/2", s["r2_start"]), ("c/2", s["r2_end"])},
+        "runs": {(run, s[f"{run}_{end}"]) for run in ("r1", "r2", "r3") for end in ("start", "end")},
+        "roots": {("w1", s["w1"]), ("w1", s["r1_start"]), ("w1", s["r1_end"]), ("w1", s["r2_start"])}
+        | {("w1", s["r2_end"]), ("w2", s["w2"]), ("w2", s["cancel"]), ("w3", s["w3"]), ("w3", s["wd"])}
+        | {("w3", s["r3_start"]), ("w3", s["r3_end"])},
+    }
+
+
+def test_filters_and_orderings(env: Rig) -> None:
+    """Event types, ref prefixes and patterns, job; job-run and root-want ordering groups."""
+    flt = sm.SubscriptionFilter
+    env.subscribe("types", filter=flt(event_types=["want_cancel"]))
+    env.subscribe("prefix", filter=flt(ref_prefixes=["a/"]))
+    env.subscribe("pattern", filter=flt(ref_patterns=["b/*/1"]))
+    env.subscribe("job", filter=flt(job="job_c"))
+    env.subscribe("runs", ordering="job_run")
+    env.subscribe("roots", ordering="root_want")
+    expected = expected_by_filter(filter_story(env))
+    for name, wanted in expected.items():
+        wait_keys(env.receiver, wanted, name)
+    for name in expected:
+        env.settled(name)
+    assert by_subscription(env.receiver.delivered()) == expected
     assert_sound(env.receiver)
