@@ -84,7 +84,10 @@ class ShardRunner:
         sender = Sender()
         try:
             while not self.stopping.is_set():
-                sub = self.live.state.subscriptions.get(self.sub.name)
+                # The subscription and the head together: a step never reads past a pause, reshard or delete.
+                with self.live.read() as state:
+                    sub = state.subscriptions.get(self.sub.name)
+                    head = state.head_seq
                 if sub is None or sub.status != "active" or layout_of(sub) != self.shape:
                     return
                 secret = self.store.secret(sub.secret_digest)
@@ -93,7 +96,8 @@ class ShardRunner:
                     await asyncio.sleep(5)
                     continue
                 control = self._apply_resets(sub)
-                did = await ShardStep(self.live, sub, self.shard_id, sender, self.render, secret).run(control)
+                step = ShardStep(self.live, sub, self.shard_id, sender, self.render, secret, head_seq=head)
+                did = await step.run(control)
                 if not did:
                     await asyncio.sleep(self.poll_s)
         finally:

@@ -125,8 +125,11 @@ class ShardStep:
         *,
         concurrency: int = 32,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        head_seq: int | None = None,
     ) -> None:
+        """`head_seq`: read the main topic up to there (the head when `sub` was read); None: the live head."""
         self.live, self.sub, self.shard_id = live, sub, shard_id
+        self.head_seq = head_seq
         self.store: DeliveryStore = live.log.deliveries
         self.sender, self.render, self.secret = sender, render, secret
         self.now_ms = now_ms
@@ -160,7 +163,7 @@ class ShardStep:
         """The next events of the first main storage topic this shard has not finished, as deliveries."""
         sub = self.sub
         offsets = self.store.offsets(sub.key)
-        head = self.live.head_seq
+        head = self.live.head_seq if self.head_seq is None else self.head_seq
         topics = sub.main.storage_topics
         for index in range(sub.main.produce_pointer + 1):
             end = topics[index + 1].start_seq - 1 if index < sub.main.produce_pointer else head
