@@ -40,6 +40,7 @@ from partbuild.state.topics import route
 
 QUEUE_NAMES = ("rq", "dlq")
 _NONE = (-1, -1, -1, -1)  # the `c` of a group nothing of which was consumed yet
+_DROPPED = -1  # the applied_seq of a deleted subscription's control row: it fences every write
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ class DeliveryStore:
     def _transaction(self, subscription: str, fence: int) -> Iterator[Connection]:
         with begin_write(self._engine) as conn:
             control = self._control_row(conn, subscription, lock=True)
-            if control is None or control.applied_seq != fence:
+            if control is None or control.applied_seq != fence or fence == _DROPPED:
                 raise Fenced
             yield conn
 
@@ -375,10 +376,13 @@ class DeliveryStore:
         return sorted(found, key=lambda m: (m.group_key, m.topic, m.offset))
 
     def drop(self, subscription: str) -> None:
-        """Forget a deleted subscription's deliveries."""
+        """Forget a deleted subscription's deliveries; its control row stays as a tombstone that fences
+        every later write, so a shard still running somewhere cannot make the rows again."""
         with begin_write(self._engine) as conn:
             for table in (delivery_offsets, delivery_heads, delivery_messages, delivery_groups, delivery_control):
                 conn.execute(sa.delete(table).where(table.c.subscription == subscription))
+            values = {"applied_seq": _DROPPED, "main_floor": 0, "delivered": 0, "retried": 0, "dead_lettered": 0}
+            conn.execute(sa.insert(delivery_control).values(subscription=subscription, **values))
 
 
 def _at(subscription: str, m: Queued) -> tuple[sa.ColumnElement[bool], ...]:

@@ -151,11 +151,15 @@ class Deliverer:
                 log.exception("the deliverer could not look at the subscriptions")
             self._stop.wait(0.2)
 
+    def _running(self, sub_key: str) -> bool:
+        return any(key[0] == sub_key and runner.thread.is_alive() for key, runner in self.runners.items())
+
     def sync(self) -> None:
         """Start the runners the subscriptions need, forget finished ones, drop deleted subscriptions' rows."""
         wanted: dict[tuple[str, int], Subscription] = {}
         for sub in list(self.live.state.subscriptions.values()):
-            if sub.status == "deleted" and sub.key not in self._dropped:
+            if sub.status == "deleted" and sub.key not in self._dropped and not self._running(sub.key):
+                # Only once its runners stopped (below, then a later look): a step in flight writes again.
                 self.live.log.deliveries.drop(sub.key)
                 self._dropped.add(sub.key)
             if sub.status == "active":
