@@ -21,6 +21,7 @@ from receiverkit import Answer, Received, Receiver, Rule, always, by_group
 
 from partbuild.api import models as m
 from partbuild.api import subscription_models as sm
+from partbuild.api.errors import Conflict
 from partbuild.api.service import Service
 from partbuild.api.subscriptions_service import new_secret
 from partbuild.api.webhook_payloads import render
@@ -323,3 +324,97 @@ def test_filters_and_orderings(env: Rig) -> None:
         env.settled(name)
     assert by_subscription(env.receiver.delivered()) == expected
     assert_sound(env.receiver)
+
+
+# ----------------------------------------------------------------- 6. pause, resume, delete
+
+
+def delivery_rows(env: Rig, key: str) -> tuple[Any, ...]:
+    """What the database holds of a subscription's deliveries (offsets, waiting groups, queue sizes)."""
+    store = env.log.deliveries
+    return (store.offsets(key), store.waiting_groups(key), store.counts(key))
+
+
+def test_pause_resume_and_delete(env: Rig) -> None:
+    env.receiver.set_rule(by_group({"bad/0": always(400)}, always(200)))
+    env.subscribe("life", shard_count=2)
+    before = messages(env.want("p/0", "p/1"), "p/0", "p/1")
+    wait_keys(env.receiver, before)
+    env.svc.pause_subscription("life")
+    paused = messages(env.want("p/0", "p/2"), "p/0", "p/2") | messages(env.want("p/1"), "p/1")
+    time.sleep(0.5)
+    assert keys(env.receiver.delivered()) == before
+    assert env.svc.get_subscription("life").lag_events == 3  # the pause event and two wants
+    env.svc.resume_subscription("life")
+    after = messages(env.want("p/3"), "p/3")
+    got = wait_keys(env.receiver, before | paused | after)
+    assert len(got) == len(before | paused | after)  # from where it stopped: nothing again
+    env.want("bad/0")
+    dead_letters(env, "life", 1)
+    key = env.key("life")
+    assert delivery_rows(env, key) != ({}, {}, {"rq": 0, "dlq": 0})
+    env.svc.delete_subscription("life")
+    deadline = time.monotonic() + WAIT_S
+    while delivery_rows(env, key) != ({}, {}, {"rq": 0, "dlq": 0}):
+        assert time.monotonic() < deadline, delivery_rows(env, key)
+        time.sleep(0.02)
+    env.want("p/4")
+    time.sleep(0.4)
+    assert delivery_rows(env, key) == ({}, {}, {"rq": 0, "dlq": 0})
+    assert keys(env.receiver.delivered()) == before | paused | after
+    assert_sound(env.receiver)
+
+
+# ----------------------------------------------------------------- 7. offset resets
+
+
+def reset(env: Rig, name: str, queue: str, to_seq: int) -> None:
+    env.svc.reset_subscription_offset(name, sm.OffsetResetRequest(queue=queue, to_seq=to_seq))
+
+
+def test_main_offset_rewind_redelivers_and_fast_forward_skips(env: Rig) -> None:
+    created = env.subscribe("resets", shard_count=2).created_seq
+    first = messages(env.want("r/0", "r/1"), "r/0", "r/1") | messages(env.want("r/0"), "r/0")
+    got = wait_keys(env.receiver, first)
+    ids = {(r.group, r.seq): r.message_id for r in got}
+    reset(env, "resets", "main", created)
+    env.receiver.wait_for(lambda got: len(got) == 2 * len(first), WAIT_S)
+    twice = Counter((r.group, r.seq, r.message_id) for r in env.receiver.delivered())
+    assert twice == {(group, seq, ids[(group, seq)]): 2 for group, seq in first}
+
+    env.svc.pause_subscription("resets")
+    skipped = messages(env.want("r/0", "r/2"), "r/0", "r/2")
+    last_skipped = env.want("r/1")
+    skipped |= messages(last_skipped, "r/1")
+    reset(env, "resets", "main", last_skipped)
+    env.svc.resume_subscription("resets")
+    later = messages(env.want("r/0", "r/2"), "r/0", "r/2")
+    got = wait_keys(env.receiver, later)
+    env.settled("resets")
+    assert not keys(env.receiver.delivered()) & skipped
+    assert len(env.receiver.delivered()) == 2 * len(first) + len(later)
+
+
+def test_retry_queue_fast_forwards_only(env: Rig) -> None:
+    """An RQ fast-forward drops the queued messages up to to_seq; the fold refuses a rewind (409)."""
+    env.receiver.set_rule(by_group({"q/0": always(500)}, always(200)))
+    policy = sm.RetryPolicy(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
+    env.subscribe("rq", retry=policy)
+    queued = [env.want("q/0") for _ in range(3)]
+    deadline = time.monotonic() + WAIT_S
+    while env.svc.get_subscription("rq").rq_messages != 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    reset(env, "rq", "rq", queued[1])
+    while env.svc.get_subscription("rq").rq_messages != 1:  # the reset applied: only the third left
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    env.receiver.set_rule(None)
+    wait_keys(env.receiver, messages(queued[2], "q/0"))
+    env.settled("rq")
+    assert keys(env.receiver.delivered()) == messages(queued[2], "q/0")
+    with pytest.raises(Conflict, match="only fast-forwards"):
+        reset(env, "rq", "rq", queued[0])
+    reset(env, "rq", "dlq", queued[0])
+    with pytest.raises(Conflict, match="only fast-forwards"):
+        reset(env, "rq", "dlq", queued[0] - 1)
