@@ -18,13 +18,21 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 from receiverkit import Answer, Received, Receiver, Rule, always, by_group
+from test_webhook_payloads import openlineage_errors
 
 from partbuild.api import models as m
 from partbuild.api import subscription_models as sm
 from partbuild.api.errors import Conflict
 from partbuild.api.service import Service
 from partbuild.api.subscriptions_service import new_secret
-from partbuild.api.webhook_payloads import render
+from partbuild.api.webhook_payloads import (
+    CLOUDEVENTS_JSON,
+    JSON,
+    cloudevent_source,
+    openlineage_run_id,
+    openlineage_want_run_id,
+    render,
+)
 from partbuild.orchestrator.delivery.deliverer import Deliverer
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import envelope, from_job_run
@@ -418,3 +426,94 @@ def test_retry_queue_fast_forwards_only(env: Rig) -> None:
     reset(env, "rq", "dlq", queued[0])
     with pytest.raises(Conflict, match="only fast-forwards"):
         reset(env, "rq", "dlq", queued[0] - 1)
+
+
+# ----------------------------------------------------------------- 8. payload formats end to end
+
+
+def formats_story(env: Rig) -> dict[str, int]:
+    """A want for three refs; run r1 builds two of them, run r2 fails on the third."""
+    seqs = {"want": env.want("o/1", "o/2", "o/3", want_id="wo")}
+    seqs["r1_start"], seqs["r1_end"] = env.run("r1", "job_o", "o/1", "o/2")
+    seqs["r2_start"], seqs["r2_end"] = env.run("r2", "job_o", "o/3", fail=True)
+    return seqs
+
+
+def check_cloudevents(got: list[Received], s: dict[str, int]) -> None:
+    expected = messages(s["want"], "o/1", "o/2", "o/3") | messages(s["r1_start"], "o/1", "o/2")
+    expected |= messages(s["r1_end"], "o/1", "o/2") | messages(s["r2_start"], "o/3") | messages(s["r2_end"], "o/3")
+    found = set()
+    for r in got:
+        event = body(r)
+        assert event["specversion"] == "1.0" and event["id"] == r.message_id
+        assert event["source"] == cloudevent_source("ce") and event["subject"] == r.group
+        assert event["type"] == "dev.partbuild." + event["data"]["event_type"]
+        found.add((r.group, event["data"]["seq"]))
+    assert found == expected
+
+
+def check_openlineage(got: list[Received]) -> None:
+    runs = defaultdict(list)
+    for r in got:
+        event = body(r)
+        assert openlineage_errors(event) == []
+        assert event["run"]["runId"] == openlineage_run_id(r.group) and event["job"]["name"] == "job_o"
+        assert event["run"]["facets"]["parent"]["run"]["runId"] == openlineage_want_run_id("wo")
+        runs[r.group].append((event["eventType"], [output["name"] for output in event["outputs"]]))
+    assert runs == {
+        "r1": [("START", ["o/1", "o/2"]), ("COMPLETE", ["o/1", "o/2"])],
+        "r2": [("START", ["o/3"]), ("FAIL", ["o/3"])],
+    }
+
+
+def test_cloudevents_and_openlineage_bodies_arrive(env: Rig) -> None:
+    env.subscribe("ce", format="cloudevents")
+    env.subscribe("ol", format="openlineage", ordering="job_run")
+    seqs = formats_story(env)
+
+    def split(got: Sequence[Received]) -> tuple[list[Received], list[Received]]:
+        ce = [r for r in got if r.headers["content-type"] == CLOUDEVENTS_JSON]
+        return ce, [r for r in got if r.headers["content-type"] == JSON]
+
+    env.receiver.wait_for(lambda got: [len(found) for found in split(got)] == [9, 4], WAIT_S)
+    env.settled("ce")
+    env.settled("ol")
+    ce, ol = split(env.receiver.delivered())
+    check_cloudevents(ce, seqs)
+    check_openlineage(ol)
+    assert all(r.signature_ok for r in env.receiver.received)
+
+
+# ----------------------------------------------------------------- 9. resharding while events flow
+
+
+def flow(env: Rig, wants: int, start: int) -> set[Key]:
+    """`wants` wants of two g/* refs each, a little apart; the messages they make."""
+    found: set[Key] = set()
+    for i in range(start, start + wants):
+        refs = (f"g/{i % 8}", f"g/{(3 * i + 1) % 8}")
+        found |= messages(env.want(*refs), *refs)
+        time.sleep(0.02)
+    return found
+
+
+def test_reshard_while_events_flow_and_groups_fail(env: Rig) -> None:
+    """1 -> 2 -> 4 -> 1 shards; g/3 fails 20 times (RQ), g/5 once with 400 (DLQ): nothing lost, order kept."""
+    rules = {"g/3": group_answers("g/3", [Answer(503)] * 20), "g/5": group_answers("g/5", [Answer(400)])}
+    env.receiver.set_rule(by_group(rules, always(200)))
+    policy = sm.RetryPolicy(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
+    env.subscribe("shards", main_partitions=12, rq_partitions=6, dlq_partitions=6, retry=policy)
+    expected = flow(env, 6, 0)
+    for phase, count in enumerate((2, 4, 1), start=1):
+        env.svc.reshard_subscription("shards", sm.ReshardSubscriptionRequest(shard_count=count))
+        expected |= flow(env, 6, 6 * phase)
+    parked = {key for key in expected if key[0] == "g/5" and key[1] > min(s for g, s in expected if g == "g/5")}
+    wait_keys(env.receiver, expected - parked - {min(k for k in expected if k[0] == "g/5")})
+    sub = env.settled("shards")
+    assert sub.shard_count == 1 and sub.dlq_messages == len(parked) + 1
+    assert [t.partitions for t in sub.rq_topic.storage_topics] == [6, 8]  # 4 shards do not divide 6
+    assert env.svc.replay_dead_letters("shards", sm.DeadLetterRequest()).moved == len(parked) + 1
+    wait_keys(env.receiver, expected)
+    assert env.settled("shards").dlq_messages == 0
+    assert env.receiver.order_violations() == []
+    assert_sound(env.receiver)
