@@ -135,6 +135,7 @@ class ShardStep:
         self.now_ms = now_ms
         self._limit = asyncio.Semaphore(concurrency)
         self.commit: Commit | None = None
+        self.moved: set[str] = set()  # groups this step moved from the RQ to the DLQ
 
     async def run(self, control: Control) -> bool:
         sub = self.sub
@@ -147,6 +148,7 @@ class ShardStep:
         main = self._read_main(control)
         retries = [key for key, queue in waiting.items() if queue == "rq"]
         await asyncio.gather(self._deliver_main(main, waiting), self._retry(retries))
+        _follow_to_dlq(commit, self.moved)
         if commit.empty():
             return False
         if not self.store.commit(commit, layouts(sub)):
@@ -289,6 +291,7 @@ class ShardStep:
         commit = self.commit
         assert commit is not None
         commit.dead_lettered += 1
+        self.moved.add(messages[0].group_key)
         for message in messages:
             commit.consume.append(message)
             commit.produce.append(("dlq", message.as_new()))
@@ -300,6 +303,15 @@ class ShardStep:
             return None
         with self.live.read() as state:
             return self._delivery(state, message.event_seq, stored[0].to_event(), message.group_key)
+
+
+def _follow_to_dlq(commit: Commit, moved: set[str]) -> None:
+    """New messages queued behind an RQ group that this step dead-lettered (`moved`) go after it, to
+    the DLQ: a group must never wait in both queues (its newer messages would pass its older ones)."""
+    behind = [new for queue, new in commit.produce if queue == "rq" and new.group_key in moved]
+    if behind:
+        kept = [(queue, new) for queue, new in commit.produce if not (queue == "rq" and new.group_key in moved)]
+        commit.produce = kept + [("dlq", new) for new in behind]
 
 
 def _failed(message: M, attempts: int, first_ms: int, now_ms: int, outcome: Outcome, sub: Subscription) -> M:
