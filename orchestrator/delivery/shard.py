@@ -283,7 +283,9 @@ class ShardStep:
                 commit.update.append(_failed(message, attempts, first, now, outcome, sub))
                 commit.retried += 1
                 return
-            self._dead_letter([_failed(message, attempts, first, now, outcome, sub), *waiting[index + 1 :]])
+            # The whole group goes, not just this page of it: what stayed would pass it.
+            rest = self.store.messages(sub.key, "rq", group=group_key, limit=1 << 62)[index + 1 :]
+            self._dead_letter([_failed(message, attempts, first, now, outcome, sub), *rest])
             return
 
     def _dead_letter(self, messages: list[Queued]) -> None:
