@@ -107,6 +107,7 @@ class Commit:
     produce: list[tuple[str, NewMessage]] = field(default_factory=list)  # (queue, message), in order
     consume: list[Queued] = field(default_factory=list)  # delivered, skipped or moved: removed
     update: list[Queued] = field(default_factory=list)  # a failed attempt's bookkeeping
+    behind: set[tuple[str, str]] = field(default_factory=set)  # (queue, group) new messages were queued behind
     delivered: int = 0
     retried: int = 0
     dead_lettered: int = 0
@@ -219,6 +220,7 @@ class DeliveryStore:
         """Apply one shard step atomically; False (nothing written) when fenced."""
         try:
             with self._transaction(commit.subscription, commit.fence) as conn:
+                self._check_behind(conn, commit)
                 self._move_offsets(conn, commit)
                 for message in commit.update:
                     self._update_message(conn, commit.subscription, message)
@@ -238,6 +240,15 @@ class DeliveryStore:
             if control is None or control.applied_seq != fence or fence == _DROPPED:
                 raise Fenced
             yield conn
+
+    @staticmethod
+    def _check_behind(conn: Connection, commit: Commit) -> None:
+        """The groups the step queued behind still wait there (a DLQ replay or purge may have moved them)."""
+        g = delivery_groups.c
+        for queue, group in commit.behind:
+            where = (g.subscription == commit.subscription, g.queue == queue, g.group_key == group)
+            if conn.execute(sa.select(g.group_hash).where(*where)).first() is None:
+                raise Fenced
 
     def _move_offsets(self, conn: Connection, commit: Commit) -> None:
         c = delivery_offsets.c

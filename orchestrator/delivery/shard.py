@@ -226,6 +226,8 @@ class ShardStep:
         """One group's new messages in order; from the first failure on (or if it waits already), queued."""
         commit = self.commit
         assert commit is not None
+        if queue is not None:
+            commit.behind.add((queue, items[0][0].group_key))
         for message, delivery in items:
             new = NewMessage(message.group_key, message.group_hash, message.seq, message.main_topic)
             if queue is not None:
