@@ -517,3 +517,23 @@ def test_reshard_while_events_flow_and_groups_fail(env: Rig) -> None:
     assert env.settled("shards").dlq_messages == 0
     assert env.receiver.order_violations() == []
     assert_sound(env.receiver)
+
+
+# ----------------------------------------------------------------- replays racing a failing, busy group
+
+
+def test_replays_while_a_busy_group_keeps_failing_keep_its_order(env: Rig) -> None:
+    """Replays of a group that fails every time, while its events keep coming: order is kept."""
+    env.receiver.set_rule(by_group({"x/0": always(400)}, always(200)))
+    env.subscribe("busy")
+    seqs = []
+    for i in range(60):
+        seqs.append(env.want("x/0"))
+        if i % 10 == 9:
+            env.svc.replay_dead_letters("busy", sm.DeadLetterRequest())
+    env.settled("busy")
+    env.receiver.set_rule(None)
+    env.svc.replay_dead_letters("busy", sm.DeadLetterRequest())
+    wait_keys(env.receiver, {("x/0", seq) for seq in seqs})
+    assert env.receiver.order_violations() == []
+    assert env.settled("busy").dlq_messages == 0
