@@ -40,6 +40,7 @@ from partbuild.state.topics import route
 
 QUEUE_NAMES = ("rq", "dlq")
 _NONE = (-1, -1, -1, -1)  # the `c` of a group nothing of which was consumed yet
+_DROPPED = -1  # the applied_seq of a deleted subscription's control row: it fences every write
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class Commit:
     produce: list[tuple[str, NewMessage]] = field(default_factory=list)  # (queue, message), in order
     consume: list[Queued] = field(default_factory=list)  # delivered, skipped or moved: removed
     update: list[Queued] = field(default_factory=list)  # a failed attempt's bookkeeping
+    behind: set[tuple[str, str]] = field(default_factory=set)  # (queue, group) new messages were queued behind
     delivered: int = 0
     retried: int = 0
     dead_lettered: int = 0
@@ -218,6 +220,7 @@ class DeliveryStore:
         """Apply one shard step atomically; False (nothing written) when fenced."""
         try:
             with self._transaction(commit.subscription, commit.fence) as conn:
+                self._check_behind(conn, commit)
                 self._move_offsets(conn, commit)
                 for message in commit.update:
                     self._update_message(conn, commit.subscription, message)
@@ -234,9 +237,18 @@ class DeliveryStore:
     def _transaction(self, subscription: str, fence: int) -> Iterator[Connection]:
         with begin_write(self._engine) as conn:
             control = self._control_row(conn, subscription, lock=True)
-            if control is None or control.applied_seq != fence:
+            if control is None or control.applied_seq != fence or fence == _DROPPED:
                 raise Fenced
             yield conn
+
+    @staticmethod
+    def _check_behind(conn: Connection, commit: Commit) -> None:
+        """The groups the step queued behind still wait there (a DLQ replay or purge may have moved them)."""
+        g = delivery_groups.c
+        for queue, group in commit.behind:
+            where = (g.subscription == commit.subscription, g.queue == queue, g.group_key == group)
+            if conn.execute(sa.select(g.group_hash).where(*where)).first() is None:
+                raise Fenced
 
     def _move_offsets(self, conn: Connection, commit: Commit) -> None:
         c = delivery_offsets.c
@@ -375,10 +387,13 @@ class DeliveryStore:
         return sorted(found, key=lambda m: (m.group_key, m.topic, m.offset))
 
     def drop(self, subscription: str) -> None:
-        """Forget a deleted subscription's deliveries."""
+        """Forget a deleted subscription's deliveries; its control row stays as a tombstone that fences
+        every later write, so a shard still running somewhere cannot make the rows again."""
         with begin_write(self._engine) as conn:
             for table in (delivery_offsets, delivery_heads, delivery_messages, delivery_groups, delivery_control):
                 conn.execute(sa.delete(table).where(table.c.subscription == subscription))
+            values = {"applied_seq": _DROPPED, "main_floor": 0, "delivered": 0, "retried": 0, "dead_lettered": 0}
+            conn.execute(sa.insert(delivery_control).values(subscription=subscription, **values))
 
 
 def _at(subscription: str, m: Queued) -> tuple[sa.ColumnElement[bool], ...]:

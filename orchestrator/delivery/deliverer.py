@@ -84,7 +84,10 @@ class ShardRunner:
         sender = Sender()
         try:
             while not self.stopping.is_set():
-                sub = self.live.state.subscriptions.get(self.sub.name)
+                # The subscription and the head together: a step never reads past a pause, reshard or delete.
+                with self.live.read() as state:
+                    sub = state.subscriptions.get(self.sub.name)
+                    head = state.head_seq
                 if sub is None or sub.status != "active" or layout_of(sub) != self.shape:
                     return
                 secret = self.store.secret(sub.secret_digest)
@@ -93,7 +96,8 @@ class ShardRunner:
                     await asyncio.sleep(5)
                     continue
                 control = self._apply_resets(sub)
-                did = await ShardStep(self.live, sub, self.shard_id, sender, self.render, secret).run(control)
+                step = ShardStep(self.live, sub, self.shard_id, sender, self.render, secret, head_seq=head)
+                did = await step.run(control)
                 if not did:
                     await asyncio.sleep(self.poll_s)
         finally:
@@ -147,11 +151,15 @@ class Deliverer:
                 log.exception("the deliverer could not look at the subscriptions")
             self._stop.wait(0.2)
 
+    def _running(self, sub_key: str) -> bool:
+        return any(key[0] == sub_key and runner.thread.is_alive() for key, runner in self.runners.items())
+
     def sync(self) -> None:
         """Start the runners the subscriptions need, forget finished ones, drop deleted subscriptions' rows."""
         wanted: dict[tuple[str, int], Subscription] = {}
         for sub in list(self.live.state.subscriptions.values()):
-            if sub.status == "deleted" and sub.key not in self._dropped:
+            if sub.status == "deleted" and sub.key not in self._dropped and not self._running(sub.key):
+                # Only once its runners stopped (below, then a later look): a step in flight writes again.
                 self.live.log.deliveries.drop(sub.key)
                 self._dropped.add(sub.key)
             if sub.status == "active":

@@ -125,13 +125,17 @@ class ShardStep:
         *,
         concurrency: int = 32,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        head_seq: int | None = None,
     ) -> None:
+        """`head_seq`: read the main topic up to there (the head when `sub` was read); None: the live head."""
         self.live, self.sub, self.shard_id = live, sub, shard_id
+        self.head_seq = head_seq
         self.store: DeliveryStore = live.log.deliveries
         self.sender, self.render, self.secret = sender, render, secret
         self.now_ms = now_ms
         self._limit = asyncio.Semaphore(concurrency)
         self.commit: Commit | None = None
+        self.moved: set[str] = set()  # groups this step moved from the RQ to the DLQ
 
     async def run(self, control: Control) -> bool:
         sub = self.sub
@@ -146,6 +150,7 @@ class ShardStep:
         }
         retries = [key for key, queue in waiting.items() if queue == "rq"]
         await asyncio.gather(self._deliver_main(main, waiting), self._retry(retries))
+        _follow_to_dlq(commit, self.moved)
         if commit.empty():
             return False
         if not self.store.commit(commit, layouts(sub)):
@@ -162,7 +167,7 @@ class ShardStep:
         """The next events of the first main storage topic this shard has not finished, as deliveries."""
         sub = self.sub
         offsets = self.store.offsets(sub.key)
-        head = self.live.head_seq
+        head = self.live.head_seq if self.head_seq is None else self.head_seq
         topics = sub.main.storage_topics
         for index in range(sub.main.produce_pointer + 1):
             end = topics[index + 1].start_seq - 1 if index < sub.main.produce_pointer else head
@@ -223,6 +228,8 @@ class ShardStep:
         """One group's new messages in order; from the first failure on (or if it waits already), queued."""
         commit = self.commit
         assert commit is not None
+        if queue is not None:
+            commit.behind.add((queue, items[0][0].group_key))
         for message, delivery in items:
             new = NewMessage(message.group_key, message.group_hash, message.seq, message.main_topic)
             if queue is not None:
@@ -280,7 +287,9 @@ class ShardStep:
                 commit.update.append(_failed(message, attempts, first, now, outcome, sub))
                 commit.retried += 1
                 return
-            self._dead_letter([_failed(message, attempts, first, now, outcome, sub), *waiting[index + 1 :]])
+            # The whole group goes, not just this page of it: what stayed would pass it.
+            rest = self.store.messages(sub.key, "rq", group=group_key, limit=1 << 62)[index + 1 :]
+            self._dead_letter([_failed(message, attempts, first, now, outcome, sub), *rest])
             return
 
     def _dead_letter(self, messages: list[Queued]) -> None:
@@ -288,6 +297,7 @@ class ShardStep:
         commit = self.commit
         assert commit is not None
         commit.dead_lettered += 1
+        self.moved.add(messages[0].group_key)
         for message in messages:
             commit.consume.append(message)
             commit.produce.append(("dlq", message.as_new()))
@@ -299,6 +309,15 @@ class ShardStep:
             return None
         with self.live.read() as state:
             return self._delivery(state, message.event_seq, stored[0].to_event(), message.group_key)
+
+
+def _follow_to_dlq(commit: Commit, moved: set[str]) -> None:
+    """New messages queued behind an RQ group that this step dead-lettered (`moved`) go after it, to
+    the DLQ: a group must never wait in both queues (its newer messages would pass its older ones)."""
+    behind = [new for queue, new in commit.produce if queue == "rq" and new.group_key in moved]
+    if behind:
+        kept = [(queue, new) for queue, new in commit.produce if not (queue == "rq" and new.group_key in moved)]
+        commit.produce = kept + [("dlq", new) for new in behind]
 
 
 def _failed(message: M, attempts: int, first_ms: int, now_ms: int, outcome: Outcome, sub: Subscription) -> M:
