@@ -73,6 +73,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/filesystem_scan.py
 	$(BIN)/python bench/object_store_scan.py
 	$(BIN)/python bench/scan_decision_latency.py
+	$(BIN)/python bench/delivery.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse
