@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from partbuild.api import subscription_models as sm
-from partbuild.state.deliveries import DeliveryStore, Queued
+from partbuild.state.deliveries import Control, DeliveryStore, Queued
 from partbuild.state.store import EventLog
 from partbuild.state.subscriptions import BUILD_EVENT_TYPES, Subscription
 from partbuild.state.topics import CompositeTopic
@@ -20,9 +20,8 @@ def topic_out(topic: CompositeTopic) -> sm.CompositeTopic:
     )
 
 
-def main_lag(sub: Subscription, store: DeliveryStore, head: int) -> int:
+def main_lag(sub: Subscription, store: DeliveryStore, control: Control, head: int) -> int:
     """The seq before the oldest event some shard has not handled (`head` when every shard is current)."""
-    control = store.control(sub.key, sub.start_after_seq)
     offsets = store.offsets(sub.key)
     topics = sub.main.storage_topics
     lowest = head
@@ -37,13 +36,13 @@ def main_lag(sub: Subscription, store: DeliveryStore, head: int) -> int:
 def subscription_out(sub: Subscription, log: EventLog, head: int) -> sm.Subscription:
     """The API's subscription: settings, topics, lag, queue sizes, counters."""
     store = log.deliveries
-    handled = main_lag(sub, store, head) if sub.status != "deleted" else head
+    control = store.control(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
+    handled = main_lag(sub, store, control, head) if control is not None else head
     lag_seconds = 0.0
     if handled < head:
         oldest = log.read(handled, 1)
         if oldest:
             lag_seconds = max(0.0, time.time() - oldest[0].recorded_at_ms / 1000)
-    control = store.control(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
     counts = store.counts(sub.key)
     default_types = sub.event_types == BUILD_EVENT_TYPES
     return sm.Subscription(

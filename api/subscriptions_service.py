@@ -181,9 +181,13 @@ class Subscriptions:
             # Pages end between events, so the next one starts after a whole event's messages.
             page = [message for message in page if message.event_seq != page[-1].event_seq]
         out = []
+        event_types: dict[int, str | None] = {}  # one log read per event, not per message (an event fans out)
         for message in page:
-            stored = self.log.read(message.event_seq - 1, 1)
-            event_type = stored[0].event_type if stored and stored[0].seq == message.event_seq else None
+            if message.event_seq not in event_types:
+                stored = self.log.read(message.event_seq - 1, 1)
+                found = stored and stored[0].seq == message.event_seq
+                event_types[message.event_seq] = stored[0].event_type if found else None
+            event_type = event_types[message.event_seq]
             out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.group_key), event_type))
         return sm.DeadLetterList(messages=out, next_after_seq=page[-1].event_seq if more else None)
 

@@ -152,8 +152,7 @@ class DeliveryStore:
         if row is not None:
             return row
         with begin_write(self._engine) as conn:
-            values = {"applied_seq": 0, "main_floor": floor, "delivered": 0, "retried": 0, "dead_lettered": 0}
-            statement = self._insert(delivery_control).values(subscription=subscription, **values)
+            statement = self._insert(delivery_control).values(_control_values(subscription, 0, floor))
             conn.execute(statement.on_conflict_do_nothing(index_elements=["subscription"]))
             row = self._control_row(conn, subscription)
         assert row is not None
@@ -392,8 +391,19 @@ class DeliveryStore:
         with begin_write(self._engine) as conn:
             for table in (delivery_offsets, delivery_heads, delivery_messages, delivery_groups, delivery_control):
                 conn.execute(sa.delete(table).where(table.c.subscription == subscription))
-            values = {"applied_seq": _DROPPED, "main_floor": 0, "delivered": 0, "retried": 0, "dead_lettered": 0}
-            conn.execute(sa.insert(delivery_control).values(subscription=subscription, **values))
+            conn.execute(sa.insert(delivery_control).values(_control_values(subscription, _DROPPED, 0)))
+
+
+def _control_values(subscription: str, applied_seq: int, floor: int) -> dict[str, object]:
+    """A fresh control row: nothing applied, delivered, retried or dead-lettered yet."""
+    return {
+        "subscription": subscription,
+        "applied_seq": applied_seq,
+        "main_floor": floor,
+        "delivered": 0,
+        "retried": 0,
+        "dead_lettered": 0,
+    }
 
 
 def _at(subscription: str, m: Queued) -> tuple[sa.ColumnElement[bool], ...]:

@@ -157,7 +157,9 @@ class Deliverer:
     def sync(self) -> None:
         """Start the runners the subscriptions need, forget finished ones, drop deleted subscriptions' rows."""
         wanted: dict[tuple[str, int], Subscription] = {}
-        for sub in list(self.live.state.subscriptions.values()):
+        with self.live.read() as state:  # the fold may add a subscription while we look
+            subs = list(state.subscriptions.values())
+        for sub in subs:
             if sub.status == "deleted" and sub.key not in self._dropped and not self._running(sub.key):
                 # Only once its runners stopped (below, then a later look): a step in flight writes again.
                 self.live.log.deliveries.drop(sub.key)
