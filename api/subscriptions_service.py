@@ -180,14 +180,12 @@ class Subscriptions:
         if more and page[0].event_seq != page[-1].event_seq:
             # Pages end between events, so the next one starts after a whole event's messages.
             page = [message for message in page if message.event_seq != page[-1].event_seq]
+        # One log read for the page: an event fans out to many messages, and pages hold many events.
+        events = self.log.read_seqs(message.event_seq for message in page)
         out = []
-        event_types: dict[int, str | None] = {}  # one log read per event, not per message (an event fans out)
         for message in page:
-            if message.event_seq not in event_types:
-                stored = self.log.read(message.event_seq - 1, 1)
-                found = stored and stored[0].seq == message.event_seq
-                event_types[message.event_seq] = stored[0].event_type if found else None
-            event_type = event_types[message.event_seq]
+            stored = events.get(message.event_seq)
+            event_type = stored.event_type if stored is not None else None
             out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.group_key), event_type))
         return sm.DeadLetterList(messages=out, next_after_seq=page[-1].event_seq if more else None)
 

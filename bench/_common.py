@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import platform
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -70,3 +71,12 @@ def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
         except OSError:  # gone meanwhile, or not ours to read
             continue
         yield int(entry), text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so `with` blocks stop child processes and remove temporary files."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)

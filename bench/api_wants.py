@@ -39,22 +39,13 @@ from typing import Any, Self
 from urllib.parse import urlencode
 
 import httpx
-from _common import machine
+from _common import exit_on_sigterm, machine
 
 TARGET_RATE = 500.0
 TARGET_P99_S = 0.050
 TARGET_BATCH_S = 1.0
 WARM_UP = 200
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so `with` blocks stop the server and remove temporary files."""
-
-    def handler(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 # ----------------------------------------------------------------- the server process

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from _common import machine
+from _common import exit_on_sigterm, machine
 from _groupkit import fresh_log
 
 from partbuild.api import models as m
@@ -235,6 +235,7 @@ def throughput(url: str, receiver: str, events: int, refs: int, fail_share: floa
             seconds = time.perf_counter() - started
         finally:
             deliverer.stop()
+            deliverer_module.ShardRunner = ShardRunner  # unprofiled again
         failed = get(receiver + "/stats")["failed"]  # type: ignore[index]
     return Throughput(healthy, seconds, failed)
 
@@ -291,7 +292,8 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path, receiver: str
             (tmp / f"{backend}-{label}{round_}").mkdir()
     for round_ in range(1, args.rounds + 1):
         with fresh_log(backend, tmp / f"{backend}-h{round_}") as url:
-            healthy = throughput(url, receiver, args.events, args.refs, 0.0, args.profile)
+            profile = f"{args.profile}.healthy" if args.profile else None
+            healthy = throughput(url, receiver, args.events, args.refs, 0.0, profile)
         ok = verdict(healthy.per_s >= TARGET_EVENTS_S)
         print(
             f"  round {round_}: all healthy: {healthy.healthy:,} events in {healthy.seconds:.2f} s = "
@@ -299,7 +301,8 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path, receiver: str
             flush=True,
         )
         with fresh_log(backend, tmp / f"{backend}-f{round_}") as url:
-            mixed = throughput(url, receiver, args.events, args.refs, args.fail_share, None)
+            profile = f"{args.profile}.failing" if args.profile else None
+            mixed = throughput(url, receiver, args.events, args.refs, args.fail_share, profile)
         ratio = mixed.per_s / healthy.per_s
         print(
             f"  round {round_}: {args.fail_share:.0%} of groups failing: {mixed.healthy:,} healthy events in "
@@ -327,12 +330,15 @@ def main() -> None:
     parser.add_argument("--latency-s", type=float, default=15.0)
     parser.add_argument("--fail-share", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--profile", default=None, help="cProfile the all-healthy run's deliverer into this file")
+    parser.add_argument(
+        "--profile", default=None, help="cProfile the throughput runs into FILE.healthy.<shard>, FILE.failing.<shard>"
+    )
     parser.add_argument("--serve-receiver", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_receiver:
         serve_receiver(args.serve_receiver)
         return
+    exit_on_sigterm()  # a killed bench still stops its receiver process
     print(f"machine: {machine()}")
     print(f"{args.events:,} want_create events over {args.refs:,} refs; receiver in a child process", flush=True)
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]

@@ -19,6 +19,7 @@ reshard, or that shares its partitions with a second process commits nothing.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -39,6 +40,11 @@ from partbuild.state.schema import (
 from partbuild.state.topics import route
 
 QUEUE_NAMES = ("rq", "dlq")
+# A produce head: (queue, storage topic, partition), and its row's columns with `next_offset`.
+HeadKey = tuple[str, int, int]
+_POSITION_FIELDS = ("queue", "topic", "partition", "offset")  # a message's row, with its subscription
+_ATTEMPT_FIELDS = ("attempts", "not_before_ms", "first_failed_ms", "last_status", "last_error")
+_HEAD_FIELDS = ("queue", "topic", "partition", "next_offset")
 _NONE = (-1, -1, -1, -1)  # the `c` of a group nothing of which was consumed yet
 _DROPPED = -1  # the applied_seq of a deleted subscription's control row: it fences every write
 
@@ -182,6 +188,35 @@ class DeliveryStore:
             rows = conn.execute(sa.select(c.group_key, c.queue, c.group_hash).where(c.subscription == subscription))
             return {key: (queue, group_hash) for key, queue, group_hash in rows}
 
+    def due_pages(self, subscription: str, now_ms: int, page: int) -> dict[str, list[Queued]]:
+        """The first `page` RQ messages, in order, of every group whose first one is due by `now_ms`.
+
+        One query however many groups wait: a backlog of groups backing off must not
+        cost a query each per step.
+        """
+        c = delivery_messages.c
+        order = {"partition_by": c.group_key, "order_by": (c.topic, c.offset)}
+        ranked = (
+            sa.select(
+                *(c[name] for name in _MESSAGE_FIELDS),
+                sa.func.row_number().over(**order).label("place"),
+                sa.func.first_value(c.not_before_ms).over(**order).label("head_due_ms"),
+            )
+            .where(c.subscription == subscription, c.queue == "rq")
+            .subquery()
+        )
+        query = (
+            sa.select(*(ranked.c[name] for name in _MESSAGE_FIELDS))
+            .where(ranked.c.place <= page, ranked.c.head_due_ms <= now_ms)
+            .order_by(ranked.c.group_key, ranked.c.place)
+        )
+        pages: dict[str, list[Queued]] = defaultdict(list)
+        with self._engine.connect() as conn:
+            for row in conn.execute(query):
+                message = Queued(*row)
+                pages[message.group_key].append(message)
+        return dict(pages)
+
     def messages(
         self, subscription: str, queue: str, *, group: str | None = None, limit: int = 1000, after_seq: int = -1
     ) -> list[Queued]:
@@ -221,12 +256,10 @@ class DeliveryStore:
             with self._transaction(commit.subscription, commit.fence) as conn:
                 self._check_behind(conn, commit)
                 self._move_offsets(conn, commit)
-                for message in commit.update:
-                    self._update_message(conn, commit.subscription, message)
+                self._update_messages(conn, commit.subscription, commit.update)
                 for message in commit.consume:
                     self._consume(conn, commit.subscription, message)
-                for queue, new in commit.produce:
-                    self._produce(conn, commit.subscription, queue, new, layouts[queue])
+                self._produce(conn, commit.subscription, commit.produce, layouts)
                 self._count(conn, commit)
         except Fenced:
             return False
@@ -265,17 +298,18 @@ class DeliveryStore:
                 raise Fenced  # another shard moved this partition: this step's work is theirs
 
     @staticmethod
-    def _update_message(conn: Connection, subscription: str, message: Queued) -> None:
+    def _update_messages(conn: Connection, subscription: str, messages: list[Queued]) -> None:
+        """Record failed attempts: one statement for the step's retried messages."""
+        if not messages:
+            return
+        c = delivery_messages.c
+        # Bind names differ from the column names: SQLAlchemy reserves those for SET values.
+        where = [c[name] == sa.bindparam(f"b_{name}") for name in _POSITION_FIELDS]
+        statement = sa.update(delivery_messages).where(c.subscription == subscription, *where)
+        statement = statement.values({name: sa.bindparam(f"b_{name}") for name in _ATTEMPT_FIELDS})
         conn.execute(
-            sa.update(delivery_messages)
-            .where(*_at(subscription, message))
-            .values(
-                attempts=message.attempts,
-                not_before_ms=message.not_before_ms,
-                first_failed_ms=message.first_failed_ms,
-                last_status=message.last_status,
-                last_error=message.last_error,
-            )
+            statement,
+            [{f"b_{name}": getattr(m, name) for name in (*_POSITION_FIELDS, *_ATTEMPT_FIELDS)} for m in messages],
         )
 
     @staticmethod
@@ -295,29 +329,62 @@ class DeliveryStore:
                 .values(c_main_topic=main_topic, c_main_offset=main_offset, c_topic=topic, c_offset=offset)
             )
 
-    def _produce(self, conn: Connection, subscription: str, queue: str, new: NewMessage, layout: Layout) -> None:
-        partition = route(new.group_hash, layout.partitions, layout.k)
+    def _produce(
+        self, conn: Connection, subscription: str, produce: list[tuple[str, NewMessage]], layouts: dict[str, Layout]
+    ) -> None:
+        """Append messages to the queues' produce topics, in order; a statement per table, not per message."""
+        if not produce:
+            return
         h = delivery_heads.c
-        head_key = (h.subscription == subscription, h.queue == queue, h.topic == layout.topic, h.partition == partition)
-        offset = conn.execute(sa.select(h.next_offset).where(*head_key)).scalar()
-        if offset is None:
-            offset = 0
-            conn.execute(
-                sa.insert(delivery_heads).values(
-                    subscription=subscription, queue=queue, topic=layout.topic, partition=partition, next_offset=1
-                )
-            )
-        else:
-            conn.execute(sa.update(delivery_heads).where(*head_key).values(next_offset=offset + 1))
-        message = Queued(**vars(new), queue=queue, topic=layout.topic, partition=partition, offset=offset)
-        conn.execute(sa.insert(delivery_messages).values(subscription=subscription, **vars(message)))
-        main_topic, main_offset, topic, at = message.position
-        p = {"p_main_topic": main_topic, "p_main_offset": main_offset, "p_topic": topic, "p_offset": at}
-        none = dict(zip(("c_main_topic", "c_main_offset", "c_topic", "c_offset"), _NONE, strict=True))
-        statement = self._insert(delivery_groups).values(
-            subscription=subscription, queue=queue, group_key=new.group_key, group_hash=new.group_hash, **p, **none
+        rows = conn.execute(
+            sa.select(h.queue, h.topic, h.partition, h.next_offset).where(h.subscription == subscription)
         )
-        conn.execute(statement.on_conflict_do_update(index_elements=["subscription", "queue", "group_key"], set_=p))
+        known = {(queue, topic, partition): offset for queue, topic, partition, offset in rows}
+        heads = dict(known)
+        messages = []
+        for queue, new in produce:
+            layout = layouts[queue]
+            partition = route(new.group_hash, layout.partitions, layout.k)
+            offset = heads.get((queue, layout.topic, partition), 0)
+            heads[(queue, layout.topic, partition)] = offset + 1
+            messages.append(Queued(**vars(new), queue=queue, topic=layout.topic, partition=partition, offset=offset))
+        self._move_heads(conn, subscription, known, heads)
+        conn.execute(sa.insert(delivery_messages), [{"subscription": subscription, **vars(m)} for m in messages])
+        self._point_groups(conn, subscription, messages)
+
+    @staticmethod
+    def _move_heads(conn: Connection, subscription: str, known: dict[HeadKey, int], heads: dict[HeadKey, int]) -> None:
+        """Write the produce heads that moved: new rows for new partitions, updates for the others."""
+        h = delivery_heads.c
+        if fresh := [key for key in heads if key not in known]:
+            rows = [dict(zip(_HEAD_FIELDS, (*key, heads[key]), strict=True)) for key in fresh]
+            conn.execute(sa.insert(delivery_heads), [{"subscription": subscription, **row} for row in rows])
+        if grown := [key for key in heads if key in known and heads[key] != known[key]]:
+            # Bind names differ from the column names: SQLAlchemy reserves those for SET values.
+            where = [h[name] == sa.bindparam(f"b_{name}") for name in _HEAD_FIELDS[:3]]
+            statement = sa.update(delivery_heads).where(h.subscription == subscription, *where)
+            binds = [
+                {f"b_{name}": value for name, value in zip(_HEAD_FIELDS, (*key, heads[key]), strict=True)}
+                for key in grown
+            ]
+            conn.execute(statement.values(next_offset=sa.bindparam("b_next_offset")), binds)
+
+    def _point_groups(self, conn: Connection, subscription: str, messages: list[Queued]) -> None:
+        """Each group's `p` becomes its last message produced; a group new to its queue starts with `c` unset."""
+        last = {(m.queue, m.group_key): m for m in messages}
+        rows = []
+        for m in last.values():
+            main_topic, main_offset, topic, at = m.position
+            rows.append(
+                {"subscription": subscription, "queue": m.queue, "group_key": m.group_key, "group_hash": m.group_hash}
+                | {"p_main_topic": main_topic, "p_main_offset": main_offset, "p_topic": topic, "p_offset": at}
+                | dict(zip(("c_main_topic", "c_main_offset", "c_topic", "c_offset"), _NONE, strict=True))
+            )
+        statement = self._insert(delivery_groups)
+        pointer = {name: statement.excluded[name] for name in ("p_main_topic", "p_main_offset", "p_topic", "p_offset")}
+        conn.execute(
+            statement.on_conflict_do_update(index_elements=["subscription", "queue", "group_key"], set_=pointer), rows
+        )
 
     @staticmethod
     def _count(conn: Connection, commit: Commit) -> None:
@@ -373,9 +440,10 @@ class DeliveryStore:
             waiting = self._group_order(conn, subscription, group)
             for message in waiting:
                 self._consume(conn, subscription, message)
-                if layouts is not None:
-                    fresh = NewMessage(message.group_key, message.group_hash, message.event_seq, message.main_topic)
-                    self._produce(conn, subscription, "rq", fresh, layouts["rq"])
+            if layouts is not None:
+                # Replayed messages start afresh: no attempts, due at once.
+                fresh = [NewMessage(m.group_key, m.group_hash, m.event_seq, m.main_topic) for m in waiting]
+                self._produce(conn, subscription, [("rq", message) for message in fresh], layouts)
             return len(waiting)
 
     def _group_order(self, conn: Connection, subscription: str, group: str | None) -> list[Queued]:
@@ -409,10 +477,4 @@ def _control_values(subscription: str, applied_seq: int, floor: int) -> dict[str
 def _at(subscription: str, m: Queued) -> tuple[sa.ColumnElement[bool], ...]:
     """The WHERE clause of one message's row."""
     c = delivery_messages.c
-    return (
-        c.subscription == subscription,
-        c.queue == m.queue,
-        c.topic == m.topic,
-        c.partition == m.partition,
-        c.offset == m.offset,
-    )
+    return (c.subscription == subscription, *(c[name] == getattr(m, name) for name in _POSITION_FIELDS))

@@ -11,7 +11,7 @@ group leader locks (`EventLog.leader_lock`) and its append notifications
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -29,6 +29,7 @@ from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
 
 MAX_READ_LIMIT = 10_000
+IN_LIST_LIMIT = 1_000  # seqs per IN list: far below every driver's bound on parameters
 MAX_EVENT_ID_LENGTH = 64  # events.event_id is String(64)
 
 
@@ -225,6 +226,17 @@ class EventLog:
         query = sa.select(events_table).where(seq > after_seq).order_by(seq).limit(limit)
         with self._engine.connect() as conn:
             return [StoredEvent(*row) for row in conn.execute(query)]
+
+    def read_seqs(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
+        """The events with these seqs, by seq; a seq with no event (pruned, never written) is absent."""
+        wanted = sorted(set(seqs))
+        seq = events_table.c.seq
+        found: dict[int, StoredEvent] = {}
+        with self._engine.connect() as conn:
+            for start in range(0, len(wanted), IN_LIST_LIMIT):
+                query = sa.select(events_table).where(seq.in_(wanted[start : start + IN_LIST_LIMIT]))
+                found.update((row.seq, StoredEvent(*row)) for row in conn.execute(query))
+        return found
 
     def iter_payloads(
         self, after_seq: int = 0, upto_seq: int | None = None, page_size: int = 20_000

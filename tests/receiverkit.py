@@ -51,6 +51,7 @@ class Received:
     at: float  # time.monotonic() when it arrived
     answered: int  # the status answered; 0 while pending, or when the client left first (a timeout)
     signature_ok: bool  # the Standard Webhooks signature verified; False when no secret is set
+    client_port: int = 0  # the sender's TCP port: the same port again is a reused connection
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Answer:
     status: int = 200
     retry_after: str | None = None  # Retry-After header value
     delay_s: float = 0.0  # sleep before answering (longer than the sender's timeout is a timeout)
+    body_size: int = 0  # answer this many bytes of body (never with a 204 or 304)
+    location: str | None = None  # Location header (for a redirect the sender must not follow)
 
 
 # Given the group and how many times this message_id arrived before (0 on first), the answer.
@@ -201,13 +204,17 @@ class Receiver:
             self._arrivals[message_id] += 1
             index = len(self._received)
             # Recorded on arrival (answered 0, pending) so the record keeps arrival order.
-            self._received.append(self._record(message_id, body, headers))
+            received = self._record(message_id, body, headers)
+            port = request.client.port if request.client is not None else 0
+            self._received.append(dataclasses.replace(received, client_port=port))
         answered = answer.status if await self._wait(request, answer.delay_s) else 0
         with self._lock:
             self._received[index] = dataclasses.replace(self._received[index], answered=answered)
         extra = {"Retry-After": answer.retry_after} if answer.retry_after is not None else {}
-        # No body: a 204 or 304 must not have one, and the sender only looks at the status.
-        return Response(status_code=answer.status, headers=extra)
+        if answer.location is not None:
+            extra["Location"] = answer.location
+        # No body unless asked: the sender only looks at the status and must cope with any body.
+        return Response(b"x" * answer.body_size, status_code=answer.status, headers=extra)
 
     def _record(self, message_id: str, body: bytes, headers: dict[str, str]) -> Received:
         return Received(

@@ -11,18 +11,22 @@ never the receiver's body: it is outside bytes and may echo anything.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-import httpx
+import aiohttp
 from standardwebhooks import Webhook
 
 USER_AGENT = "partbuild-webhooks/1"
 GROUP_HEADER = "partbuild-group"
 MAX_RETRY_AFTER_MS = 3600 * 1000
+# A receiver's body is read (so the connection can be reused) up to this much; a longer one
+# closes the connection instead: nobody reads it, and a hostile receiver must not fill memory.
+MAX_ANSWER_BYTES = 64 * 1024
 _RETRYABLE = {408, 429}
 
 
@@ -38,11 +42,24 @@ class Outcome:
 
 
 class Sender:
-    """One process's HTTP client for every subscription (connections are pooled per endpoint)."""
+    """One event loop's HTTP client for every subscription (connections are pooled per endpoint).
+
+    aiohttp rather than httpx: httpx's pool checks every pooled connection on each
+    request (encode/httpx#3215), which capped delivery near 200 messages/s
+    (bench/RESULTS.md). Create it inside the loop that uses it.
+    """
 
     def __init__(self, *, max_connections: int = 64) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(limits=limits, follow_redirects=False, headers={"user-agent": USER_AGENT})
+        connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=max_connections)
+        # No cookies (a receiver must not make later deliveries stateful), no proxies from the
+        # environment, no decompression (the answer's body is drained, never read).
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"user-agent": USER_AGENT},
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            trust_env=False,
+        )
         self._signers: dict[str, Webhook] = {}
 
     async def send(
@@ -67,12 +84,18 @@ class Sender:
             GROUP_HEADER: quote(group_key, safe="/=:,.-_~@+*"),
         }
         try:
-            answer = await self._client.post(url, content=body, headers=headers, timeout=timeout_s)
-        except httpx.TimeoutException:
+            # One deadline for the whole exchange: connect, send, answer and drain.
+            async with asyncio.timeout(timeout_s):
+                async with self._session.post(url, data=body, headers=headers, allow_redirects=False) as answer:
+                    outcome = classify(answer.status, answer.reason or "", answer.headers.get("retry-after"))
+                    await _drain(answer)
+                    return outcome
+        except TimeoutError:
             return Outcome(False, True, 0, error=f"no answer within {timeout_s:g} s")
-        except httpx.HTTPError as exc:
+        except aiohttp.InvalidURL:
+            return Outcome(False, False, 0, error="the endpoint URL is not valid")
+        except (aiohttp.ClientError, OSError) as exc:
             return Outcome(False, True, 0, error=f"transport error: {type(exc).__name__}")
-        return classify(answer.status_code, answer.reason_phrase, answer.headers.get("retry-after"))
 
     def _signer(self, secret: str) -> Webhook:
         signer = self._signers.get(secret)
@@ -81,7 +104,13 @@ class Sender:
         return signer
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._session.close()
+
+
+async def _drain(answer: aiohttp.ClientResponse) -> None:
+    """Read a short body so its connection goes back to the pool; drop the connection of a long one."""
+    if len(await answer.content.read(MAX_ANSWER_BYTES)) == MAX_ANSWER_BYTES and not answer.content.at_eof():
+        answer.close()
 
 
 def classify(status: int, reason: str, retry_after: str | None) -> Outcome:

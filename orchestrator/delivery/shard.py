@@ -136,6 +136,7 @@ class ShardStep:
         self._limit = asyncio.Semaphore(concurrency)
         self.commit: Commit | None = None
         self.moved: set[str] = set()  # groups this step moved from the RQ to the DLQ
+        self.events: dict[int, StoredEvent] = {}  # the events of the RQ messages this step retries, by seq
 
     async def run(self, control: Control) -> bool:
         sub = self.sub
@@ -148,7 +149,8 @@ class ShardStep:
             for key, (queue, group_hash) in self.store.waiting_groups(sub.key).items()
             if owns_group(sub, self.shard_id, group_hash)
         }
-        retries = [key for key, queue in waiting.items() if queue == "rq"]
+        due = self.store.due_pages(sub.key, self.now_ms(), RQ_GROUP_PAGE) if "rq" in waiting.values() else {}
+        retries = {key: page for key, page in due.items() if waiting.get(key) == "rq"}
         await asyncio.gather(self._deliver_main(main, waiting), self._retry(retries))
         _follow_to_dlq(commit, self.moved)
         if commit.empty():
@@ -261,14 +263,15 @@ class ShardStep:
 
     # ----------------------------------------------------------------- the retry queue
 
-    async def _retry(self, groups: list[str]) -> None:
-        await asyncio.gather(*(self._retry_group(key) for key in groups))
+    async def _retry(self, pages: dict[str, list[Queued]]) -> None:
+        # One log read for every due message's event; a group stops at its first failure, so some go unused.
+        self.events = self.live.log.read_seqs(m.event_seq for page in pages.values() for m in page)
+        await asyncio.gather(*(self._retry_group(key, page) for key, page in pages.items()))
 
-    async def _retry_group(self, group_key: str) -> None:
-        """Deliver a waiting group's RQ messages in order while they are due and succeed."""
+    async def _retry_group(self, group_key: str, waiting: list[Queued]) -> None:
+        """Deliver a due group's first RQ messages (`waiting`) in order while they are due and succeed."""
         commit = self.commit
         assert commit is not None
-        waiting = self.store.messages(self.sub.key, "rq", group=group_key, limit=RQ_GROUP_PAGE)
         for index, message in enumerate(waiting):
             now = self.now_ms()
             if message.not_before_ms > now:
@@ -304,11 +307,11 @@ class ShardStep:
 
     def _redeliverable(self, message: Queued) -> Delivery | None:
         """The message's delivery, rendered again from its event (None: nothing to deliver any more)."""
-        stored = self.live.log.read(message.event_seq - 1, 1)
-        if not stored or stored[0].seq != message.event_seq:
+        stored = self.events.get(message.event_seq)
+        if stored is None:
             return None
         with self.live.read() as state:
-            return self._delivery(state, message.event_seq, stored[0].to_event(), message.group_key)
+            return self._delivery(state, message.event_seq, stored.to_event(), message.group_key)
 
 
 def _follow_to_dlq(commit: Commit, moved: set[str]) -> None:
