@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import getpass
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -168,3 +169,10 @@ def read_graph(path: str) -> Graph:
         return load_graph(path)
     except GraphError as exc:
         raise click.BadParameter(str(exc), param_hint="'--graph'") from None
+
+
+def configure_logging() -> None:
+    """Log lines for the long-running commands (`serve`, `run`, `up`, `deliver`), without libraries' chatter."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("alembic", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

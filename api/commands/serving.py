@@ -17,6 +17,7 @@ from partbuild.api.commands.bucketing import PositiveInt, bucketing_config, buck
 from partbuild.api.commands.common import (
     BadInput,
     CommandFailed,
+    configure_logging,
     db_option,
     host_option,
     open_log,
@@ -72,12 +73,6 @@ def _retention(retain_days: int | None) -> RetentionPolicy | None:
     return RetentionPolicy(retain_days) if retain_days is not None else None
 
 
-def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("alembic", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def _listen(host: str, port: int) -> socket.socket:
     """Bind before anything slow starts, so a busy port fails at once and port 0 has a real number to print."""
     try:
@@ -128,7 +123,7 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
 
     graph = read_graph(graph_path) if graph_path is not None else None
     sock = _listen(host, port)
-    _configure_logging()
+    configure_logging()
     with sock, open_log(db_url, must_exist=False) as log:
         app = create_app(Service(log, graph=graph, snapshot_every=snapshot_every))
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
@@ -180,7 +175,7 @@ def up(
         raise BadInput(str(exc)) from None
     graph = read_graph(graph_path)
     sock = _listen(host, port)
-    _configure_logging()
+    configure_logging()
     spark = lazy_spark_session(master, conf=dict(spark_conf))  # started by the first job run
     with sock, open_log(db_url, must_exist=False) as log:
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
@@ -365,7 +360,7 @@ def run(
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import lazy_spark_session
 
-    _configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
+    configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
     group = _group_config(group_name, group_buckets, member_timeout)
     bucketing = None if group is not None else bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)

@@ -16,6 +16,7 @@ from partbuild.api import subscription_models as sm
 from partbuild.api.commands.common import (
     BadInput,
     Target,
+    configure_logging,
     connect,
     db_option,
     json_option,
@@ -293,11 +294,12 @@ def deliver(db_url: str, shards: str) -> None:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    configure_logging()  # a failing endpoint or a fenced step is logged, as in `up`
     with open_log(db_url, must_exist=False) as log:
         live = LiveState(log)
         live.start_tailing()
         deliverer = Deliverer(live, render_payload, selector=selector).start()
-        click.echo(f"partbuild deliver: shards {shards} of every subscription, {db_url}")
+        click.echo(f"partbuild deliver: shards {shards} of every subscription, {log.describe()}")
         try:
             stop.wait()
         finally:

@@ -75,6 +75,7 @@ class ShardRunner:
         self.thread.start()
 
     def _main(self) -> None:
+        log.info("subscription %s: delivering shard %d of %d", self.sub.name, self.shard_id, self.sub.shard_count)
         try:
             asyncio.run(self._loop())
         except Exception:  # one subscription's failure must not stop the others; its runner is restarted

@@ -161,6 +161,16 @@ class ShardStep:
                 sub.name,
                 self.shard_id,
             )
+        elif commit.retried or commit.dead_lettered:
+            # What an operator must see without polling the API; deliveries that went through stay quiet.
+            log.warning(
+                "subscription %s shard %d: %d delivered, %d failed (to retry), %d dead-lettered",
+                sub.name,
+                self.shard_id,
+                commit.delivered,
+                commit.retried,
+                commit.dead_lettered,
+            )
         return True
 
     # ----------------------------------------------------------------- the main topic
