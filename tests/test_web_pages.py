@@ -8,10 +8,12 @@ the taint, markup renders as text, headers are set, and the forms refuse what th
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from fastapi.testclient import TestClient
@@ -132,8 +134,15 @@ def test_time_travel_shows_the_state_before_the_taint(world: World) -> None:
     assert 'data-state="tainted"' not in past and 'data-state="live"' in past
     assert f"/instances/{world.daily_uuid}?as_of={world.before_taint}" in past  # links keep the time travel
     assert 'id="taint-form"' not in past  # the past cannot be changed
+    by_time = _get(world, "/wants/want-root?" + urlencode({"as_of_time": _recorded_iso(world, world.before_taint)}))
+    assert f'data-as-of="{world.before_taint}"' in by_time
     early = _get(world, "/?as_of=1")
     assert 'data-kind="wants"' not in early and 'data-kind="instances" data-state="live"' in early
+
+
+def _recorded_iso(world: World, seq: int) -> str:
+    (row,) = world.service.log.read(seq - 1, 1)
+    return dt.datetime.fromtimestamp(row.recorded_at_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
 def test_markup_in_refs_and_comments_renders_as_text(world: World) -> None:
@@ -193,11 +202,30 @@ def test_form_errors_show_the_api_message(world: World) -> None:
 def test_a_reader_sees_no_forms_and_cannot_post(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     token = _csrf(world)
     monkeypatch.setattr(web_identity, "current_identity", lambda request: Identity("rita", "reader"))
-    for module in ("pages", "actions", "templating"):
-        monkeypatch.setattr(f"partbuild.api.web.{module}.current_identity", lambda request: Identity("rita", "reader"))
     html = _get(world, "/wants")
     assert "rita (reader)" in html and 'id="want-form"' not in html
     assert 'id="cancel-want-form"' not in _get(world, "/wants/want-evil")
     head = world.service.log.head()
     response = world.client.post("/actions/want", data={"csrf": token, "mode": "one", "ref": "x/reader"})
     assert response.status_code == 403 and world.service.log.head() == head
+
+
+def test_cancel_and_taint_forms_append_their_events(world: World) -> None:
+    token, service = _csrf(world), world.service
+    service.create_want(m.WantRequest(refs=["forms/a"], want_id="want-forms"))
+    run_uuids = [service.state.canonical["forms/a"]]
+    _append(service, pb.JobRunBuffer(job_run_id="run-forms", job_label="forms", instance_uuids=run_uuids))
+    _append(service, pb.PartitionObserved(partition_ref="forms/raw", location="/data/forms"))
+    posts = [
+        ("/actions/cancel-run", {"job_run_id": "run-forms", "reason": "stop"}, "/runs/run-forms", "job_run_cancel"),
+        ("/actions/cancel-want", {"want_id": "want-forms", "reason": "no"}, "/wants/want-forms", "want_cancel"),
+        ("/actions/taint", {"ref": "forms/raw", "reason": "bad"}, "/partition?ref=forms%2Fraw", "partition_taint"),
+    ]
+    for path, data, location, event_type in posts:
+        head = service.log.head()
+        response = world.client.post(path, data=data | {"csrf": token}, follow_redirects=False)
+        assert (response.status_code, response.headers["location"]) == (303, location), response.text
+        (row,) = service.log.read(head, 10)
+        assert row.event_type == event_type
+    assert service.want("want-forms").state == "canceled" and service.job_run("run-forms").state == "canceled"
+    assert service.canonical("forms/raw").previous_uuid is not None

@@ -15,10 +15,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from partbuild.api import models as m
-from partbuild.api.errors import TITLES, ApiError
+from partbuild.api.errors import ApiError
+from partbuild.api.web import identity as seam
 from partbuild.api.web.forms import PREVIEW_SHOWN, FormInvalid, WantForm, parse_model, patterns
-from partbuild.api.web.identity import Identity, current_identity, may_write
-from partbuild.api.web.pages import error_page, form_failure, in_thread, redirect, service_of
+from partbuild.api.web.identity import Identity, may_write
+from partbuild.api.web.pages import error_page, form_failure, http_title, in_thread, redirect, service_of
 from partbuild.api.web.security import FormError, read_form
 from partbuild.api.web.templating import Page, render
 
@@ -27,7 +28,7 @@ router = APIRouter(include_in_schema=False)
 
 async def _accepted(request: Request) -> tuple[Identity, dict[str, list[str]]] | Response:
     """The identity and form fields of a post, or the 403/4xx page refusing it."""
-    identity = current_identity(request)
+    identity = seam.current_identity(request)
     if not may_write(identity):
         return error_page(
             request, service_of(request), 403, f"{identity.name} ({identity.role}) may not change anything"
@@ -123,9 +124,9 @@ async def _write(request: Request, call: Any, then: str) -> Response:
 def _want_form_page(request: Request, form: WantForm, status: int) -> Response:
     """The want form again: with its preview (200) or the API's error (4xx)."""
     service = service_of(request)
-    page = Page(request, current_identity(request), None, service.live.head_seq)
+    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
     page.csrf = request.cookies.get("partbuild_csrf", "")  # the post matched it: keep the same token
-    title = TITLES.get(status, "")
+    title = http_title(status) if status != 200 else ""
     return render(
         page, "want_new.html", status, form=form, patterns=patterns(service.graph), status=status, title=title
     )

@@ -78,12 +78,16 @@ def events_page(service: Service, as_of: int | None, filters: dict[str, str], be
     if before is not None:
         top = min(top, before - 1)
     page, scanned = EventPage(), 0
+    needles = [filters[kind].encode() for kind in ("ref", "want", "run") if filters.get(kind)]
     while top > 0 and scanned < SCAN_EVENTS:
         start = max(0, top - WINDOW)
         rows = service.log.read(start, top - start)
         for row in reversed(rows):
             scanned += 1
             if filters.get("type") and row.event_type != filters["type"]:
+                continue
+            # Protobuf stores strings as their UTF-8 bytes: an event that names a value holds them.
+            if any(needle not in row.payload for needle in needles):
                 continue
             body = event_out(parse_event(row.payload))
             links = list(dict.fromkeys(touched(body)))

@@ -31,6 +31,7 @@ Stable hooks for browser tests (ids and data-testid):
 from __future__ import annotations
 
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -40,10 +41,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from partbuild.api import models as m
 from partbuild.api.errors import TITLES, ApiError
 from partbuild.api.service import Service
+from partbuild.api.web import identity as seam
 from partbuild.api.web import views
 from partbuild.api.web.event_view import EVENT_TYPES, events_page
 from partbuild.api.web.forms import FormInvalid, WantForm, patterns
-from partbuild.api.web.identity import current_identity
 from partbuild.api.web.security import secure
 from partbuild.api.web.templating import Page, page_for, render
 from partbuild.state.model import InstanceState, JobRunState, WantState
@@ -73,10 +74,17 @@ def serve(request: Request, build: Callable[[Page, Service], HTMLResponse]) -> H
 
 def error_page(request: Request, service: Service, status: int, message: str, **data: Any) -> HTMLResponse:
     """An error page (without time travel: the error may be the time travel itself)."""
-    page = Page(request, current_identity(request), None, service.live.head_seq)
+    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
     data.setdefault("form", None)
     data.setdefault("back", None)
-    return render(page, "error.html", status, status=status, title=TITLES.get(status, "Error"), message=message, **data)
+    return render(page, "error.html", status, status=status, title=http_title(status), message=message, **data)
+
+
+def http_title(status: int) -> str:
+    try:
+        return TITLES.get(status) or HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
 
 
 def _query(request: Request, *names: str) -> dict[str, str]:

@@ -19,7 +19,8 @@ from starlette.responses import HTMLResponse
 
 from partbuild.api.errors import InvalidInput
 from partbuild.api.service import Service
-from partbuild.api.web.identity import Identity, current_identity, may_write
+from partbuild.api.web import identity as seam
+from partbuild.api.web.identity import Identity, may_write
 from partbuild.api.web.security import CSRF_FIELD, csrf_token, secure, set_csrf_cookie
 from partbuild.state.retention import cutoff_seq_before
 
@@ -80,7 +81,7 @@ class Page:
 
 def page_for(request: Request, service: Service) -> Page:
     """The page context of `request`: identity, time travel (validated), CSRF token."""
-    identity = current_identity(request)
+    identity = seam.current_identity(request)
     head = service.live.head_seq
     as_of = resolve_as_of(request, service)
     token, new = csrf_token(request)
