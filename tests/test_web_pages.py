@@ -109,6 +109,7 @@ def test_every_page_renders_its_key_content(world: World) -> None:
         "/runs/run-1": ['data-testid="run-outputs"', f'data-uuid="{world.daily_uuid}"', "succeeded"],
         "/events": ['data-testid="events-list"', f'data-seq="{world.taint_seq}"', 'data-type="partition_taint"'],
         "/events?type=want_create&want=want-child": ['data-type="want_create"'],
+        "/system": ['data-testid="groups-list"', 'data-testid="sources-list"', 'data-testid="subscriptions-list"'],
         "/audit?replay=1": ['data-testid="audit-digest"', 'data-testid="rejected-list"'],
     }
     for url, expected in pages.items():

@@ -60,7 +60,7 @@ class WantForm:
         if not refs:
             raise FormInvalid("name at least one partition ref")
         if len(refs) > MAX_RANGE:
-            raise FormInvalid(f"at most {MAX_RANGE} refs in one want, got {len(refs)}")
+            raise FormInvalid(f"at most {MAX_RANGE} refs in one want; this form names more")
         return refs
 
     def request(self, refs: list[str]) -> m.WantRequest:

@@ -3,7 +3,8 @@
 Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
 `/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
 `/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
-with dagre), `/runs`, `/runs/{id}`, `/events`, `/audit`. Posts: `/actions/want`,
+with dagre), `/runs`, `/runs/{id}`, `/events`, `/audit`, `/system` (worker groups, bucketing, sources,
+subscriptions). Posts: `/actions/want`,
 `/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint` (CSRF double-submit, writers only).
 
 Stable hooks for browser tests (ids and data-testid):
@@ -12,7 +13,8 @@ Stable hooks for browser tests (ids and data-testid):
   regions refreshed live carry `data-live-id`.
 - lists: `wants-list`/`want-row[data-want-id]`, `partitions-list`/`partition-row[data-ref]`,
   `runs-list`/`run-row[data-run-id]`, `events-list`/`event-row[data-seq][data-type]`,
-  `rejected-list`/`rejected-row`, overview `counts`/`count[data-kind][data-state]`, `in-flight`,
+  `rejected-list`/`rejected-row`, `groups-list`, `buckets-list`, `sources-list`,
+  `subscriptions-list`, overview `counts`/`count[data-kind][data-state]`, `in-flight`,
   `failures`, `past-sla`; `next-page` links; state badges `.state[data-state]`.
 - want page: `want-state`, `refs-status`/`ref-status[data-ref]`, `#want-tree` (`want-tree`) of
   `want-tree-node[data-want-id][data-state]` nested in `ul`.
@@ -222,6 +224,22 @@ def audit_page(request: Request) -> HTMLResponse:
             rejected = state.rejections[-100:][::-1]
             total, seq = len(state.rejections), state.head_seq
         return render(page, "audit.html", report=report, rejected=rejected, rejected_total=total, state_seq=seq)
+
+    return serve(request, build)
+
+
+@router.get("/system", response_class=HTMLResponse)
+def system_page(request: Request) -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        return render(
+            page,
+            "system.html",
+            groups=service.groups(as_of_seq=page.as_of),
+            buckets=service.bucket_layouts(as_of_seq=page.as_of),
+            sources=service.sources(as_of_seq=page.as_of),
+            # Deliveries live in their own tables, not the log: the list is always as of now.
+            subscriptions=service.list_subscriptions().subscriptions if page.as_of is None else [],
+        )
 
     return serve(request, build)
 
