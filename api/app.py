@@ -34,6 +34,7 @@ from partbuild.api.routes import (
 )
 from partbuild.api.routes.common import PROBLEM_JSON
 from partbuild.api.service import Service
+from partbuild.api.web import add_web_ui
 
 logger = logging.getLogger("partbuild.api")
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -69,6 +70,7 @@ def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
     ]
     for router in routers:
         app.include_router(router)
+    add_web_ui(app)  # the web pages at / (api/web/)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     _add_error_handlers(app, [route for router in routers for route in router.routes])
     return app

@@ -10,7 +10,7 @@ unknown id (whether a well-formed cursor names an item depends on the state).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import islice, takewhile
 from typing import Any
 
@@ -57,6 +57,10 @@ class Reads:
                 yield state
                 return
         yield self.live.as_of(as_of_seq)  # a past state never changes: read without the lock
+
+    def reading(self, as_of_seq: int | None = None) -> AbstractContextManager[BuildState]:
+        """The state as of `as_of_seq` (None: now), for views of their own (the web pages); the lock as above."""
+        return self._reading(None, as_of_seq)
 
     # ----------------------------------------------------------------- buckets
 

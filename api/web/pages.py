@@ -1,0 +1,259 @@
+"""The web UI's routes: server-rendered pages over the `Service`, and the form posts.
+
+Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
+`/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
+`/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
+with dagre), `/runs`, `/runs/{id}`, `/events`, `/audit`, `/system` (worker groups, bucketing, sources,
+subscriptions). Posts: `/actions/want`,
+`/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint` (CSRF double-submit, writers only).
+
+Stable hooks for browser tests (ids and data-testid):
+- every page: `#main`, `[data-testid=time-travel-banner][data-as-of]` when time travelling,
+  `#time-travel` (form, `as-of-input`), `nav-*` links, `identity`; `body[data-live=on|off]`;
+  regions refreshed live carry `data-live-id`.
+- lists: `wants-list`/`want-row[data-want-id]`, `partitions-list`/`partition-row[data-ref]`,
+  `runs-list`/`run-row[data-run-id]`, `events-list`/`event-row[data-seq][data-type]`,
+  `rejected-list`/`rejected-row`, `groups-list`, `buckets-list`, `sources-list`,
+  `subscriptions-list`, overview `counts`/`count[data-kind][data-state]`, `in-flight`,
+  `failures`, `past-sla`; `next-page` links; state badges `.state[data-state]`.
+- want page: `want-state`, `refs-status`/`ref-status[data-ref]`, `#want-tree` (`want-tree`) of
+  `want-tree-node[data-want-id][data-state]` nested in `ul`.
+- ref page: `canonical-instance[data-uuid]`, `timeline`/`timeline-item[data-uuid][data-state]`.
+- instance page: `provenance`, `#lineage` (`data-uuid`, `data-as-of`, `data-direction`, `data-depth`),
+  `#lineage-status[data-state=pending|drawn|error]` (`data-nodes`, `data-edges`, `data-ms` once drawn),
+  `#lineage-graph` (svg) of `g[data-testid=lineage-node][data-uuid][data-ref][data-state]` (each an
+  `a` to the instance page) and `path[data-testid=lineage-edge][data-input][data-output]`;
+  `lineage-controls` (`lineage-direction`, `lineage-depth`), `lineage-table`/`lineage-row`.
+- run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`.
+- forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
+  `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
+  `#cancel-run-form`, `#taint-form`; errors `form-error`; error pages `error-status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from partbuild.api import models as m
+from partbuild.api.errors import TITLES, ApiError
+from partbuild.api.service import Service
+from partbuild.api.web import identity as seam
+from partbuild.api.web import views
+from partbuild.api.web.event_view import EVENT_TYPES, events_page
+from partbuild.api.web.forms import FormInvalid, WantForm, patterns
+from partbuild.api.web.security import secure
+from partbuild.api.web.templating import Page, page_for, render
+from partbuild.state.model import InstanceState, JobRunState, WantState
+
+router = APIRouter(include_in_schema=False)
+HISTORY_SHOWN = 200
+REFS_SHOWN = 500
+
+
+def _names(enum: Any) -> list[str]:
+    return [member.name.lower() for member in enum]
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def serve(request: Request, build: Callable[[Page, Service], HTMLResponse]) -> HTMLResponse:
+    """Render a page with `build`; an API error becomes an error page with the API's status and message."""
+    service = service_of(request)
+    try:
+        page = page_for(request, service)
+        return build(page, service)
+    except ApiError as exc:
+        return error_page(request, service, exc.status, str(exc))
+
+
+def error_page(request: Request, service: Service, status: int, message: str, **data: Any) -> HTMLResponse:
+    """An error page (without time travel: the error may be the time travel itself)."""
+    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
+    data.setdefault("form", None)
+    data.setdefault("back", None)
+    return render(page, "error.html", status, status=status, title=http_title(status), message=message, **data)
+
+
+def http_title(status: int) -> str:
+    try:
+        return TITLES.get(status) or HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _query(request: Request, *names: str) -> dict[str, str]:
+    return {name: request.query_params.get(name, "").strip() for name in names}
+
+
+def _state_name(value: str, allowed: list[str]) -> str | None:
+    return value if value in allowed else None
+
+
+@router.get("/", response_class=HTMLResponse)
+def overview_page(request: Request) -> HTMLResponse:
+    return serve(request, lambda page, service: render(page, "overview.html", view=views.overview(service, page.as_of)))
+
+
+@router.get("/wants", response_class=HTMLResponse)
+def wants_page(request: Request) -> HTMLResponse:
+    filters = _query(request, "state", "ref")
+
+    def build(page: Page, service: Service) -> HTMLResponse:
+        before = views.seq_cursor(request.query_params.get("before"))
+        state = _state_name(filters["state"], _names(WantState))
+        listing = views.wants_page(service, page.as_of, state, filters["ref"] or None, before)
+        return render(
+            page,
+            "wants.html",
+            listing=listing,
+            filters=filters,
+            want_states=_names(WantState),
+            form=WantForm(),
+            patterns=patterns(service.graph),
+        )
+
+    return serve(request, build)
+
+
+@router.get("/wants/{want_id}", response_class=HTMLResponse)
+def want_page(request: Request, want_id: str) -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        want = views.want_detail(service, want_id, page.as_of)
+        cancelable = views.active_want(want.state)
+        return render(page, "want.html", want=want, shown_refs=REFS_SHOWN, cancelable=cancelable)
+
+    return serve(request, build)
+
+
+@router.get("/partitions", response_class=HTMLResponse)
+def partitions_page(request: Request) -> HTMLResponse:
+    filters = _query(request, "prefix", "state")
+
+    def build(page: Page, service: Service) -> HTMLResponse:
+        state = _state_name(filters["state"], _names(InstanceState))
+        after = request.query_params.get("after")
+        listing = views.partitions_page(service, page.as_of, filters["prefix"], state, after)
+        return render(page, "partitions.html", listing=listing, filters=filters, instance_states=_names(InstanceState))
+
+    return serve(request, build)
+
+
+@router.get("/partition", response_class=HTMLResponse)
+def ref_page(request: Request, ref: str = "") -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        history = service.history(ref, as_of_seq=page.as_of)
+        more = max(0, len(history) - HISTORY_SHOWN)
+        return render(page, "ref.html", ref=ref, history=history[:HISTORY_SHOWN], more=more)
+
+    return serve(request, build)
+
+
+@router.get("/instances/{uuid}", response_class=HTMLResponse)
+def instance_page(request: Request, uuid: str, direction: str = "upstream", depth: str = "2") -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        instance = service.instance(uuid, as_of_seq=page.as_of)
+        chosen = direction if direction in ("upstream", "downstream", "both") else "upstream"
+        hops = int(depth) if depth.isascii() and depth.isdigit() else 2
+        hops = min(hops, m.MAX_LINEAGE_DEPTH)
+        graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
+        lineage = {
+            "direction": chosen,
+            "depth": hops,
+            "as_of_seq": graph.as_of_seq,
+            "nodes": graph.nodes[:LINEAGE_LISTED],
+            "edges": graph.edges,
+        }
+        return render(page, "instance.html", instance=instance, lineage=lineage, max_depth=m.MAX_LINEAGE_DEPTH)
+
+    return serve(request, build)
+
+
+LINEAGE_LISTED = 1_000
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs_page(request: Request) -> HTMLResponse:
+    filters = _query(request, "state", "job")
+
+    def build(page: Page, service: Service) -> HTMLResponse:
+        before = views.seq_cursor(request.query_params.get("before"))
+        state = _state_name(filters["state"], _names(JobRunState))
+        listing = views.runs_page(service, page.as_of, state, filters["job"] or None, before)
+        return render(page, "runs.html", listing=listing, filters=filters, run_states=_names(JobRunState))
+
+    return serve(request, build)
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str) -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        run, outputs = views.job_run_detail(service, run_id, page.as_of)
+        active = views.active_run(run.state)
+        now = service.clock() if page.as_of is None else run.updated_ms
+        duration = (now if active else run.updated_ms) - run.created_ms
+        return render(page, "run.html", run=run, outputs=outputs, active=active, duration_ms=max(0, duration))
+
+    return serve(request, build)
+
+
+@router.get("/events", response_class=HTMLResponse)
+def events_log_page(request: Request) -> HTMLResponse:
+    filters = _query(request, "type", "ref", "want", "run")
+
+    def build(page: Page, service: Service) -> HTMLResponse:
+        before = views.seq_cursor(request.query_params.get("before"))
+        found = events_page(service, page.as_of, filters, before)
+        return render(page, "events.html", events=found, filters=filters, event_types=EVENT_TYPES)
+
+    return serve(request, build)
+
+
+@router.get("/audit", response_class=HTMLResponse)
+def audit_page(request: Request) -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        report = service.audit(rejected_limit=0, as_of_seq=page.as_of) if request.query_params.get("replay") else None
+        with service.reading(page.as_of) as state:
+            rejected = state.rejections[-100:][::-1]
+            total, seq = len(state.rejections), state.head_seq
+        return render(page, "audit.html", report=report, rejected=rejected, rejected_total=total, state_seq=seq)
+
+    return serve(request, build)
+
+
+@router.get("/system", response_class=HTMLResponse)
+def system_page(request: Request) -> HTMLResponse:
+    def build(page: Page, service: Service) -> HTMLResponse:
+        return render(
+            page,
+            "system.html",
+            groups=service.groups(as_of_seq=page.as_of),
+            buckets=service.bucket_layouts(as_of_seq=page.as_of),
+            sources=service.sources(as_of_seq=page.as_of),
+            # Deliveries live in their own tables, not the log: the list is always as of now.
+            subscriptions=service.list_subscriptions().subscriptions if page.as_of is None else [],
+        )
+
+    return serve(request, build)
+
+
+def redirect(path: str) -> Response:
+    """After a successful post, show what changed (303: the browser GETs it)."""
+    return secure(RedirectResponse(path, status_code=303))
+
+
+async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """Service calls block (the database, the write lock): never on the event loop."""
+    return await run_in_threadpool(function, *args)
+
+
+def form_failure(request: Request, exc: ApiError | FormInvalid, **data: Any) -> HTMLResponse:
+    status = exc.status if isinstance(exc, ApiError) else 422
+    return error_page(request, service_of(request), status, str(exc), **data)

@@ -1,0 +1,110 @@
+// The lineage graph of an instance page: fetch GET /api/v1/instances/{uuid}/lineage, lay it out
+// left to right with dagre (vendor/), draw it as SVG. Each node links to its instance page (keeping
+// the time travel); changing direction or depth redraws without a reload.
+(function () {
+  "use strict";
+  var SVG = "http://www.w3.org/2000/svg";
+  var NODE_H = 40, CHAR_W = 7.2, PAD = 12;
+
+  function el(name, attrs, parent) {
+    var node = document.createElementNS(SVG, name);
+    Object.keys(attrs).forEach(function (key) { node.setAttribute(key, attrs[key]); });
+    if (parent) { parent.appendChild(node); }
+    return node;
+  }
+
+  function status(box, state, text, extra) {
+    var line = box.querySelector("#lineage-status");
+    line.setAttribute("data-state", state);
+    line.textContent = text;
+    Object.keys(extra || {}).forEach(function (key) { line.setAttribute("data-" + key, extra[key]); });
+  }
+
+  function layout(data) {
+    var g = new dagre.graphlib.Graph({ multigraph: false });
+    g.setGraph({ rankdir: "LR", nodesep: 14, ranksep: 60, marginx: 10, marginy: 10 });
+    g.setDefaultEdgeLabel(function () { return {}; });
+    data.nodes.forEach(function (node) {
+      var label = node.ref === null ? "dropped " + node.uuid.slice(0, 8) : node.ref;
+      var width = Math.min(420, Math.max(120, label.length * CHAR_W + 2 * PAD));
+      g.setNode(node.uuid, { width: width, height: NODE_H, label: label, node: node });
+    });
+    data.edges.forEach(function (edge) {
+      if (g.hasNode(edge.input) && g.hasNode(edge.output)) { g.setEdge(edge.input, edge.output); }
+    });
+    dagre.layout(g);
+    return g;
+  }
+
+  function drawNode(svg, g, id, root, suffix) {
+    var box = g.node(id), node = box.node, state = node.state || "dropped";
+    var group = el("g", {
+      "class": "node s-" + state + (id === root ? " root" : ""), "data-testid": "lineage-node",
+      "data-uuid": id, "data-ref": node.ref === null ? "" : node.ref, "data-state": state,
+      "transform": "translate(" + (box.x - box.width / 2) + "," + (box.y - box.height / 2) + ")"
+    }, svg);
+    var link = el("a", { "href": "/instances/" + encodeURIComponent(id) + suffix }, group);
+    el("rect", { "width": box.width, "height": box.height, "rx": 4 }, link);
+    var title = el("text", { "x": PAD, "y": 16 }, link);
+    title.textContent = box.label.length > 56 ? box.label.slice(0, 55) + "…" : box.label;
+    var sub = el("text", { "class": "sub", "x": PAD, "y": 32 }, link);
+    sub.textContent = state.replace(/_/g, " ") + " · " + id.slice(0, 8);
+    el("title", {}, group).textContent = box.label;
+  }
+
+  function draw(box, data) {
+    var started = performance.now();
+    var svg = box.querySelector("#lineage-graph");
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var g = layout(data), size = g.graph();
+    svg.setAttribute("width", Math.max(size.width, 100));
+    svg.setAttribute("height", Math.max(size.height, 50));
+    var defs = el("defs", {}, svg);
+    var marker = el("marker", { "id": "arrow", "viewBox": "0 0 10 10", "refX": 10, "refY": 5,
+      "markerWidth": 7, "markerHeight": 7, "orient": "auto-start-reverse" }, defs);
+    el("path", { "class": "arrow", "d": "M 0 0 L 10 5 L 0 10 z" }, marker);
+    g.edges().forEach(function (e) {
+      var points = g.edge(e).points.map(function (p) { return p.x + "," + p.y; });
+      el("path", { "class": "edge", "d": "M" + points.join(" L"), "marker-end": "url(#arrow)",
+        "data-testid": "lineage-edge", "data-input": e.v, "data-output": e.w }, svg);
+    });
+    var suffix = box.getAttribute("data-link-suffix") || "";
+    g.nodes().forEach(function (id) { drawNode(svg, g, id, data.root, suffix); });
+    status(box, "drawn", data.nodes.length + " instances, " + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
+      { nodes: data.nodes.length, edges: g.edges().length, ms: Math.round(performance.now() - started) });
+  }
+
+  function load(box) {
+    var params = new URLSearchParams({ direction: box.getAttribute("data-direction"), depth: box.getAttribute("data-depth") });
+    var asOf = box.getAttribute("data-as-of");
+    if (asOf) { params.set("as_of_seq", asOf); }
+    status(box, "pending", "Drawing the graph…");
+    fetch(box.getAttribute("data-api") + "?" + params.toString(), { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (response) {
+        return response.json().then(function (body) {
+          if (!response.ok) { throw new Error(body.detail || response.statusText); }
+          return body;
+        });
+      })
+      .then(function (data) { draw(box, data); })
+      .catch(function (error) { status(box, "error", "Could not draw the lineage: " + error.message); });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("lineage");
+    if (!box || typeof dagre === "undefined") { return; }
+    var controls = document.getElementById("lineage-controls");
+    if (controls) {
+      controls.addEventListener("change", function () {
+        box.setAttribute("data-direction", controls.elements.direction.value);
+        box.setAttribute("data-depth", controls.elements.depth.value || "0");
+        var url = new URL(window.location.href);
+        url.searchParams.set("direction", controls.elements.direction.value);
+        url.searchParams.set("depth", controls.elements.depth.value || "0");
+        window.history.replaceState(null, "", url.toString());
+        load(box);
+      });
+    }
+    load(box);
+  });
+})();

@@ -1,0 +1,187 @@
+"""What the list pages show, read from the state as of a seq: bounded pages, newest first.
+
+The API's lists start at the oldest item and know only the head of the log; a
+page of the UI starts at the newest and may look at the past. Both walk the
+same creation-order indexes (`service.listing`), so a page costs its size plus
+the items a filter skips, and that is capped (`SCAN_BUDGET`): a page that hit
+the cap says where it stopped and links on from there, instead of scanning a
+million records.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice, takewhile
+from typing import Any
+
+from partbuild.api import models as m
+from partbuild.api.convert import instance_out, job_run_out, want_detail_out, want_out
+from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.service import Service
+from partbuild.state.build_state import BuildState
+from partbuild.state.model import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
+
+PAGE = 50
+SCAN_BUDGET = 20_000
+RECENT = 10  # rows of each overview table
+
+
+@dataclass
+class Listing:
+    """One page of a list: its items and the cursor of the next page (None: the last one)."""
+
+    items: list[Any] = field(default_factory=list)
+    next_cursor: str | None = None
+    scanned_out: bool = False  # the page stopped at SCAN_BUDGET, not at the end of the list
+
+
+def _take(keyed: Iterable[tuple[str, Any]], keep: Callable[[Any], bool], limit: int = PAGE) -> Listing:
+    """Up to `limit` kept items of (cursor key, item) pairs, looking at no more than SCAN_BUDGET of them."""
+    page = Listing()
+    key = None
+    for scanned, (key, item) in enumerate(keyed, 1):
+        if keep(item):
+            page.items.append(item)
+            if len(page.items) == limit:
+                page.next_cursor = key
+                return page
+        if scanned == SCAN_BUDGET:
+            page.next_cursor, page.scanned_out = key, True
+            return page
+    return page
+
+
+def seq_cursor(text: str | None) -> int | None:
+    """A `before` cursor of the newest-first lists: a seq, or None for the newest page."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 16):
+        raise InvalidInput(f"cursor must be a seq, got {text[:40]!r}")
+    return int(text)
+
+
+def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: int | None) -> Iterator[int]:
+    """Indexes into a creation-order table, newest first, of entities that exist in `state`, before a seq."""
+    top = bisect_right(seqs, state.head_seq)  # created after the state's seq: not there yet
+    if before is not None:
+        top = min(top, bisect_left(seqs, before))
+    return iter(range(top - 1, -1, -1))
+
+
+def wants_page(
+    service: Service, as_of: int | None, state_name: str | None, ref: str | None, before: int | None
+) -> Listing:
+    """Wants newest first, by state and ref, as of a seq."""
+    wanted = WantState[state_name.upper()] if state_name else None
+    with service.reading(as_of) as state:
+        now = service.clock() if as_of is None else state.clock_ms
+        if ref:
+            mentioning = (state.wants[i] for i in reversed(state.wants_by_ref.get(ref, ())))
+            keyed: Iterable[tuple[str, Any]] = (
+                (str(w.created_seq), w) for w in mentioning if before is None or w.created_seq < before
+            )
+        else:
+            order = service.listing.wants
+            indexes = _newest_first(order.ids, order.seqs, state, before)
+            keyed = ((str(order.seqs[i]), state.wants[order.ids[i]]) for i in indexes)
+        page = _take(keyed, lambda want: wanted is None or want.state == wanted)
+        page.items = [want_out(want, now) for want in page.items]
+    return page
+
+
+def runs_page(
+    service: Service, as_of: int | None, state_name: str | None, job: str | None, before: int | None
+) -> Listing:
+    """Job runs newest first, by state and job, as of a seq."""
+    wanted = JobRunState[state_name.upper()] if state_name else None
+    order = service.listing.runs
+    with service.reading(as_of) as state:
+        indexes = _newest_first(order.ids, order.seqs, state, before)
+        keyed = ((str(order.seqs[i]), state.job_runs[order.ids[i]]) for i in indexes)
+        page = _take(keyed, lambda run: (wanted is None or run.state == wanted) and (not job or run.job_label == job))
+        page.items = [job_run_out(state, run) for run in page.items]
+    return page
+
+
+def partitions_page(
+    service: Service, as_of: int | None, prefix: str, state_name: str | None, after: str | None
+) -> Listing:
+    """Canonical instances by ref under a prefix, in one state, as of a seq (refs in sorted order)."""
+    wanted = InstanceState[state_name.upper()] if state_name else None
+    with service.reading(as_of) as state:
+        refs = takewhile(lambda ref: ref.startswith(prefix), service.listing.refs_from(prefix, after or None))
+        # A ref the state does not know yet (time travel) is skipped: its instance came later.
+        keyed = ((ref, state.canonical_instance(ref)) for ref in refs)
+        page = _take(keyed, lambda i: i is not None and (wanted is None or i.state == wanted))
+        page.items = [instance_out(instance) for instance in page.items]
+    return page
+
+
+def want_detail(service: Service, want_id: str, as_of: int | None) -> m.WantDetail:
+    """A want, its refs' states and its derivative-want tree, as of a seq."""
+    with service.reading(as_of) as state:
+        want = state.wants.get(want_id)
+        if want is None:
+            raise NotFound(f"no want {want_id!r}" + (f" as of seq {as_of}" if as_of is not None else ""))
+        return want_detail_out(state, want, service.clock() if as_of is None else state.clock_ms)
+
+
+def job_run_detail(service: Service, run_id: str, as_of: int | None) -> tuple[m.JobRun, list[m.Instance]]:
+    """A job run and the instances it was to build, as of a seq."""
+    with service.reading(as_of) as state:
+        run = state.job_runs.get(run_id)
+        if run is None:
+            raise NotFound(f"no job run {run_id!r}" + (f" as of seq {as_of}" if as_of is not None else ""))
+        built = [instance_out(state.instances[u]) for u in run.instance_uuids[:PAGE] if u in state.instances]
+        return job_run_out(state, run), built
+
+
+@dataclass
+class Overview:
+    """The overview page's numbers and short tables."""
+
+    head_seq: int
+    counts: dict[str, dict[str, int]]
+    in_flight: list[tuple[m.JobRun, int]]  # with elapsed ms
+    failures: list[m.JobRun]
+    past_sla: list[m.Want]
+    clock_ms: int
+
+
+def overview(service: Service, as_of: int | None) -> Overview:
+    """Counts by state, runs in flight, recent failures and wants past their SLA, as of a seq."""
+    with service.reading(as_of) as state:
+        now = service.clock() if as_of is None else state.clock_ms
+        active = islice((state.job_runs[i] for i in state.active_run_ids), RECENT)
+        in_flight = [(job_run_out(state, run), max(0, now - run.created_ms)) for run in active]
+        runs = service.listing.runs
+        newest_runs = (state.job_runs[runs.ids[i]] for i in _newest_first(runs.ids, runs.seqs, state, None))
+        failed = _take(((r.job_run_id, r) for r in newest_runs), lambda r: r.state == JobRunState.FAILED, RECENT)
+        wants = service.listing.wants
+        newest_wants = (state.wants[wants.ids[i]] for i in _newest_first(wants.ids, wants.seqs, state, None))
+
+        def late(want: Any) -> bool:
+            deadline = want.sla_deadline_ms
+            return deadline is not None and want.state not in TERMINAL_WANT_STATES and now > deadline
+
+        breached = _take(((w.want_id, w) for w in newest_wants), late, RECENT)
+        return Overview(
+            head_seq=state.head_seq,
+            counts=state.counts(),
+            in_flight=in_flight,
+            failures=[job_run_out(state, run) for run in failed.items],
+            past_sla=[want_out(want, now) for want in breached.items],
+            clock_ms=now,
+        )
+
+
+def active_run(state_name: str) -> bool:
+    """Whether a job run in this state may still be canceled."""
+    return JobRunState[state_name.upper()] in ACTIVE_RUN_STATES
+
+
+def active_want(state_name: str) -> bool:
+    """Whether a want in this state may still be canceled."""
+    return WantState[state_name.upper()] not in TERMINAL_WANT_STATES

@@ -1,0 +1,232 @@
+"""The web UI (api/web/) over a real Service on a real SQLite file, through Starlette's TestClient.
+
+One module-scoped app over a small state built with events (no Spark): a raw partition observed, a
+daily built from it by a job run, a want with a derivative want, a failed run, a ref and a comment
+holding markup, then a taint of the daily. Every page renders, time travel shows the state before
+the taint, markup renders as text, headers are set, and the forms refuse what they must.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from fastapi.testclient import TestClient
+
+from partbuild.api import models as m
+from partbuild.api.app import create_app
+from partbuild.api.service import Service
+from partbuild.api.web import identity as web_identity
+from partbuild.api.web.identity import Identity
+from partbuild.api.web.security import SECURITY_HEADERS
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.events import envelope, from_job_run, manual
+from partbuild.state.store import EventLog
+
+RAW = "raw/clicks/date=2026-01-01"
+DAILY = "agg/daily_clicks/date=2026-01-01"
+EVIL = "evil/<script>alert(1)</script>"
+COMMENT = "<b>weekly</b> report & more"
+
+
+@dataclass
+class World:
+    client: TestClient
+    service: Service
+    raw_uuid: str
+    daily_uuid: str
+    before_taint: int
+    taint_seq: int
+
+
+def _append(service: Service, payload: object, source: pb.EventSource | None = None) -> int:
+    result = service.log.append([envelope(payload, source=source or manual("test"), timestamp_ms=service.clock())])
+    service.refresh()
+    return result.last_seq
+
+
+def _build_state(service: Service) -> tuple[str, str, int, int]:
+    """The story every test reads; returns the raw and daily UUIDs, the seq before the taint and the taint's."""
+    _append(service, pb.PartitionObserved(partition_ref=RAW, location="/data/raw"))
+    raw_uuid = service.state.canonical[RAW]
+    service.create_want(m.WantRequest(refs=[DAILY], want_id="want-root", comment=COMMENT, sla_seconds=1))
+    derivative = pb.WantCreate(want_id="want-child", partition_refs=[RAW], parent_want_id="want-root")
+    _append(service, derivative, from_job_run("run-0"))
+    daily_uuid = service.state.canonical[DAILY]
+    _append(service, pb.JobRunBuffer(job_run_id="run-1", job_label="daily_clicks", instance_uuids=[daily_uuid]))
+    _append(service, pb.JobRunSuccess(job_run_id="run-1", input_instance_uuids=[raw_uuid]))
+    service.create_want(m.WantRequest(refs=[EVIL, "other/x"], want_id="want-evil"))
+    failing = [service.state.canonical["other/x"]]
+    _append(service, pb.JobRunBuffer(job_run_id="run-2", job_label="other", instance_uuids=failing))
+    failure = pb.JobRunFailure(job_run_id="run-2", error_class=pb.ERROR_CLASS_PERMANENT, message="<i>boom</i>")
+    _append(service, failure)
+    before = service.live.head_seq
+    taint = service.taint(m.TaintRequest(ref=DAILY, reason="late clicks"))
+    return raw_uuid, daily_uuid, before, taint.seq
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    path: Path = tmp_path_factory.mktemp("web") / "partbuild.db"
+    with EventLog.open(f"sqlite:///{path}", auto_upgrade=True) as log:
+        service = Service(log)
+        raw_uuid, daily_uuid, before, taint_seq = _build_state(service)
+        with TestClient(create_app(service)) as client:
+            yield World(client, service, raw_uuid, daily_uuid, before, taint_seq)
+
+
+def _get(world: World, url: str, status: int = 200) -> str:
+    response = world.client.get(url)
+    assert response.status_code == status, (url, response.text[:2000])
+    assert response.headers["content-type"].startswith("text/html")
+    for name, value in SECURITY_HEADERS.items():
+        assert response.headers[name] == value, (url, name)
+    return response.text
+
+
+def _csrf(world: World) -> str:
+    html = _get(world, "/wants")
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None and world.client.cookies.get("partbuild_csrf") == found.group(1)
+    return found.group(1)
+
+
+def test_every_page_renders_its_key_content(world: World) -> None:
+    pages = {
+        "/": ['data-testid="counts"', 'data-run-id="run-2"', "&lt;i&gt;boom&lt;/i&gt;"],
+        "/wants": ['data-testid="wants-list"', 'data-want-id="want-evil"', 'id="want-form"'],
+        "/wants/want-root": ['data-testid="want-tree"', 'data-want-id="want-child"', f'data-ref="{DAILY}"'],
+        "/partitions": ['data-testid="partitions-list"', f'data-ref="{RAW}"'],
+        "/partitions?prefix=agg/&state=missing": [f'data-ref="{DAILY}"'],
+        f"/partition?ref={DAILY}": ['data-testid="timeline"', f'data-uuid="{world.daily_uuid}"', "tainted"],
+        f"/instances/{world.daily_uuid}": ['id="lineage-graph"', f'data-uuid="{world.raw_uuid}"', "/runs/run-1"],
+        "/runs": ['data-run-id="run-1"', 'data-run-id="run-2"'],
+        "/runs/run-1": ['data-testid="run-outputs"', f'data-uuid="{world.daily_uuid}"', "succeeded"],
+        "/events": ['data-testid="events-list"', f'data-seq="{world.taint_seq}"', 'data-type="partition_taint"'],
+        "/events?type=want_create&want=want-child": ['data-type="want_create"'],
+        "/system": ['data-testid="groups-list"', 'data-testid="sources-list"', 'data-testid="subscriptions-list"'],
+        "/audit?replay=1": ['data-testid="audit-digest"', 'data-testid="rejected-list"'],
+    }
+    for url, expected in pages.items():
+        html = _get(world, url)
+        for text in expected:
+            assert text in html, (url, text)
+    filtered = _get(world, f"/events?ref={RAW}")
+    assert 'data-type="partition_taint"' not in filtered and 'data-type="partition_observed"' in filtered
+
+
+def test_missing_things_are_404_pages(world: World) -> None:
+    assert "no want" in _get(world, "/wants/nope", 404)
+    assert "no partition instance" in _get(world, "/instances/nope", 404)
+    assert "must be a seq" in _get(world, "/?as_of=x", 422)
+    assert "after" in _get(world, f"/?as_of={world.taint_seq + 1000}", 409)
+
+
+def test_time_travel_shows_the_state_before_the_taint(world: World) -> None:
+    now = _get(world, f"/partition?ref={DAILY}")
+    assert 'data-testid="time-travel-banner"' not in now and 'data-state="tainted"' in now
+    past = _get(world, f"/partition?ref={DAILY}&as_of={world.before_taint}")
+    assert f'data-as-of="{world.before_taint}"' in past and f"As of seq {world.before_taint}" in past
+    assert 'data-state="tainted"' not in past and 'data-state="live"' in past
+    assert f"/instances/{world.daily_uuid}?as_of={world.before_taint}" in past  # links keep the time travel
+    assert 'id="taint-form"' not in past  # the past cannot be changed
+    by_time = _get(world, "/wants/want-root?" + urlencode({"as_of_time": _recorded_iso(world, world.before_taint)}))
+    assert f'data-as-of="{world.before_taint}"' in by_time
+    early = _get(world, "/?as_of=1")
+    assert 'data-kind="wants"' not in early and 'data-kind="instances" data-state="live"' in early
+
+
+def _recorded_iso(world: World, seq: int) -> str:
+    (row,) = world.service.log.read(seq - 1, 1)
+    return dt.datetime.fromtimestamp(row.recorded_at_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def test_markup_in_refs_and_comments_renders_as_text(world: World) -> None:
+    for url in ["/wants/want-evil", "/partitions?prefix=evil/", "/wants", "/events"]:
+        html = _get(world, url)
+        assert "<script>alert" not in html, url
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html, url
+    assert "&lt;b&gt;weekly&lt;/b&gt; report &amp; more" in _get(world, "/wants/want-root")
+    assert "<script>" not in _get(world, "/partition", 404).split("</head>")[1]
+
+
+def test_static_files_are_served_with_the_headers(world: World) -> None:
+    for path in ["/static/app.css", "/static/live.js", "/static/lineage.js", "/static/vendor/dagre-3.1.3.min.js"]:
+        response = world.client.get(path)
+        assert response.status_code == 200 and response.headers["X-Content-Type-Options"] == "nosniff", path
+
+
+def test_fragment_is_the_main_block_only(world: World) -> None:
+    html = _get(world, "/wants?fragment=main")
+    assert "<html" not in html and 'data-live-id="wants"' in html
+
+
+def test_form_without_csrf_is_refused_and_appends_nothing(world: World) -> None:
+    _csrf(world)
+    head = world.service.log.head()
+    for data in [{"mode": "one", "ref": "x/no-csrf"}, {"mode": "one", "ref": "x/no-csrf", "csrf": "wrong" * 10}]:
+        response = world.client.post("/actions/want", data=data)
+        assert response.status_code == 403 and "CSRF" in response.text
+    assert world.service.log.head() == head
+
+
+def test_want_form_previews_then_appends_the_want(world: World) -> None:
+    token = _csrf(world)
+    form = {"csrf": token, "mode": "range", "pattern": "agg/daily_clicks/date={date:date}", "comment": "backfill"}
+    form |= {"start": "2026-01-02", "end": "2026-01-08"}
+    head = world.service.log.head()
+    preview = world.client.post("/actions/want", data=form | {"action": "preview"})
+    assert preview.status_code == 200 and 'data-count="7"' in preview.text
+    assert world.service.log.head() == head
+    created = world.client.post("/actions/want", data=form | {"action": "want"}, follow_redirects=False)
+    assert created.status_code == 303, created.text
+    want_id = created.headers["location"].rsplit("/", 1)[1]
+    want = world.service.want(want_id)
+    assert len(want.refs) == 7 and want.comment == "backfill" and world.service.log.head() == head + 1
+
+
+def test_form_errors_show_the_api_message(world: World) -> None:
+    token = _csrf(world)
+    bad = world.client.post("/actions/want", data={"csrf": token, "mode": "one", "ref": "x\ny"})
+    assert bad.status_code == 422 and 'data-testid="form-error"' in bad.text
+    again = world.client.post("/actions/cancel-want", data={"csrf": token, "want_id": "nope"})
+    assert again.status_code == 404 and "no want" in again.text
+    taint = world.client.post("/actions/taint", data={"csrf": token, "ref": DAILY})
+    assert taint.status_code == 409 and "tainted" in taint.text
+
+
+def test_a_reader_sees_no_forms_and_cannot_post(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = _csrf(world)
+    monkeypatch.setattr(web_identity, "current_identity", lambda request: Identity("rita", "reader"))
+    html = _get(world, "/wants")
+    assert "rita (reader)" in html and 'id="want-form"' not in html
+    assert 'id="cancel-want-form"' not in _get(world, "/wants/want-evil")
+    head = world.service.log.head()
+    response = world.client.post("/actions/want", data={"csrf": token, "mode": "one", "ref": "x/reader"})
+    assert response.status_code == 403 and world.service.log.head() == head
+
+
+def test_cancel_and_taint_forms_append_their_events(world: World) -> None:
+    token, service = _csrf(world), world.service
+    service.create_want(m.WantRequest(refs=["forms/a"], want_id="want-forms"))
+    run_uuids = [service.state.canonical["forms/a"]]
+    _append(service, pb.JobRunBuffer(job_run_id="run-forms", job_label="forms", instance_uuids=run_uuids))
+    _append(service, pb.PartitionObserved(partition_ref="forms/raw", location="/data/forms"))
+    posts = [
+        ("/actions/cancel-run", {"job_run_id": "run-forms", "reason": "stop"}, "/runs/run-forms", "job_run_cancel"),
+        ("/actions/cancel-want", {"want_id": "want-forms", "reason": "no"}, "/wants/want-forms", "want_cancel"),
+        ("/actions/taint", {"ref": "forms/raw", "reason": "bad"}, "/partition?ref=forms%2Fraw", "partition_taint"),
+    ]
+    for path, data, location, event_type in posts:
+        head = service.log.head()
+        response = world.client.post(path, data=data | {"csrf": token}, follow_redirects=False)
+        assert (response.status_code, response.headers["location"]) == (303, location), response.text
+        (row,) = service.log.read(head, 10)
+        assert row.event_type == event_type
+    assert service.want("want-forms").state == "canceled" and service.job_run("run-forms").state == "canceled"
+    assert service.canonical("forms/raw").previous_uuid is not None
