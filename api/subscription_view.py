@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from partbuild.api import subscription_models as sm
-from partbuild.state.deliveries import Control, DeliveryStore, Queued
+from partbuild.state.deliveries import QUEUE_NAMES, Queued, Standing
 from partbuild.state.store import EventLog
 from partbuild.state.subscriptions import BUILD_EVENT_TYPES, Subscription
 from partbuild.state.topics import CompositeTopic
@@ -20,30 +20,30 @@ def topic_out(topic: CompositeTopic) -> sm.CompositeTopic:
     )
 
 
-def main_lag(sub: Subscription, store: DeliveryStore, control: Control, head: int) -> int:
+def handled_upto(sub: Subscription, standing: Standing, head: int) -> int:
     """The seq before the oldest event some shard has not handled (`head` when every shard is current)."""
-    offsets = store.offsets(sub.key)
     topics = sub.main.storage_topics
     lowest = head
     for index in range(sub.main.produce_pointer + 1):
         end = topics[index + 1].start_seq - 1 if index < sub.main.produce_pointer else head
-        floor = max(control.main_floor, topics[index].start_seq - 1)
+        floor = max(standing.control.main_floor, topics[index].start_seq - 1)
         for partition in range(topics[index].partitions):
-            lowest = min(lowest, max(offsets.get((index, partition), floor), floor) if floor < end else end)
+            seq = standing.offsets.get((index, partition), floor)
+            lowest = min(lowest, max(seq, floor) if floor < end else end)
     return lowest
 
 
 def subscription_out(sub: Subscription, log: EventLog, head: int) -> sm.Subscription:
-    """The API's subscription: settings, topics, lag, queue sizes, counters."""
-    store = log.deliveries
-    control = store.control(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
-    handled = main_lag(sub, store, control, head) if control is not None else head
+    """The API's subscription: settings, topics, lag, queue sizes, counters (from one snapshot)."""
+    standing = log.deliveries.standing(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
+    handled = handled_upto(sub, standing, head) if standing is not None else head
     lag_seconds = 0.0
     if handled < head:
         oldest = log.read(handled, 1)
         if oldest:
             lag_seconds = max(0.0, time.time() - oldest[0].recorded_at_ms / 1000)
-    counts = store.counts(sub.key)
+    counts = standing.counts if standing is not None else dict.fromkeys(QUEUE_NAMES, 0)
+    control = standing.control if standing is not None else None
     default_types = sub.event_types == BUILD_EVENT_TYPES
     return sm.Subscription(
         name=sub.name,

@@ -96,6 +96,20 @@ def begin_write(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
+@contextmanager
+def begin_snapshot(engine: Engine) -> Iterator[Connection]:
+    """A read-only transaction whose statements all see one snapshot of the database.
+
+    SQLite (WAL): a deferred BEGIN's snapshot starts at its first read and holds to the end.
+    PostgreSQL: REPEATABLE READ for this transaction only (the engine pins READ COMMITTED).
+    """
+    with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
 def lock_for_migration(conn: Connection) -> None:
     """Serialize schema migrations of concurrent processes for the rest of `conn`'s transaction.
 

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from partbuild.state.db import begin_write
+from partbuild.state.db import begin_snapshot, begin_write
 from partbuild.state.schema import (
     delivery_control,
     delivery_groups,
@@ -122,6 +122,15 @@ class Commit:
         return not (self.offsets or self.produce or self.consume or self.update)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where a subscription's deliveries stand, from one snapshot (`DeliveryStore.standing`)."""
+
+    control: Control
+    offsets: dict[tuple[int, int], int]
+    counts: dict[str, int]
+
+
 class Fenced(Exception):
     """A commit whose fence or offsets moved under it: nothing was written."""
 
@@ -176,10 +185,22 @@ class DeliveryStore:
 
     def offsets(self, subscription: str) -> dict[tuple[int, int], int]:
         """The main topic's offsets that have rows: (storage topic, partition) -> last seq handled."""
-        c = delivery_offsets.c
         with self._engine.connect() as conn:
-            rows = conn.execute(sa.select(c.topic, c.partition, c.seq).where(c.subscription == subscription))
-            return {(topic, partition): seq for topic, partition, seq in rows}
+            return self._offsets(conn, subscription)
+
+    @staticmethod
+    def _offsets(conn: Connection, subscription: str) -> dict[tuple[int, int], int]:
+        c = delivery_offsets.c
+        rows = conn.execute(sa.select(c.topic, c.partition, c.seq).where(c.subscription == subscription))
+        return {(topic, partition): seq for topic, partition, seq in rows}
+
+    def standing(self, subscription: str, floor: int) -> Standing:
+        """Counters, offsets and queue sizes read from one snapshot: they add up with each other."""
+        self.control(subscription, floor)  # made first: a snapshot transaction does not write
+        with begin_snapshot(self._engine) as conn:
+            control = self._control_row(conn, subscription)
+            assert control is not None  # rows are only ever replaced by a tombstone, never removed
+            return Standing(control, self._offsets(conn, subscription), self._counts(conn, subscription))
 
     def waiting_groups(self, subscription: str) -> dict[str, tuple[str, int]]:
         """Groups with messages waiting: group key -> (queue, group hash)."""
@@ -240,12 +261,14 @@ class DeliveryStore:
 
     def counts(self, subscription: str) -> dict[str, int]:
         """Messages waiting in each internal queue."""
-        c = delivery_messages.c
         with self._engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(c.queue, sa.func.count()).where(c.subscription == subscription).group_by(c.queue)
-            )
-            found = dict(rows.all())
+            return self._counts(conn, subscription)
+
+    @staticmethod
+    def _counts(conn: Connection, subscription: str) -> dict[str, int]:
+        c = delivery_messages.c
+        rows = conn.execute(sa.select(c.queue, sa.func.count()).where(c.subscription == subscription).group_by(c.queue))
+        found = dict(rows.all())
         return {queue: found.get(queue, 0) for queue in QUEUE_NAMES}
 
     # ----------------------------------------------------------------- writes
