@@ -120,7 +120,7 @@ def _exact_bounds(node: Any) -> Any:
 def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
     async def domain_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return problem(exc.status, str(exc))
+        return problem(exc.status, str(exc), getattr(exc, "headers", None))  # 401: WWW-Authenticate
 
     async def invalid(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -33,6 +33,7 @@ from partbuild.api.commands import (
     serving,
     sources,
     subscriptions,
+    tokens,
     wants,
 )
 from partbuild.api.commands.common import BadInput, CommandFailed
@@ -82,6 +83,7 @@ for command in (
     sources.sources_group,
     subscriptions.subscriptions_group,
     subscriptions.deliver,
+    tokens.tokens_group,
 ):
     cli.add_command(command)
 

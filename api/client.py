@@ -38,11 +38,23 @@ __all__ = ["Client", "ClientError", "HttpClient", "ServerError", "Unreachable", 
 class HttpClient(Client):
     """Calls the HTTP API of a `partbuild serve` / `partbuild up` process."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 120.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         # Writes of 10,000 refs take seconds on the server: a generous read timeout, a short connect one.
         timeout = httpx.Timeout(timeout_s, connect=10.0)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        headers = {}
+        if token:
+            if not (token.isascii() and token.isprintable()):  # never echo it: it is a secret
+                raise InvalidInput("the token must be printable ASCII (as `partbuild tokens add` prints it)")
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=headers)
 
     def close(self) -> None:
         self._http.close()

@@ -9,7 +9,7 @@ remote one. The CLI exits 2 on a domain error and 1 on a `ClientError`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 
 class ApiError(Exception):
@@ -17,6 +17,21 @@ class ApiError(Exception):
 
     status = 400
     title = "Bad Request"
+
+
+class Unauthorized(ApiError):
+    """No credentials, or a token or session that is unknown, revoked or expired (tokens exist)."""
+
+    status = 401
+    title = "Unauthorized"
+    headers: ClassVar[dict[str, str]] = {"WWW-Authenticate": 'Bearer realm="partbuild"'}
+
+
+class Forbidden(ApiError):
+    """Credentials whose role is below the one the operation needs."""
+
+    status = 403
+    title = "Forbidden"
 
 
 class NotFound(ApiError, LookupError):
@@ -62,7 +77,16 @@ class BadRequest(InvalidInput):
 
 
 # Most specific first: an answer's status picks the first class declaring it.
-DOMAIN_ERRORS: tuple[type[ApiError], ...] = (NotFound, Conflict, TooLarge, MethodNotAllowed, BadRequest, InvalidInput)
+DOMAIN_ERRORS: tuple[type[ApiError], ...] = (
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    Conflict,
+    TooLarge,
+    MethodNotAllowed,
+    BadRequest,
+    InvalidInput,
+)
 TITLES: dict[int, str] = {error.status: error.title for error in DOMAIN_ERRORS}
 
 

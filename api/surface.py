@@ -24,6 +24,7 @@ from fastapi import Body, Header, Path, Query
 
 from partbuild.api import models as m
 from partbuild.api import subscription_models as sm
+from partbuild.state.tokens import Role
 
 MAX_SEQ = m.MAX_SAFE_INT
 ANONYMOUS = "anonymous"
@@ -75,6 +76,7 @@ class Operation:
     summary: str
     parameters: tuple[inspect.Parameter, ...]  # annotations resolved, FastAPI markers included
     returns: Any
+    role: Role | None  # the least role a token needs to call it (None: open to all, like /healthz)
     versioned: bool = True
     inline: bool = False  # served on the event loop: cheaper than a worker thread for tiny calls
 
@@ -84,9 +86,19 @@ class Operation:
 
 
 def operation(
-    method: str, path: str, summary: str, *, status: int = 200, versioned: bool = True, inline: bool = False
+    method: str,
+    path: str,
+    summary: str,
+    *,
+    role: Role | None,
+    status: int = 200,
+    versioned: bool = True,
+    inline: bool = False,
 ) -> Callable[[T], T]:
-    """Mark a `Client` method as an operation served at `method path`."""
+    """Mark a `Client` method as an operation served at `method path`, callable with a token of `role` or above.
+
+    `role` has no default: every new operation decides who may call it.
+    """
 
     def mark(function: T) -> T:
         function.__operation__ = {  # type: ignore[attr-defined]
@@ -96,6 +108,7 @@ def operation(
             "status": status,
             "versioned": versioned,
             "inline": inline,
+            "role": role,
         }
         return function
 
@@ -107,18 +120,20 @@ class Client(Protocol):
 
     # ----------------------------------------------------------------- writes
 
-    @operation("POST", "/wants", "Want partitions built", status=201, inline=True)
+    @operation("POST", "/wants", "Want partitions built", status=201, inline=True, role=Role.WRITER)
     def create_want(self, request: Annotated[m.WantRequest, Body()], user: User = ANONYMOUS) -> m.WantCreated: ...
 
-    @operation("POST", "/wants/batch", "Many wants in one atomic append (backfills)", status=201)
+    @operation("POST", "/wants/batch", "Many wants in one atomic append (backfills)", status=201, role=Role.WRITER)
     def create_wants(
         self, request: Annotated[m.WantBatchRequest, Body()], user: User = ANONYMOUS
     ) -> m.WantBatchCreated: ...
 
-    @operation("POST", "/wants/batch/validate", "Check a batch as /wants/batch would, recording nothing")
+    @operation(
+        "POST", "/wants/batch/validate", "Check a batch as /wants/batch would, recording nothing", role=Role.WRITER
+    )
     def validate_wants(self, request: Annotated[m.WantBatchRequest, Body()]) -> m.Validated: ...
 
-    @operation("POST", "/wants/{want_id}/cancel", "Cancel a want (and its active derivative wants)")
+    @operation("POST", "/wants/{want_id}/cancel", "Cancel a want (and its active derivative wants)", role=Role.WRITER)
     def cancel_want(
         self,
         want_id: WantIdPath,
@@ -126,13 +141,13 @@ class Client(Protocol):
         user: User = ANONYMOUS,
     ) -> m.Written: ...
 
-    @operation("POST", "/partitions/taint", "Declare a Live partition's data bad", status=201)
+    @operation("POST", "/partitions/taint", "Declare a Live partition's data bad", status=201, role=Role.WRITER)
     def taint(self, request: Annotated[m.TaintRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
 
-    @operation("POST", "/partitions/observe", "A source partition became available", status=201)
+    @operation("POST", "/partitions/observe", "A source partition became available", status=201, role=Role.WRITER)
     def observe(self, request: Annotated[m.ObserveRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
 
-    @operation("POST", "/job-runs/{job_run_id}/cancel", "Stop a queued or running job run")
+    @operation("POST", "/job-runs/{job_run_id}/cancel", "Stop a queued or running job run", role=Role.WRITER)
     def cancel_job_run(
         self,
         job_run_id: RunIdPath,
@@ -140,32 +155,44 @@ class Client(Protocol):
         user: User = ANONYMOUS,
     ) -> m.Written: ...
 
-    @operation("POST", "/retention", "Drop superseded instances older than a number of days (or preview it)")
+    @operation(
+        "POST", "/retention", "Drop superseded instances older than a number of days (or preview it)", role=Role.ADMIN
+    )
     def retention(
         self, request: Annotated[m.RetentionRequest, Body()], user: User = ANONYMOUS
     ) -> m.RetentionReport: ...
 
-    @operation("POST", "/buckets/layout", "Re-shard: split a bucketing namespace into a new number of buckets")
+    @operation(
+        "POST", "/buckets/layout", "Re-shard: split a bucketing namespace into a new number of buckets", role=Role.ADMIN
+    )
     def reshard(self, request: Annotated[m.ReshardRequest, Body()], user: User = ANONYMOUS) -> m.Written: ...
 
-    @operation("POST", "/sources/{name}/scan", "Start a new pass of a source's scan, from its first key", status=201)
+    @operation(
+        "POST",
+        "/sources/{name}/scan",
+        "Start a new pass of a source's scan, from its first key",
+        status=201,
+        role=Role.ADMIN,
+    )
     def scan_source(self, name: SourceNamePath, user: User = ANONYMOUS) -> m.ScanRequested: ...
 
-    @operation("POST", "/subscriptions", "Subscribe a webhook to the log's events", status=201)
+    @operation("POST", "/subscriptions", "Subscribe a webhook to the log's events", status=201, role=Role.ADMIN)
     def create_subscription(
         self, request: Annotated[sm.SubscriptionRequest, Body()], user: User = ANONYMOUS
     ) -> sm.SubscriptionCreated: ...
 
-    @operation("POST", "/subscriptions/{name}/pause", "Stop delivering; offsets and queues stay")
+    @operation("POST", "/subscriptions/{name}/pause", "Stop delivering; offsets and queues stay", role=Role.ADMIN)
     def pause_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
 
-    @operation("POST", "/subscriptions/{name}/resume", "Deliver again from where it paused")
+    @operation("POST", "/subscriptions/{name}/resume", "Deliver again from where it paused", role=Role.ADMIN)
     def resume_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
 
-    @operation("DELETE", "/subscriptions/{name}", "Delete a subscription and its queues")
+    @operation("DELETE", "/subscriptions/{name}", "Delete a subscription and its queues", role=Role.ADMIN)
     def delete_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> sm.SubscriptionWritten: ...
 
-    @operation("POST", "/subscriptions/{name}/shards", "Change a subscription's shard count while it runs")
+    @operation(
+        "POST", "/subscriptions/{name}/shards", "Change a subscription's shard count while it runs", role=Role.ADMIN
+    )
     def reshard_subscription(
         self,
         name: SubscriptionNamePath,
@@ -173,27 +200,34 @@ class Client(Protocol):
         user: User = ANONYMOUS,
     ) -> sm.SubscriptionWritten: ...
 
-    @operation("POST", "/subscriptions/{name}/offsets", "Rewind or fast-forward the main topic; fast-forward RQ/DLQ")
+    @operation(
+        "POST",
+        "/subscriptions/{name}/offsets",
+        "Rewind or fast-forward the main topic; fast-forward RQ/DLQ",
+        role=Role.ADMIN,
+    )
     def reset_subscription_offset(
         self, name: SubscriptionNamePath, request: Annotated[sm.OffsetResetRequest, Body()], user: User = ANONYMOUS
     ) -> sm.SubscriptionWritten: ...
 
-    @operation("POST", "/subscriptions/{name}/dlq/replay", "Deliver dead letters again, each group's in order")
+    @operation(
+        "POST", "/subscriptions/{name}/dlq/replay", "Deliver dead letters again, each group's in order", role=Role.ADMIN
+    )
     def replay_dead_letters(
         self, name: SubscriptionNamePath, request: Annotated[sm.DeadLetterRequest, Body()], user: User = ANONYMOUS
     ) -> sm.DeadLettersMoved: ...
 
-    @operation("POST", "/subscriptions/{name}/dlq/purge", "Drop dead letters")
+    @operation("POST", "/subscriptions/{name}/dlq/purge", "Drop dead letters", role=Role.ADMIN)
     def purge_dead_letters(
         self, name: SubscriptionNamePath, request: Annotated[sm.DeadLetterRequest, Body()], user: User = ANONYMOUS
     ) -> sm.DeadLettersMoved: ...
 
     # ----------------------------------------------------------------- reads
 
-    @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants")
+    @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants", role=Role.READER)
     def want(self, want_id: WantIdPath, min_seq: MinSeq = None) -> m.WantDetail: ...
 
-    @operation("GET", "/wants", "List wants, oldest first")
+    @operation("GET", "/wants", "List wants, oldest first", role=Role.READER)
     def wants(
         self,
         state_filter: WantStateFilter = None,
@@ -204,7 +238,7 @@ class Client(Protocol):
         min_seq: MinSeq = None,
     ) -> m.Page[m.Want]: ...
 
-    @operation("GET", "/partitions", "Canonical instances ordered by ref")
+    @operation("GET", "/partitions", "Canonical instances ordered by ref", role=Role.READER)
     def partitions(
         self,
         prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
@@ -214,16 +248,16 @@ class Client(Protocol):
         min_seq: MinSeq = None,
     ) -> m.Page[m.Instance]: ...
 
-    @operation("GET", "/partitions/canonical/{ref:path}", "The current instance of a ref")
+    @operation("GET", "/partitions/canonical/{ref:path}", "The current instance of a ref", role=Role.READER)
     def canonical(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> m.Instance: ...
 
-    @operation("GET", "/partitions/history/{ref:path}", "Every instance of a ref, newest first")
+    @operation("GET", "/partitions/history/{ref:path}", "Every instance of a ref, newest first", role=Role.READER)
     def history(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.Instance]: ...
 
-    @operation("GET", "/instances/{uuid}", "One partition instance by UUID")
+    @operation("GET", "/instances/{uuid}", "One partition instance by UUID", role=Role.READER)
     def instance(self, uuid: UuidPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> m.Instance: ...
 
-    @operation("GET", "/instances/{uuid}/lineage", "Upstream and downstream instances to a depth")
+    @operation("GET", "/instances/{uuid}/lineage", "Upstream and downstream instances to a depth", role=Role.READER)
     def lineage(
         self,
         uuid: UuidPath,
@@ -233,10 +267,10 @@ class Client(Protocol):
         min_seq: MinSeq = None,
     ) -> m.Lineage: ...
 
-    @operation("GET", "/job-runs/{job_run_id}", "One job run: what it built and what it read")
+    @operation("GET", "/job-runs/{job_run_id}", "One job run: what it built and what it read", role=Role.READER)
     def job_run(self, job_run_id: RunIdPath, min_seq: MinSeq = None) -> m.JobRun: ...
 
-    @operation("GET", "/job-runs", "List job runs, oldest first")
+    @operation("GET", "/job-runs", "List job runs, oldest first", role=Role.READER)
     def job_runs(
         self,
         state_filter: RunStateFilter = None,
@@ -246,13 +280,20 @@ class Client(Protocol):
         min_seq: MinSeq = None,
     ) -> m.Page[m.JobRun]: ...
 
-    @operation("GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands")
+    @operation(
+        "GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands", role=Role.READER
+    )
     def bucket_layouts(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.BucketLayout]: ...
 
-    @operation("GET", "/groups", "Worker groups: each one's epoch, leader and member count")
+    @operation("GET", "/groups", "Worker groups: each one's epoch, leader and member count", role=Role.READER)
     def groups(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.GroupSummary]: ...
 
-    @operation("GET", "/group/{name}", "A worker group: its epoch, leader, members, who owns which bucket, heartbeats")
+    @operation(
+        "GET",
+        "/group/{name}",
+        "A worker group: its epoch, leader, members, who owns which bucket, heartbeats",
+        role=Role.READER,
+    )
     def group(
         self,
         name: GroupNamePath,
@@ -261,16 +302,25 @@ class Client(Protocol):
         min_seq: MinSeq = None,
     ) -> m.Group: ...
 
-    @operation("GET", "/sources", "Source datasets: how each is found, and how far its connector's scans have got")
+    @operation(
+        "GET",
+        "/sources",
+        "Source datasets: how each is found, and how far its connector's scans have got",
+        role=Role.READER,
+    )
     def sources(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[m.Source]: ...
 
-    @operation("GET", "/subscriptions", "Webhook subscriptions: settings, topics, lag, queues, counters")
+    @operation(
+        "GET", "/subscriptions", "Webhook subscriptions: settings, topics, lag, queues, counters", role=Role.ADMIN
+    )
     def list_subscriptions(self) -> sm.SubscriptionList: ...
 
-    @operation("GET", "/subscriptions/{name}", "One subscription: settings, topics, lag, queues, counters")
+    @operation(
+        "GET", "/subscriptions/{name}", "One subscription: settings, topics, lag, queues, counters", role=Role.ADMIN
+    )
     def get_subscription(self, name: SubscriptionNamePath) -> sm.Subscription: ...
 
-    @operation("GET", "/subscriptions/{name}/dlq", "A subscription's dead letters, in event order")
+    @operation("GET", "/subscriptions/{name}/dlq", "A subscription's dead letters, in event order", role=Role.ADMIN)
     def list_dead_letters(
         self,
         name: SubscriptionNamePath,
@@ -280,14 +330,14 @@ class Client(Protocol):
         limit: Limit = 100,
     ) -> sm.DeadLetterList: ...
 
-    @operation("GET", "/events", "The raw event log as JSON, by seq")
+    @operation("GET", "/events", "The raw event log as JSON, by seq", role=Role.READER)
     def events(
         self,
         after_seq: Annotated[m.QueryInt, Query(ge=0, le=MAX_SEQ, description="Events after this seq.")] = 0,
         limit: Limit = 100,
     ) -> m.Page[m.StoredEvent]: ...
 
-    @operation("POST", "/audit", "Replay the log: head seq, digest, counts, rejected events")
+    @operation("POST", "/audit", "Replay the log: head seq, digest, counts, rejected events", role=Role.READER)
     def audit(
         self,
         rejected_limit: Annotated[
@@ -299,7 +349,7 @@ class Client(Protocol):
         ] = False,
     ) -> m.Audit: ...
 
-    @operation("GET", "/healthz", "Liveness and how far the served state is", versioned=False)
+    @operation("GET", "/healthz", "Liveness and how far the served state is", versioned=False, role=None)
     def health(self) -> m.Health: ...
 
 

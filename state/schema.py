@@ -157,3 +157,29 @@ delivery_secrets = sa.Table(
     sa.Column("digest", sa.String(64), primary_key=True),
     sa.Column("secret", sa.Text(), nullable=False),
 )
+
+# ----------------------------------------------------------------- access control (issue 13)
+# API tokens: only the SHA-256 of a token is stored (tokens are 256-bit random, so a plain hash
+# is enough: no guessing to slow down). `name` is the user recorded on events, so a name is
+# never reused: a revoked token keeps its row. The unique hash index serves the per-request lookup.
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_ms", sa.BigInteger(), nullable=False),
+    sa.Column("revoked_ms", sa.BigInteger(), nullable=True),
+    sa.Index("ix_api_tokens_hash", "token_hash", unique=True),
+)
+
+# A single row (id = 1): the random key that signs the web UI's session cookies, one per database,
+# so every process serving the database accepts the others' sessions. Created on first use.
+session_keys = sa.Table(
+    "session_keys",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("signing_key", sa.String(64), nullable=False),
+    sa.Column("created_ms", sa.BigInteger(), nullable=False),
+    sa.CheckConstraint("id = 1", name="session_keys_single_row"),
+)

@@ -4,6 +4,7 @@ One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
 The SQL engine stays inside `state/`: callers get a log, its snapshot store
 (`EventLog.snapshots`), its worker-group membership rows (`EventLog.members`),
+its API tokens (`EventLog.tokens`),
 group leader locks (`EventLog.leader_lock`) and its append notifications
 (`EventLog.append_listener`).
 """
@@ -27,6 +28,7 @@ from partbuild.state.members import MemberStore
 from partbuild.state.migrate import current_revision, ensure_schema
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
+from partbuild.state.tokens import TokenStore
 
 MAX_READ_LIMIT = 10_000
 IN_LIST_LIMIT = 1_000  # seqs per IN list: far below every driver's bound on parameters
@@ -109,6 +111,7 @@ class EventLog:
         self.snapshots = SnapshotStore(engine)
         self.members = MemberStore(engine)
         self.deliveries = DeliveryStore(engine)
+        self.tokens = TokenStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):

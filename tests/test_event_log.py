@@ -292,8 +292,8 @@ def _table_names(engine: sa.Engine) -> set[str]:
 
 
 def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_url: str) -> None:
-    """0002 (group_members) and 0003 (deliveries) are additive: a log from before them works, upgrades
-    in place, downgrades back."""
+    """0002 (group_members), 0003 (deliveries) and 0004 (api tokens) are additive: a log from before them
+    works, upgrades in place, downgrades back."""
     engine = create_engine_for(db_url)
     try:
         upgrade(engine, "0001")
@@ -304,17 +304,18 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "0003"
-        assert {"delivery_offsets", "delivery_messages", "delivery_groups"} <= _table_names(engine)
+        assert current_revision(engine) == head_revision() == "0004"
+        assert {"delivery_offsets", "delivery_messages", "delivery_groups", "api_tokens"} <= _table_names(engine)
         with EventLog.open(db_url, auto_upgrade=False) as log:
             assert [e.event_id for e in log.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
             assert log.snapshots.latest("fmt") == (3, b"state@3")
             assert log.append(wants(3, 1)) == AppendResult(first_seq=4, last_seq=4)
             assert log.members.members("g") == []
+            assert log.tokens.all() == []  # no tokens: open access, as before the upgrade
 
         command.downgrade(alembic_config(db_url), "0001")
         assert current_revision(engine) == "0001"
-        assert not {"group_members", "delivery_messages"} & _table_names(engine)
+        assert not {"group_members", "delivery_messages", "api_tokens", "session_keys"} & _table_names(engine)
         assert old.head() == 4
     finally:
         engine.dispose()
@@ -324,6 +325,7 @@ def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: s
     """The postgres URL's search_path isolates the tables and alembic_version in its own schema."""
     deliveries = {"delivery_offsets", "delivery_control", "delivery_heads", "delivery_messages", "delivery_groups"}
     expected = {"alembic_version", "events", "log_head", "snapshots", "group_members", "delivery_secrets", *deliveries}
+    expected |= {"api_tokens", "session_keys"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

@@ -34,6 +34,12 @@ db_option = click.option(
     show_default=True,
     help="Database URL of the event log (SQLite file or postgresql://...). Env: PARTBUILD_DB.",
 )
+token_option = click.option(
+    "--token",
+    envvar="PARTBUILD_TOKEN",
+    metavar="TOKEN",
+    help="With --server: the API token to send (`partbuild tokens add`). Env: PARTBUILD_TOKEN.",
+)
 server_option = click.option(
     "--server",
     envvar="PARTBUILD_SERVER",
@@ -94,15 +100,17 @@ class Target:
 
     server: str | None
     db_url: str
+    token: str | None = dataclasses.field(default=None, repr=False)  # a secret: never in a message
 
 
 def target_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Add --server and --db to a command, which then receives them as one `target`."""
+    """Add --server, --db and --token to a command, which then receives them as one `target`."""
 
     @server_option
     @db_option
+    @token_option
     @functools.wraps(command)
-    def wrapper(*args: Any, server: str | None, db_url: str, **kwargs: Any) -> None:
+    def wrapper(*args: Any, server: str | None, db_url: str, token: str | None, **kwargs: Any) -> None:
         ctx = click.get_current_context()
         on_line = click.core.ParameterSource.COMMANDLINE
         db_given = ctx.get_parameter_source("db_url") == on_line
@@ -112,7 +120,7 @@ def target_options(command: Callable[..., None]) -> Callable[..., None]:
             server = None
         if server is not None and not server.startswith(("http://", "https://")):
             raise click.BadParameter(f"{server!r} is not an http:// or https:// URL", param_hint="'--server'")
-        return command(*args, target=Target(server, db_url), **kwargs)
+        return command(*args, target=Target(server, db_url, token), **kwargs)
 
     return wrapper
 
@@ -125,7 +133,7 @@ def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = No
             raise click.BadParameter(
                 "applies only with --db; a server checks refs against its own graph", param_hint="'--graph'"
             )
-        with HttpClient(target.server) as client:
+        with HttpClient(target.server, token=target.token) as client:
             yield client
         return
     with open_log(target.db_url, must_exist=must_exist) as log:

@@ -26,6 +26,7 @@ from partbuild.api.commands.common import (
     retain_days_option,
     snapshot_every_option,
 )
+from partbuild.api.commands.tokens import insecure_option, refuse_open_access
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
@@ -116,8 +117,9 @@ def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> N
 @click.option("--graph", "graph_path", help="Graph file: refuse wants and observations it does not allow.")
 @host_option
 @port_option
+@insecure_option
 @snapshot_every_option
-def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_every: int) -> None:
+def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: bool, snapshot_every: int) -> None:
     """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
     from partbuild.api.app import create_app
 
@@ -125,6 +127,7 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
     sock = _listen(host, port)
     configure_logging()
     with sock, open_log(db_url, must_exist=False) as log:
+        refuse_open_access(host, insecure, log)
         app = create_app(Service(log, graph=graph, snapshot_every=snapshot_every))
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         _serve_http(app, sock, on_stop=lambda: None)
@@ -136,6 +139,7 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, snapshot_ev
 @click.option("--warehouse", default="warehouse", show_default=True, help="Root directory or URI of built data.")
 @host_option
 @port_option
+@insecure_option
 @master_option
 @spark_conf_option
 @snapshot_every_option
@@ -152,6 +156,7 @@ def up(
     warehouse: str,
     host: str,
     port: int,
+    insecure: bool,
     master: str | None,
     spark_conf: tuple[tuple[str, str], ...],
     snapshot_every: int,
@@ -178,6 +183,7 @@ def up(
     configure_logging()
     spark = lazy_spark_session(master, conf=dict(spark_conf))  # started by the first job run
     with sock, open_log(db_url, must_exist=False) as log:
+        refuse_open_access(host, insecure, log)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(log, snapshot_every=snapshot_every)
         orchestrator = Orchestrator(

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.routing import Match
 from starlette.types import Scope
 
+from partbuild.api.auth import Identity, require
 from partbuild.api.errors import DOMAIN_ERRORS
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS, Operation
@@ -40,6 +41,8 @@ def _problem(description: str) -> dict[str, Any]:
 
 
 _DESCRIPTIONS = {
+    401: "Tokens exist and the request has none, or an unknown, revoked or expired one (`WWW-Authenticate: Bearer`)",
+    403: "The token's role is below the role the operation needs",
     400: "A request the HTTP layer could not parse (bad request line, header or URL)",
     404: "No such want, partition, instance, job run, worker group or source to scan; or a cursor no page gave",
     405: "The path exists but not with this method; `Allow` lists the methods it has",
@@ -93,20 +96,35 @@ def operations_router(*names: str, tags: list[str]) -> APIRouter:
 
 
 def _endpoint(operation: Operation) -> Callable[..., Any]:
-    """A FastAPI endpoint with the operation's declared parameters, calling the service method."""
+    """A FastAPI endpoint with the operation's declared parameters, calling the service method.
+
+    An operation with a role gets the caller's identity from `require` (401/403 before anything runs);
+    with a token, the user it records is the token's name, whatever the X-Partbuild-User header says.
+    """
     name = operation.name
+    records_user = any(parameter.name == "user" for parameter in operation.parameters)
+
+    def call(service: Service, identity: Identity | None, arguments: dict[str, Any]) -> Any:
+        if records_user and identity is not None and not identity.open_access:
+            arguments["user"] = identity.name
+        return getattr(service, name)(**arguments)
+
     if operation.inline:
 
-        async def endpoint(service: Service, **arguments: Any) -> Any:
-            return getattr(service, name)(**arguments)
+        async def endpoint(service: Service, identity: Identity | None = None, **arguments: Any) -> Any:
+            return call(service, identity, arguments)
 
     else:
 
-        def endpoint(service: Service, **arguments: Any) -> Any:  # type: ignore[misc]
-            return getattr(service, name)(**arguments)
+        def endpoint(service: Service, identity: Identity | None = None, **arguments: Any) -> Any:  # type: ignore[misc]
+            return call(service, identity, arguments)
 
-    service = inspect.Parameter("service", inspect.Parameter.KEYWORD_ONLY, annotation=ServiceDep)
-    declared = [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY) for parameter in operation.parameters]
-    endpoint.__signature__ = inspect.Signature([service, *declared], return_annotation=operation.returns)  # type: ignore[attr-defined]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    leading = [inspect.Parameter("service", keyword, annotation=ServiceDep)]
+    if operation.role is not None:
+        guard = Depends(require(operation.role, f"{operation.method} {operation.route}"))
+        leading.append(inspect.Parameter("identity", keyword, annotation=Annotated[Identity, guard]))
+    declared = [parameter.replace(kind=keyword) for parameter in operation.parameters]
+    endpoint.__signature__ = inspect.Signature([*leading, *declared], return_annotation=operation.returns)  # type: ignore[attr-defined]
     endpoint.__name__ = name
     return endpoint
