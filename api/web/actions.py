@@ -31,7 +31,7 @@ async def _accepted(request: Request) -> tuple[Identity, dict[str, list[str]]] |
     identity = seam.current_identity(request)
     if not may_write(identity):
         return error_page(
-            request, service_of(request), 403, f"{identity.name} ({identity.role}) may not change anything"
+            request, service_of(request), 403, f"{identity.name} ({identity.role.value}) may not change anything"
         )
     try:
         return identity, await read_form(request)

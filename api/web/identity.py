@@ -1,37 +1,36 @@
-"""Who is looking at a page: the seam between the web pages and access control.
+"""Who is looking at a page: access control's identity (`partbuild.api.auth`), or a sign-in first.
 
-Every page handler asks `current_identity(request)`; write forms are shown, and
-form posts accepted, only when `may_write(identity)`. Until access control is
-in place this is open access: everyone is `anonymous` with every role, as the
-API treats a request without tokens. Access control replaces the two function
-bodies (with `partbuild.api.auth.authenticate` and its role order); the pages
-do not change.
+Every page handler asks `current_identity(request)`: a bearer token or the
+session cookie when the database has tokens, open access (`anonymous`, every
+role) while it has none. Without valid credentials it raises `SignInNeeded`,
+which the web UI answers by sending the browser to `/signin`. Write forms are
+shown, and form posts accepted, only when `may_write(identity)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fastapi import Request
 
-from partbuild.api.surface import ANONYMOUS
-
-ROLES = ("reader", "writer", "admin")  # in increasing order of what they may do
+from partbuild.api.auth import Identity, Role, identity_of
 
 
-@dataclass(frozen=True)
-class Identity:
-    """A user and their role: `reader`, `writer` or `admin`."""
-
-    name: str
-    role: str
+class SignInNeeded(Exception):
+    """Tokens exist and the request carries no valid one."""
 
 
 def current_identity(request: Request) -> Identity:
-    """The identity a page is served to (open access for now)."""
-    return Identity(ANONYMOUS, "admin")
+    """The identity a page is served to; SignInNeeded without valid credentials."""
+    identity = identity_of(request)
+    if identity is None:
+        raise SignInNeeded
+    return identity
 
 
-def may_write(identity: Identity) -> bool:
+def identity_or_none(request: Request) -> Identity | None:
+    """The identity, or None without valid credentials (an error page shows either)."""
+    return identity_of(request)
+
+
+def may_write(identity: Identity | None) -> bool:
     """Whether this identity may want, cancel and taint (the API's `writer` role or above)."""
-    return ROLES.index(identity.role) >= ROLES.index("writer")
+    return identity is not None and identity.may(Role.WRITER)

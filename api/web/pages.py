@@ -76,7 +76,7 @@ def serve(request: Request, build: Callable[[Page, Service], HTMLResponse]) -> H
 
 def error_page(request: Request, service: Service, status: int, message: str, **data: Any) -> HTMLResponse:
     """An error page (without time travel: the error may be the time travel itself)."""
-    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
+    page = Page(request, seam.identity_or_none(request), None, service.live.head_seq)
     data.setdefault("form", None)
     data.setdefault("back", None)
     return render(page, "error.html", status, status=status, title=http_title(status), message=message, **data)

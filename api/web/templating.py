@@ -49,7 +49,7 @@ class Page:
     """What every template gets: who looks, the time travel, links that keep it, the CSRF token."""
 
     request: Request
-    identity: Identity
+    identity: Identity | None  # None: only on the sign-in page, before signing in
     as_of: int | None
     head_seq: int
     csrf: str = ""
