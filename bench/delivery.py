@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import cProfile
 import json
+import logging
 import os
 import signal
 import socket
@@ -339,6 +340,8 @@ def main() -> None:
         serve_receiver(args.serve_receiver)
         return
     exit_on_sigterm()  # a killed bench still stops its receiver process
+    # The failing-groups run makes the shards warn on every step; that is the point, not news.
+    logging.getLogger("partbuild.orchestrator.delivery").setLevel(logging.ERROR)
     print(f"machine: {machine()}")
     print(f"{args.events:,} want_create events over {args.refs:,} refs; receiver in a child process", flush=True)
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
