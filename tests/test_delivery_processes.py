@@ -336,6 +336,7 @@ def one_line_error(text: str) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the CLI; the store is tested on both
 def test_bad_input_exits_2_with_one_line(db: str, tmp_path: Path) -> None:
     create(db, "hooks", "http://127.0.0.1:9/hook")  # 12 partitions
     refused = one_line_error(cli(db, "subscriptions", "reshard", "hooks", "--shards", "5", code=2))
@@ -363,6 +364,7 @@ def seqs_of(got: list[Received], group: str) -> list[int]:
     return [r.seq for r in got if r.group == group and r.seq is not None]
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the CLI; the store is tested on both
 def test_dead_letters_are_listed_replayed_in_order_and_purged_from_the_cli(db: str, tmp_path: Path) -> None:
     refs = ["dl/replayed", "dl/purged", "ok/flowing"]
     with Receiver(SECRET, rule=failing_groups(set(refs[:2]), 400)) as receiver, processes(tmp_path) as procs:

@@ -118,7 +118,9 @@ def assert_stale_run_retried(state: BuildState, run_id: str) -> None:
         assert any(state.job_runs[r].state == JobRunState.SUCCEEDED for r in state.instances[uuid].attempts)
 
 
-@pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
+# One backend per case where the other adds no code path of its own (CI time): the leader's loss keeps
+# both, since its lock is a different mechanism on each (an advisory lock; a file lock).
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_three_workers_build_everything(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
     names = ["a", "b", "c"]
     with processes() as procs:
@@ -130,8 +132,12 @@ def test_three_workers_build_everything(db: str, clicks_root: Path, tmp_path: Pa
     assert not state.rejections, state.rejections
 
 
-@pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
-@pytest.mark.parametrize("kill_leader", [False, True], ids=["member", "leader"])
+@pytest.mark.parametrize(
+    ("db_url", "kill_leader"),
+    [("sqlite", False), ("sqlite", True), ("postgres", True)],
+    ids=["member-sqlite", "leader-sqlite", "leader-postgres"],
+    indirect=["db_url"],
+)
 def test_a_worker_killed_mid_run(db: str, kill_leader: bool, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
     """SIGKILL a member (or the leader) while it executes a job run: the survivors take over and finish."""
     names = ["a", "b", "c"]
@@ -175,7 +181,7 @@ def pause_while_running(tail: Tail, procs: Processes, names: list[str], tmp_path
     raise AssertionError("never caught a worker in the middle of a job run")
 
 
-@pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_paused_worker_is_fenced_off(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
     """SIGSTOP a member past the member timeout, then SIGCONT: nothing it appends late is accepted, it exits 3."""
     names = ["a", "b", "c"]
@@ -219,7 +225,7 @@ def test_a_paused_worker_is_fenced_off(db: str, clicks_root: Path, tmp_path: Pat
     print(f"late events of the paused worker, all rejected: {dict(kinds) or 'none'}")
 
 
-@pytest.mark.parametrize("db_url", ["postgres", "sqlite"], indirect=True)
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_fourth_worker_joins_mid_run(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
     """A worker joining while the group builds: survivors keep theirs, it gets buckets, all is built once.
 
