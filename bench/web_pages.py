@@ -470,7 +470,9 @@ def main() -> None:
             rss, peak = server.rss_bytes()
 
             draws: list[Draw] = []
-            if args.draw_rounds:
+            if args.draw_rounds and not os.access(CHROMIUM, os.X_OK):
+                print(f"no browser at {CHROMIUM} (Debian's chromium package): the draw time is not measured")
+            elif args.draw_rounds:
                 page_url = f"{server.base_url}/instances/{sample.yearly_uuid}?direction=upstream&depth=3"
                 draws = browser_draws(page_url, args.draw_rounds)
 
