@@ -64,6 +64,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/w1_vs_plain.py
 	$(BIN)/python bench/api_wants.py
 	$(BIN)/python bench/api_lineage.py
+	$(BIN)/python bench/web_pages.py
 	$(BIN)/python bench/up_memory.py
 	$(BIN)/python bench/bucketing.py
 	$(BIN)/python bench/bucket_column.py

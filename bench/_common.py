@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import platform
 import signal
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.store import EventLog
 
 WEEKS_PER_SITE = 52
+FULL_SIZE = 1_000_000  # partition instances of the benchmarks' big W1 state
+INSTANCES_PER_WEEK = 15  # 7 raw, 7 daily, 1 weekly
+BATCH = 5_000
 
 
 def machine() -> str:
@@ -80,3 +87,62 @@ def exit_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def build(log: EventLog, instances: int) -> None:
+    """Append a simulated W1 history with at least `instances` partition instances, printing progress."""
+    sites = math.ceil(instances / (WEEKS_PER_SITE * INSTANCES_PER_WEEK)) + 1
+    plan = f"{WEEKS_PER_SITE} weeks x {sites:,} sites"
+    print(f"building: W1 history, {plan}, appended in batches of {BATCH:,}", flush=True)
+    started = time.perf_counter()
+    batch: list[pb.Event] = []
+    next_report = 100_000
+    for event in simulate(SimulationPlan(weeks=WEEKS_PER_SITE, sites=sites)):
+        batch.append(event)
+        if len(batch) == BATCH:
+            log.append(batch, expected_head=log.head())
+            batch = []
+            head = log.head()
+            if head >= next_report:
+                elapsed = time.perf_counter() - started
+                print(f"  {head:>10,} events in {elapsed:5.0f} s ({head / elapsed:,.0f} events/s)", flush=True)
+                next_report += 100_000
+    if batch:
+        log.append(batch, expected_head=log.head())
+    print(f"built: {log.head():,} events in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The `p`-quantile (0..1) of `values`, nearest rank; NaN when empty."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(p * len(ordered)) - 1))] if ordered else math.nan
+
+
+AsgiApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+def server_timing(app: AsgiApp) -> AsgiApp:
+    """`app` with a `Server-Timing: app;dur=<ms>` header on every HTTP response.
+
+    The time runs from the request reaching the application to the response's headers: routing,
+    middleware, a wait for a worker thread, the handler and rendering (pages render their whole
+    body before the headers go out). Not in it: uvicorn's parsing and the socket, a few tenths of
+    a millisecond on loopback. Wrapped around the app by the benchmark only, so the service is
+    measured as it ships.
+    """
+
+    async def timed(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def send_timed(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                value = f"app;dur={1e3 * (time.perf_counter() - started):.2f}".encode()
+                message = {**message, "headers": [*message.get("headers", ()), (b"server-timing", value)]}
+            await send(message)
+
+        await app(scope, receive, send_timed)
+
+    return timed

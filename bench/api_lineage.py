@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import statistics
@@ -28,43 +27,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import machine
+from _common import FULL_SIZE, build, machine, percentile
 from api_wants import ApiServer, LoadResult, RequestSpec, exit_on_sigterm, run_load
 
-from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.ids import instance_uuid
 from partbuild.state.store import EventLog
 
 TARGET_P99_S = 0.020
-FULL_SIZE = 1_000_000
-WEEKS = 52
-INSTANCES_PER_WEEK = 15  # 7 raw, 7 daily, 1 weekly
-BATCH = 5_000
 # kind -> (direction, depth) of its queries
 QUERIES = {"weekly": ("upstream", 2), "daily": ("both", 1), "raw": ("downstream", 2)}
-
-
-def build(log: EventLog, instances: int) -> None:
-    """Append a simulated W1 history with at least `instances` partition instances, printing progress."""
-    sites = math.ceil(instances / (WEEKS * INSTANCES_PER_WEEK)) + 1
-    print(f"building: W1 history, {WEEKS} weeks x {sites:,} sites, appended in batches of {BATCH:,}", flush=True)
-    started = time.perf_counter()
-    batch: list[pb.Event] = []
-    next_report = 100_000
-    for event in simulate(SimulationPlan(weeks=WEEKS, sites=sites)):
-        batch.append(event)
-        if len(batch) == BATCH:
-            log.append(batch, expected_head=log.head())
-            batch = []
-            head = log.head()
-            if head >= next_report:
-                elapsed = time.perf_counter() - started
-                print(f"  {head:>10,} events in {elapsed:5.0f} s ({head / elapsed:,.0f} events/s)", flush=True)
-                next_report += 100_000
-    if batch:
-        log.append(batch, expected_head=log.head())
-    print(f"built: {log.head():,} events in {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def instances_by_kind(log: EventLog) -> dict[str, list[str]]:
@@ -83,11 +55,6 @@ def instances_by_kind(log: EventLog) -> dict[str, list[str]]:
         elif which == "job_run_buffer" and event.job_run_buffer.job_label in QUERIES:
             kinds[event.job_run_buffer.job_label].update(dict.fromkeys(event.job_run_buffer.instance_uuids))
     return {kind: list(uuids) for kind, uuids in kinds.items()}
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(p * len(ordered)) - 1))] if ordered else math.nan
 
 
 def main() -> None:

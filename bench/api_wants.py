@@ -39,7 +39,7 @@ from typing import Any, Self
 from urllib.parse import urlencode
 
 import httpx
-from _common import exit_on_sigterm, machine
+from _common import exit_on_sigterm, machine, server_timing
 
 TARGET_RATE = 500.0
 TARGET_P99_S = 0.050
@@ -51,11 +51,12 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # ----------------------------------------------------------------- the server process
 
 
-def serve(url: str, port: int, report: Connection, parent_pid: int) -> None:
+def serve(url: str, port: int, report: Connection, parent_pid: int, timing: bool = False) -> None:
     """Child process: the API over the log at `url`, one uvicorn worker on 127.0.0.1:`port`.
 
     Sends the seconds the service took to load its state (replay) through `report`.
-    Gets SIGTERM when the benchmark process dies, however it dies (Linux).
+    Gets SIGTERM when the benchmark process dies, however it dies (Linux). With `timing`,
+    every response carries a `Server-Timing: app;dur=<ms>` header (see `_common.server_timing`).
     """
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before prctl
@@ -70,7 +71,8 @@ def serve(url: str, port: int, report: Connection, parent_pid: int) -> None:
     service = Service(EventLog.open(url))
     report.send(time.perf_counter() - started)
     report.close()
-    uvicorn.run(create_app(service), host="127.0.0.1", port=port, workers=1, log_level="warning", access_log=False)
+    app = server_timing(create_app(service)) if timing else create_app(service)
+    uvicorn.run(app, host="127.0.0.1", port=port, workers=1, log_level="warning", access_log=False)
 
 
 def free_port() -> int:
@@ -82,7 +84,7 @@ def free_port() -> int:
 class ApiServer:
     """The API server in a spawned process; waits for /healthz on enter, always stops it on exit."""
 
-    def __init__(self, url: str, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, startup_timeout_s: float = 60.0, server_timing: bool = False) -> None:
         self.url = url
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -93,7 +95,10 @@ class ApiServer:
         self._report, child_end = context.Pipe(duplex=False)
         self._child_end = child_end
         self.process = context.Process(
-            target=serve, args=(url, self.port, child_end, os.getpid()), name="partbuild-api", daemon=True
+            target=serve,
+            args=(url, self.port, child_end, os.getpid(), server_timing),
+            name="partbuild-api",
+            daemon=True,
         )
 
     @property
@@ -238,6 +243,7 @@ class RawConnection:
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.server_ms: float | None = None  # the last response's `Server-Timing: app;dur=`, when it had one
 
     async def request(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         if self.writer is None or self.reader is None:
@@ -249,6 +255,7 @@ class RawConnection:
         self.writer.write(head.encode() + body)
         status = int((await self.reader.readline()).split(b" ", 2)[1])
         length, chunked, close = 0, False, False
+        self.server_ms = None
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
             name = name.strip().lower()
@@ -258,6 +265,8 @@ class RawConnection:
                 chunked = b"chunked" in value.lower()
             elif name == b"connection":
                 close = b"close" in value.lower()
+            elif name == b"server-timing" and b"dur=" in value:
+                self.server_ms = float(value.split(b"dur=", 1)[1].split(b";")[0].split(b",")[0])
         if chunked:
             parts = []
             while size := int((await self.reader.readline()).split(b";")[0], 16):

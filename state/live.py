@@ -116,6 +116,10 @@ class LiveState:
                 self._as_of[seq] = past
                 while len(self._as_of) > AS_OF_CACHED:
                     self._as_of.popitem(last=False)
+                # A past state is as big as the live one: left to the collector, every full pass would
+                # rescan it (about 1 s per million-instance state, for nothing: it holds no cycles, and
+                # reference counting frees it when evicted). Exempt it like the state loaded at start.
+                settle_loaded_state()
             else:
                 self._as_of.move_to_end(seq)
             return past
