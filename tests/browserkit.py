@@ -46,7 +46,8 @@ def browser() -> Iterator[Any]:
     """One headless Chromium for the whole test session (starting it costs about a second)."""
     path = chromium_path()
     if path is None:
-        reason = "no Chromium at /usr/bin/chromium (apt-get install chromium, or set PARTBUILD_CHROMIUM)"
+        wanted = os.environ.get("PARTBUILD_CHROMIUM", DEFAULT_CHROMIUM)
+        reason = f"no Chromium at {wanted} nor on PATH (apt-get install chromium, or set PARTBUILD_CHROMIUM)"
         if os.environ.get("PARTBUILD_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{reason}; PARTBUILD_REQUIRE_BROWSER=1 makes this a failure", pytrace=False)
         pytest.skip(reason)

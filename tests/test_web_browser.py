@@ -120,7 +120,8 @@ def _story(service: Service) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(spark: Any, clicks_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(browser: Any, spark: Any, clicks_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    # `browser` first: without Chromium the tests skip before W1 is built.
     folder = tmp_path_factory.mktemp("browser-w1")
     gate = Gate()
     graph = _gated_w1(clicks_root, gate)
@@ -378,7 +379,7 @@ class Guarded:
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
+def guarded(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
     url = f"sqlite:///{tmp_path_factory.mktemp('browser-auth') / 'partbuild.db'}"
     with EventLog.open(url, auto_upgrade=True) as log:
         tokens = {
