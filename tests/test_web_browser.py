@@ -295,6 +295,27 @@ def test_wanting_a_weekly_through_the_form_builds_it_and_the_page_follows_withou
     assert same_document(tab.page), "the page reloaded instead of refreshing in place"
 
 
+def test_the_want_forms_range_mode_previews_a_backfill_without_wanting(
+    world: World, open_tab: Callable[[str], Tab]
+) -> None:
+    tab = open_tab(world.url)
+    visit(tab, "/wants")
+    form = tab.page.locator("#want-form")
+    expect(form.locator("[data-testid=want-pattern]")).to_be_hidden()  # forms.js shows one mode's fields
+    form.locator("input[name=mode][value=range]").check()
+    expect(form.locator("[data-testid=want-ref]")).to_be_hidden()
+    head = world.api.service.log.head()
+    form.locator("[data-testid=want-pattern]").fill("agg/daily_clicks/date={date:date}")
+    form.locator("[data-testid=want-start]").fill("2026-01-02")
+    form.locator("[data-testid=want-end]").fill("2026-01-04")
+    form.locator("[data-testid=want-preview-button]").click()
+    preview = tab.page.locator("[data-testid=want-preview]")
+    expect(preview).to_have_attribute("data-count", "3")
+    expect(preview).to_contain_text(daily_ref(date(2026, 1, 4)))
+    expect(tab.page.locator("#want-form [data-testid=want-pattern]")).to_be_visible()  # still in range mode
+    assert world.api.service.log.head() == head, "a preview wants nothing"
+
+
 def test_time_travel_before_the_taint_shows_the_old_instance_and_its_lineage(
     world: World, open_tab: Callable[[str], Tab]
 ) -> None:
@@ -443,3 +464,9 @@ def test_a_reader_gets_no_forms_and_a_forced_post_is_refused(guarded: Guarded, o
     expect(tab.page.locator("[data-testid=error-status]")).to_contain_text("403")
     expect(tab.page.locator("[data-testid=form-error]")).to_contain_text("rita (reader) may not change anything")
     assert guarded.api.service.log.head() == head, "nothing appended"
+    # Reads work with the session alone: lineage.js fetches the API with the cookie, no bearer token.
+    service = guarded.api.service
+    service.observe(m.ObserveRequest(ref="raw/for-readers", location="/data/raw"))
+    service.refresh()
+    visit(tab, f"/instances/{service.state.canonical['raw/for-readers']}")
+    assert _drawn_lineage(tab)[0] == {service.state.canonical["raw/for-readers"]}
