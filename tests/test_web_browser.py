@@ -71,6 +71,7 @@ class World:
     api: ApiServer
     gate: Gate
     before_taint: int  # the last seq before the taint
+    taint_seq: int
     old_weekly: str  # WEEK_1's instance before the taint
     new_weekly: str  # and after
 
@@ -104,19 +105,19 @@ def wait_live(service: Service, ref: str, not_uuid: str = "") -> str:
     raise AssertionError(f"{ref} not Live within {BUILD_TIMEOUT_S} s")
 
 
-def _story(service: Service) -> tuple[int, str, str]:
-    """Build the world's state; returns the seq before the taint and the weekly's old and new uuids."""
+def _story(service: Service) -> tuple[int, int, str, str]:
+    """Build the world's state; returns the seqs before and of the taint, the weekly's old and new uuids."""
     service.create_want(m.WantRequest(refs=[WEEK_1], want_id="weekly-w01", comment="W1 weekly"))
     old = wait_live(service, WEEK_1)
     before_taint = service.live.head_seq
-    service.taint(m.TaintRequest(ref=TAINTED_DAILY, reason="late clicks"))
+    taint = service.taint(m.TaintRequest(ref=TAINTED_DAILY, reason="late clicks"))
     service.create_want(m.WantRequest(refs=[WEEK_1], want_id="weekly-w01-again"))
     new = wait_live(service, WEEK_1, not_uuid=old)
     # No job or source produces this ref, so the service refuses it; the log takes any observation.
     observed = pb.PartitionObserved(partition_ref=EVIL, location="/nowhere")
     service.log.append([envelope(observed, source=manual("test"), timestamp_ms=service.clock())])
     service.refresh()
-    return before_taint, old, new
+    return before_taint, taint.seq, old, new
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +268,34 @@ def test_the_event_log_filters_by_type_and_links_what_each_event_touched(
     expect(tab.page).to_have_url(re.compile(r"type=partition_taint"))
     rows = tab.page.locator("[data-testid=event-row]")
     expect(rows).to_have_count(1)
-    assert rows.get_attribute("data-seq") == str(world.before_taint + 1)
+    assert rows.get_attribute("data-seq") == str(world.taint_seq)
     rows.locator("[data-testid=ref-link]", has_text=TAINTED_DAILY).click()
     expect(tab.page.locator("[data-testid=ref-name]")).to_have_text(TAINTED_DAILY)
+
+
+def test_every_page_of_the_navigation_loads_without_a_console_error(
+    world: World, open_tab: Callable[[str], Tab]
+) -> None:
+    tab = open_tab(world.url)
+    visit(tab, f"/?as_of={world.before_taint}")
+    for name, title in [
+        ("wants", "Wants"),
+        ("partitions", "Partitions"),
+        ("runs", "Job runs"),
+        ("events", "Event log"),
+    ]:
+        tab.page.locator(f"[data-testid=nav-{name}]").click()
+        expect(tab.page).to_have_title(re.compile(f"^{title} ·"))
+        expect(tab.page.locator("[data-testid=time-travel-banner]")).to_have_attribute(
+            "data-as-of", str(world.before_taint)
+        )  # every link keeps the time travel
+    tab.page.locator("[data-testid=time-travel-now]").click()
+    expect(tab.page.locator("body")).to_have_attribute("data-live", "on")
+    for name, title in [("audit", "Audit"), ("system", "System"), ("overview", "Overview")]:
+        tab.page.locator(f"[data-testid=nav-{name}]").click()
+        expect(tab.page).to_have_title(re.compile(f"^{title} ·"))
+    visit(tab, "/audit?replay=1")
+    expect(tab.page.locator("[data-testid=audit-digest]")).to_be_visible()
 
 
 # --- forms, live refresh, time travel ---------------------------------------------------------------------
