@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script: the examples and the test kits
 
-from browserkit import VIEWPORT, chromium_path  # noqa: E402
+from browserkit import LAUNCH_ARGS, VIEWPORT, chromium_path  # noqa: E402
 from conftest import TEST_SPARK_CONF, serve_service  # noqa: E402
 
 from examples.clicks.generate import generate_raw  # noqa: E402
@@ -100,7 +100,7 @@ def photograph(url: str, weekly_uuid: str, out: Path, service: Service, gate: th
     if path is None:
         raise SystemExit("no Chromium: apt-get install chromium (or set PARTBUILD_CHROMIUM)")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=path, headless=True, args=LAUNCH_ARGS)
         page = browser.new_context(base_url=url, viewport=VIEWPORT).new_page()
         page.goto(f"/instances/{weekly_uuid}?direction=upstream&depth=2")
         expect(page.locator("#lineage-status")).to_have_attribute("data-state", "drawn")

@@ -24,6 +24,9 @@ import pytest
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 800}
 TIMEOUT_MS = 15_000
+# --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start; containers often have a
+# small /dev/shm, which Chromium would otherwise fill and crash on.
+LAUNCH_ARGS = ["--no-sandbox", "--disable-dev-shm-usage"]
 
 # Runs before any page script (injected by the browser, so the page's CSP does not apply to it):
 # report each CSP violation as a console error the watcher can tell apart.
@@ -51,11 +54,11 @@ def browser() -> Iterator[Any]:
         if os.environ.get("PARTBUILD_REQUIRE_BROWSER") == "1":
             pytest.fail(f"{reason}; PARTBUILD_REQUIRE_BROWSER=1 makes this a failure", pytrace=False)
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        chromium = playwright.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        chromium = playwright.chromium.launch(executable_path=path, headless=True, args=LAUNCH_ARGS)
+        expect.set_options(timeout=TIMEOUT_MS)  # a loaded CI machine is slower than expect's 5 s default
         try:
             yield chromium
         finally:
