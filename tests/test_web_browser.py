@@ -41,6 +41,7 @@ WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START
 TAINTED_DAILY = daily_ref(CLICKS_START)
 EVIL = "evil/<script>alert(1)</script>"
 BUILD_TIMEOUT_S = 120
+PENDING, SHARED = "x/pending", "raw/shared"  # the access-control server's refs
 pytest_plugins = ["browserkit"]  # the `browser` and `open_tab` fixtures
 
 
@@ -362,6 +363,10 @@ def test_time_travel_before_the_taint_shows_the_old_instance_and_its_lineage(
     assert (nodes, edges) == _api_lineage(world, tab, as_of=world.before_taint)
     assert world.old_weekly in nodes and world.new_weekly not in nodes
     assert _attrs(tab, "[data-testid=lineage-node]", "data-state") == {("live",)}
+    hrefs = tab.page.locator("[data-testid=lineage-node] a").evaluate_all(
+        "(els) => els.map((e) => e.getAttribute('href'))"
+    )
+    assert hrefs and all(href.endswith(f"?as_of={world.before_taint}") for href in hrefs), hrefs
     now_nodes, _ = _api_lineage(world, tab)
     states_now = {node["state"] for node in world.get(f"/api/v1/instances/{world.old_weekly}/lineage")["nodes"]}
     assert now_nodes == nodes and "tainted" in states_now, "at the head the same instances, the old weekly tainted"
@@ -378,6 +383,9 @@ def test_a_ref_holding_a_script_tag_renders_as_text(world: World, open_tab: Call
     expect(row).to_contain_text(EVIL)
     row.locator("[data-testid=ref-link]").click()
     expect(tab.page.locator("[data-testid=ref-name]")).to_have_text(EVIL)
+    tab.page.locator("[data-testid=canonical-instance] a").first.click()  # its lineage graph: an SVG label
+    expect(tab.page.locator("#lineage-status")).to_have_attribute("data-state", "drawn")
+    expect(tab.page.locator("[data-testid=lineage-node] text").first).to_have_text(EVIL)
     assert tab.page.locator("script:not([src])").count() == 0
     # The want form's error echoes the ref it refuses: as text too.
     visit(tab, "/wants")
@@ -433,6 +441,10 @@ def guarded(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             name: log.tokens.add(name, role, now_ms=1) for name, role in [("rita", Role.READER), ("wes", Role.WRITER)]
         }
     with graphless_api_server(url) as api:
+        # Something to write on: an active want (cancelable) and a Live ref (taintable).
+        api.service.create_want(m.WantRequest(refs=[PENDING], want_id="w-open"))
+        api.service.observe(m.ObserveRequest(ref=SHARED, location="/data/raw"))
+        api.service.refresh()
         yield Guarded(api, tokens)
 
 
@@ -455,6 +467,10 @@ def test_signing_in_through_the_form_gives_a_writer_the_forms(guarded: Guarded, 
     sign_in(tab, guarded.tokens["wes"], "/wants")
     expect(tab.page.locator("[data-testid=identity]")).to_have_text("wes (writer)")
     expect(tab.page.locator("#want-form")).to_be_visible()
+    visit(tab, "/wants/w-open")
+    expect(tab.page.locator("#cancel-want-form")).to_be_visible()
+    visit(tab, "/partition?" + urlencode({"ref": SHARED}))
+    expect(tab.page.locator("#taint-form")).to_be_visible()
     tab.page.locator("[data-testid=signout]").click()
     expect(tab.page).to_have_url(re.compile(r"/signin$"))
     visit(tab, "/wants")
@@ -465,8 +481,10 @@ def test_a_reader_gets_no_forms_and_a_forced_post_is_refused(guarded: Guarded, o
     tab = open_tab(guarded.api.url)
     sign_in(tab, guarded.tokens["rita"], "/wants")
     expect(tab.page.locator("[data-testid=identity]")).to_have_text("rita (reader)")
-    expect(tab.page.locator("#wants-list, [data-testid=wants-list]").first).to_be_attached()
-    assert tab.page.locator("form[action^='/actions/']").count() == 0
+    for path in ["/wants", "/wants/w-open", "/partition?" + urlencode({"ref": SHARED})]:
+        visit(tab, path)
+        expect(tab.page.locator("#main h1")).to_be_visible()
+        assert tab.page.locator("form[action^='/actions/']").count() == 0, path
     head = guarded.api.service.log.head()
     tab.watch.expect(r"status of 403")
     # A hand-made form with a valid CSRF token (the sign-out form's), posted by the browser.
@@ -491,8 +509,6 @@ def test_a_reader_gets_no_forms_and_a_forced_post_is_refused(guarded: Guarded, o
     expect(tab.page.locator("[data-testid=form-error]")).to_contain_text("rita (reader) may not change anything")
     assert guarded.api.service.log.head() == head, "nothing appended"
     # Reads work with the session alone: lineage.js fetches the API with the cookie, no bearer token.
-    service = guarded.api.service
-    service.observe(m.ObserveRequest(ref="raw/for-readers", location="/data/raw"))
-    service.refresh()
-    visit(tab, f"/instances/{service.state.canonical['raw/for-readers']}")
-    assert _drawn_lineage(tab)[0] == {service.state.canonical["raw/for-readers"]}
+    shared = guarded.api.service.state.canonical[SHARED]
+    visit(tab, f"/instances/{shared}")
+    assert _drawn_lineage(tab)[0] == {shared}
