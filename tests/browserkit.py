@@ -1,4 +1,4 @@
-"""Real-browser tests of the web UI: one headless Chromium per test session, a fresh context per test.
+"""Real-browser tests of the web UI: one headless Chromium per test module, a fresh context per test.
 
 The browser is the distribution's Chromium (`/usr/bin/chromium`, apt package `chromium`, or
 `PARTBUILD_CHROMIUM`) driven by Playwright's Python package; `playwright install` is never run, so
@@ -44,9 +44,12 @@ def chromium_path() -> str | None:
     return path if os.access(path, os.X_OK) else shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API is started, its event loop stays marked as
+# running in the main thread, so `asyncio.run` fails in every later test of the session
+# (tests/test_webhook_sender.py did). Stopping it when the module ends gives the loop back.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole test session (starting it costs about a second)."""
+    """One headless Chromium for a test module (starting it costs about a second)."""
     path = chromium_path()
     if path is None:
         wanted = os.environ.get("PARTBUILD_CHROMIUM", DEFAULT_CHROMIUM)
