@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script: the examples and the test kits
 
-from browserkit import LAUNCH_ARGS, VIEWPORT, chromium_path  # noqa: E402
+from browserkit import LAUNCH_ARGS, chromium_path, new_tab  # noqa: E402
 from conftest import TEST_SPARK_CONF, serve_service  # noqa: E402
 
 from examples.clicks.generate import generate_raw  # noqa: E402
@@ -101,7 +101,8 @@ def photograph(url: str, weekly_uuid: str, out: Path, service: Service, gate: th
         raise SystemExit("no Chromium: apt-get install chromium (or set PARTBUILD_CHROMIUM)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=path, headless=True, args=LAUNCH_ARGS)
-        page = browser.new_context(base_url=url, viewport=VIEWPORT).new_page()
+        _, tab = new_tab(browser, url)  # 1280x800, watched like the tests' pages
+        page = tab.page
         page.goto(f"/instances/{weekly_uuid}?direction=upstream&depth=2")
         expect(page.locator("#lineage-status")).to_have_attribute("data-state", "drawn")
         page.locator("#lineage").scroll_into_view_if_needed()
@@ -115,6 +116,8 @@ def photograph(url: str, weekly_uuid: str, out: Path, service: Service, gate: th
         page.screenshot(path=out / "overview.png")
         gate.set()
         browser.close()
+    if tab.watch.problems():
+        raise SystemExit("the browser reported problems: " + "; ".join(tab.watch.problems()))
 
 
 def main(out: Path) -> None:
