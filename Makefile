@@ -9,7 +9,7 @@ export PARTBUILD_CLICKS_ROOT ?= $(CURDIR)/clicks-data
 export PARTBUILD_CLICKS_DAYS ?= 28
 PROTO_SRC := proto/partbuild/v1/events.proto
 
-.PHONY: up run test lint proto proto-check bench clean
+.PHONY: up run test lint proto proto-check bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -75,6 +75,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/object_store_scan.py
 	$(BIN)/python bench/scan_decision_latency.py
 	$(BIN)/python bench/delivery.py
+
+## Retake the web UI's screenshots in docs/screenshots/ (a real W1 state, the distribution's Chromium).
+screenshots: $(BIN)/.installed
+	$(BIN)/python tests/browser_screenshots.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

@@ -25,6 +25,9 @@ import sqlalchemy as sa
 from partbuild.state.db import normalize_url
 from partbuild.state.store import EventLog
 
+# tests/browserkit.py holds fixtures (loaded with `pytest_plugins`) and asserts: rewrite them too.
+pytest.register_assert_rewrite("browserkit")
+
 DEFAULT_PG_URL = "postgresql+psycopg://127.0.0.1:5432/test"
 BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
 

@@ -120,6 +120,12 @@ def test_every_page_renders_its_key_content(world: World) -> None:
     assert 'data-type="partition_taint"' not in filtered and 'data-type="partition_observed"' in filtered
 
 
+def test_pages_name_their_icon_so_browsers_fetch_no_favicon(world: World) -> None:
+    """Without an icon link a browser asks /favicon.ico on every page: a 404 in its console each time."""
+    for url, status in [("/", 200), ("/signin", 200), ("/wants/nope", 404)]:
+        assert '<link rel="icon" href="data:,">' in _get(world, url, status), url
+
+
 def test_missing_things_are_404_pages(world: World) -> None:
     assert "no want" in _get(world, "/wants/nope", 404)
     assert "no partition instance" in _get(world, "/instances/nope", 404)
