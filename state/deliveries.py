@@ -42,6 +42,7 @@ from partbuild.state.topics import route
 QUEUE_NAMES = ("rq", "dlq")
 # A produce head: (queue, storage topic, partition), and its row's columns with `next_offset`.
 HeadKey = tuple[str, int, int]
+_IN_LIST_LIMIT = 1_000  # values per IN list: far below every driver's bound on parameters
 _POSITION_FIELDS = ("queue", "topic", "partition", "offset")  # a message's row, with its subscription
 _ATTEMPT_FIELDS = ("attempts", "not_before_ms", "first_failed_ms", "last_status", "last_error")
 _HEAD_FIELDS = ("queue", "topic", "partition", "next_offset")
@@ -298,12 +299,19 @@ class DeliveryStore:
 
     @staticmethod
     def _check_behind(conn: Connection, commit: Commit) -> None:
-        """The groups the step queued behind still wait there (a DLQ replay or purge may have moved them)."""
+        """The groups the step queued behind still wait there (a DLQ replay or purge may have moved them).
+
+        One query per queue and thousand groups, not one per group: a step of a subscription with many
+        failing groups queues behind all of them.
+        """
         g = delivery_groups.c
-        for queue, group in commit.behind:
-            where = (g.subscription == commit.subscription, g.queue == queue, g.group_key == group)
-            if conn.execute(sa.select(g.group_hash).where(*where)).first() is None:
-                raise Fenced
+        for queue in QUEUE_NAMES:
+            groups = sorted(group for named, group in commit.behind if named == queue)
+            for start in range(0, len(groups), _IN_LIST_LIMIT):
+                chunk = groups[start : start + _IN_LIST_LIMIT]
+                where = (g.subscription == commit.subscription, g.queue == queue, g.group_key.in_(chunk))
+                if len(conn.execute(sa.select(g.group_key).where(*where)).all()) != len(chunk):
+                    raise Fenced
 
     def _move_offsets(self, conn: Connection, commit: Commit) -> None:
         c = delivery_offsets.c
