@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -10,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
@@ -110,6 +112,19 @@ def build(log: EventLog, instances: int) -> None:
     if batch:
         log.append(batch, expected_head=log.head())
     print(f"built: {log.head():,} events in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+@contextlib.contextmanager
+def w1_log(db: str | None, tmp: str, name: str, instances: int) -> Iterator[tuple[str, EventLog]]:
+    """The W1 log at `db` (a file or a URL), built with `instances` when empty; without `db`, `tmp`/`name`."""
+    url = db or str(Path(tmp) / name)
+    url = url if "://" in url else f"sqlite:///{url}"
+    with EventLog.open(url) as log:
+        if log.head() == 0:
+            build(log, instances)
+        else:
+            print(f"reusing {url}: {log.head():,} events", flush=True)
+        yield url, log
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -25,9 +25,8 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
-from _common import FULL_SIZE, build, machine, percentile
+from _common import FULL_SIZE, machine, percentile, w1_log
 from api_wants import ApiServer, LoadResult, RequestSpec, exit_on_sigterm, run_load
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -72,13 +71,7 @@ def main() -> None:
     exit_on_sigterm()
 
     with tempfile.TemporaryDirectory() as tmp:
-        url = args.db or str(Path(tmp) / "lineage.db")
-        url = url if "://" in url else f"sqlite:///{url}"
-        with EventLog.open(url) as log:
-            if log.head() == 0:
-                build(log, args.instances)
-            else:
-                print(f"reusing {url}: {log.head():,} events", flush=True)
+        with w1_log(args.db, tmp, "lineage.db", args.instances) as (url, log):
             started = time.perf_counter()
             kinds = instances_by_kind(log)
             counts = ", ".join(f"{len(kinds.get(kind, [])):,} {kind}" for kind in QUERIES)

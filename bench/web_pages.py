@@ -44,11 +44,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import httpx
-from _common import FULL_SIZE, build, exit_on_sigterm, machine, percentile
+from _common import FULL_SIZE, exit_on_sigterm, machine, percentile, w1_log
 from api_wants import ApiServer, RawConnection
 
 from partbuild.examples.clicks.simulate import START_DATE, SimulationPlan
@@ -403,13 +402,7 @@ def main() -> None:
     exit_on_sigterm()
 
     with tempfile.TemporaryDirectory() as tmp:
-        url = args.db or str(Path(tmp) / "web.db")
-        url = url if "://" in url else f"sqlite:///{url}"
-        with EventLog.open(url) as log:
-            if log.head() == 0:
-                build(log, args.instances)
-            else:
-                print(f"reusing {url}: {log.head():,} events", flush=True)
+        with w1_log(args.db, tmp, "web.db", args.instances) as (url, log):
             append_tail(log)
             head = log.head()
             tail_seq = head - (2 + TAIL_WEEKS * 8)

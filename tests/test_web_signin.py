@@ -10,11 +10,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from test_auth import _api_routes
 
 from partbuild.api.app import create_app
 from partbuild.api.auth import SESSION_COOKIE, Authenticator
@@ -130,7 +129,7 @@ def test_next_only_leads_to_this_site(asked: str, goes: str) -> None:
 
 def test_every_page_and_form_route_asks_for_credentials(site: Site) -> None:
     """No page can forget the guard: each route of the web UI but the sign-in itself sends a stranger away."""
-    web = [r for r in _routes(site.app.routes) if r.endpoint.__module__.startswith("partbuild.api.web.")]  # type: ignore[attr-defined]
+    web = [r for r in _api_routes(site.app.routes) if r.endpoint.__module__.startswith("partbuild.api.web.")]  # type: ignore[attr-defined]
     assert len(web) >= 15
     browser = site.browser()
     for route in web:
@@ -141,12 +140,3 @@ def test_every_page_and_form_route_asks_for_credentials(site: Site) -> None:
                 assert answer.status_code in (200, 415), (method, path)  # the form, or no form posted
             else:
                 assert answer.status_code == 303 and answer.headers["location"].startswith("/signin"), (method, path)
-
-
-def _routes(routes: list[Any]) -> Iterator[APIRoute]:
-    """Every APIRoute of an app, through the routers it includes."""
-    for route in routes:
-        if isinstance(route, APIRoute):
-            yield route
-        elif hasattr(route, "original_router"):
-            yield from _routes(route.original_router.routes)
