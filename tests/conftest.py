@@ -246,26 +246,31 @@ def w1_api_server(sqlite_url: str, clicks_root: Path, spark: Any, tmp_path: Path
     The service wakes the orchestrator on every append, so a want made over HTTP is acted on at once.
     """
     from examples.clicks.pipeline import build_graph
+
+    graph = build_graph(clicks_root, days=CLICKS_DAYS, start=CLICKS_START)
+    with EventLog.open(sqlite_url) as log, orchestrated_api(log, graph, tmp_path / "warehouse", spark) as api:
+        yield api
+
+
+@contextmanager
+def orchestrated_api(
+    log: EventLog, graph: Any, warehouse: Path, spark: Any, *, stop_timeout_s: float = 180.0
+) -> Iterator[ApiServer]:
+    """The API served over `log` with an orchestrator of `graph` running in a thread; the service wakes it
+    on every append, so a want made over HTTP is acted on at once. The orchestrator stops on exit."""
     from partbuild.api.service import Service
     from partbuild.orchestrator.loop import Orchestrator
 
-    graph = build_graph(clicks_root, days=CLICKS_DAYS, start=CLICKS_START)
-    with EventLog.open(sqlite_url) as log:
-        orchestrator = Orchestrator(
-            log,
-            graph,
-            warehouse=str(tmp_path / "warehouse"),
-            spark=spark,
-            source_check_interval_s=0,
-            poll_interval_s=0.01,
-        )
-        stop = threading.Event()
-        thread = threading.Thread(target=orchestrator.run, args=(stop,), name="w1-orchestrator", daemon=True)
-        thread.start()
-        try:
-            with serve_service(Service(log, graph=graph, on_append=orchestrator.wake)) as api:
-                yield api
-        finally:
-            stop.set()
-            thread.join(timeout=180)
-            assert not thread.is_alive(), "the orchestrator did not stop within 180 s"
+    orchestrator = Orchestrator(
+        log, graph, warehouse=str(warehouse), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=orchestrator.run, args=(stop,), name="w1-orchestrator", daemon=True)
+    thread.start()
+    try:
+        with serve_service(Service(log, graph=graph, on_append=orchestrator.wake)) as api:
+            yield api
+    finally:
+        stop.set()
+        thread.join(timeout=stop_timeout_s)
+        assert not thread.is_alive(), f"the orchestrator did not stop within {stop_timeout_s:g} s"

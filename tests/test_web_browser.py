@@ -23,14 +23,13 @@ from urllib.parse import quote, urlencode
 
 import pytest
 from browserkit import Tab, mark_document, same_document, visit
-from conftest import CLICKS_START, ApiServer, graphless_api_server, serve_service
+from conftest import CLICKS_START, ApiServer, graphless_api_server, orchestrated_api
 from playwright.sync_api import expect
 
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
 from partbuild.api import models as m
 from partbuild.api.service import Service
 from partbuild.orchestrator.graph import Graph
-from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.events import envelope, manual
 from partbuild.state.store import EventLog
@@ -127,26 +126,15 @@ def world(browser: Any, spark: Any, clicks_root: Path, tmp_path_factory: pytest.
     folder = tmp_path_factory.mktemp("browser-w1")
     gate = Gate()
     graph = _gated_w1(clicks_root, gate)
-    with EventLog.open(f"sqlite:///{folder / 'partbuild.db'}", auto_upgrade=True) as log:
-        orchestrator = Orchestrator(
-            log,
-            graph,
-            warehouse=str(folder / "warehouse"),
-            spark=spark,
-            source_check_interval_s=0,
-            poll_interval_s=0.01,
-        )
-        stop = threading.Event()
-        thread = threading.Thread(target=orchestrator.run, args=(stop,), name="browser-orchestrator", daemon=True)
-        thread.start()
+    url = f"sqlite:///{folder / 'partbuild.db'}"
+    with (
+        EventLog.open(url, auto_upgrade=True) as log,
+        orchestrated_api(log, graph, folder / "warehouse", spark, stop_timeout_s=BUILD_TIMEOUT_S) as api,
+    ):
         try:
-            with serve_service(Service(log, graph=graph, on_append=orchestrator.wake)) as api:
-                yield World(api, gate, *_story(api.service))
+            yield World(api, gate, *_story(api.service))
         finally:
-            gate.open()
-            stop.set()
-            thread.join(timeout=BUILD_TIMEOUT_S)
-            assert not thread.is_alive(), "the orchestrator did not stop"
+            gate.open()  # a run held at the gate must finish before the orchestrator is stopped
 
 
 def _attrs(tab: Tab, selector: str, *names: str) -> set[tuple[str, ...]]:
