@@ -36,7 +36,7 @@ from fastapi import Request, Response
 
 from partbuild.api.errors import Forbidden, Unauthorized
 from partbuild.api.surface import ANONYMOUS
-from partbuild.state.tokens import Role, TokenInfo, TokenStore, token_hash
+from partbuild.state.ops.tokens import Role, TokenInfo, TokenStore, token_hash
 
 __all__ = [
     "SESSION_COOKIE",
@@ -155,7 +155,7 @@ def authenticator(request: Request) -> Authenticator:
     state = request.app.state
     auth: Authenticator | None = getattr(state, "auth", None)
     if auth is None:
-        auth = state.auth = Authenticator(state.service.log.tokens)
+        auth = state.auth = Authenticator(state.service.db.tokens)
     return auth
 
 

@@ -10,10 +10,10 @@ from google.protobuf.message import Message
 
 from partbuild.api import models as m
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import Instance, InstanceState, JobRun, JobRunState, Want, WantState
-from partbuild.state.queries import Lineage
-from partbuild.state.redact import redacted
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Want, WantState
+from partbuild.state.rules.queries import Lineage
+from partbuild.state.rules.redact import redacted
 
 MAX_TREE_NODES = 1_000
 WAITING_DEPTH = 4

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from partbuild.api import models as m
-from partbuild.state.group import GroupState
-from partbuild.state.members import Member
+from partbuild.state.ops.members import Member
+from partbuild.state.rules.group import GroupState
 
 
 def epoch_out(group: GroupState) -> m.GroupEpochInfo:

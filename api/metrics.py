@@ -11,16 +11,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from partbuild.api.subscription_view import subscription_out
-from partbuild.state.build_state import BuildState
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
-from partbuild.state.live import LiveState
-from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.live import LiveState
 
 
 class Metrics:
     """One registry per service: append and catch-up latencies, state gauges read at scrape time."""
 
-    def __init__(self, live: LiveState) -> None:
+    def __init__(self, live: LiveState, db: Database) -> None:
         self.registry = CollectorRegistry()
         self.append_seconds = Histogram(
             "partbuild_append_seconds", "Time to append a batch of events to the log", registry=self.registry
@@ -31,7 +32,7 @@ class Metrics:
         self.registry.register(_StateCollector(live))
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
-        self.registry.register(_SubscriptionCollector(live))
+        self.registry.register(_SubscriptionCollector(live, db))
 
 
 class _StateCollector(Collector):
@@ -148,8 +149,9 @@ class _SourceCollector(Collector):
 class _SubscriptionCollector(Collector):
     """Webhook deliveries of each subscription, read from the database rows every delivering process shares."""
 
-    def __init__(self, live: LiveState) -> None:
+    def __init__(self, live: LiveState, db: Database) -> None:
         self.live = live
+        self.db = db
 
     def collect(self) -> Iterator[Metric]:
         label = ["subscription"]
@@ -173,7 +175,7 @@ class _SubscriptionCollector(Collector):
             subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
             head = state.head_seq
         for sub in sorted(subs, key=lambda s: s.name):
-            shown = subscription_out(sub, self.live.log, head)
+            shown = subscription_out(sub, self.db, head)
             delivered.add_metric([sub.name], shown.delivered)
             retried.add_metric([sub.name], shown.retried)
             dead.add_metric([sub.name], shown.dead_lettered)

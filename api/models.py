@@ -7,8 +7,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from partbuild.state.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
-from partbuild.state.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
+from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
+from partbuild.state.rules.refs import CONTROL_CHARACTERS, MAX_REF_BYTES, ref_problem
 
 MAX_BATCH_REFS = 10_000
 MAX_PAGE = 1_000

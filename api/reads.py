@@ -21,20 +21,22 @@ from partbuild.api.group_view import group_out, summary_out
 from partbuild.api.source_view import sources_out
 from partbuild.api.surface import Direction
 from partbuild.orchestrator.graph import Graph
-from partbuild.state.audit import AuditInputError, audit
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock
-from partbuild.state.listing import ListingIndex
-from partbuild.state.live import LiveState, SeqAfterHead
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.queries import lineage, ref_history
-from partbuild.state.store import EventLog, parse_event
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.audit import AuditInputError, audit
+from partbuild.state.log.events import Clock
+from partbuild.state.log.live import LiveState, SeqAfterHead
+from partbuild.state.log.store import EventLog, parse_event
+from partbuild.state.rules.listing import ListingIndex
+from partbuild.state.rules.queries import lineage, ref_history
 
 
 class Reads:
     """Queries over the live state (mixed into `Service`)."""
 
     log: EventLog
+    db: Database
     graph: Graph | None
     live: LiveState
     listing: ListingIndex
@@ -98,7 +100,7 @@ class Reads:
         if found is None:
             suffix = f" as of seq {as_of_seq}" if as_of_seq is not None else ""
             raise NotFound(f"no worker group {name!r}{suffix}")
-        rows = self.log.members.members(name)
+        rows = self.db.members.members(name)
         return group_out(found, seq, rows, self.clock(), member_timeout_s)
 
     # ----------------------------------------------------------------- source datasets

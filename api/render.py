@@ -24,9 +24,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from partbuild.api import models as m
-from partbuild.state.audit import AuditReport
-from partbuild.state.group import format_buckets
-from partbuild.state.replay import Progress as ProgressCallback
+from partbuild.state.log.audit import AuditReport
+from partbuild.state.log.replay import Progress as ProgressCallback
+from partbuild.state.rules.group import format_buckets
 
 # Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 200)

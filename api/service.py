@@ -20,11 +20,11 @@ from partbuild.api.reads import Reads
 from partbuild.api.subscriptions_service import Subscriptions
 from partbuild.api.writes import Writes
 from partbuild.orchestrator.graph import Graph
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock, wall_clock_ms
-from partbuild.state.listing import ListingIndex
-from partbuild.state.live import LiveState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import Clock, wall_clock_ms
+from partbuild.state.log.live import LiveState
+from partbuild.state.rules.listing import ListingIndex
 
 
 class Service(Writes, Reads, Subscriptions):
@@ -32,7 +32,7 @@ class Service(Writes, Reads, Subscriptions):
 
     def __init__(
         self,
-        log: EventLog,
+        db: Database,
         *,
         graph: Graph | None = None,
         live: LiveState | None = None,
@@ -41,15 +41,16 @@ class Service(Writes, Reads, Subscriptions):
         progress: Callable[[int], None] | None = None,
         snapshot_every: int = 0,
     ) -> None:
-        """Serve `log`; with `live`, read that shared state (its owner checkpoints it) instead of loading one."""
-        self.log = log
+        """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one."""
+        self.db = db
+        self.log = log = db.log
         self.graph = graph
         self.clock = clock
         self.on_append = on_append or (lambda: None)
         self._owns_live = live is None
         self.live = live if live is not None else LiveState(log, snapshot_every=snapshot_every, progress=progress)
         self._write_lock = threading.Lock()  # in-process writers take turns
-        self.metrics = Metrics(self.live)
+        self.metrics = Metrics(self.live, db)
         self.listing = ListingIndex()
         with self.live.read() as state:
             self.listing.update(state)

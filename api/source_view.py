@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from partbuild.api import models as m
 from partbuild.orchestrator.graph import SourceDataset
 from partbuild.orchestrator.sources.discovery import Discovery
-from partbuild.state.model import ScanShard, SourceScan
-from partbuild.state.redact import redacted
+from partbuild.state.fold.records import ScanShard, SourceScan
+from partbuild.state.rules.redact import redacted
 
 
 def found_by(source: SourceDataset) -> m.SourceFoundByName:

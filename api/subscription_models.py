@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from partbuild.api.models import MAX_SAFE_INT, JsonInt, NonNegative, Written, _Request
-from partbuild.state.subscriptions import (
+from partbuild.state.rules.subscriptions import (
     EVENT_TYPES,
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,
@@ -18,7 +18,7 @@ from partbuild.state.subscriptions import (
     MAX_TIMEOUT_MS,
     MIN_TIMEOUT_MS,
 )
-from partbuild.state.topics import MAX_PARTITIONS
+from partbuild.state.rules.topics import MAX_PARTITIONS
 
 SUBSCRIPTION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 OrderingName = Literal["partition_ref", "job_run", "root_want"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from partbuild.api import subscription_models as sm
-from partbuild.state.deliveries import QUEUE_NAMES, Queued, Standing
-from partbuild.state.store import EventLog
-from partbuild.state.subscriptions import BUILD_EVENT_TYPES, Subscription
-from partbuild.state.topics import CompositeTopic
+from partbuild.state.database import Database
+from partbuild.state.ops.deliveries import QUEUE_NAMES, Queued, Standing
+from partbuild.state.rules.subscriptions import BUILD_EVENT_TYPES, Subscription
+from partbuild.state.rules.topics import CompositeTopic
 
 
 def topic_out(topic: CompositeTopic) -> sm.CompositeTopic:
@@ -33,13 +33,13 @@ def handled_upto(sub: Subscription, standing: Standing, head: int) -> int:
     return lowest
 
 
-def subscription_out(sub: Subscription, log: EventLog, head: int) -> sm.Subscription:
+def subscription_out(sub: Subscription, db: Database, head: int) -> sm.Subscription:
     """The API's subscription: settings, topics, lag, queue sizes, counters (from one snapshot)."""
-    standing = log.deliveries.standing(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
+    standing = db.deliveries.standing(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
     handled = handled_upto(sub, standing, head) if standing is not None else head
     lag_seconds = 0.0
     if handled < head:
-        oldest = log.read(handled, 1)
+        oldest = db.log.read(handled, 1)
         if oldest:
             lag_seconds = max(0.0, time.time() - oldest[0].recorded_at_ms / 1000)
     counts = standing.counts if standing is not None else dict.fromkeys(QUEUE_NAMES, 0)

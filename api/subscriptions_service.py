@@ -20,16 +20,17 @@ from partbuild.api.subscription_view import dead_letter_out, subscription_out
 from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.delivery.shard import layouts, message_id
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.deliveries import Fenced
-from partbuild.state.retention import cutoff_seq_before
-from partbuild.state.subscriptions import Subscription
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.ops.deliveries import Fenced
+from partbuild.state.rules.retention import cutoff_seq_before
+from partbuild.state.rules.subscriptions import Subscription
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from partbuild.state.live import LiveState
-    from partbuild.state.store import EventLog
+    from partbuild.state.database import Database
+    from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
 
 _QUEUES = {"main": pb.SUBSCRIPTION_QUEUE_MAIN, "rq": pb.SUBSCRIPTION_QUEUE_RQ, "dlq": pb.SUBSCRIPTION_QUEUE_DLQ}
 _ACTIONS = {
@@ -53,6 +54,7 @@ class Subscriptions:
     """Mixed into `Service`: uses its log, live state, `_write` and `_event`."""
 
     log: EventLog
+    db: Database
     live: LiveState
     _write: Callable[[Callable[[BuildState], list[pb.Event]]], tuple[int, int]]
     _event: Callable[[Message, str], pb.Event]
@@ -75,7 +77,7 @@ class Subscriptions:
             head = state.head_seq
         if sub is None:
             raise NotFound(f"no subscription {name!r}")
-        return subscription_out(sub, self.log, head)
+        return subscription_out(sub, self.db, head)
 
     def create_subscription(self, request: sm.SubscriptionRequest, user: str = ANONYMOUS) -> sm.SubscriptionCreated:
         """Record a new subscription; its secret goes to the database, only its digest to the log."""
@@ -105,7 +107,7 @@ class Subscriptions:
         )
         if request.start_after_seq is not None:
             msg.start_after_seq = request.start_after_seq
-        self.log.deliveries.put_secret(digest, secret)
+        self.db.deliveries.put_secret(digest, secret)
         seq = self._write(self._checked(msg, user))[0]
         return sm.SubscriptionCreated(seq=seq, subscription=self._shown(request.name), secret=made)
 
@@ -115,7 +117,7 @@ class Subscriptions:
             subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
             head = state.head_seq
         return sm.SubscriptionList(
-            subscriptions=[subscription_out(sub, self.log, head) for sub in sorted(subs, key=lambda s: s.name)]
+            subscriptions=[subscription_out(sub, self.db, head) for sub in sorted(subs, key=lambda s: s.name)]
         )
 
     def get_subscription(self, name: str) -> sm.Subscription:
@@ -174,7 +176,7 @@ class Subscriptions:
     def list_dead_letters(self, name: str, after_seq: int = -1, limit: int = 100) -> sm.DeadLetterList:
         """The DLQ's messages in event order, a page at a time."""
         sub = self._known(name)
-        found = self.log.deliveries.messages(sub.key, "dlq", limit=limit + 1, after_seq=after_seq)
+        found = self.db.deliveries.messages(sub.key, "dlq", limit=limit + 1, after_seq=after_seq)
         page = found[:limit]
         more = len(found) > limit
         if more and page[0].event_seq != page[-1].event_seq:
@@ -194,9 +196,9 @@ class Subscriptions:
     ) -> sm.DeadLettersMoved:
         """Move dead letters back to the retry queue, each group's in order: delivered again at once."""
         sub = self._known(name)
-        fence = self.log.deliveries.control(sub.key, sub.start_after_seq).applied_seq
+        fence = self.db.deliveries.control(sub.key, sub.start_after_seq).applied_seq
         try:
-            moved = self.log.deliveries.replay(sub.key, fence, layouts(sub), request.group)
+            moved = self.db.deliveries.replay(sub.key, fence, layouts(sub), request.group)
         except Fenced:
             raise Conflict("a reset of this subscription was being applied; try again") from None
         return sm.DeadLettersMoved(subscription=name, moved=moved)
@@ -206,9 +208,9 @@ class Subscriptions:
     ) -> sm.DeadLettersMoved:
         """Drop dead letters (their groups deliver their later messages again)."""
         sub = self._known(name)
-        fence = self.log.deliveries.control(sub.key, sub.start_after_seq).applied_seq
+        fence = self.db.deliveries.control(sub.key, sub.start_after_seq).applied_seq
         try:
-            moved = self.log.deliveries.purge(sub.key, fence, request.group)
+            moved = self.db.deliveries.purge(sub.key, fence, request.group)
         except Fenced:
             raise Conflict("a reset of this subscription was being applied; try again") from None
         return sm.DeadLettersMoved(subscription=name, moved=moved)

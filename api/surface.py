@@ -24,7 +24,7 @@ from fastapi import Body, Header, Path, Query
 
 from partbuild.api import models as m
 from partbuild.api import subscription_models as sm
-from partbuild.state.tokens import Role
+from partbuild.state.ops.tokens import Role
 
 MAX_SEQ = m.MAX_SAFE_INT
 ANONYMOUS = "anonymous"

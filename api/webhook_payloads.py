@@ -34,8 +34,8 @@ from openlineage.client.serde import Serde
 
 from partbuild.api.convert import event_out, job_run_out
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import JobRun, Want
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import JobRun, Want
 
 FORMATS: tuple[str, ...] = ("partbuild", "cloudevents", "openlineage")
 

@@ -25,12 +25,12 @@ from partbuild.api.source_view import source_out
 from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.graph import Graph, GraphError, Job, SourceDataset
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock, envelope, manual
-from partbuild.state.live import LiveState
-from partbuild.state.model import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState
-from partbuild.state.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
-from partbuild.state.store import AppendConflict, EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState
+from partbuild.state.log.events import Clock, envelope, manual
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import AppendConflict, EventLog
+from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 
 MAX_WRITE_ATTEMPTS = 20
 DAY_MS = 86_400_000

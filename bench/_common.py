@@ -16,7 +16,7 @@ from typing import Any
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 WEEKS_PER_SITE = 52
 FULL_SIZE = 1_000_000  # partition instances of the benchmarks' big W1 state

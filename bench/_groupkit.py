@@ -32,11 +32,12 @@ from _common import proc_stats
 from partbuild.api import models as m
 from partbuild.api.client import HttpClient, create_wants_chunked
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
+from partbuild.state.database import Database
 from partbuild.state.db import normalize_url
-from partbuild.state.group import GroupState
-from partbuild.state.model import WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import WantState
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.group import GroupState
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEP_GRAPH = REPO / "bench" / "graphs" / "sleep.py"
@@ -362,13 +363,14 @@ def want_each(client: HttpClient, refs: list[str]) -> m.WantBatchCreated:
 class Tail:
     """The log folded incrementally; `watch` callbacks see every event with the state just after it."""
 
-    def __init__(self, db: str) -> None:
-        self.log = EventLog.open(db)
+    def __init__(self, url: str) -> None:
+        self.db = Database.open(url)
+        self.log = self.db.log
         self.state = BuildState()
         self.watches: list[Watch] = []
 
     def close(self) -> None:
-        self.log.close()
+        self.db.close()
 
     def __enter__(self) -> Tail:
         return self

@@ -30,8 +30,8 @@ from _common import FULL_SIZE, machine, percentile, w1_log
 from api_wants import ApiServer, LoadResult, RequestSpec, exit_on_sigterm, run_load
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.ids import instance_uuid
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.ids import instance_uuid
 
 TARGET_P99_S = 0.020
 # kind -> (direction, depth) of its queries

@@ -65,10 +65,10 @@ def serve(url: str, port: int, report: Connection, parent_pid: int, timing: bool
 
     from partbuild.api.app import create_app
     from partbuild.api.service import Service
-    from partbuild.state.store import EventLog
+    from partbuild.state.database import Database
 
     started = time.perf_counter()
-    service = Service(EventLog.open(url))
+    service = Service(Database.open(url))
     report.send(time.perf_counter() - started)
     report.close()
     app = server_timing(create_app(service)) if timing else create_app(service)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 TARGET_EVENTS_PER_S = 100_000
 FIRST_DAY = dt.date(2026, 1, 1)

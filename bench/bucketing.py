@@ -17,7 +17,7 @@ import time
 
 from _common import machine
 
-from partbuild.state.bucketing import bucket
+from partbuild.state.rules.bucketing import bucket
 
 KEY = "partbuild/orchestrator"
 SITES = ["berlin", "paris", "tokyo", "lagos", "austin", "lima", "oslo", "pune", "zürich", "東京"]  # 2 in 10 non-ASCII

@@ -21,9 +21,9 @@ from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState, WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import InstanceState, WantState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
 
 TARGET_S = 2.0
 

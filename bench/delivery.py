@@ -56,9 +56,10 @@ from partbuild.api.webhook_payloads import render as render_payload
 from partbuild.orchestrator.delivery import deliverer as deliverer_module
 from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardRunner
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.live import LiveState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
 
 TARGET_EVENTS_S = 2_000.0
 TARGET_P99_MS = 250.0
@@ -171,9 +172,10 @@ class Setup:
 def subscribed(url: str, receiver: str) -> Iterator[Setup]:
     """A log with one subscription (want_create events, partition_ref ordering) pointed at the receiver."""
     get(receiver + "/reset")
-    with EventLog.open(url) as log:
+    with Database.open(url) as db:
+        log = db.log
         live = LiveState(log)
-        service = Service(log, live=live)
+        service = Service(db, live=live)
         request = sm.SubscriptionRequest(
             name="bench",
             endpoint=receiver + "/hook",

@@ -70,7 +70,7 @@ from graphs.sleep import SLEEP
 
 from partbuild.api.client import HttpClient
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
+from partbuild.state.fold.build_state import BuildState
 
 MARGIN_S = 2.0  # the target: member timeout + 2 s
 SETTLE_S = 2.0  # after a (re)start, before the next kill
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> list[Kill]:
             killed_ms = now_ms()
             workers.started[victim_name].process.wait(30)
             # Its last heartbeat: the row cannot be reaped before it is `timeout` old, seconds from now.
-            last_beat = next(m.last_heartbeat_ms for m in tail.log.members.members(GROUP) if m.task_id == victim)
+            last_beat = next(m.last_heartbeat_ms for m in tail.db.members.members(GROUP) if m.task_id == victim)
             kill = Kill(
                 role,
                 victim,

@@ -66,9 +66,9 @@ from _groupkit import (
 from graphs.sleep import sleep_refs
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.group import GroupState
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import GroupState
 
 TARGET_4 = 3.2
 TARGET_2 = 1.6

@@ -23,9 +23,9 @@ from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job, Partition, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import WantState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.records import WantState
+from partbuild.state.log.events import envelope, manual
 
 TARGET_MS = 2.5
 CHUNK = 5_000
@@ -49,14 +49,14 @@ def main() -> None:
         [Job("daily", ["bench/daily/n={n:int}"], do_nothing, inputs=lambda p: [f"bench/raw/n={p['n']}"])],
         [SourceDataset("raw", "bench/raw/n={n:int}", locate=never_there)],
     )
-    with tempfile.TemporaryDirectory() as tmp, EventLog.open(f"sqlite:///{Path(tmp) / 'idle.db'}") as log:
+    with tempfile.TemporaryDirectory() as tmp, Database.open(f"sqlite:///{Path(tmp) / 'idle.db'}") as db:
         wants = [
             envelope(pb.WantCreate(want_id=f"w{n}", partition_refs=[f"bench/daily/n={n}"]), source=manual("bench"))
             for n in range(args.wants)
         ]
         for start in range(0, len(wants), CHUNK):
-            log.append(wants[start : start + CHUNK])
-        orchestrator = Orchestrator(log, graph, warehouse=tmp, spark=None, source_check_interval_s=3600)
+            db.log.append(wants[start : start + CHUNK])
+        orchestrator = Orchestrator(db, graph, warehouse=tmp, spark=None, source_check_interval_s=3600)
         try:
             started = time.perf_counter()
             while orchestrator.step():  # derivative wants and waits, then the first look for the sources

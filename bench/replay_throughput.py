@@ -19,11 +19,11 @@ from pathlib import Path
 from _common import machine, w1_history
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.replay import checkpoint, load_state, replay_into
-from partbuild.state.snapshot import decode_state, encode_state
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.replay import checkpoint, load_state, replay_into
+from partbuild.state.log.snapshot import decode_state, encode_state
+from partbuild.state.log.store import EventLog
 
 TARGET_EVENTS_PER_S = 200_000
 BATCH = 5_000

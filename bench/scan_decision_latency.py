@@ -58,9 +58,9 @@ from partbuild.orchestrator.sources import scanner as scanner_module
 from partbuild.orchestrator.sources.discovery import filesystem_discovery
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
 
 TARGET_MS = 5.0
 DIRS = 1_000

@@ -22,8 +22,8 @@ from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job, SourceDataset
 from partbuild.orchestrator.sharding import Shard
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, manual
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import envelope, manual
 
 TARGET = 0.35
 WORKERS = 4

@@ -14,7 +14,7 @@ import gc
 from _common import WEEKS_PER_SITE, machine, rss_bytes
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
-from partbuild.state.build_state import BuildState
+from partbuild.state.fold.build_state import BuildState
 
 TARGET_BYTES = 1 << 30
 INSTANCES_PER_WEEK = 15  # 7 raw, 7 daily, 1 weekly (taints add a few more)

@@ -69,7 +69,7 @@ from _common import machine, proc_stats
 from replay_throughput import fill
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 TARGET_RATIO = 0.6
 REPO = Path(__file__).resolve().parent.parent

@@ -32,16 +32,17 @@ from examples.clicks.plain import run_plain
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.spark import spark_session
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import WantState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.records import WantState
+from partbuild.state.log.events import envelope, manual
 
 TARGET_RATIO = 1.15
 
 
 def run_partbuild(spark: object, data_root: Path, out: Path, days: int) -> tuple[float, int]:
     """Build W1 from weekly wants in a fresh log; returns (seconds, job runs)."""
-    with EventLog.open(f"sqlite:///{out / 'partbuild.db'}") as log:
+    with Database.open(f"sqlite:///{out / 'partbuild.db'}") as db:
+        log = db.log
         log.append(
             [
                 envelope(pb.WantCreate(want_id=f"weekly-{week}", partition_refs=[weekly_ref(week)]), source=manual("b"))

@@ -52,10 +52,10 @@ from api_wants import ApiServer, RawConnection
 
 from partbuild.examples.clicks.simulate import START_DATE, SimulationPlan
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, from_job_run, manual
-from partbuild.state.ids import instance_uuid
-from partbuild.state.model import WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import WantState
+from partbuild.state.log.events import envelope, from_job_run, manual
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.ids import instance_uuid
 
 TARGET_P99_MS = 100.0
 TARGET_DRAW_S = 1.0

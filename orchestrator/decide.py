@@ -20,9 +20,9 @@ from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, Sour
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.orchestrator.sharding import Ownership, Scope
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, from_job_run
-from partbuild.state.model import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
+from partbuild.state.log.events import envelope, from_job_run
 
 MessageT = TypeVar("MessageT", bound=Message)
 _SCHEDULABLE = (InstanceState.MISSING, InstanceState.UP_FOR_RETRY)

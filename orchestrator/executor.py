@@ -24,7 +24,7 @@ from partbuild.orchestrator.context import JobContext, MissingInputs, OutputReco
 from partbuild.orchestrator.decide import RunPlan
 from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import Clock, envelope, from_job_run, wall_clock_ms
+from partbuild.state.log.events import Clock, envelope, from_job_run, wall_clock_ms
 
 Append = Callable[[list[pb.Event]], object]
 MAX_MESSAGE = 2_000

@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 
-from partbuild.state.events import system
+from partbuild.state.log.events import system
 
 # Host, pid and a token drawn at start: unique per process start, so every decision in the
 # log can be traced to the worker that made it (a restarted worker is a new worker).

@@ -33,13 +33,14 @@ from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sharding import Ownership, Shard, start_shard
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import BucketingConfig
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock, envelope, wall_clock_ms
-from partbuild.state.live import LiveState
-from partbuild.state.model import InstanceState, JobRunState
-from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY, LoadReport
-from partbuild.state.store import AppendConflict, EventLog, SnapshotStore
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState
+from partbuild.state.log.events import Clock, envelope, wall_clock_ms
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY, LoadReport
+from partbuild.state.log.store import AppendConflict, SnapshotStore
+from partbuild.state.rules.bucketing import BucketingConfig
 
 logger = logging.getLogger("partbuild.orchestrator")
 
@@ -49,7 +50,7 @@ class Orchestrator:
 
     def __init__(
         self,
-        log: EventLog,
+        db: Database,
         graph: Graph,
         *,
         warehouse: str,
@@ -69,7 +70,8 @@ class Orchestrator:
         bucketing: BucketingConfig | None = None,
         group: GroupConfig | None = None,
     ) -> None:
-        self.log = log
+        self.db = db
+        self.log = log = db.log
         self.graph = graph
         self.warehouse = warehouse
         self.clock = clock
@@ -121,7 +123,7 @@ class Orchestrator:
         As WORKER_ID: the fold accepts a fenced decision only from the task the event's source names.
         """
         self.shard = GroupOwnership(group.name, WORKER_ID)
-        return GroupWorker(self.log, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
+        return GroupWorker(self.db, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
 
     def _owns_source(self, state: BuildState, key: str) -> bool:
         """Whether this worker scans a source: every worker alone, one owner in a sharded or grouped set."""

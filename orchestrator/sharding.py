@@ -19,13 +19,13 @@ from google.protobuf.message import Message
 
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import DEFAULT_NAMESPACE, BucketingConfig, apply_round_robin_bucketing, bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock, envelope
 from partbuild.state.fold.buckets import layout_problem
-from partbuild.state.live import LiveState
-from partbuild.state.model import JobRun
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import JobRun
+from partbuild.state.log.events import Clock, envelope
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, BucketingConfig, apply_round_robin_bucketing, bucket
 
 
 class Scope(Protocol):

@@ -188,7 +188,7 @@ def _spark_context(spark: Any) -> Any:
 
 # --- Bucketing in Spark: HMAC-MD5 out of built-in SQL functions ---------------------------------------
 #
-# `bucket(key, data, total)` (partbuild.state.bucketing) is HMAC-MD5(key, data)'s first 32 bits mod total,
+# `bucket(key, data, total)` (partbuild.state.rules.bucketing) is HMAC-MD5(key, data)'s first 32 bits mod total,
 # plus one. Spark SQL has no HMAC, but RFC 2104 needs only MD5, concatenation and two constant pads: the
 # key is a Python constant, so its padded blocks XOR ipad/opad are computed here once and shipped as binary
 # literals, and every row costs two `md5` calls in the JVM. No Python UDF: rows never leave the JVM, and

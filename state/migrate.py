@@ -95,3 +95,14 @@ def ensure_schema(engine: Engine, auto_upgrade: bool) -> None:
             f"run `partbuild db upgrade --db {url}`"
         )
     upgrade(engine)
+
+
+def open_migrated_engine(url: str, auto_upgrade: bool | None) -> Engine:
+    """An engine for `url` whose schema is at head (auto-upgraded by default on SQLite only)."""
+    engine = create_engine_for(url)
+    try:
+        ensure_schema(engine, engine.dialect.name == "sqlite" if auto_upgrade is None else auto_upgrade)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine

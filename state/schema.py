@@ -72,7 +72,7 @@ group_members = sa.Table(
 # Where each subscription's deliveries stand. `subscription` is the subscription's key
 # (`name@created_seq`, so a name made again starts clean). The rows change with every
 # delivery, so they are not events; each change is one transaction with the offsets it
-# moves past (state/deliveries.py).
+# moves past (state/ops/deliveries.py).
 
 # The main topic's read offsets: the last seq handled in each virtual partition of each
 # storage topic. A partition without a row is at the subscription's floor (`delivery_control`).

@@ -32,7 +32,7 @@ from partbuild.api.service import Service  # noqa: E402
 from partbuild.orchestrator.graph import Graph  # noqa: E402
 from partbuild.orchestrator.loop import Orchestrator  # noqa: E402
 from partbuild.orchestrator.spark import spark_session  # noqa: E402
-from partbuild.state.store import EventLog  # noqa: E402
+from partbuild.state.database import Database  # noqa: E402
 
 DAYS = 14
 START = date(2026, 1, 1)
@@ -130,13 +130,13 @@ def main(out: Path) -> None:
         gate = threading.Event()
         gate.set()
         graph = held_weeklies(build_graph(folder / "clicks", days=DAYS, start=START), gate)
-        with EventLog.open(f"sqlite:///{folder / 'partbuild.db'}", auto_upgrade=True) as log:
-            orchestrator = Orchestrator(log, graph, warehouse=str(folder / "warehouse"), spark=spark)
+        with Database.open(f"sqlite:///{folder / 'partbuild.db'}", auto_upgrade=True) as db:
+            orchestrator = Orchestrator(db, graph, warehouse=str(folder / "warehouse"), spark=spark)
             stop = threading.Event()
             thread = threading.Thread(target=orchestrator.run, args=(stop,), daemon=True)
             thread.start()
             try:
-                with serve_service(Service(log, graph=graph, on_append=orchestrator.wake)) as api:
+                with serve_service(Service(db, graph=graph, on_append=orchestrator.wake)) as api:
                     photograph(api.url, build_state(api.service), out, api.service, gate)
             finally:
                 gate.set()

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from partbuild.state.database import Database
 from partbuild.state.db import normalize_url
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 # tests/browserkit.py holds fixtures (loaded with `pytest_plugins`) and asserts: rewrite them too.
 pytest.register_assert_rewrite("browserkit")
@@ -96,16 +97,22 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def event_log(db_url: str) -> Iterator[EventLog]:
-    """An EventLog on `db_url`, schema migrated to head."""
-    with EventLog.open(db_url, auto_upgrade=True) as log:
-        yield log
+def database(db_url: str) -> Iterator[Database]:
+    """A Database on `db_url`, schema migrated to head."""
+    with Database.open(db_url, auto_upgrade=True) as db:
+        yield db
+
+
+@pytest.fixture
+def event_log(database: Database) -> EventLog:
+    """The EventLog of `database`."""
+    return database.log
 
 
 @pytest.fixture
 def db(db_url: str) -> Iterator[str]:
     """The URL of a migrated empty database on `db_url`'s backend, for tests whose processes open it."""
-    with EventLog.open(db_url, auto_upgrade=True):
+    with Database.open(db_url, auto_upgrade=True):
         pass
     yield db_url
 
@@ -219,8 +226,8 @@ def graphless_api_server(url: str, *, tail_interval_s: float = 0.05) -> Iterator
     from partbuild.api.service import Service
 
     with (
-        EventLog.open(url, auto_upgrade=True) as log,
-        serve_service(Service(log), tail_interval_s=tail_interval_s) as api,
+        Database.open(url, auto_upgrade=True) as db,
+        serve_service(Service(db), tail_interval_s=tail_interval_s) as api,
     ):
         yield api
 
@@ -248,27 +255,27 @@ def w1_api_server(sqlite_url: str, clicks_root: Path, spark: Any, tmp_path: Path
     from examples.clicks.pipeline import build_graph
 
     graph = build_graph(clicks_root, days=CLICKS_DAYS, start=CLICKS_START)
-    with EventLog.open(sqlite_url) as log, orchestrated_api(log, graph, tmp_path / "warehouse", spark) as api:
+    with Database.open(sqlite_url) as db, orchestrated_api(db, graph, tmp_path / "warehouse", spark) as api:
         yield api
 
 
 @contextmanager
 def orchestrated_api(
-    log: EventLog, graph: Any, warehouse: Path, spark: Any, *, stop_timeout_s: float = 180.0
+    db: Database, graph: Any, warehouse: Path, spark: Any, *, stop_timeout_s: float = 180.0
 ) -> Iterator[ApiServer]:
-    """The API served over `log` with an orchestrator of `graph` running in a thread; the service wakes it
+    """The API served over `db` with an orchestrator of `graph` running in a thread; the service wakes it
     on every append, so a want made over HTTP is acted on at once. The orchestrator stops on exit."""
     from partbuild.api.service import Service
     from partbuild.orchestrator.loop import Orchestrator
 
     orchestrator = Orchestrator(
-        log, graph, warehouse=str(warehouse), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
+        db, graph, warehouse=str(warehouse), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
     )
     stop = threading.Event()
     thread = threading.Thread(target=orchestrator.run, args=(stop,), name="w1-orchestrator", daemon=True)
     thread.start()
     try:
-        with serve_service(Service(log, graph=graph, on_append=orchestrator.wake)) as api:
+        with serve_service(Service(db, graph=graph, on_append=orchestrator.wake)) as api:
             yield api
     finally:
         stop.set()

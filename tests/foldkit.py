@@ -7,9 +7,9 @@ from typing import Any
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, from_job_run, manual
-from partbuild.state.model import Instance, InstanceState, WantState
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import Instance, InstanceState, WantState
+from partbuild.state.log.events import envelope, from_job_run, manual
 
 
 class Story:

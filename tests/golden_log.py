@@ -21,8 +21,8 @@ from google.protobuf.internal.encoder import _VarintBytes
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, from_job_run, manual, system
-from partbuild.state.ids import instance_uuid
+from partbuild.state.log.events import envelope, from_job_run, manual, system
+from partbuild.state.rules.ids import instance_uuid
 
 GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
 GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
@@ -61,7 +61,7 @@ def golden_events() -> list[pb.Event]:
 
 def bucket_events() -> list[pb.Event]:
     """Sharded workers: a round-robin start, static starts (one of an overlapping layout), scoped runs, a re-shard."""
-    from partbuild.state.bucketing import bucket
+    from partbuild.state.rules.bucketing import bucket
 
     refs = [f"noop/{n}" for n in range(12)]
     in_bucket = {
@@ -97,7 +97,7 @@ def bucket_events() -> list[pb.Event]:
 def group_events() -> list[pb.Event]:
     """A worker group over 4 buckets: hand-offs, a join, a death with a pending share, a stale leader, a late
     member, fenced runs, waits, failures and derivative wants (accepted from owners, rejected from others)."""
-    from partbuild.state.bucketing import bucket
+    from partbuild.state.rules.bucketing import bucket
 
     refs = [f"noop/{n}" for n in range(12)]
     in_bucket = {b: [ref for ref in refs if bucket("partbuild", ref, 4) == b] for b in range(1, 5)}

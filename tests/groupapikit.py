@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.members import Member
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.ops.members import Member
+from partbuild.state.rules.bucketing import bucket
 
 from foldkit import Story
 from groupkit import as_task, fenced, group_of, ref_in, settle, start, step
@@ -65,15 +65,15 @@ def group_history(name: str = GROUP) -> GroupHistory:
     )
 
 
-def append_group_history(log: EventLog, now_ms: int, name: str = GROUP) -> GroupHistory:
+def append_group_history(db: Database, now_ms: int, name: str = GROUP) -> GroupHistory:
     """Append the history, with heartbeat rows: a and b fresh, c a minute old, z not a member.
 
     Its seqs are the log's on an empty log only (and so is the late decision's reason: instance
     UUIDs follow the log position).
     """
     history = group_history(name)
-    log.append(history.events)
+    db.log.append(history.events)
     rows = (("a", 1), ("b", 2), ("c", 60), ("z", 3))
     for pid, (task, age_s) in enumerate(rows, start=4000):
-        log.members.join(Member(name, task, f"host-{task}", pid, now_ms - 600_000, now_ms - age_s * 1000))
+        db.members.join(Member(name, task, f"host-{task}", pid, now_ms - 600_000, now_ms - age_s * 1000))
     return history

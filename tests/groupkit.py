@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.events import system
-from partbuild.state.group import (
+from partbuild.state.log.events import system
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import (
     GroupState,
     TaskState,
     epoch_message,

@@ -13,10 +13,10 @@ from test_sharded_workers import Processes, assert_running, output
 from w1kit import finished, start_orchestrator
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.group import GroupState, owned_sets
-from partbuild.state.model import JobRunState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import JobRunState
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.group import GroupState, owned_sets
 
 GROUP = "w1"
 BUCKETS = 12

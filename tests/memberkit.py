@@ -28,9 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
+from partbuild.state.database import Database
 from partbuild.state.db import create_engine_for
-from partbuild.state.leader_lock import LeaderLock
-from partbuild.state.store import EventLog
+from partbuild.state.ops.leader_lock import LeaderLock
 
 DECLARED_DEAD_EXIT = 3
 
@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with EventLog.open(args.db, auto_upgrade=False) as log:
-        group = Group(log, args.group, member_timeout_ms=args.timeout_ms)
+    with Database.open(args.db, auto_upgrade=False) as db:
+        group = Group(db, args.group, member_timeout_ms=args.timeout_ms)
         member = group.join(args.task)
         _emit("joined", task=member.task_id, pid=os.getpid())
         with member.leader_lock() as lock:

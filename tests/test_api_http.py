@@ -39,8 +39,8 @@ from examples.clicks.pipeline import (
 )
 from partbuild.api.service import Service
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope
 
 API = "/api/v1"
 WANTS = f"{API}/wants"
@@ -1192,7 +1192,7 @@ def graph_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer
     """A server with the W1 graph over no data and no orchestrator: enough to resolve refs to producers."""
     root = tmp_path_factory.mktemp("graph")
     graph = build_graph(root / "no-data", days=CLICKS_DAYS, start=CLICKS_START)
-    with EventLog.open(f"sqlite:///{root / 'partbuild.db'}") as log, serve_service(Service(log, graph=graph)) as api:
+    with Database.open(f"sqlite:///{root / 'partbuild.db'}") as db, serve_service(Service(db, graph=graph)) as api:
         yield api
 
 
@@ -1288,7 +1288,7 @@ def test_refs_the_graph_places_are_accepted(graph_client: httpx.Client) -> None:
 @contextmanager
 def lagging_server(url: str) -> Iterator[ApiServer]:
     """Server B on the database at `url`, tailing the log only every 60 s, like a second process."""
-    with EventLog.open(url) as log, serve_service(Service(log), tail_interval_s=60) as b:
+    with Database.open(url) as db, serve_service(Service(db), tail_interval_s=60) as b:
         yield b
 
 

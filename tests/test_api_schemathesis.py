@@ -41,7 +41,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope
+from partbuild.state.log.events import envelope
 
 API = "/api/v1"
 EXAMPLE_REF = "agg/daily_clicks/date=2026-01-01"  # the Ref example of the document's request bodies

@@ -12,9 +12,10 @@ from conftest import PgServer, _postgres_url
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope
-from partbuild.state.model import WantState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.records import WantState
+from partbuild.state.log.events import envelope
+from partbuild.state.log.store import EventLog
 
 
 def _want(want_id: str, ref: str) -> pb.Event:
@@ -22,7 +23,8 @@ def _want(want_id: str, ref: str) -> pb.Event:
 
 
 def test_listener_wakes_on_append_from_another_connection(db_url: str) -> None:
-    with EventLog.open(db_url, auto_upgrade=True) as log:
+    with Database.open(db_url, auto_upgrade=True) as db:
+        log = db.log
         listener = log.append_listener()
         if log.backend == "sqlite":
             assert listener is None  # no push on SQLite: the run loop polls
@@ -63,11 +65,12 @@ def test_an_append_to_a_log_in_another_schema_wakes_no_listener(db_url: str, pg_
 
 def test_run_loop_reacts_to_a_new_want_without_waiting_out_its_timeout(db_url: str, tmp_path: Path) -> None:
     graph = Graph([Job("noop", ["noop/{n:int}"], lambda ctx: None)])
-    with EventLog.open(db_url, auto_upgrade=True) as log:
+    with Database.open(db_url, auto_upgrade=True) as db:
+        log = db.log
         # A long listen timeout and poll interval: only a push (or the 0.05 s SQLite poll) can explain a quick reaction.
         poll = 0.05 if log.backend == "sqlite" else 30.0
         orchestrator = Orchestrator(
-            log, graph, warehouse=str(tmp_path), spark=None, poll_interval_s=poll, listen_timeout_s=30.0
+            db, graph, warehouse=str(tmp_path), spark=None, poll_interval_s=poll, listen_timeout_s=30.0
         )
         stop = threading.Event()
         loop = threading.Thread(target=orchestrator.run, args=(stop,))

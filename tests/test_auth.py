@@ -39,8 +39,8 @@ from partbuild.api.auth import (
 from partbuild.api.errors import Unauthorized
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS, Operation
-from partbuild.state.store import EventLog
-from partbuild.state.tokens import Role
+from partbuild.state.database import Database
+from partbuild.state.ops.tokens import Role
 
 PROBLEM_JSON = "application/problem+json"
 ROLES = {"reader": Role.READER, "writer": Role.WRITER, "admin": Role.ADMIN}
@@ -61,7 +61,7 @@ class Secured:
 
     url: str
     http: httpx.Client
-    log: EventLog
+    db: Database
     auth: Authenticator
     tokens: dict[str, str]
 
@@ -72,12 +72,12 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     url = f"sqlite:///{tmp_path_factory.mktemp('auth') / 'partbuild.db'}"
-    with EventLog.open(url, auto_upgrade=True) as log:
-        tokens = {name: log.tokens.add(name, role, now_ms=1) for name, role in ROLES.items()}
-        app = create_app(Service(log))
-        app.state.auth = auth = Authenticator(log.tokens, max_age_s=0.0)
+    with Database.open(url, auto_upgrade=True) as db:
+        tokens = {name: db.tokens.add(name, role, now_ms=1) for name, role in ROLES.items()}
+        app = create_app(Service(db))
+        app.state.auth = auth = Authenticator(db.tokens, max_age_s=0.0)
         with serve_app(app) as base, httpx.Client(base_url=base, timeout=30) as http:
-            yield Secured(base, http, log, auth, tokens)
+            yield Secured(base, http, db, auth, tokens)
 
 
 def _request(secured: Secured, operation: Operation, headers: dict[str, str]) -> httpx.Response:
@@ -146,7 +146,7 @@ def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
 
 def test_every_api_route_is_a_declared_operation_or_metrics(secured: Secured) -> None:
     """No hand-written API route can miss its guard: each one is derived from a declaration with a role."""
-    app = create_app(Service(secured.log))
+    app = create_app(Service(secured.db))
     served = {
         (method, route.path)
         for route in _api_routes(app.routes)
@@ -172,10 +172,10 @@ def test_a_writer_token_records_its_name_whatever_the_user_header_says(secured: 
 
 
 def test_unknown_revoked_and_malformed_credentials_are_401(secured: Secured) -> None:
-    token = secured.log.tokens.add("short-lived", Role.READER, now_ms=2)
+    token = secured.db.tokens.add("short-lived", Role.READER, now_ms=2)
     headers = {"Authorization": f"Bearer {token}"}
     assert secured.http.get("/api/v1/wants", headers=headers).status_code == 200
-    secured.log.tokens.revoke("short-lived", now_ms=3)
+    secured.db.tokens.revoke("short-lived", now_ms=3)
     _assert_problem(secured.http.get("/api/v1/wants", headers=headers), 401, "unknown or revoked token")
     bad = {"Authorization": "Bearer pbt_" + "x" * 43}
     _assert_problem(secured.http.get("/api/v1/wants", headers=bad), 401, "unknown or revoked token")
@@ -185,7 +185,7 @@ def test_unknown_revoked_and_malformed_credentials_are_401(secured: Secured) -> 
     )
     # A secret never comes back: not in the problem, not in the token list.
     response = secured.http.get("/api/v1/wants", headers=headers)
-    assert token not in response.text and token not in repr(secured.log.tokens.all())
+    assert token not in response.text and token not in repr(secured.db.tokens.all())
 
 
 def test_a_session_cookie_reads_but_does_not_write_through_the_api(secured: Secured) -> None:
@@ -212,20 +212,20 @@ def test_without_tokens_access_stays_open_and_the_user_header_names_the_user(sql
 
 
 def test_once_a_token_existed_revoking_every_token_does_not_reopen_access(tmp_path: Path) -> None:
-    with EventLog.open(f"sqlite:///{tmp_path / 'p.db'}") as log:
-        auth = Authenticator(log.tokens, max_age_s=0.0)
+    with Database.open(f"sqlite:///{tmp_path / 'p.db'}") as db:
+        auth = Authenticator(db.tokens, max_age_s=0.0)
         assert auth.open_access()
-        log.tokens.add("only", Role.ADMIN, now_ms=1)
-        log.tokens.revoke("only", now_ms=2)
+        db.tokens.add("only", Role.ADMIN, now_ms=1)
+        db.tokens.revoke("only", now_ms=2)
         assert not auth.open_access()
 
 
 def test_the_token_cache_bounds_how_long_a_revoked_token_works(tmp_path: Path) -> None:
-    with EventLog.open(f"sqlite:///{tmp_path / 'p.db'}") as log:
-        token = log.tokens.add("cached", Role.WRITER, now_ms=1)
-        auth = Authenticator(log.tokens, max_age_s=0.3)
+    with Database.open(f"sqlite:///{tmp_path / 'p.db'}") as db:
+        token = db.tokens.add("cached", Role.WRITER, now_ms=1)
+        auth = Authenticator(db.tokens, max_age_s=0.3)
         assert auth.active_token(token) is not None
-        log.tokens.revoke("cached", now_ms=2)
+        db.tokens.revoke("cached", now_ms=2)
         time.sleep(0.35)
         assert auth.active_token(token) is None
         assert auth.active_name("cached") is None
@@ -257,10 +257,10 @@ def _set_cookie(response: Response) -> str:
 
 
 def test_sign_in_sets_a_signed_httponly_cookie_that_identity_of_reads(tmp_path: Path) -> None:
-    with EventLog.open(f"sqlite:///{tmp_path / 'p.db'}") as log:
-        auth = Authenticator(log.tokens, max_age_s=0.0)
+    with Database.open(f"sqlite:///{tmp_path / 'p.db'}") as db:
+        auth = Authenticator(db.tokens, max_age_s=0.0)
         assert identity_of(_request_for(auth)) == OPEN_ACCESS  # no tokens yet: open access
-        token = log.tokens.add("ann", Role.WRITER, now_ms=1)
+        token = db.tokens.add("ann", Role.WRITER, now_ms=1)
         assert identity_of(_request_for(auth)) is None
 
         response = Response()
@@ -278,20 +278,20 @@ def test_sign_in_sets_a_signed_httponly_cookie_that_identity_of_reads(tmp_path: 
         sign_in(_request_for(auth, scheme="http"), plain, token)
         assert "secure" not in {part.strip().lower() for part in _set_cookie(plain).split(";")}
 
-        log.tokens.revoke("ann", now_ms=2)  # revoking the token ends its sessions
+        db.tokens.revoke("ann", now_ms=2)  # revoking the token ends its sessions
         assert identity_of(_request_for(auth, cookie=value)) is None
         with pytest.raises(Unauthorized, match="unknown or revoked token"):
             sign_in(_request_for(auth), Response(), token)
 
 
 def test_sign_out_clears_the_cookie_and_sessions_survive_a_new_authenticator(tmp_path: Path) -> None:
-    with EventLog.open(f"sqlite:///{tmp_path / 'p.db'}") as log:
-        token = log.tokens.add("bob", Role.READER, now_ms=1)
+    with Database.open(f"sqlite:///{tmp_path / 'p.db'}") as db:
+        token = db.tokens.add("bob", Role.READER, now_ms=1)
         response = Response()
-        sign_in(_request_for(Authenticator(log.tokens)), response, token)
+        sign_in(_request_for(Authenticator(db.tokens)), response, token)
         value = _set_cookie(response).split(";")[0].removeprefix(f"{SESSION_COOKIE}=")
         # Another process serving the same database checks with the same per-database key.
-        assert identity_of(_request_for(Authenticator(log.tokens), cookie=value)) == Identity(
+        assert identity_of(_request_for(Authenticator(db.tokens), cookie=value)) == Identity(
             "bob", Role.READER, "session"
         )
         out = Response()

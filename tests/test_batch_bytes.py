@@ -18,9 +18,9 @@ from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.decide import Decision, decide, input_bytes, pack_by_bytes
 from partbuild.orchestrator.graph import Graph, GraphError, Job, RetryPolicy, SourceDataset
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import Instance
-from partbuild.state.model import InstanceState as I
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import Instance
+from partbuild.state.fold.records import InstanceState as I
 
 from foldkit import Story
 

@@ -21,7 +21,8 @@ from test_cli import run_cli
 
 from partbuild.api.cli import main
 from partbuild.orchestrator.identity import WORKER_ID
-from partbuild.state.bucketing import (
+from partbuild.state.log.replay import load_state
+from partbuild.state.rules.bucketing import (
     BucketingConfig,
     BucketingConfigError,
     apply_round_robin_bucketing,
@@ -29,7 +30,6 @@ from partbuild.state.bucketing import (
     config_json_schema,
     next_bucket_id,
 )
-from partbuild.state.replay import load_state
 
 reference_bucket = reference
 KEY = GITHUB_KEY
@@ -75,7 +75,7 @@ def test_stable_across_processes() -> None:
     """Another interpreter, with another hash seed, gives the same buckets."""
     cases = [(KEY, data, total) for data, total, _ in VECTORS] + [("ключ", "données/é", 1000)]
     script = (
-        "import json, sys\nfrom partbuild.state.bucketing import bucket\n"
+        "import json, sys\nfrom partbuild.state.rules.bucketing import bucket\n"
         "print(json.dumps([bucket(k, d, t) for k, d, t in json.load(sys.stdin)]))"
     )
     done = subprocess.run(
@@ -435,13 +435,14 @@ def test_run_passes_the_config_to_the_orchestrator(
 def test_orchestrator_turns_the_config_into_its_shard(sqlite_url: str) -> None:
     from partbuild.orchestrator.graph import Graph
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.state.store import EventLog
+    from partbuild.state.database import Database
 
-    with EventLog.open(sqlite_url) as log:
-        sharded = Orchestrator(log, Graph([]), warehouse="w", bucketing=BucketingConfig(bucket_total=4, bucket_id=3))
+    with Database.open(sqlite_url) as db:
+        log = db.log
+        sharded = Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig(bucket_total=4, bucket_id=3))
         assert sharded.shard is not None and (sharded.shard.scope.bucket_id, sharded.shard.scope.bucket_total) == (3, 4)
-        assert Orchestrator(log, Graph([]), warehouse="w", bucketing=BucketingConfig()).shard is None
-        assert Orchestrator(log, Graph([]), warehouse="w").shard is None
+        assert Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig()).shard is None
+        assert Orchestrator(db, Graph([]), warehouse="w").shard is None
         assert log.head() == 1  # only the sharded worker recorded its start; the rotation ignores it
         (stored,) = log.read(0, 10)
         start = stored.to_event()
@@ -455,13 +456,14 @@ def test_round_robin_workers_take_the_next_bucket_from_the_log(sqlite_url: str) 
     """Each start records its bucket (BucketRunStart); the next start, in a new process, continues from it."""
     from partbuild.orchestrator.graph import Graph
     from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.state.store import EventLog
+    from partbuild.state.database import Database
 
     config = BucketingConfig(bucket_total=6, round_robin_bucket_execution=True, bucket_ranges="2-3,5")
     chosen = []
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         for _ in range(5):
-            orchestrator = Orchestrator(log, Graph([]), warehouse="w", bucketing=config)
+            orchestrator = Orchestrator(db, Graph([]), warehouse="w", bucketing=config)
             assert orchestrator.shard is not None
             chosen.append(orchestrator.shard.scope.bucket_id)
             orchestrator.close()

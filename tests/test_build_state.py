@@ -9,14 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope
-from partbuild.state.ids import INSTANCE_NAMESPACE, instance_uuid
-from partbuild.state.model import InstanceState as I
-from partbuild.state.model import JobRunState as R
-from partbuild.state.model import WantState as W
-from partbuild.state.queries import attempts_for, builder_of, lineage, ref_history, wants_for
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState as I
+from partbuild.state.fold.records import JobRunState as R
+from partbuild.state.fold.records import WantState as W
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope
+from partbuild.state.rules.ids import INSTANCE_NAMESPACE, instance_uuid
+from partbuild.state.rules.queries import attempts_for, builder_of, lineage, ref_history, wants_for
 
 from foldkit import Story
 

@@ -26,11 +26,12 @@ from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph, Job, RetryPolicy
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, manual, system
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.replay import replay_into
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.events import envelope, manual, system
+from partbuild.state.log.replay import replay_into
+from partbuild.state.log.store import EventLog
 
 SLOW_TASK_S = 60  # what each Spark task of a first attempt would sleep if nobody canceled it
 CANCEL_TIMEOUT_S = 20  # Spark must report the job stopped well before SLOW_TASK_S
@@ -110,10 +111,10 @@ def gate() -> Iterator[threading.Event]:
 @pytest.fixture
 def run_orchestrator(sqlite_url: str, tmp_path: Path, spark: Any) -> Iterator[Callable[..., Orchestrator]]:
     """Start an Orchestrator on the test's SQLite log in a background thread; stopped at teardown."""
-    started: list[tuple[Orchestrator, threading.Thread, threading.Event, EventLog]] = []
+    started: list[tuple[Orchestrator, threading.Thread, threading.Event, Database]] = []
 
     def start(graph: Graph, **options: Any) -> Orchestrator:
-        log = EventLog.open(sqlite_url, auto_upgrade=True)
+        db = Database.open(sqlite_url, auto_upgrade=True)
         settings: dict[str, Any] = {
             "warehouse": str(tmp_path / "warehouse"),
             "spark": spark,
@@ -124,19 +125,19 @@ def run_orchestrator(sqlite_url: str, tmp_path: Path, spark: Any) -> Iterator[Ca
             "heartbeat_interval_s": 60,
             **options,
         }
-        orchestrator = Orchestrator(log, graph, **settings)
+        orchestrator = Orchestrator(db, graph, **settings)
         stop = threading.Event()
         thread = threading.Thread(target=orchestrator.run, args=(stop,), name="cancel-orchestrator", daemon=True)
         thread.start()
-        started.append((orchestrator, thread, stop, log))
+        started.append((orchestrator, thread, stop, db))
         return orchestrator
 
     yield start
-    for _, thread, stop, log in started:
+    for _, thread, stop, db in started:
         stop.set()
         thread.join(timeout=60)
         assert not thread.is_alive(), "the orchestrator did not stop within 60 s"
-        log.close()
+        db.close()
 
 
 @pytest.fixture
@@ -191,7 +192,12 @@ def slow_first_attempt(root: Path, calls: Calls) -> Callable[[JobContext], None]
 
 
 def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
-    run_orchestrator: Callable[..., Orchestrator], log: EventLog, spark: Any, tmp_path: Path, calls: Calls
+    run_orchestrator: Callable[..., Orchestrator],
+    log: EventLog,
+    spark: Any,
+    tmp_path: Path,
+    calls: Calls,
+    sqlite_url: str,
 ) -> None:
     ref = "slow/n=1"
     job = Job("slow", ["slow/n={n:int}"], slow_first_attempt(tmp_path, calls), max_concurrency=2)
@@ -208,9 +214,10 @@ def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
 
     first, spark_jobs = wait_for("the run to be running with an active Spark job", running_with_spark_job, 60)
     # As an operator would: through the service behind `POST /job-runs/{id}/cancel` and `runs cancel`.
-    service = Service(log)
-    cancel_seq = service.cancel_job_run(first, m.CancelRequest(reason="test"), "operator").seq
-    service.stop()
+    with Database.open(sqlite_url) as db:
+        service = Service(db)
+        cancel_seq = service.cancel_job_run(first, m.CancelRequest(reason="test"), "operator").seq
+        service.stop()
 
     # Spark stops the job well before its tasks' sleep would have ended.
     wait_for("Spark to stop the canceled run's job", lambda: not active_group_jobs(spark, first), CANCEL_TIMEOUT_S)

@@ -17,12 +17,13 @@ from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope, manual
-from partbuild.state.replay import SNAPSHOTS_KEPT, checkpoint, load_state
+from partbuild.state.database import Database
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.replay import SNAPSHOTS_KEPT, checkpoint, load_state
+from partbuild.state.log.snapshot import snapshot_format
+from partbuild.state.log.store import EventLog, SnapshotStore
 from partbuild.state.schema import snapshots as snapshots_table
-from partbuild.state.snapshot import snapshot_format
-from partbuild.state.store import EventLog, SnapshotStore
 
 GRAPH = Graph([Job("noop", ["noop/{n}"], lambda ctx: None)])
 
@@ -73,7 +74,8 @@ def test_checkpoint_keeps_only_the_newest_snapshots(event_log: EventLog) -> None
 
 def test_checkpoint_failure_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A snapshot is a cache: a store that cannot be written (here: no schema) must not stop the process."""
-    with EventLog.open(f"sqlite:///{tmp_path / 'log.db'}") as log:
+    with Database.open(f"sqlite:///{tmp_path / 'log.db'}") as db:
+        log = db.log
         _fill(log, weeks=1)
         state, _ = load_state(log)
     broken = SnapshotStore(sa.create_engine(f"sqlite:///{tmp_path / 'no-schema.db'}"))
@@ -82,14 +84,14 @@ def test_checkpoint_failure_is_logged_not_raised(tmp_path: Path, caplog: pytest.
     assert f"could not save a snapshot at seq {state.head_seq}" in caplog.text
 
 
-def test_orchestrator_snapshots_on_start_and_on_close(event_log: EventLog, tmp_path: Path) -> None:
+def test_orchestrator_snapshots_on_start_and_on_close(event_log: EventLog, database: Database, tmp_path: Path) -> None:
     store = event_log.snapshots
     head = _fill(event_log)
-    first = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
+    first = Orchestrator(database, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
     first.close()
     assert _snapshot_seqs(event_log) == [head]  # the start replayed `head` events; close had nothing new
 
-    second = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
+    second = Orchestrator(database, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
     assert (second.loaded.snapshot_seq, second.loaded.replayed) == (head, 0)
     _want(event_log, "w", *(f"noop/{n}" for n in range(5)))
     assert second.run_until_idle(timeout_s=20)
@@ -98,23 +100,25 @@ def test_orchestrator_snapshots_on_start_and_on_close(event_log: EventLog, tmp_p
     assert later - head >= 10  # the want, 5 runs with their heartbeats and successes
     assert _snapshot_seqs(event_log) == [head, later]
 
-    third = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
+    third = Orchestrator(database, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=10)
     assert (third.loaded.snapshot_seq, third.loaded.replayed) == (later, 0)
     assert state_digest(third.state) == state_digest(second.state)
     third.close()
 
 
-def test_orchestrator_without_a_store_or_with_zero_writes_no_snapshot(event_log: EventLog, tmp_path: Path) -> None:
+def test_orchestrator_without_a_store_or_with_zero_writes_no_snapshot(
+    event_log: EventLog, database: Database, tmp_path: Path
+) -> None:
     _fill(event_log)
-    Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshot_every=1).close()
+    Orchestrator(database, GRAPH, warehouse=str(tmp_path), snapshot_every=1).close()
     store = event_log.snapshots
-    Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=0).close()
+    Orchestrator(database, GRAPH, warehouse=str(tmp_path), snapshots=store, snapshot_every=0).close()
     assert _snapshot_seqs(event_log) == []
 
 
-def test_service_snapshots_on_start_and_on_stop(event_log: EventLog) -> None:
+def test_service_snapshots_on_start_and_on_stop(event_log: EventLog, database: Database) -> None:
     head = _fill(event_log)
-    service = Service(event_log, snapshot_every=10)
+    service = Service(database, snapshot_every=10)
     assert _snapshot_seqs(event_log) == [head]
     for n in range(12):
         _want(event_log, f"w{n}", f"noop/{n}")
@@ -124,10 +128,10 @@ def test_service_snapshots_on_start_and_on_stop(event_log: EventLog) -> None:
     assert event_log.snapshots.latest_seq(snapshot_format()) == head + 12
 
 
-def test_service_as_a_local_cli_client_writes_no_snapshot(event_log: EventLog) -> None:
+def test_service_as_a_local_cli_client_writes_no_snapshot(event_log: EventLog, database: Database) -> None:
     """One-shot CLI reads (`--db`) use a Service too; they must not write (their access may be read-only)."""
     _fill(event_log)
-    service = Service(event_log)
+    service = Service(database)
     service.stop()
     assert _snapshot_seqs(event_log) == []
 
@@ -142,7 +146,8 @@ def test_cli_run_snapshots_and_replay_starts_from_it(
         "from partbuild.orchestrator.graph import Graph, Job\n"
         'graph = Graph([Job("noop", ["noop/{n}"], lambda ctx: None)])\n'
     )
-    with EventLog.open(db, auto_upgrade=True) as log:
+    with Database.open(db, auto_upgrade=True) as database:
+        log = database.log
         _want(log, "w", "noop/1", "noop/2")
 
     def cli(*args: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from partbuild.api.cli import main
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -46,7 +46,7 @@ def test_replay_as_of_and_human_output(capsys: pytest.CaptureFixture[str], sqlit
 
 def test_replay_lists_rejected_events(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
     from partbuild.proto.v1 import events_pb2 as pb
-    from partbuild.state.events import envelope
+    from partbuild.state.log.events import envelope
 
     with EventLog.open(sqlite_url) as log:
         log.append([envelope(pb.WantCancel(want_id="ghost"))])

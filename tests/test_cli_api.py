@@ -36,7 +36,8 @@ from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.service import Service
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job, load_graph
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.store import EventLog
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = REPO_ROOT / "examples/clicks/pipeline.py"
@@ -62,16 +63,17 @@ def free_port() -> int:
 
 
 def head_of(db_url: str) -> int:
-    with EventLog.open(db_url) as log:
+    with Database.open(db_url) as db:
+        log = db.log
         return log.head()
 
 
 @contextmanager
 def http_api(db_url: str, graph: Graph | None = None) -> Iterator[str]:
     """A real uvicorn serving `create_app(Service(...))` over `db_url` on a free port; yields its URL."""
-    log = EventLog.open(db_url, auto_upgrade=True)
+    db = Database.open(db_url, auto_upgrade=True)
     sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(Service(log, graph=graph)), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(Service(db, graph=graph)), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -84,13 +86,14 @@ def http_api(db_url: str, graph: Graph | None = None) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
-        log.close()
+        db.close()
 
 
 @pytest.fixture
 def seeded(sqlite_url: str) -> str:
     """A database holding a simulated W1 history (wants, dep misses, a retry, a taint and rebuild)."""
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         log.append(list(simulate(PLAN)), expected_head=0)
     return sqlite_url
 
@@ -236,7 +239,8 @@ def test_human_output_shows_the_key_fields(
 @pytest.fixture
 def group_db(sqlite_url: str) -> str:
     """A database with a worker group in its second epoch, a hand-off in flight and heartbeat rows."""
-    with EventLog.open(sqlite_url, auto_upgrade=True) as log:
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        log = db.log
         append_group_history(log, int(time.time() * 1000))
     return sqlite_url
 
@@ -525,8 +529,8 @@ def test_unreachable_server_exits_1_with_one_line(capsys: pytest.CaptureFixture[
 
 
 def test_both_clients_answer_events_and_health_alike(seeded: str, seeded_server: str) -> None:
-    with EventLog.open(seeded) as log, HttpClient(seeded_server) as http:
-        local: Client = Service(log)  # the in-process client is the service itself
+    with Database.open(seeded) as db, HttpClient(seeded_server) as http:
+        local: Client = Service(db)  # the in-process client is the service itself
         assert local.events(after_seq=5, limit=3) == http.events(after_seq=5, limit=3)
         assert local.health() == http.health()
         for client in (local, http):

@@ -35,10 +35,10 @@ from partbuild.orchestrator.graph import (
     load_graph,
 )
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import InstanceState as I
-from partbuild.state.model import JobRunState as R
-from partbuild.state.model import WantState as W
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState as I
+from partbuild.state.fold.records import JobRunState as R
+from partbuild.state.fold.records import WantState as W
 
 from foldkit import Story
 
@@ -640,7 +640,7 @@ def test_stale_run_of_an_unknown_job_fails_permanently() -> None:
 def test_a_sharded_worker_fails_only_stale_runs_of_its_own_bucket() -> None:
     """Another bucket's owner may just be slow: only it (or its successor) fails its runs."""
     from partbuild.orchestrator.sharding import Shard
-    from partbuild.state.bucketing import bucket
+    from partbuild.state.rules.bucketing import bucket
 
     s = Story()
     s.want("w", "gone/1")

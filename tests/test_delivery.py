@@ -35,9 +35,9 @@ from partbuild.api.webhook_payloads import (
 )
 from partbuild.orchestrator.delivery.deliverer import Deliverer
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, from_job_run
-from partbuild.state.live import LiveState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, from_job_run
+from partbuild.state.log.live import LiveState
 
 WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
 FAST_RETRY = sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
@@ -47,11 +47,11 @@ Key = tuple[str, int]  # (group, event seq): one message of one subscription
 class Rig:
     """A log, its live state and service, a webhook receiver and a running deliverer."""
 
-    def __init__(self, log: EventLog, receiver: Receiver, secret: str) -> None:
-        self.log, self.receiver, self.secret = log, receiver, secret
-        self.live = LiveState(log)
-        self.svc = Service(log, live=self.live)
-        self.deliverer = Deliverer(self.live, render)
+    def __init__(self, db: Database, receiver: Receiver, secret: str) -> None:
+        self.db, self.log, self.receiver, self.secret = db, db.log, receiver, secret
+        self.live = LiveState(db.log)
+        self.svc = Service(db, live=self.live)
+        self.deliverer = Deliverer(self.live, db.deliveries, render)
 
     def subscribe(self, name: str, **fields: Any) -> sm.Subscription:
         """A subscription to the receiver, with fast retries unless `retry` is given."""
@@ -96,8 +96,8 @@ class Rig:
 def rig(db_url: str, rule: Rule | None = None) -> Iterator[Rig]:
     """A running `Rig` on `db_url`, torn down in order: deliverer, receiver, log."""
     secret = new_secret()
-    with EventLog.open(db_url, auto_upgrade=True) as log, Receiver(secret, rule=rule) as receiver:
-        r = Rig(log, receiver, secret)
+    with Database.open(db_url, auto_upgrade=True) as db, Receiver(secret, rule=rule) as receiver:
+        r = Rig(db, receiver, secret)
         r.deliverer.start()
         try:
             yield r
@@ -339,7 +339,7 @@ def test_filters_and_orderings(env: Rig) -> None:
 
 def delivery_rows(env: Rig, key: str) -> tuple[Any, ...]:
     """What the database holds of a subscription's deliveries (offsets, waiting groups, queue sizes)."""
-    store = env.log.deliveries
+    store = env.db.deliveries
     return (store.offsets(key), store.waiting_groups(key), store.counts(key))
 
 

@@ -33,9 +33,9 @@ import pytest
 from receiverkit import Answer, Received, Receiver, failing_groups
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.store import EventLog
-from partbuild.state.topics import group_hash, route
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.rules.topics import group_hash, route
 
 pytest.importorskip("standardwebhooks", reason="needs pip install -e '.[dev]'")
 
@@ -136,7 +136,8 @@ class Appender:
     def _run(self) -> None:
         rng = random.Random(12)
         try:
-            with EventLog.open(self.db) as log:
+            with Database.open(self.db) as db:
+                log = db.log
                 for n in range(self.count):
                     refs = rng.sample(self.refs, rng.choice((1, 2)))
                     want = pb.WantCreate(want_id=f"want-{n}", partition_refs=refs)
@@ -163,7 +164,8 @@ class Appender:
 def expected_messages(db: str, after_seq: int) -> set[Message]:
     """(seq, ref) of every ref of every want created after `after_seq`."""
     found: set[Message] = set()
-    with EventLog.open(db) as log:
+    with Database.open(db) as database:
+        log = database.log
         while page := log.read(after_seq, 1000):
             for stored in page:
                 event = stored.to_event()
@@ -212,9 +214,9 @@ def committed(db: str, sub: dict[str, Any]) -> Callable[[Message], bool]:
     Read once, now: after a SIGKILL it is exactly what the killed process committed.
     """
     key = f"{sub['name']}@{sub['created_seq']}"
-    with EventLog.open(db) as log:
-        floor = log.deliveries.control(key, sub["start_after_seq"]).main_floor
-        offsets = log.deliveries.offsets(key)
+    with Database.open(db) as database:
+        floor = database.deliveries.control(key, sub["start_after_seq"]).main_floor
+        offsets = database.deliveries.offsets(key)
     assert {topic for topic, _ in offsets} <= {0}, f"one main storage topic expected: {offsets}"
     return lambda message: message[0] <= offsets.get((0, route(group_hash(message[1]), PARTITIONS, 1)), floor)
 
@@ -288,8 +290,8 @@ FAILING = {"tbl/1", "tbl/4", "tbl/6"}  # groups the receiver refuses (500) until
 
 def rq_size(db: str, sub: dict[str, Any]) -> int:
     """Messages in the subscription's RQ, read in this process (a CLI call costs seconds)."""
-    with EventLog.open(db) as log:
-        return log.deliveries.counts(f"{sub['name']}@{sub['created_seq']}")["rq"]
+    with Database.open(db) as database:
+        return database.deliveries.counts(f"{sub['name']}@{sub['created_seq']}")["rq"]
 
 
 def reshard(db: str, name: str, shards: int, receiver: Receiver) -> None:
@@ -349,7 +351,8 @@ def test_bad_input_exits_2_with_one_line(db: str, tmp_path: Path) -> None:
 
 def append_wants(db: str, refs: list[str], count: int, first: int = 0) -> None:
     """`count` wants of all of `refs`: one message per ref each."""
-    with EventLog.open(db) as log:
+    with Database.open(db) as database:
+        log = database.log
         for n in range(first, first + count):
             want = pb.WantCreate(want_id=f"want-{n}", partition_refs=refs)
             log.append([envelope(want, source=manual("delivery-tests"))])

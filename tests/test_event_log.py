@@ -11,7 +11,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
 from partbuild.state.db import create_engine_for
+from partbuild.state.log.store import AppendConflict, AppendResult, EventLog, StoredEvent
 from partbuild.state.migrate import (
     SchemaNotReady,
     alembic_config,
@@ -21,7 +23,6 @@ from partbuild.state.migrate import (
     upgrade,
 )
 from partbuild.state.schema import metadata
-from partbuild.state.store import AppendConflict, AppendResult, EventLog, StoredEvent
 
 
 def want(n: int, *refs: str) -> pb.Event:
@@ -271,7 +272,8 @@ def test_open_requires_schema_on_postgres_only(db_url: str) -> None:
         with pytest.raises(SchemaNotReady):
             EventLog.open(db_url)
         upgrade(db_url)
-        with EventLog.open(db_url) as log:
+        with Database.open(db_url) as db:
+            log = db.log
             assert log.head() == 0
 
 
@@ -306,12 +308,13 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         upgrade(engine)
         assert current_revision(engine) == head_revision() == "0004"
         assert {"delivery_offsets", "delivery_messages", "delivery_groups", "api_tokens"} <= _table_names(engine)
-        with EventLog.open(db_url, auto_upgrade=False) as log:
+        with Database.open(db_url, auto_upgrade=False) as db:
+            log = db.log
             assert [e.event_id for e in log.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
             assert log.snapshots.latest("fmt") == (3, b"state@3")
             assert log.append(wants(3, 1)) == AppendResult(first_seq=4, last_seq=4)
-            assert log.members.members("g") == []
-            assert log.tokens.all() == []  # no tokens: open access, as before the upgrade
+            assert db.members.members("g") == []
+            assert db.tokens.all() == []  # no tokens: open access, as before the upgrade
 
         command.downgrade(alembic_config(db_url), "0001")
         assert current_revision(engine) == "0001"

@@ -29,18 +29,18 @@ import pytest
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state import fold
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BrokenBuildState, BuildState, FoldError
-from partbuild.state.digest import state_digest
-from partbuild.state.events import manual
 from partbuild.state.fold import buckets, instances, job_runs, wants
 from partbuild.state.fold import group as group_fold
+from partbuild.state.fold import registry as fold
 from partbuild.state.fold import sources as sources_fold
 from partbuild.state.fold import subscriptions as subscriptions_fold
-from partbuild.state.group import share_step
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.snapshot import SnapshotError, _fold_sources, encode_state
+from partbuild.state.fold.build_state import BrokenBuildState, BuildState, FoldError
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import manual
+from partbuild.state.log.snapshot import SnapshotError, _fold_sources, encode_state
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import share_step
 
 from foldkit import Story, subscription
 from groupkit import NAMESPACE, epoch, fenced, group_of, message, start, step, with_state

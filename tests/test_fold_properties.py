@@ -47,11 +47,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState, derive_want_state
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope, from_job_run, manual, system
-from partbuild.state.ids import instance_uuid
-from partbuild.state.model import (
+from partbuild.state.fold.build_state import BuildState, derive_want_state
+from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
     BUILDABLE_INSTANCE_STATES,
     TERMINAL_WANT_STATES,
@@ -63,8 +60,11 @@ from partbuild.state.model import (
     Want,
     WantState,
 )
-from partbuild.state.queries import attempts_for, ref_history
-from partbuild.state.snapshot import decode_state, encode_state
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope, from_job_run, manual, system
+from partbuild.state.log.snapshot import decode_state, encode_state
+from partbuild.state.rules.ids import instance_uuid
+from partbuild.state.rules.queries import attempts_for, ref_history
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -1046,8 +1046,8 @@ def test_random_bytes_never_raise(blobs: list[bytes]) -> None:
 
 _SUBPROCESS_REPLAY = """
 import pickle, sys
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.digest import state_digest
 for log in pickle.load(sys.stdin.buffer):
     state = BuildState(strict=True)
     for seq, payload in log:

@@ -14,10 +14,10 @@ from golden_log import (
 )
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.group import verify
-from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.rules.group import verify
 
 
 def replayed(payloads: list[bytes]) -> BuildState:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.group import MAX_GROUP_BUCKETS, TaskState, epoch_message, next_epoch, task_state_pb
-from partbuild.state.snapshot import decode_state, encode_state
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.snapshot import decode_state, encode_state
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import MAX_GROUP_BUCKETS, TaskState, epoch_message, next_epoch, task_state_pb
 
 from foldkit import Story
 from groupkit import (

@@ -33,7 +33,7 @@ from test_group_workers import (
 from test_sharded_workers import Processes, output, processes
 from w1kit import finished, want_weeklies
 
-from partbuild.state.model import JobRunState
+from partbuild.state.fold.records import JobRunState
 
 # The locks every writer needs (appends take the log head, heartbeats the members' rows): a process
 # stopped inside a transaction holding one would block the whole group, however leadership is handled.

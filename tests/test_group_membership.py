@@ -23,10 +23,10 @@ from conftest import PgServer
 from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
+from partbuild.state.database import Database
 from partbuild.state.db import create_engine_for
-from partbuild.state.leader_lock import FileLeaderLock, PostgresLeaderLock, advisory_key
-from partbuild.state.members import Heartbeat, MemberExists
-from partbuild.state.store import EventLog
+from partbuild.state.ops.leader_lock import FileLeaderLock, PostgresLeaderLock, advisory_key
+from partbuild.state.ops.members import Heartbeat, MemberExists
 
 GROUP = "builders"
 HEARTBEAT_MS = 100
@@ -34,7 +34,7 @@ TIMEOUT_MS = 1000
 
 
 @pytest.fixture
-def members(event_log: EventLog, db_url: str) -> Iterator[list[MemberProcess]]:
+def members(database: Database, db_url: str) -> Iterator[list[MemberProcess]]:
     """Two member processes of GROUP on the test database, stopped (however they are) at the end."""
     started = [
         MemberProcess(db_url, GROUP, task, heartbeat_ms=HEARTBEAT_MS, timeout_ms=TIMEOUT_MS) for task in ("a", "b")
@@ -51,8 +51,8 @@ def members(event_log: EventLog, db_url: str) -> Iterator[list[MemberProcess]]:
 # --- membership rows, in this process, on the wall clock ------------------------------------------
 
 
-def test_join_heartbeat_and_leave(event_log: EventLog) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=5_000)
+def test_join_heartbeat_and_leave(database: Database) -> None:
+    group = Group(database, GROUP, member_timeout_ms=5_000)
     first = group.join("t1", buckets=12, info={"version": "0.1.0"})
     second = group.join()
     first.heartbeat()
@@ -74,25 +74,25 @@ def test_join_heartbeat_and_leave(event_log: EventLog) -> None:
     assert group.all_members() == []
 
 
-def test_join_refuses_a_taken_task_id_and_bad_names(event_log: EventLog) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=5_000)
+def test_join_refuses_a_taken_task_id_and_bad_names(database: Database) -> None:
+    group = Group(database, GROUP, member_timeout_ms=5_000)
     group.join("t1")
     with pytest.raises(MemberExists, match="'t1' is already a member of group 'builders'"):
         group.join("t1")
-    Group(event_log, "other", member_timeout_ms=5_000).join("t1")  # another group: another namespace
+    Group(database, "other", member_timeout_ms=5_000).join("t1")  # another group: another namespace
     assert [m.task_id for m in group.all_members()] == ["t1"]
     for bad in ("", "-x", "a b", "x" * 65, "../up"):
         with pytest.raises(ValueError, match="invalid group name"):
-            Group(event_log, bad, member_timeout_ms=5_000)
+            Group(database, bad, member_timeout_ms=5_000)
     with pytest.raises(ValueError, match="member timeout must be > 0"):
-        Group(event_log, GROUP, member_timeout_ms=0)
+        Group(database, GROUP, member_timeout_ms=0)
     with pytest.raises(ValueError, match="more than 4096"):
         group.join("t2", info={"blob": "x" * 5000})
     assert [m.task_id for m in group.all_members()] == ["t1"]
 
 
-def test_a_member_that_stops_heartbeating_drops_out_and_hears_it_is_dead(event_log: EventLog) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=300)
+def test_a_member_that_stops_heartbeating_drops_out_and_hears_it_is_dead(database: Database) -> None:
+    group = Group(database, GROUP, member_timeout_ms=300)
     silent = group.join("silent")
     beating = group.join("beating")
     end = time.monotonic() + 0.7
@@ -108,8 +108,8 @@ def test_a_member_that_stops_heartbeating_drops_out_and_hears_it_is_dead(event_l
     assert silent.leave() is False
 
 
-def test_a_reaped_member_hears_it_was_declared_dead(event_log: EventLog) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=300)
+def test_a_reaped_member_hears_it_was_declared_dead(database: Database) -> None:
+    group = Group(database, GROUP, member_timeout_ms=300)
     doomed = group.join("doomed")
     survivor = group.join("survivor")
     assert group.reap() == []
@@ -124,10 +124,10 @@ def test_a_reaped_member_hears_it_was_declared_dead(event_log: EventLog) -> None
     assert (info.value.group, info.value.task_id) == (GROUP, "doomed")
 
 
-def test_live_members_are_ordered_by_start_and_the_timeout_is_inclusive(event_log: EventLog) -> None:
+def test_live_members_are_ordered_by_start_and_the_timeout_is_inclusive(database: Database) -> None:
     """A settable clock here, only to pin the order of equal starts and the exact boundary."""
     now = [1_000]
-    group = Group(event_log, GROUP, member_timeout_ms=100, clock=lambda: now[0])
+    group = Group(database, GROUP, member_timeout_ms=100, clock=lambda: now[0])
     group.join("c")
     group.join("b")
     now[0] = 999  # a clock may step back: start order is the recorded starts
@@ -144,9 +144,9 @@ def test_live_members_are_ordered_by_start_and_the_timeout_is_inclusive(event_lo
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-def test_the_reaper_skips_a_row_locked_by_a_transaction_in_progress(event_log: EventLog, db_url: str) -> None:
+def test_the_reaper_skips_a_row_locked_by_a_transaction_in_progress(database: Database, db_url: str) -> None:
     """A member paused inside its heartbeat's transaction holds its row lock: the reaper must not hang on it."""
-    group = Group(event_log, GROUP, member_timeout_ms=100)
+    group = Group(database, GROUP, member_timeout_ms=100)
     group.join("stuck")
     group.join("gone")
     time.sleep(0.2)
@@ -166,9 +166,9 @@ def test_the_reaper_skips_a_row_locked_by_a_transaction_in_progress(event_log: E
 
 
 def test_two_processes_race_for_the_lock_and_a_sigkill_hands_it_over(
-    event_log: EventLog, members: list[MemberProcess]
+    database: Database, members: list[MemberProcess]
 ) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
+    group = Group(database, GROUP, member_timeout_ms=TIMEOUT_MS)
     leader = first_leader(members, timeout_s=20)
     follower = next(member for member in members if member is not leader)
     time.sleep(1.0)  # ten more rounds of trying for the follower
@@ -198,7 +198,7 @@ def test_two_processes_race_for_the_lock_and_a_sigkill_hands_it_over(
 
 
 def test_a_paused_leader_keeps_the_lock_until_it_wakes_up_dead(
-    event_log: EventLog, db_url: str, members: list[MemberProcess]
+    database: Database, db_url: str, members: list[MemberProcess]
 ) -> None:
     """SIGSTOP: the process and its connection are alive, so the lock stays held on both backends.
 
@@ -207,7 +207,7 @@ def test_a_paused_leader_keeps_the_lock_until_it_wakes_up_dead(
     next heartbeat ends its leadership. The lock only elects: the fold's epochs
     must fence what a leader that wakes up does before that heartbeat.
     """
-    group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
+    group = Group(database, GROUP, member_timeout_ms=TIMEOUT_MS)
     leader = first_leader(members, timeout_s=20)
     follower = next(member for member in members if member is not leader)
 
@@ -229,8 +229,8 @@ def test_a_paused_leader_keeps_the_lock_until_it_wakes_up_dead(
 # --- the lock on each backend ----------------------------------------------------------------------
 
 
-def test_the_lock_is_not_reentrant_but_idempotent_in_one_holder(event_log: EventLog) -> None:
-    with event_log.leader_lock(GROUP) as first, event_log.leader_lock(GROUP) as second:
+def test_the_lock_is_not_reentrant_but_idempotent_in_one_holder(database: Database) -> None:
+    with database.leader_lock(GROUP) as first, database.leader_lock(GROUP) as second:
         assert first.try_acquire() is True
         assert first.try_acquire() is True  # already held: still held, not stacked
         assert second.try_acquire() is False  # another holder in the same process is refused
@@ -240,16 +240,16 @@ def test_the_lock_is_not_reentrant_but_idempotent_in_one_holder(event_log: Event
         assert second.try_acquire() is True  # one release frees it
         first.release()  # releasing what it does not hold changes nothing
         assert second.is_held() is True
-    with event_log.leader_lock("other") as other:
+    with database.leader_lock("other") as other:
         assert other.try_acquire() is True  # groups are independent
 
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_postgres_leader_whose_connection_dies_loses_the_lock(
-    event_log: EventLog, db_url: str, pg_server: PgServer
+    database: Database, db_url: str, pg_server: PgServer
 ) -> None:
     assert pg_server.engine is not None
-    with event_log.leader_lock(GROUP) as held, event_log.leader_lock(GROUP) as waiting:
+    with database.leader_lock(GROUP) as held, database.leader_lock(GROUP) as waiting:
         assert isinstance(held, PostgresLeaderLock) and held.try_acquire()
         assert held.key is not None
         unsigned = held.key & 0xFFFF_FFFF_FFFF_FFFF
@@ -266,7 +266,7 @@ def test_a_postgres_leader_whose_connection_dies_loses_the_lock(
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_postgres_groups_in_two_schemas_have_separate_locks(
-    event_log: EventLog, db_url: str, pg_server: PgServer
+    database: Database, db_url: str, pg_server: PgServer
 ) -> None:
     assert pg_server.engine is not None
     url = sa.make_url(db_url)
@@ -277,9 +277,9 @@ def test_postgres_groups_in_two_schemas_have_separate_locks(
         admin.execute(sa.text(f"CREATE SCHEMA {other_schema}"))
     try:
         with (
-            EventLog.open(other_url, auto_upgrade=True) as other_log,
-            event_log.leader_lock(GROUP) as here,
-            other_log.leader_lock(GROUP) as there,
+            Database.open(other_url, auto_upgrade=True) as other_db,
+            database.leader_lock(GROUP) as here,
+            other_db.leader_lock(GROUP) as there,
         ):
             assert here.try_acquire() and there.try_acquire()
             assert isinstance(here, PostgresLeaderLock) and isinstance(there, PostgresLeaderLock)
@@ -291,11 +291,11 @@ def test_postgres_groups_in_two_schemas_have_separate_locks(
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_the_sqlite_lock_is_a_file_next_to_the_database(event_log: EventLog, db_url: str) -> None:
-    database = Path(db_url.removeprefix("sqlite:///"))
-    with event_log.leader_lock(GROUP) as lock, event_log.leader_lock(GROUP) as rival:
+def test_the_sqlite_lock_is_a_file_next_to_the_database(database: Database, db_url: str) -> None:
+    db_file = Path(db_url.removeprefix("sqlite:///"))
+    with database.leader_lock(GROUP) as lock, database.leader_lock(GROUP) as rival:
         assert isinstance(lock, FileLeaderLock)
-        assert lock.path == database.with_name(f"{database.name}.group-{GROUP}.lock")
+        assert lock.path == db_file.with_name(f"{db_file.name}.group-{GROUP}.lock")
         assert lock.try_acquire() is True
         # Read by another process: a record lock is released when its process closes any descriptor of the file.
         claim = json.loads(subprocess.run(["cat", str(lock.path)], capture_output=True, check=True).stdout)
@@ -308,4 +308,4 @@ def test_the_sqlite_lock_is_a_file_next_to_the_database(event_log: EventLog, db_
         assert lock.is_held() is False
         assert rival.is_held() is True
     with pytest.raises(ValueError, match="needs a database file"):
-        EventLog(sa.create_engine("sqlite://")).leader_lock(GROUP)
+        Database(sa.create_engine("sqlite://")).leader_lock(GROUP)

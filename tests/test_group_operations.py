@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
+from partbuild.state.rules.bucketing import bucket
 
 from foldkit import Story
 from groupkit import as_task, fenced, group_of, settle, start

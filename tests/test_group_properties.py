@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.group import (
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import (
     TaskState,
     epoch_message,
     epoch_problem,

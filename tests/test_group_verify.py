@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.events import envelope
 from partbuild.state.fold import group as group_fold
 from partbuild.state.fold import job_runs
-from partbuild.state.group import verify
-from partbuild.state.group_verify import verify_report
-from partbuild.state.store import EventLog
+from partbuild.state.log.events import envelope
+from partbuild.state.log.group_verify import verify_report
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import verify
 
 from foldkit import Story
 from groupkit import NAMESPACE, as_task, epoch, fenced, group_of, message, settle, start, with_state

@@ -34,8 +34,8 @@ from groupworkerkit import (
 from test_sharded_workers import Processes, assert_built_once_each, output, processes
 from w1kit import finished, want_weeklies
 
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import JobRunState
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import JobRunState
 
 DECLARED_DEAD_EXIT = 3
 FENCED = ("job_run_buffer", "instances_wait_upstream")

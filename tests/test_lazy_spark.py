@@ -26,9 +26,9 @@ from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.spark import LazySpark
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.replay import replay_into
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.replay import replay_into
+from partbuild.state.log.store import EventLog
 
 
 class CountingStart:

@@ -32,8 +32,11 @@ from memberkit import DECLARED_DEAD_EXIT, MemberProcess, pause, wait_until
 from partbuild.orchestrator.group.membership import Group, holds_for_one_of
 from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
+from partbuild.state.database import Database
 from partbuild.state.db import libpq_conninfo, normalize_url
-from partbuild.state.leader_lock import (
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
+from partbuild.state.ops.leader_lock import (
     LEADER_APPLICATION,
     ExpelRefused,
     FileLeaderLock,
@@ -41,9 +44,7 @@ from partbuild.state.leader_lock import (
     advisory_key,
     task_digest,
 )
-from partbuild.state.live import LiveState
-from partbuild.state.members import Member
-from partbuild.state.store import EventLog
+from partbuild.state.ops.members import Member
 
 GROUP = "builders"
 TIMEOUT_MS = 1000
@@ -66,7 +67,7 @@ def schema_of(db_url: str) -> str:
 
 
 @pytest.fixture
-def leader(event_log: EventLog, db_url: str) -> Iterator[MemberProcess]:
+def leader(database: Database, db_url: str) -> Iterator[MemberProcess]:
     """Member process "a" of GROUP, holding the leader lock (its own lock declares task "a")."""
     member = MemberProcess(db_url, GROUP, "a", timeout_ms=TIMEOUT_MS)
     try:
@@ -77,13 +78,13 @@ def leader(event_log: EventLog, db_url: str) -> Iterator[MemberProcess]:
 
 
 @pytest.fixture
-def survivor(event_log: EventLog) -> Iterator[Callable[[EventLog], GroupWorker]]:
-    """Starts a `GroupWorker` (task "survivor") on a log, as `run --group` does; stopped at the end."""
+def survivor() -> Iterator[Callable[[Database], GroupWorker]]:
+    """Starts a `GroupWorker` (task "survivor") on a database, as `run --group` does; stopped at the end."""
     started: list[GroupWorker] = []
 
-    def start(log: EventLog) -> GroupWorker:
+    def start(db: Database) -> GroupWorker:
         config = GroupConfig(GROUP, buckets=4, member_timeout_s=TIMEOUT_MS / 1000)
-        worker = GroupWorker(log, LiveState(log), config, SURVIVOR)
+        worker = GroupWorker(db, LiveState(db.log), config, SURVIVOR)
         worker.start()
         started.append(worker)
         return worker
@@ -101,9 +102,9 @@ def warnings_with(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 
 
 def test_the_lock_names_a_paused_holder_and_takes_the_lock_from_it(
-    event_log: EventLog, db_url: str, leader: MemberProcess
+    database: Database, db_url: str, leader: MemberProcess
 ) -> None:
-    with event_log.leader_lock(GROUP, "b") as lock:
+    with database.leader_lock(GROUP, "b") as lock:
         assert lock.try_acquire() is False
         held = lock.holder()
         assert held is not None and held.ours and held.task_digest == task_digest("a"), held
@@ -133,7 +134,7 @@ def test_the_lock_names_a_paused_holder_and_takes_the_lock_from_it(
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("application", ["", "partbuild-leader-admin"], ids=["unnamed", "look-alike"])
 def test_a_foreign_advisory_lock_holder_is_never_terminated(
-    event_log: EventLog,
+    database: Database,
     db_url: str,
     application: str,
     survivor: Callable[[EventLog], GroupWorker],
@@ -143,14 +144,14 @@ def test_a_foreign_advisory_lock_holder_is_never_terminated(
     info = libpq_conninfo(normalize_url(db_url))
     with psycopg.connect(info, autocommit=True, application_name=application) as foreign:
         foreign.execute("SELECT pg_advisory_lock(%s)", (advisory_key(schema_of(db_url), GROUP),))
-        with event_log.leader_lock(GROUP, "b") as lock:
+        with database.leader_lock(GROUP, "b") as lock:
             assert lock.try_acquire() is False
             held = lock.holder()
             assert held is not None and not held.ours and held.task_digest is None, held
             assert lock.expel(held) is False
 
-        worker = survivor(event_log)
-        wait_for_beats(Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS), SURVIVOR, 4)
+        worker = survivor(database)
+        wait_for_beats(Group(database, GROUP, member_timeout_ms=TIMEOUT_MS), SURVIVOR, 4)
         assert worker.leading is False and worker.dead is None
         assert len(warnings_with(caplog, "not a partbuild leader")) == 1
         backend = foreign.execute("SELECT pg_backend_pid()").fetchone()
@@ -158,9 +159,9 @@ def test_a_foreign_advisory_lock_holder_is_never_terminated(
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_sqlite_lock_holder_that_claims_nothing_is_never_killed(event_log: EventLog, tmp_path: Path) -> None:
+def test_a_sqlite_lock_holder_that_claims_nothing_is_never_killed(database: Database, tmp_path: Path) -> None:
     """A process holding a record lock on the file without our claim in it is not one of ours: left alone."""
-    with event_log.leader_lock(GROUP, "b") as lock:
+    with database.leader_lock(GROUP, "b") as lock:
         assert isinstance(lock, FileLeaderLock)
         script = f"""
             import fcntl, os, sys, time
@@ -184,9 +185,9 @@ def test_a_sqlite_lock_holder_that_claims_nothing_is_never_killed(event_log: Eve
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_sqlite_lock_never_expels_its_own_process(event_log: EventLog) -> None:
+def test_a_sqlite_lock_never_expels_its_own_process(database: Database) -> None:
     """Two lock objects of one process exclude each other; the second sees the first, and cannot kill it."""
-    with event_log.leader_lock(GROUP, "a") as first, event_log.leader_lock(GROUP, "b") as second:
+    with database.leader_lock(GROUP, "a") as first, database.leader_lock(GROUP, "b") as second:
         assert first.try_acquire() is True and second.try_acquire() is False
         held = second.holder()
         assert held == LockHolder(os.getpid(), task_digest("a"), socket.gethostname(), True, held.description)
@@ -216,14 +217,14 @@ def test_a_holder_is_a_member_by_its_task_or_by_its_process_on_its_host() -> Non
 
 
 def test_a_survivor_leaves_a_live_holder_alone_and_takes_over_from_a_paused_one(
-    event_log: EventLog,
+    database: Database,
     db_url: str,
     leader: MemberProcess,
     survivor: Callable[[EventLog], GroupWorker],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    group = Group(event_log, GROUP, member_timeout_ms=TIMEOUT_MS)
-    worker = survivor(event_log)
+    group = Group(database, GROUP, member_timeout_ms=TIMEOUT_MS)
+    worker = survivor(database)
     wait_for_beats(group, SURVIVOR, 4)  # each tick: our heartbeat, the lock refused, the holder judged live
     assert worker.leading is False and leader.saw("lost_leadership") == [] and leader.process.poll() is None
     assert warnings_with(caplog, "leader lock") == []
@@ -255,7 +256,7 @@ def test_a_survivor_leaves_a_live_holder_alone_and_takes_over_from_a_paused_one(
 
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_a_survivor_not_permitted_to_terminate_the_holder_warns_once_and_carries_on(
-    event_log: EventLog,
+    database: Database,
     db_url: str,
     pg_server: PgServer,
     leader: MemberProcess,
@@ -271,17 +272,17 @@ def test_a_survivor_not_permitted_to_terminate_the_holder_warns_once_and_carries
             admin.execute(sa.text(f"GRANT {grant} {schema} TO {role}"))
     weak_url = normalize_url(db_url).set(username=role).render_as_string(hide_password=False)
     try:
-        with EventLog.open(weak_url, auto_upgrade=False) as weak_log:
-            group = Group(weak_log, GROUP, member_timeout_ms=TIMEOUT_MS)
+        with Database.open(weak_url, auto_upgrade=False) as weak_db:
+            group = Group(weak_db, GROUP, member_timeout_ms=TIMEOUT_MS)
             pause(leader, db_url, GROUP)
-            worker = survivor(weak_log)
+            worker = survivor(weak_db)
             wait_until(lambda: bool(warnings_with(caplog, "cannot take the leader lock")), 20, "the refusal")
             wait_for_beats(group, SURVIVOR, 4)
             refused = warnings_with(caplog, "cannot take the leader lock")
             assert len(refused) == 1 and "must be a superuser" in refused[0], refused
             assert worker.leading is False and worker.dead is None
             assert [m.task_id for m in group.live_members()] == [SURVIVOR]
-            with weak_log.leader_lock(GROUP, "b") as lock:
+            with weak_db.leader_lock(GROUP, "b") as lock:
                 assert lock.try_acquire() is False
                 held = lock.holder()
                 assert held is not None and held.ours

@@ -17,7 +17,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as MpEvent
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.store import EventLog
+from partbuild.state.log.store import EventLog
 
 WRITERS = 4
 BATCHES_PER_WRITER = 50

@@ -25,15 +25,16 @@ from partbuild.orchestrator.decide import decide, instance_location
 from partbuild.orchestrator.graph import Graph, Job, Partition, RetryPolicy, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope, manual, wall_clock_ms
-from partbuild.state.ids import instance_uuid
-from partbuild.state.model import InstanceState as I
-from partbuild.state.model import JobRunState as R
-from partbuild.state.model import WantState as W
-from partbuild.state.replay import replay_into
-from partbuild.state.store import AppendConflict, EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState as I
+from partbuild.state.fold.records import JobRunState as R
+from partbuild.state.fold.records import WantState as W
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope, manual, wall_clock_ms
+from partbuild.state.log.replay import replay_into
+from partbuild.state.log.store import AppendConflict, EventLog
+from partbuild.state.rules.ids import instance_uuid
 
 WEEK = IsoWeek(2026, 2)
 DAYS = WEEK.days()
@@ -65,10 +66,10 @@ def gates() -> Iterator[list[threading.Event]]:
 @pytest.fixture
 def orchestrators(db_url: str, tmp_path: Path, gates: list[threading.Event]) -> Iterator[Callable[..., Orchestrator]]:
     """Make orchestrators on the test database (each with its own EventLog, like separate processes)."""
-    made: list[tuple[Orchestrator, EventLog]] = []
+    made: list[tuple[Orchestrator, Database]] = []
 
     def make(graph: Graph, **options: Any) -> Orchestrator:
-        log = EventLog.open(db_url, auto_upgrade=True)
+        db = Database.open(db_url, auto_upgrade=True)
         settings: dict[str, Any] = {
             "warehouse": str(tmp_path / "warehouse"),
             "spark": None,
@@ -77,16 +78,16 @@ def orchestrators(db_url: str, tmp_path: Path, gates: list[threading.Event]) -> 
             "poll_interval_s": 0.01,
             **options,
         }
-        orchestrator = Orchestrator(log, graph, **settings)
-        made.append((orchestrator, log))
+        orchestrator = Orchestrator(db, graph, **settings)
+        made.append((orchestrator, db))
         return orchestrator
 
     yield make
     for gate in gates:
         gate.set()
-    for orchestrator, log in made:
+    for orchestrator, db in made:
         orchestrator.close()
-        log.close()
+        db.close()
 
 
 @pytest.fixture
@@ -720,10 +721,11 @@ def test_missing_inputs_naming_live_refs_does_not_loop(sqlite_url: str, tmp_path
         ctx.input("dim/1")  # Live, but not a declared input: MissingInputs(["dim/1"])
 
     graph = Graph([Job("report", ["report/{n}"], report), Job("dim", ["dim/{n}"], lambda ctx: None)])
-    with EventLog.open(sqlite_url) as handle:
+    with Database.open(sqlite_url) as handle_db:
+        handle = handle_db.log
         want(handle, "d", "dim/1")
         want(handle, "w", "report/1")
-        o = Orchestrator(handle, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
+        o = Orchestrator(handle_db, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
         try:
             assert o.run_until_idle(timeout_s=20)
         finally:
@@ -753,10 +755,11 @@ def test_input_becoming_live_between_lookup_and_raise_is_a_dep_miss(sqlite_url: 
         assert looked_up.wait(10), "report/1 never looked dim/1 up"
 
     graph = Graph([Job("report", ["report/{n}"], report), Job("dim", ["dim/{n}"], dim)])
-    with EventLog.open(sqlite_url) as handle:
+    with Database.open(sqlite_url) as handle_db:
+        handle = handle_db.log
         want(handle, "d", "dim/1")
         want(handle, "w", "report/1")
-        o = Orchestrator(handle, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
+        o = Orchestrator(handle_db, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
         try:
             assert o.run_until_idle(timeout_s=20)
         finally:
@@ -773,13 +776,14 @@ def test_fresh_instance_batched_with_a_retried_one_keeps_its_retries(sqlite_url:
             raise RuntimeError("A is broken")
 
     graph = Graph([Job("b", ["b/{n}"], job, batch_size=2, retry=RetryPolicy(max_attempts=3, backoff_ms=0))])
-    with EventLog.open(sqlite_url) as handle:
+    with Database.open(sqlite_url) as handle_db:
+        handle = handle_db.log
         a = instance_uuid(want(handle, "wa", "b/A"), "b/A")
         for run_id in ("r1", "r2"):  # b/A has failed twice already
             append(handle, pb.JobRunBuffer(job_run_id=run_id, job_label="b", instance_uuids=[a]))
             append(handle, pb.JobRunFailure(job_run_id=run_id, error_class=pb.ERROR_CLASS_RETRYABLE))
         want(handle, "wb", "b/B")
-        o = Orchestrator(handle, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
+        o = Orchestrator(handle_db, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
         try:
             assert o.run_until_idle(timeout_s=5)
         finally:

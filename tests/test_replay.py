@@ -6,14 +6,14 @@ import pytest
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope
-from partbuild.state.model import InstanceState
-from partbuild.state.queries import ref_history
-from partbuild.state.replay import load_state, replay_into, save_snapshot, state_as_of
-from partbuild.state.snapshot import encode_state, snapshot_format
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope
+from partbuild.state.log.replay import load_state, replay_into, save_snapshot, state_as_of
+from partbuild.state.log.snapshot import encode_state, snapshot_format
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.queries import ref_history
 
 PLAN = SimulationPlan(weeks=26, sites=2)
 

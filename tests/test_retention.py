@@ -17,15 +17,15 @@ from hypothesis import strategies as st
 from test_fold_properties import Step, materialize, replay, steps_strategy
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope, system
-from partbuild.state.model import InstanceState
-from partbuild.state.queries import attempts_for, builder_of, lineage, ref_history
-from partbuild.state.replay import load_state, replay_into, save_snapshot, state_as_of
-from partbuild.state.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
-from partbuild.state.snapshot import decode_state, encode_state
-from partbuild.state.store import EventLog, StoredEvent
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope, system
+from partbuild.state.log.replay import load_state, replay_into, save_snapshot, state_as_of
+from partbuild.state.log.snapshot import decode_state, encode_state
+from partbuild.state.log.store import EventLog, StoredEvent
+from partbuild.state.rules.queries import attempts_for, builder_of, lineage, ref_history
+from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 
 from foldkit import Story
 

@@ -12,9 +12,10 @@ from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.retention import DAY_MS, RetentionPolicy
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual, wall_clock_ms
-from partbuild.state.replay import load_state
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, manual, wall_clock_ms
+from partbuild.state.log.replay import load_state
+from partbuild.state.log.store import EventLog
 
 GRAPH = Graph([Job("noop", ["noop/{n:int}"], lambda ctx: None)])
 
@@ -31,10 +32,12 @@ def _two_versions(log: EventLog) -> tuple[str, str]:
     return old, load_state(log)[0].canonical["src/a"]
 
 
-def test_orchestrator_drops_old_superseded_instances_once(event_log: EventLog, tmp_path: Path) -> None:
+def test_orchestrator_drops_old_superseded_instances_once(
+    event_log: EventLog, database: Database, tmp_path: Path
+) -> None:
     old, new = _two_versions(event_log)
     policy = RetentionPolicy(retain_days=0, check_interval_ms=DAY_MS)
-    orchestrator = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), retention=policy)
+    orchestrator = Orchestrator(database, GRAPH, warehouse=str(tmp_path), retention=policy)
     try:
         assert orchestrator.step()  # appends the InstanceRetention
         orchestrator.catch_up()
@@ -50,9 +53,11 @@ def test_orchestrator_drops_old_superseded_instances_once(event_log: EventLog, t
     assert kinds.count("instance_retention") == 1
 
 
-def test_orchestrator_keeps_instances_younger_than_the_retention(event_log: EventLog, tmp_path: Path) -> None:
+def test_orchestrator_keeps_instances_younger_than_the_retention(
+    event_log: EventLog, database: Database, tmp_path: Path
+) -> None:
     old, _ = _two_versions(event_log)
-    orchestrator = Orchestrator(event_log, GRAPH, warehouse=str(tmp_path), retention=RetentionPolicy(retain_days=7))
+    orchestrator = Orchestrator(database, GRAPH, warehouse=str(tmp_path), retention=RetentionPolicy(retain_days=7))
     try:
         assert not orchestrator.step()
         assert old in orchestrator.state.instances
@@ -60,7 +65,7 @@ def test_orchestrator_keeps_instances_younger_than_the_retention(event_log: Even
         orchestrator.close()
     # Seven days later (on the writer's clock) the same policy drops it.
     later = Orchestrator(
-        event_log,
+        database,
         GRAPH,
         warehouse=str(tmp_path),
         retention=RetentionPolicy(retain_days=7),
@@ -75,7 +80,8 @@ def test_orchestrator_keeps_instances_younger_than_the_retention(event_log: Even
 
 
 def test_cli_retention_dry_run_then_drop(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         old, new = _two_versions(log)
         head = log.head()
     code, out, err = run_cli(capsys, "retention", "--db", sqlite_url, "--retain-days", "0", "--dry-run")
@@ -91,7 +97,8 @@ def test_cli_retention_dry_run_then_drop(capsys: pytest.CaptureFixture[str], sql
 
 
 def test_cli_runs_cancel(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         log.append([envelope(pb.WantCreate(want_id="w", partition_refs=["noop/1"]))])
         uuid = load_state(log)[0].canonical["noop/1"]
         log.append([envelope(pb.JobRunBuffer(job_run_id="r-1", job_label="noop", instance_uuids=[uuid]))])

@@ -19,11 +19,11 @@ from w1kit import WEEKS, finished, replay, start_orchestrator, wait_for_event, w
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import DEFAULT_NAMESPACE, bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, bucket
 
 CHOSEN = re.compile(r"Using round robin bucket execution\. Bucket id: (\d+)")
 MAX_CYCLES = 5  # W1 needs about three: each level's refs are spread over the buckets

@@ -26,10 +26,10 @@ from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
 
 from examples.clicks.pipeline import build_graph, daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.rules.bucketing import bucket
 
 NAMESPACE = "partbuild"
 TOTAL = 3
@@ -100,7 +100,7 @@ def api(db_url: str, clicks_root: Path) -> Iterator[httpx.Client]:
     from partbuild.api.service import Service
 
     graph = build_graph(clicks_root, days=CLICKS_DAYS, start=CLICKS_START)
-    with EventLog.open(db_url, auto_upgrade=True) as log, serve_service(Service(log, graph=graph)) as server:
+    with Database.open(db_url, auto_upgrade=True) as db, serve_service(Service(db, graph=graph)) as server:
         yield server.client
 
 
@@ -116,7 +116,8 @@ def wait_bucket_runs(db: str, procs: Processes, tmp_path: Path) -> None:
     """Block until each static worker has recorded its bucket_run_start (the layout is then fixed)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     after, seen = 0, 0
-    with EventLog.open(db) as log:
+    with Database.open(db) as database:
+        log = database.log
         while seen < len(WORKERS):
             assert time.monotonic() < deadline, f"{seen} of {len(WORKERS)} bucket_run_start in {START_TIMEOUT_S:g} s"
             assert_running(procs, list(WORKERS), tmp_path)
@@ -162,7 +163,8 @@ def assert_intruder_exited(procs: Processes, tmp_path: Path) -> None:
 
 def logged_events(db: str, upto_seq: int) -> dict[int, pb.Event]:
     """Every event of the log up to `upto_seq`, by seq."""
-    with EventLog.open(db) as log:
+    with Database.open(db) as database:
+        log = database.log
         return {seq: pb.Event.FromString(payload) for seq, payload in log.iter_payloads(upto_seq=upto_seq)}
 
 

@@ -15,11 +15,11 @@ from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sharding import Shard, ShardRejected
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import BucketingConfig, bucket
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import JobRunState, WantState
-from partbuild.state.replay import load_state
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.fold.records import JobRunState, WantState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.replay import load_state
+from partbuild.state.rules.bucketing import BucketingConfig, bucket
 
 from foldkit import Story
 
@@ -118,10 +118,11 @@ def test_a_reshard_admits_the_new_total_and_rejects_the_old() -> None:
 
 
 def test_a_worker_with_an_overlapping_bucket_is_refused_at_start(sqlite_url: str) -> None:
-    with EventLog.open(sqlite_url) as log:
-        Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1)).close()
+    with Database.open(sqlite_url) as db:
+        log = db.log
+        Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1)).close()
         with pytest.raises(ShardRejected, match="namespace 'partbuild' is split into 3 buckets"):
-            Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(2, 1))
+            Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(2, 1))
         state, _ = load_state(log)
     (rejected,) = state.rejections
     assert rejected.event_type == "bucket_run_start" and rejected.seq == 2
@@ -129,8 +130,9 @@ def test_a_worker_with_an_overlapping_bucket_is_refused_at_start(sqlite_url: str
 
 
 def test_a_worker_left_on_the_old_total_after_a_reshard_stops_with_its_runs_rejected(sqlite_url: str) -> None:
-    with EventLog.open(sqlite_url) as log:
-        worker = Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1))
+    with Database.open(sqlite_url) as db:
+        log = db.log
+        worker = Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1))
         log.append([envelope(pb.BucketLayout(namespace="partbuild", bucket_total=2), source=manual("ops"))])
         log.append([envelope(pb.WantCreate(want_id="w", partition_refs=REFS), source=manual("t"))])
         try:
@@ -157,12 +159,13 @@ def test_a_sharded_worker_is_idle_once_its_bucket_waits_only_for_other_buckets(s
         f"top/{n}" for n in range(100) if bucket("partbuild", f"top/{n}", 2) != bucket("partbuild", f"leaf/{n}", 2)
     )
     leaf = top.replace("top", "leaf")
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         log.append([envelope(pb.WantCreate(want_id="w", partition_refs=[top]), source=manual("t"))])
         mine, theirs = bucket("partbuild", top, 2), bucket("partbuild", leaf, 2)
         order = []
         for bucket_id in (mine, theirs, mine):  # the top's owner waits, the leaf's owner builds, then the top
-            worker = Orchestrator(log, TWO_LEVELS, warehouse=str(tmp_path), bucketing=BucketingConfig(2, bucket_id))
+            worker = Orchestrator(db, TWO_LEVELS, warehouse=str(tmp_path), bucketing=BucketingConfig(2, bucket_id))
             assert worker.run_until_idle(timeout_s=30)
             worker.close()
             order.append(load_state(log)[0].wants["w"].state)
@@ -174,21 +177,22 @@ def test_a_sharded_worker_is_idle_once_its_bucket_waits_only_for_other_buckets(s
 @pytest.fixture
 def workers(db_url: str, tmp_path: Path) -> Iterator[list[Orchestrator]]:
     """Three orchestrators owning buckets 1/3, 2/3 and 3/3, each with its own connection, as processes would."""
-    logs = [EventLog.open(db_url, auto_upgrade=True) for _ in range(3)]
+    dbs = [Database.open(db_url, auto_upgrade=True) for _ in range(3)]
     made = [
-        Orchestrator(log, GRAPH, warehouse=str(tmp_path), spark=None, shard=Shard(n, 3), heartbeat_interval_s=0.2)
-        for n, log in zip((1, 2, 3), logs, strict=True)
+        Orchestrator(db, GRAPH, warehouse=str(tmp_path), spark=None, shard=Shard(n, 3), heartbeat_interval_s=0.2)
+        for n, db in zip((1, 2, 3), dbs, strict=True)
     ]
     yield made
-    for orchestrator, log in zip(made, logs, strict=True):
+    for orchestrator, db in zip(made, dbs, strict=True):
         orchestrator.close()
-        log.close()
+        db.close()
 
 
 def test_three_sharded_workers_build_every_wanted_partition_exactly_once(
     workers: list[Orchestrator], db_url: str
 ) -> None:
-    with EventLog.open(db_url) as log:
+    with Database.open(db_url) as db:
+        log = db.log
         log.append([envelope(pb.WantCreate(want_id="w", partition_refs=REFS), source=manual("t"))])
         stop = threading.Event()
         threads = [threading.Thread(target=w.run_until_idle, args=(60, stop)) for w in workers]
@@ -211,8 +215,9 @@ def test_cli_reshard_and_buckets(capsys: pytest.CaptureFixture[str], sqlite_url:
     """`partbuild reshard` records a layout, `partbuild buckets` shows it; bad input is exit 2 with one line."""
     from test_cli import run_cli
 
-    with EventLog.open(sqlite_url) as log:
-        Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2)).close()
+    with Database.open(sqlite_url) as db:
+        log = db.log
+        Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2)).close()
     code, out, _ = run_cli(capsys, "buckets", "--db", sqlite_url, "--json")
     assert code == 0 and json.loads(out) == [
         {"namespace": "partbuild", "bucket_total": 3, "since_seq": 1, "last_round_robin_bucket": None}
@@ -228,7 +233,8 @@ def test_cli_reshard_and_buckets(capsys: pytest.CaptureFixture[str], sqlite_url:
     ):
         code, _, err = run_cli(capsys, "reshard", "--db", sqlite_url, *bad)
         assert code == 2 and message in err and err.count("\n") == 1, err
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         assert log.head() == 2  # bad input recorded nothing
         with pytest.raises(ShardRejected, match="split into 4 buckets"):
-            Orchestrator(log, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2))
+            Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2))

@@ -35,13 +35,14 @@ from partbuild.orchestrator.sources.partitions import PartitionGrouper
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.orchestrator.sources.shards import next_split_keys
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, from_job_run, manual
-from partbuild.state.ids import instance_uuid
-from partbuild.state.live import LiveState
-from partbuild.state.model import InstanceState as I
-from partbuild.state.model import ScanShard
-from partbuild.state.store import EventLog, parse_event
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState as I
+from partbuild.state.fold.records import ScanShard
+from partbuild.state.log.events import envelope, from_job_run, manual
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog, parse_event
+from partbuild.state.rules.ids import instance_uuid
 
 RAW = "raw/clicks/date={date:date}"
 KEYS = "date={date:date}"
@@ -356,8 +357,9 @@ def test_a_scan_starts_over_after_its_rescan_interval(log: EventLog, root: Path)
 
 
 def test_the_orchestrator_builds_from_partitions_its_scanner_discovers(
-    log: EventLog, root: Path, tmp_path: Path
+    database: Database, root: Path, tmp_path: Path
 ) -> None:
+    log = database.log
     write_day(root, 1)
     built: list[str] = []
 
@@ -371,7 +373,7 @@ def test_the_orchestrator_builds_from_partitions_its_scanner_discovers(
         jobs=[Job("daily", ["daily/date={date:date}"], run=run_daily, inputs=lambda p: [raw_ref(1)])],
         sources=[source(root, rescan_every_s=0.2)],
     )
-    orchestrator = Orchestrator(log, graph, warehouse=str(tmp_path / "w"), poll_interval_s=0.01)
+    orchestrator = Orchestrator(database, graph, warehouse=str(tmp_path / "w"), poll_interval_s=0.01)
     try:
         log.append(
             [envelope(pb.WantCreate(want_id="w", partition_refs=["daily/date=2026-01-01"]), source=manual("ann"))]
@@ -388,12 +390,13 @@ SCAN_SCRIPT = textwrap.dedent(
     from partbuild.orchestrator.graph import SourceDataset
     from partbuild.orchestrator.sources.discovery import filesystem_discovery
     from partbuild.orchestrator.sources.scanner import SourceScanner
-    from partbuild.state.live import LiveState
-    from partbuild.state.store import EventLog
+    from partbuild.state.log.live import LiveState
+    from partbuild.state.log.store import EventLog
 
     url, root = sys.argv[1], sys.argv[2]
     source = SourceDataset("raw", "raw/n={n:int}", discovery=filesystem_discovery(root, "n={n:int}", page_items=7))
-    with EventLog.open(url) as log:
+    with Database.open(url) as db:
+        log = db.log
         scanner = SourceScanner(log, LiveState(log), [source], checkpoint_every_s=0.0)
         while True:
             scanner.step()

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.digest import state_digest
-from partbuild.state.model import InstanceState as I
-from partbuild.state.model import WantState as W
+from partbuild.state.fold.records import InstanceState as I
+from partbuild.state.fold.records import WantState as W
+from partbuild.state.log.digest import state_digest
 
 from foldkit import Story
 

@@ -27,9 +27,9 @@ from partbuild.orchestrator.graph import Graph, GraphError, SourceDataset
 from partbuild.orchestrator.sources.discovery import filesystem_discovery
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, system
-from partbuild.state.redact import redacted
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, system
+from partbuild.state.rules.redact import redacted
 
 SOURCES = "/api/v1/sources"
 KEY_1 = b"/etc/secret-path/x"
@@ -125,9 +125,10 @@ def tree(tmp_path: Path) -> Path:
 @pytest.fixture
 def seeded(sqlite_url: str, tree: Path) -> Iterator[ApiServer]:
     """A served graph over a log with the seeded scans."""
-    with EventLog.open(sqlite_url, auto_upgrade=True) as log:
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        log = db.log
         log.append(seeded_events())
-        with serve_service(Service(log, graph=graph_of(tree))) as api:
+        with serve_service(Service(db, graph=graph_of(tree))) as api:
             yield api
 
 
@@ -282,8 +283,9 @@ def test_a_real_scan_is_listed_counted_and_rescanned_on_request(
     sqlite_url: str, tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     graph = graph_of(tree)
-    with EventLog.open(sqlite_url, auto_upgrade=True) as log:
-        service = Service(log, graph=graph)
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        log = db.log
+        service = Service(db, graph=graph)
         scanner = SourceScanner(log, service.live, [graph.sources["raw"]], checkpoint_every_s=3600)
         scan_until_done(scanner, service, "raw", 1)
         cursor = service.state.sources["raw"].shards[0].last_key
@@ -373,7 +375,8 @@ def test_cli_bad_input_is_exit_code_2_and_one_line(
         assert len(err.strip().splitlines()) == 1 and err.startswith("partbuild: error:"), err
     code, _, err = run_cli(capsys, "sources", "--as-of", "99", *target)
     assert code == 2 and "99" in err
-    with EventLog.open(sqlite_url) as log:
+    with Database.open(sqlite_url) as db:
+        log = db.log
         assert log.head() == 4  # bad input changed nothing
 
 

@@ -25,9 +25,9 @@ from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want
 
 from examples.clicks.pipeline import weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState, JobRunState, WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTUP_TIMEOUT_S = 180

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.digest import state_digest
-from partbuild.state.snapshot import decode_state, encode_state
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.snapshot import decode_state, encode_state
 
 from foldkit import Story
 from foldkit import subscription as create

@@ -14,7 +14,7 @@ from partbuild.api import subscription_models as sm
 from partbuild.api.service import Service
 from partbuild.api.webhook_payloads import render
 from partbuild.orchestrator.delivery.deliverer import Deliverer
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQ="
 
@@ -27,10 +27,10 @@ def metric(text: str, name: str, labels: str) -> float:
 
 def test_metrics_follow_deliveries_failures_and_lag(tmp_path: Path) -> None:
     with (
-        EventLog.open(f"sqlite:///{tmp_path / 'pb.db'}") as log,
+        Database.open(f"sqlite:///{tmp_path / 'pb.db'}") as db,
         Receiver(SECRET, failing_groups({"bad/1"}, 400)) as hook,
     ):
-        service = Service(log)
+        service = Service(db)
         request = sm.SubscriptionRequest(name="hooks", endpoint=hook.url, secret=SECRET)
         service.create_subscription(request)
         service.pause_subscription("hooks")
@@ -39,7 +39,7 @@ def test_metrics_follow_deliveries_failures_and_lag(tmp_path: Path) -> None:
         paused = generate_latest(service.registry).decode()
         assert metric(paused, "partbuild_subscription_lag_events", 'subscription="hooks"') == 4  # the pause and 3 wants
         service.resume_subscription("hooks")
-        deliverer = Deliverer(service.live, render).start()
+        deliverer = Deliverer(service.live, db.deliveries, render).start()
         try:
             hook.wait_for(lambda got: {r.group for r in got} >= {"good/0", "good/1", "good/2"}, timeout_s=20)
             service.live.catch_up()

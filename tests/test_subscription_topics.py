@@ -1,4 +1,4 @@
-"""Composite topics of webhook subscriptions (state/topics.py): K chains, routing, shard ranges, consistency."""
+"""Composite topics of webhook subscriptions (state/rules/topics.py): K chains, routing, shard ranges, consistency."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partbuild.state.topics import (
+from partbuild.state.rules.topics import (
     MAX_PARTITIONS,
     CompositeTopic,
     StorageTopic,
@@ -23,7 +23,7 @@ from partbuild.state.topics import (
     shard_partitions,
     valid_partition_count,
 )
-from partbuild.state.topics import _shard_signature as _shard_signature  # the rule the brute force checks
+from partbuild.state.rules.topics import _shard_signature as _shard_signature  # the rule the brute force checks
 
 VALID_COUNTS = [count for count in range(1, MAX_PARTITIONS + 1) if valid_partition_count(count)]
 SMALL_COUNTS = [count for count in VALID_COUNTS if count <= 24]

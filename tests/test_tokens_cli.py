@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from conftest import graphless_api_server
 
 from partbuild.api.cli import main
-from partbuild.state.store import EventLog
-from partbuild.state.tokens import TOKEN_PREFIX, Role, TokenExists, UnknownToken, token_hash
+from partbuild.state.database import Database
+from partbuild.state.ops.tokens import TOKEN_PREFIX, Role, TokenExists, UnknownToken, token_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,8 +75,9 @@ def test_tokens_bad_input_exits_2_with_one_line(
 
 
 def test_token_store_on_each_backend(db_url: str) -> None:
-    with EventLog.open(db_url, auto_upgrade=True) as log:
-        store = log.tokens
+    with Database.open(db_url, auto_upgrade=True) as db:
+        log = db.log
+        store = db.tokens
         assert store.all() == [] and store.by_hash() == {}
         token = store.add("ann", Role.READER, now_ms=10)
         other = store.add("bob", Role.ADMIN, now_ms=20)
@@ -110,9 +111,9 @@ def test_token_store_on_each_backend(db_url: str) -> None:
 def test_the_cli_sends_its_token_from_the_option_or_the_environment(
     capsys: pytest.CaptureFixture[str], sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with EventLog.open(sqlite_url) as log:
-        reader = log.tokens.add("rita", Role.READER, now_ms=1)
-        writer = log.tokens.add("walt", Role.WRITER, now_ms=1)
+    with Database.open(sqlite_url) as db:
+        reader = db.tokens.add("rita", Role.READER, now_ms=1)
+        writer = db.tokens.add("walt", Role.WRITER, now_ms=1)
     with graphless_api_server(sqlite_url) as api:
         code, _, err = run_cli(capsys, "wants", "list", "--server", api.url)
         assert code == 2 and err.count("\n") == 1 and "needs a token" in err and "--token" in err
@@ -182,8 +183,8 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
 def test_the_loopback_rule_with_real_processes(tmp_path: Path) -> None:
     """Started together (each start costs seconds of imports): refusals of serve and up, --insecure, a token."""
     open_db, closed_db = f"sqlite:///{tmp_path / 'open.db'}", f"sqlite:///{tmp_path / 'closed.db'}"
-    with EventLog.open(closed_db) as log:
-        token = log.tokens.add("ops", Role.ADMIN, now_ms=1)
+    with Database.open(closed_db) as db:
+        token = db.tokens.add("ops", Role.ADMIN, now_ms=1)
     exe, anywhere = partbuild_exe(), ["--host", "0.0.0.0"]
     graph = ["--graph", str(ROOT / "examples" / "clicks" / "pipeline.py")]
     refused = [

@@ -17,12 +17,12 @@ from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, week_days_
 from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState, WantState
-from partbuild.state.queries import lineage, ref_history
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, WantState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
+from partbuild.state.rules.queries import lineage, ref_history
 
 WEEKS = weeks_in_range(CLICKS_DAYS, CLICKS_START)
 

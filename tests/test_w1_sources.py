@@ -41,9 +41,9 @@ from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery, object_store_discovery
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.model import InstanceState, WantState
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import InstanceState, WantState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
 
 DAYS = 10  # 2026-01-01 (a Thursday) .. 01-10: 2026-W01 has 4 days, 2026-W02 6
 ROWS = 200

@@ -31,9 +31,10 @@ from partbuild.api import models as m
 from partbuild.api.service import Service
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, manual
-from partbuild.state.store import EventLog
-from partbuild.state.tokens import Role
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
+from partbuild.state.ops.tokens import Role
 
 DAYS = 6  # 2026-01-01..06: week 2026-W01 has 4 days, 2026-W02 has 2
 WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START))
@@ -424,9 +425,9 @@ class Guarded:
 @pytest.fixture(scope="module")
 def guarded(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guarded]:
     url = f"sqlite:///{tmp_path_factory.mktemp('browser-auth') / 'partbuild.db'}"
-    with EventLog.open(url, auto_upgrade=True) as log:
+    with Database.open(url, auto_upgrade=True) as db:
         tokens = {
-            name: log.tokens.add(name, role, now_ms=1) for name, role in [("rita", Role.READER), ("wes", Role.WRITER)]
+            name: db.tokens.add(name, role, now_ms=1) for name, role in [("rita", Role.READER), ("wes", Role.WRITER)]
         }
     with graphless_api_server(url) as api:
         # Something to write on: an active want (cancelable) and a Live ref (taintable).

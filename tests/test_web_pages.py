@@ -24,8 +24,8 @@ from partbuild.api.app import create_app
 from partbuild.api.service import Service
 from partbuild.api.web.security import SECURITY_HEADERS
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, from_job_run, manual
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope, from_job_run, manual
 
 RAW = "raw/clicks/date=2026-01-01"
 DAILY = "agg/daily_clicks/date=2026-01-01"
@@ -73,8 +73,8 @@ def _build_state(service: Service) -> tuple[str, str, int, int]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     path: Path = tmp_path_factory.mktemp("web") / "partbuild.db"
-    with EventLog.open(f"sqlite:///{path}", auto_upgrade=True) as log:
-        service = Service(log)
+    with Database.open(f"sqlite:///{path}", auto_upgrade=True) as db:
+        service = Service(db)
         raw_uuid, daily_uuid, before, taint_seq = _build_state(service)
         with TestClient(create_app(service)) as client:
             yield World(client, service, raw_uuid, daily_uuid, before, taint_seq)

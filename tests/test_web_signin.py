@@ -19,14 +19,14 @@ from partbuild.api.app import create_app
 from partbuild.api.auth import SESSION_COOKIE, Authenticator
 from partbuild.api.service import Service
 from partbuild.api.web.signin import safe_next
-from partbuild.state.store import EventLog
-from partbuild.state.tokens import Role
+from partbuild.state.database import Database
+from partbuild.state.ops.tokens import Role
 
 
 @dataclass
 class Site:
     app: object
-    log: EventLog
+    db: Database
     service: Service
     tokens: dict[str, str]
 
@@ -37,14 +37,14 @@ class Site:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     path: Path = tmp_path_factory.mktemp("signin") / "partbuild.db"
-    with EventLog.open(f"sqlite:///{path}", auto_upgrade=True) as log:
+    with Database.open(f"sqlite:///{path}", auto_upgrade=True) as db:
         roles = {"rita": Role.READER, "wes": Role.WRITER, "ada": Role.ADMIN}
-        tokens = {name: log.tokens.add(name, role, now_ms=1) for name, role in roles.items()}
-        service = Service(log)
+        tokens = {name: db.tokens.add(name, role, now_ms=1) for name, role in roles.items()}
+        service = Service(db)
         app = create_app(service)
-        app.state.auth = Authenticator(log.tokens, max_age_s=0.0)  # revocations seen at once
+        app.state.auth = Authenticator(db.tokens, max_age_s=0.0)  # revocations seen at once
         with TestClient(app):  # runs the lifespan (the service's tailer) once for the module
-            yield Site(app, log, service, tokens)
+            yield Site(app, db, service, tokens)
 
 
 def _csrf(html: str) -> str:
@@ -87,10 +87,10 @@ def test_a_reader_sees_pages_without_forms_and_cannot_post(site: Site) -> None:
     browser = signed_in(site, "rita", "/wants")
     html = browser.get("/wants").text
     assert "rita (reader)" in html and 'id="want-form"' not in html and 'id="signout-form"' in html
-    head = site.log.head()
+    head = site.db.log.head()
     posted = browser.post("/actions/want", data={"csrf": _csrf(html), "mode": "one", "ref": "x/reader"})
     assert posted.status_code == 403 and "rita (reader) may not change anything" in posted.text
-    assert site.log.head() == head
+    assert site.db.log.head() == head
 
 
 def test_a_writer_wants_through_the_form_and_is_recorded_by_token_name(site: Site) -> None:
@@ -101,7 +101,7 @@ def test_a_writer_wants_through_the_form_and_is_recorded_by_token_name(site: Sit
     posted = browser.post("/actions/want", data=form, headers={"X-Partbuild-User": "mallory"})
     assert posted.status_code == 303, posted.text[:500]
     site.service.refresh()
-    [stored] = site.log.read(site.log.head() - 1, 1)
+    [stored] = site.db.log.read(site.db.log.head() - 1, 1)
     assert stored.event_type == "want_create" and stored.to_event().source.manual.user == "wes"
 
 
@@ -112,10 +112,10 @@ def test_signing_out_and_revoking_end_the_session(site: Site) -> None:
     assert out.status_code == 303 and out.headers["location"] == "/signin"
     assert browser.get("/").status_code == 303
     name = "temp"
-    site.tokens[name] = site.log.tokens.add(name, Role.READER, now_ms=2)
+    site.tokens[name] = site.db.tokens.add(name, Role.READER, now_ms=2)
     browser = signed_in(site, name)
     assert browser.get("/").status_code == 200
-    site.log.tokens.revoke(name, now_ms=3)
+    site.db.tokens.revoke(name, now_ms=3)
     assert browser.get("/").status_code == 303
 
 

@@ -24,7 +24,7 @@ from partbuild.api.webhook_payloads import (
     renders,
 )
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope
+from partbuild.state.log.events import envelope
 
 from foldkit import Story
 

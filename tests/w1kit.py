@@ -14,9 +14,9 @@ from conftest import CLICKS_DAYS, CLICKS_START
 
 from examples.clicks.pipeline import weekly_ref, weeks_in_range
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, manual
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.store import EventLog
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WEEKS = weeks_in_range(CLICKS_DAYS, CLICKS_START)

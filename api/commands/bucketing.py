@@ -21,7 +21,7 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
-from partbuild.state.bucketing import (
+from partbuild.state.rules.bucketing import (
     DEFAULT_NAMESPACE,
     BucketingConfig,
     BucketingConfigError,

@@ -20,9 +20,9 @@ from partbuild.api.client import HttpClient
 from partbuild.api.service import Service
 from partbuild.api.surface import Client
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
+from partbuild.state.database import Database
+from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
 from partbuild.state.migrate import SchemaNotReady
-from partbuild.state.replay import DEFAULT_SNAPSHOT_EVERY
-from partbuild.state.store import EventLog
 
 DEFAULT_DB = "sqlite:///partbuild.db"
 
@@ -136,12 +136,12 @@ def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = No
         with HttpClient(target.server, token=target.token) as client:
             yield client
         return
-    with open_log(target.db_url, must_exist=must_exist) as log:
-        if log.head() >= render.PROGRESS_THRESHOLD and render.err_console.is_terminal:
+    with open_database(target.db_url, must_exist=must_exist) as db:
+        if db.log.head() >= render.PROGRESS_THRESHOLD and render.err_console.is_terminal:
             with render.err_console.status("reading the log"):
-                service = Service(log, graph=graph)
+                service = Service(db, graph=graph)
         else:
-            service = Service(log, graph=graph)
+            service = Service(db, graph=graph)
         yield service  # the service is the in-process client
 
 
@@ -153,8 +153,8 @@ def sqlite_path(db_url: str) -> Path | None:
     return Path(url.database)
 
 
-def open_log(db_url: str, *, must_exist: bool) -> EventLog:
-    """Open the event log, turning every way this can fail into one clear line."""
+def open_database(db_url: str, *, must_exist: bool) -> Database:
+    """Open the database (its log and operational stores), turning every way this can fail into one clear line."""
     try:
         path = sqlite_path(db_url)
     except sa.exc.ArgumentError:
@@ -162,7 +162,7 @@ def open_log(db_url: str, *, must_exist: bool) -> EventLog:
     if must_exist and path is not None and not path.exists():
         raise click.BadParameter(f"no database at {path} (create one with 'partbuild demo')", param_hint="'--db'")
     try:
-        return EventLog.open(db_url)
+        return Database.open(db_url)
     except SchemaNotReady as exc:
         raise CommandFailed(str(exc)) from None
     except (sa.exc.NoSuchModuleError, ValueError) as exc:

@@ -16,12 +16,12 @@ from partbuild.api.commands.common import (
     connect,
     db_option,
     json_option,
-    open_log,
+    open_database,
     target_options,
 )
-from partbuild.state.group_verify import verify_report
-from partbuild.state.replay import Progress
-from partbuild.state.store import EventLog
+from partbuild.state.log.group_verify import verify_report
+from partbuild.state.log.replay import Progress
+from partbuild.state.log.store import EventLog
 
 SHOWN_PROBLEMS = 20
 
@@ -77,7 +77,8 @@ def verify_command(db_url: str) -> None:
     decision was made by the owner of its partitions' buckets. Exit 0 with a
     summary when they hold; exit 1 listing the first problems when not.
     """
-    with open_log(db_url, must_exist=True) as log:
+    with open_database(db_url, must_exist=True) as db:
+        log = db.log
         head = log.head()
         with render.progress("verifying", 0, head) as progress:
             report = verify_report(_payloads(log, progress))

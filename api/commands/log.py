@@ -17,15 +17,15 @@ from partbuild.api.commands.common import (
     connect,
     db_option,
     json_option,
-    open_log,
+    open_database,
     sqlite_path,
     target_options,
     user_option,
 )
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
-from partbuild.state.audit import AuditInputError, AuditReport, RejectedEvent, audit
+from partbuild.state.log.audit import AuditInputError, AuditReport, RejectedEvent, audit
+from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
-from partbuild.state.replay import load_state, save_snapshot
 
 APPEND_BATCH = 2_000
 
@@ -47,8 +47,8 @@ def db_upgrade(db_url: str) -> None:
         upgrade(db_url)
     except sa.exc.OperationalError as exc:
         raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
-    with open_log(db_url, must_exist=False) as log:
-        render.console.print(f"database at revision {log.schema_revision()}, log head seq {log.head()}")
+    with open_database(db_url, must_exist=False) as db:
+        render.console.print(f"database at revision {db.schema_revision()}, log head seq {db.log.head()}")
 
 
 @click.command()
@@ -91,7 +91,8 @@ def replay(
 def _replay_database(
     db_url: str, as_of: int | None, verify: bool, save_snapshot: bool, rejected_limit: int
 ) -> AuditReport:
-    with open_log(db_url, must_exist=True) as log:
+    with open_database(db_url, must_exist=True) as db:
+        log = db.log
         head = log.head()
         try:
             with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
@@ -143,7 +144,8 @@ def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
             raise click.BadParameter("--fresh only deletes SQLite files", param_hint="'--fresh'")
         for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
             leftover.unlink(missing_ok=True)
-    with open_log(db_url, must_exist=False) as log:
+    with open_database(db_url, must_exist=False) as db:
+        log = db.log
         head = log.head()
         if head:
             raise click.BadParameter(

@@ -20,7 +20,7 @@ from partbuild.api.commands.common import (
     configure_logging,
     db_option,
     host_option,
-    open_log,
+    open_database,
     port_option,
     read_graph,
     retain_days_option,
@@ -30,7 +30,7 @@ from partbuild.api.commands.tokens import insecure_option, refuse_open_access
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
-from partbuild.state.live import LiveState
+from partbuild.state.log.live import LiveState
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
@@ -126,9 +126,9 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: b
     graph = read_graph(graph_path) if graph_path is not None else None
     sock = _listen(host, port)
     configure_logging()
-    with sock, open_log(db_url, must_exist=False) as log:
-        refuse_open_access(host, insecure, log)
-        app = create_app(Service(log, graph=graph, snapshot_every=snapshot_every))
+    with sock, open_database(db_url, must_exist=False) as db:
+        refuse_open_access(host, insecure, db)
+        app = create_app(Service(db, graph=graph, snapshot_every=snapshot_every))
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         _serve_http(app, sock, on_stop=lambda: None)
 
@@ -182,16 +182,18 @@ def up(
     sock = _listen(host, port)
     configure_logging()
     spark = lazy_spark_session(master, conf=dict(spark_conf))  # started by the first job run
-    with sock, open_log(db_url, must_exist=False) as log:
-        refuse_open_access(host, insecure, log)
+    with sock, open_database(db_url, must_exist=False) as db:
+        refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
-        live = LiveState(log, snapshot_every=snapshot_every)
+        live = LiveState(db.log, snapshot_every=snapshot_every)
         orchestrator = Orchestrator(
-            log, graph, warehouse=warehouse, spark=spark, live=live, retention=_retention(retain_days)
+            db, graph, warehouse=warehouse, spark=spark, live=live, retention=_retention(retain_days)
         )
-        app = create_app(Service(log, graph=graph, live=live, on_append=orchestrator.wake))
+        app = create_app(Service(db, graph=graph, live=live, on_append=orchestrator.wake))
         background = _Background(orchestrator)
-        deliverer = Deliverer(live, render_payload, selector=selector).start() if selector is not None else None
+        deliverer = (
+            Deliverer(live, db.deliveries, render_payload, selector=selector).start() if selector is not None else None
+        )
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop)
@@ -286,7 +288,7 @@ def _group_config(group_name: str | None, buckets: int, member_timeout: float) -
     if group_name is None:
         return None
     from partbuild.orchestrator.group.steps import GroupConfig
-    from partbuild.state.members import check_group_name
+    from partbuild.state.ops.members import check_group_name
 
     ctx = click.get_current_context()
     for name, option in _STATIC_BUCKET_OPTIONS.items():
@@ -371,13 +373,13 @@ def run(
     bucketing = None if group is not None else bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     stop = threading.Event()
-    with open_log(db_url, must_exist=False) as log, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
+    with open_database(db_url, must_exist=False) as db, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
         orchestrator = Orchestrator(
-            log,
+            db,
             graph,
             warehouse=warehouse,
             spark=lazy_spark_session(master, conf=dict(spark_conf)),  # started by the first job run
-            snapshots=log.snapshots,
+            snapshots=db.log.snapshots,
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,

@@ -20,7 +20,7 @@ from partbuild.api.commands.common import (
     connect,
     db_option,
     json_option,
-    open_log,
+    open_database,
     target_options,
     user_option,
 )
@@ -285,7 +285,7 @@ def deliver(db_url: str, shards: str) -> None:
     """Deliver subscriptions' events from this process (its shards; SIGTERM/SIGINT stop it)."""
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
-    from partbuild.state.live import LiveState
+    from partbuild.state.log.live import LiveState
 
     try:
         selector = ShardSelector.parse(shards)
@@ -295,11 +295,11 @@ def deliver(db_url: str, shards: str) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     configure_logging()  # a failing endpoint or a fenced step is logged, as in `up`
-    with open_log(db_url, must_exist=False) as log:
-        live = LiveState(log)
+    with open_database(db_url, must_exist=False) as db:
+        live = LiveState(db.log)
         live.start_tailing()
-        deliverer = Deliverer(live, render_payload, selector=selector).start()
-        click.echo(f"partbuild deliver: shards {shards} of every subscription, {log.describe()}")
+        deliverer = Deliverer(live, db.deliveries, render_payload, selector=selector).start()
+        click.echo(f"partbuild deliver: shards {shards} of every subscription, {db.describe()}")
         try:
             stop.wait()
         finally:

@@ -1,6 +1,6 @@
 """API tokens: `tokens add NAME --role ROLE` (prints the token once), `tokens list`, `tokens revoke NAME`.
 
-Tokens live in the database (`log.tokens`), so these commands take `--db` only: whoever
+Tokens live in the database (`Database.tokens`), so these commands take `--db` only: whoever
 can open the database can do anything already. Also the rule `serve` and `up` follow
 before they listen: open access (no tokens) only on a loopback address, unless `--insecure`.
 """
@@ -14,9 +14,9 @@ from rich.table import Table
 
 from partbuild.api import render
 from partbuild.api.auth import is_loopback
-from partbuild.api.commands.common import BadInput, db_option, json_option, open_log
-from partbuild.state.store import EventLog
-from partbuild.state.tokens import Role, TokenExists, UnknownToken
+from partbuild.api.commands.common import BadInput, db_option, json_option, open_database
+from partbuild.state.database import Database
+from partbuild.state.ops.tokens import Role, TokenExists, UnknownToken
 
 ROLE_NAMES = [role.value for role in Role]
 
@@ -27,9 +27,9 @@ insecure_option = click.option(
 )
 
 
-def refuse_open_access(host: str, insecure: bool, log: EventLog) -> None:
+def refuse_open_access(host: str, insecure: bool, db: Database) -> None:
     """Exit 2 when `host` is not loopback and access would be open (no tokens), unless `insecure`."""
-    if insecure or is_loopback(host) or log.tokens.all():
+    if insecure or is_loopback(host) or db.tokens.all():
         return
     raise BadInput(
         f"refusing open access on non-loopback address {host}: the database has no API token "
@@ -56,9 +56,9 @@ def add_command(name: str, role_name: str, db_url: str) -> None:
         role = Role.parse(role_name)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    with open_log(db_url, must_exist=False) as log:
+    with open_database(db_url, must_exist=False) as db:
         try:
-            token = log.tokens.add(name, role, _now_ms())
+            token = db.tokens.add(name, role, _now_ms())
         except (TokenExists, ValueError) as exc:
             raise BadInput(str(exc)) from None
     click.echo(token)
@@ -72,8 +72,8 @@ def add_command(name: str, role_name: str, db_url: str) -> None:
 @json_option
 def list_command(db_url: str, as_json: bool) -> None:
     """Every token: name, role, when created and revoked (never the token or its hash)."""
-    with open_log(db_url, must_exist=True) as log:
-        tokens = log.tokens.all()
+    with open_database(db_url, must_exist=True) as db:
+        tokens = db.tokens.all()
     if not tokens and not as_json:
         click.echo("no token: the API is open to anyone who can reach it (loopback only, unless --insecure)")
         return
@@ -95,9 +95,9 @@ def list_command(db_url: str, as_json: bool) -> None:
 @db_option
 def revoke_command(name: str, db_url: str) -> None:
     """Revoke the token NAME: it and its web sessions stop working within a second."""
-    with open_log(db_url, must_exist=True) as log:
+    with open_database(db_url, must_exist=True) as db:
         try:
-            revoked = log.tokens.revoke(name, _now_ms())
+            revoked = db.tokens.revoke(name, _now_ms())
         except UnknownToken as exc:
             raise BadInput(str(exc.args[0])) from None
     click.echo(f"token {name!r} revoked" if revoked else f"token {name!r} was revoked already")

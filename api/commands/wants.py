@@ -13,7 +13,7 @@ from partbuild.api.client import create_wants_chunked
 from partbuild.api.commands.common import Target, connect, json_option, read_graph, target_options, user_option
 from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.orchestrator.graph import Graph, GraphError
-from partbuild.state.refs import ref_problem
+from partbuild.state.rules.refs import ref_problem
 
 
 @click.command()

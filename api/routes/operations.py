@@ -5,7 +5,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from partbuild.api.auth import require
 from partbuild.api.routes.common import ServiceDep, operations_router
-from partbuild.state.tokens import Role
+from partbuild.state.ops.tokens import Role
 
 router = operations_router("health", "bucket_layouts", "reshard", tags=["operations"])
 

@@ -15,7 +15,7 @@ from typing import Any
 from partbuild.api.convert import event_out
 from partbuild.api.service import Service
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.store import StoredEvent, parse_event
+from partbuild.state.log.store import StoredEvent, parse_event
 
 PAGE = 50
 WINDOW = 500

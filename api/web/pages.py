@@ -49,7 +49,7 @@ from partbuild.api.web.event_view import EVENT_TYPES, events_page
 from partbuild.api.web.forms import FormInvalid, WantForm, patterns
 from partbuild.api.web.security import secure
 from partbuild.api.web.templating import Page, page_for, render
-from partbuild.state.model import InstanceState, JobRunState, WantState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 
 router = APIRouter(include_in_schema=False)
 HISTORY_SHOWN = 200

@@ -20,8 +20,8 @@ from partbuild.api import models as m
 from partbuild.api.convert import instance_out, job_run_out, want_detail_out, want_out
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.service import Service
-from partbuild.state.build_state import BuildState
-from partbuild.state.model import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
 
 PAGE = 50
 SCAN_BUDGET = 20_000

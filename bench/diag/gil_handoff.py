@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scan_decision_latency import SOURCE, build_tree, graph_for, pct
 
 from partbuild.orchestrator.sources.scanner import SourceScanner
-from partbuild.state.live import LiveState
-from partbuild.state.store import EventLog
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
 
 
 def handoffs(until: callable, limit: int) -> tuple[list[float], list[float]]:  # type: ignore[valid-type]

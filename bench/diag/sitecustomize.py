@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from partbuild.state import store
+from partbuild.state.log import store
 
 _append = store.EventLog.append
 

@@ -22,8 +22,8 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import envelope, from_job_run, manual, system
-from partbuild.state.ids import instance_uuid
+from partbuild.state.log.events import envelope, from_job_run, manual, system
+from partbuild.state.rules.ids import instance_uuid
 
 DAY_MS = 86_400_000
 START_DATE = dt.date(2026, 1, 5)  # a Monday, so simulated weeks are whole ISO weeks

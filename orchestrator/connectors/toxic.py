@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Self
 
-from partbuild.state.model import MAX_SCAN_KEY_BYTES as MAX_ITEM_KEY_BYTES
-from partbuild.state.model import MAX_SCAN_TOKEN_BYTES as MAX_RESUME_TOKEN_BYTES
-from partbuild.state.redact import digest_prefix as _digest_prefix
+from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES as MAX_ITEM_KEY_BYTES
+from partbuild.state.fold.records import MAX_SCAN_TOKEN_BYTES as MAX_RESUME_TOKEN_BYTES
+from partbuild.state.rules.redact import digest_prefix as _digest_prefix
 
 MAX_ITEM_REF_BYTES = 16384
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from partbuild.orchestrator.delivery.sender import Sender
 from partbuild.orchestrator.delivery.shard import Render, ShardStep
-from partbuild.state.deliveries import Control, DeliveryStore
-from partbuild.state.live import LiveState
-from partbuild.state.subscriptions import Subscription
+from partbuild.state.log.live import LiveState
+from partbuild.state.ops.deliveries import Control, DeliveryStore
+from partbuild.state.rules.subscriptions import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,11 @@ class ShardSelector:
 class ShardRunner:
     """One shard of one subscription layout, stepping in a thread until the layout changes or it is stopped."""
 
-    def __init__(self, live: LiveState, sub: Subscription, shard_id: int, render: Render, poll_s: float) -> None:
+    def __init__(
+        self, live: LiveState, store: DeliveryStore, sub: Subscription, shard_id: int, render: Render, poll_s: float
+    ) -> None:
         self.live, self.sub, self.shard_id, self.render, self.poll_s = live, sub, shard_id, render, poll_s
-        self.store: DeliveryStore = live.log.deliveries
+        self.store = store
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._main, name=f"deliver-{sub.name}-{shard_id}", daemon=True)
 
@@ -97,7 +99,7 @@ class ShardRunner:
                     await asyncio.sleep(5)
                     continue
                 control = self._apply_resets(sub)
-                step = ShardStep(self.live, sub, self.shard_id, sender, self.render, secret, head_seq=head)
+                step = ShardStep(self.live, self.store, sub, self.shard_id, sender, self.render, secret, head_seq=head)
                 did = await step.run(control)
                 if not did:
                     await asyncio.sleep(self.poll_s)
@@ -123,9 +125,16 @@ class Deliverer:
     """Runs this process's shards of every active subscription, following the log."""
 
     def __init__(
-        self, live: LiveState, render: Render, *, selector: ShardSelector | None = None, poll_s: float = 0.02
+        self,
+        live: LiveState,
+        store: DeliveryStore,
+        render: Render,
+        *,
+        selector: ShardSelector | None = None,
+        poll_s: float = 0.02,
     ) -> None:
-        self.live, self.render, self.poll_s = live, render, poll_s
+        """Deliver what `live` folds; where deliveries stand is in `store` (the same database's)."""
+        self.live, self.store, self.render, self.poll_s = live, store, render, poll_s
         self.selector = selector or ShardSelector()
         self.runners: dict[tuple[str, int], ShardRunner] = {}
         self._dropped: set[str] = set()
@@ -163,7 +172,7 @@ class Deliverer:
         for sub in subs:
             if sub.status == "deleted" and sub.key not in self._dropped and not self._running(sub.key):
                 # Only once its runners stopped (below, then a later look): a step in flight writes again.
-                self.live.log.deliveries.drop(sub.key)
+                self.store.drop(sub.key)
                 self._dropped.add(sub.key)
             if sub.status == "active":
                 for shard_id in self.selector.shards(sub.shard_count):
@@ -175,5 +184,5 @@ class Deliverer:
                     del self.runners[key]
         for key, sub in wanted.items():
             if key not in self.runners:
-                runner = self.runners[key] = ShardRunner(self.live, sub, key[1], self.render, self.poll_s)
+                runner = self.runners[key] = ShardRunner(self.live, self.store, sub, key[1], self.render, self.poll_s)
                 runner.start()

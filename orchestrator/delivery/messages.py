@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.subscriptions import Subscription
-from partbuild.state.topics import group_hash
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.rules.subscriptions import Subscription
+from partbuild.state.rules.topics import group_hash
 
 _RUN_EVENTS = {
     "job_run_buffer",

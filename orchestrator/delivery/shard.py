@@ -32,12 +32,12 @@ import blake3
 from partbuild.orchestrator.delivery.messages import Message, messages_for
 from partbuild.orchestrator.delivery.sender import Outcome, Sender
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.deliveries import Commit, Control, DeliveryStore, Layout, NewMessage, Queued
-from partbuild.state.live import LiveState
-from partbuild.state.store import StoredEvent
-from partbuild.state.subscriptions import Subscription
-from partbuild.state.topics import CompositeTopic, route, shard_of_partition
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import StoredEvent
+from partbuild.state.ops.deliveries import Commit, Control, DeliveryStore, Layout, NewMessage, Queued
+from partbuild.state.rules.subscriptions import Subscription
+from partbuild.state.rules.topics import CompositeTopic, route, shard_of_partition
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", NewMessage, Queued)
@@ -117,6 +117,7 @@ class ShardStep:
     def __init__(
         self,
         live: LiveState,
+        store: DeliveryStore,
         sub: Subscription,
         shard_id: int,
         sender: Sender,
@@ -130,7 +131,7 @@ class ShardStep:
         """`head_seq`: read the main topic up to there (the head when `sub` was read); None: the live head."""
         self.live, self.sub, self.shard_id = live, sub, shard_id
         self.head_seq = head_seq
-        self.store: DeliveryStore = live.log.deliveries
+        self.store = store
         self.sender, self.render, self.secret = sender, render, secret
         self.now_ms = now_ms
         self._limit = asyncio.Semaphore(concurrency)

@@ -1,12 +1,12 @@
 """Membership of a worker group, as a worker sees it: join, heartbeat, leave; who is alive; who leads.
 
-The rows live in `group_members` (`partbuild.state.members`), not in the event
+The rows live in `group_members` (`partbuild.state.ops.members`), not in the event
 log. A member is dead once its last heartbeat is older than the member timeout;
 a dead member hears it on its next heartbeat (`MemberDeclaredDead`) and must
 stop acting for the group, then rejoin as a new task if it wants to continue.
 
 The leader is the holder of the group's lock (`GroupMember.leader_lock()`, see
-`partbuild.state.leader_lock`): no election protocol. The leader reaps dead
+`partbuild.state.ops.leader_lock`): no election protocol. The leader reaps dead
 members' rows (`Group.reap`).
 
 The group survives the loss of any member, its leader's included. A leader
@@ -38,9 +38,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
-from partbuild.state.leader_lock import LeaderLock, LockHolder, task_digest
-from partbuild.state.members import Heartbeat, Member, check_group_name
-from partbuild.state.store import EventLog
+from partbuild.state.database import Database
+from partbuild.state.ops.leader_lock import LeaderLock, LockHolder, task_digest
+from partbuild.state.ops.members import Heartbeat, Member, check_group_name
 
 Clock = Callable[[], int]
 
@@ -70,12 +70,12 @@ class MemberDeclaredDead(RuntimeError):
 
 
 class Group:
-    """One worker group on one log: its members' rows and its leader lock."""
+    """One worker group on one database: its members' rows and its leader lock."""
 
-    def __init__(self, log: EventLog, name: str, *, member_timeout_ms: int, clock: Clock = wall_clock_ms) -> None:
+    def __init__(self, db: Database, name: str, *, member_timeout_ms: int, clock: Clock = wall_clock_ms) -> None:
         if member_timeout_ms <= 0:
             raise ValueError(f"member timeout must be > 0 ms, got {member_timeout_ms}")
-        self.log = log
+        self.db = db
         self.name = check_group_name(name)
         self.member_timeout_ms = member_timeout_ms
         self.clock = clock
@@ -95,24 +95,24 @@ class Group:
             buckets=buckets,
             info=dict(info or {}),
         )
-        self.log.members.join(member)
+        self.db.members.join(member)
         return GroupMember(self, member)
 
     def live_members(self) -> list[Member]:
         """Members whose last heartbeat is within the timeout now, ordered by start, then task id."""
-        return self.log.members.live(self.name, self.clock(), self.member_timeout_ms)
+        return self.db.members.live(self.name, self.clock(), self.member_timeout_ms)
 
     def all_members(self) -> list[Member]:
         """Every row of the group, including dead members not reaped yet."""
-        return self.log.members.members(self.name)
+        return self.db.members.members(self.name)
 
     def reap(self) -> list[str]:
         """Delete the rows of dead members (the leader's job); their task ids."""
-        return self.log.members.reap(self.name, self.clock(), self.member_timeout_ms)
+        return self.db.members.reap(self.name, self.clock(), self.member_timeout_ms)
 
     def leader_lock(self, task_id: str | None = None) -> LeaderLock:
         """This group's leader lock for `task_id`, not yet taken: `try_acquire()` it to lead."""
-        return self.log.leader_lock(self.name, task_id)
+        return self.db.leader_lock(self.name, task_id)
 
     def holder_is_live(self, holder: LockHolder) -> bool:
         """Whether the lock's `holder` is a live member now, so not to be expelled (see the module doc)."""
@@ -153,7 +153,7 @@ class GroupMember:
         if self.left:
             raise RuntimeError(f"task {self.task_id!r} is no longer a member of group {self.group.name!r}")
         now = self.group.clock()
-        found = self.group.log.members.heartbeat(self.group.name, self.task_id, now, self.group.member_timeout_ms)
+        found = self.group.db.members.heartbeat(self.group.name, self.task_id, now, self.group.member_timeout_ms)
         if found is not Heartbeat.ALIVE:
             self.left = True
             raise MemberDeclaredDead(self.group.name, self.task_id, found)
@@ -168,7 +168,7 @@ class GroupMember:
         if self.left:
             return False
         self.left = True
-        return self.group.log.members.leave(self.group.name, self.task_id)
+        return self.group.db.members.leave(self.group.name, self.task_id)
 
     def __enter__(self) -> Self:
         return self

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.group import fence
-from partbuild.state.model import JobRun
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import JobRun
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import fence
 
 # Payloads that carry a fence (state/fold: JobRunBuffer, JobRunFailure, InstancesWaitUpstream, WantCreate).
 _FENCED = (pb.JobRunBuffer, pb.JobRunFailure, pb.InstancesWaitUpstream, pb.WantCreate)

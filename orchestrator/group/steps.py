@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import DEFAULT_NAMESPACE
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import envelope, system
-from partbuild.state.group import TaskState, epoch_message, next_epoch, share_step, task_message
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import envelope, system
+from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE
+from partbuild.state.rules.group import TaskState, epoch_message, next_epoch, share_step, task_message
 
 DEFAULT_BUCKETS = 12
 

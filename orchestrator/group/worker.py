@@ -28,10 +28,11 @@ from collections.abc import Callable
 from partbuild.orchestrator.group.membership import Group, GroupMember, MemberDeclaredDead
 from partbuild.orchestrator.group.steps import GroupConfig, epoch_event, task_event
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.events import Clock, wall_clock_ms
-from partbuild.state.leader_lock import ExpelRefused, LeaderLock
-from partbuild.state.live import LiveState
-from partbuild.state.store import AppendConflict, EventLog
+from partbuild.state.database import Database
+from partbuild.state.log.events import Clock, wall_clock_ms
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import AppendConflict
+from partbuild.state.ops.leader_lock import ExpelRefused, LeaderLock
 
 logger = logging.getLogger("partbuild.group")
 
@@ -44,7 +45,7 @@ class GroupWorker:
 
     def __init__(
         self,
-        log: EventLog,
+        db: Database,
         live: LiveState,
         config: GroupConfig,
         task_id: str,
@@ -52,11 +53,11 @@ class GroupWorker:
         clock: Clock = wall_clock_ms,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
-        self.log = log
+        self.log = db.log
         self.live = live
         self.config = config
         self.task_id = task_id
-        self.group = Group(log, config.name, member_timeout_ms=int(config.member_timeout_s * 1000), clock=clock)
+        self.group = Group(db, config.name, member_timeout_ms=int(config.member_timeout_s * 1000), clock=clock)
         self.on_change = on_change  # wakes the orchestrator: ownership moved, or we are dead
         self.dead: MemberDeclaredDead | None = None
         self.leading = False

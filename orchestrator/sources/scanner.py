@@ -52,12 +52,12 @@ from partbuild.orchestrator.sources.discovery import Discovery
 from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionGrouper
 from partbuild.orchestrator.sources.shards import next_split_keys
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.events import Clock, envelope, system, wall_clock_ms
-from partbuild.state.live import LiveState
-from partbuild.state.model import InstanceState, SourceScan
-from partbuild.state.queries import refs_tainted_by, root_wanted
-from partbuild.state.store import AppendConflict, EventLog
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, SourceScan
+from partbuild.state.log.events import Clock, envelope, system, wall_clock_ms
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import AppendConflict, EventLog
+from partbuild.state.rules.queries import refs_tainted_by, root_wanted
 
 logger = logging.getLogger("partbuild.sources")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partbuild.state.model import ScanShard
+from partbuild.state.fold.records import ScanShard
 
 
 @dataclass

@@ -20,13 +20,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import MAX_BUCKETS, bucket
 from partbuild.state.fold.group import namespace_group
+from partbuild.state.fold.records import Instance
 from partbuild.state.fold.validation import id_problem, short
-from partbuild.state.model import Instance
+from partbuild.state.rules.bucketing import MAX_BUCKETS, bucket
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 
 def split_problem(namespace: str, bucket_total: int) -> str | None:

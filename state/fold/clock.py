@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from partbuild.proto.v1 import events_pb2 as pb
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 
 def check_clock_tick(state: BuildState, seq: int, msg: pb.ClockTick, event: pb.Event) -> None:

@@ -1,10 +1,10 @@
 """Worker groups in the fold: GroupEpoch, GroupTaskMessage, and the fences on members' decisions.
 
 `BuildState.groups` holds each group's current epoch, every member's state and
-the owner of each bucket (`partbuild.state.group.GroupState`), replaced as a
+the owner of each bucket (`partbuild.state.rules.group.GroupState`), replaced as a
 whole by every accepted group event, so the ownership at any seq is the state
 as of that seq. The rules themselves (who owns a bucket, which epochs and which
-steps are legal) are the pure functions of `partbuild.state.group`; this module
+steps are legal) are the pure functions of `partbuild.state.rules.group`; this module
 checks the messages' identity and shape and applies the plan.
 
 - A GroupEpoch is accepted only if it is built on the group's current epoch
@@ -29,9 +29,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
+from partbuild.state.fold.records import Instance
 from partbuild.state.fold.validation import id_problem, short
-from partbuild.state.group import (
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import (
     MAX_GROUP_BUCKETS,
     GroupState,
     TaskState,
@@ -40,10 +41,9 @@ from partbuild.state.group import (
     step_problem,
     task_state_of,
 )
-from partbuild.state.model import Instance
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 # (the group's new record, whether it fixes its namespace's bucket layout)
 EpochPlan = tuple[GroupState, bool]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.group import fenced_decision_problem
+from partbuild.state.fold.records import BUILDABLE_INSTANCE_STATES, Instance
 from partbuild.state.fold.transitions import (
     BUILDING,
     LIVE,
@@ -21,11 +22,10 @@ from partbuild.state.fold.transitions import (
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
-from partbuild.state.model import BUILDABLE_INSTANCE_STATES, Instance
-from partbuild.state.refs import ref_problem
+from partbuild.state.rules.refs import ref_problem
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 # (ref, reason, the Live canonical instances to taint in order, the one the event names)
 TaintPlan = tuple[str, str, list[Instance], Instance]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
 from partbuild.state.fold.group import fenced_decision_problem
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.transitions import (
     BUILDING,
     FAILED,
@@ -24,10 +25,9 @@ from partbuild.state.fold.transitions import (
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
-from partbuild.state.model import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 # (run id, interned job label, the canonical instances it builds, the bucket it was decided under)
 BufferPlan = tuple[str, str, list[Instance], pb.BucketScope | None]

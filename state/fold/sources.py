@@ -19,11 +19,11 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanShard, SourceScan
 from partbuild.state.fold.validation import id_problem, short
-from partbuild.state.model import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanShard, SourceScan
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 MAX_ERROR_CHARS = 1024
 MAX_SHARDS = 256

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import short
-from partbuild.state.subscriptions import (
+from partbuild.state.rules.subscriptions import (
     FORMATS,
     NAME_PATTERN,
     ORDERINGS,
@@ -32,10 +32,10 @@ from partbuild.state.subscriptions import (
     filter_problem,
     retry_problem,
 )
-from partbuild.state.topics import CompositeTopic, partition_count_problem, shard_count_problem
+from partbuild.state.rules.topics import CompositeTopic, partition_count_problem, shard_count_problem
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 MAX_REASON_CHARS = 1024
 # (main, rq, dlq) after a reshard

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from partbuild.state.ids import instance_uuid
-from partbuild.state.model import Instance, InstanceState, Want, WantState
+from partbuild.state.fold.records import Instance, InstanceState, Want, WantState
+from partbuild.state.rules.ids import instance_uuid
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 # Module-level aliases: the replay hot path avoids enum attribute lookups.
 MISSING = InstanceState.MISSING

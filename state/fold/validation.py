@@ -7,7 +7,7 @@ audit trail (the golden log and tests compare them), so they must not change.
 from __future__ import annotations
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.refs import ref_problem
+from partbuild.state.rules.refs import ref_problem
 
 MAX_ID_LENGTH = 256
 

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.group import fenced_member_problem
+from partbuild.state.fold.records import RETRYABLE_BY_NEW_WANT, Instance, Want, WantState
 from partbuild.state.fold.transitions import TALLY_SIZE, derive_want_state, end_want, new_canonical
 from partbuild.state.fold.validation import describe_source, id_problem, short
-from partbuild.state.model import RETRYABLE_BY_NEW_WANT, Instance, Want, WantState
-from partbuild.state.refs import ref_problem
+from partbuild.state.rules.refs import ref_problem
 
 if TYPE_CHECKING:
-    from partbuild.state.build_state import BuildState
+    from partbuild.state.fold.build_state import BuildState
 
 # (the new want's record, the current canonical instance of each of its refs or None, its parent)
 WantCreatePlan = tuple[Want, list[Instance | None], Want | None]

@@ -5,7 +5,7 @@ Its configuration and every operator change to it are events; this module holds
 what the fold keeps of them (`Subscription`) and the pure validation of their
 settings. Where deliveries stand (offsets, the retry and dead-letter queues) is
 not here: it changes with every delivery and lives in the database
-(`state/deliveries.py`), beside the offsets that move past it.
+(`state/ops/deliveries.py`), beside the offsets that move past it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.model import _Record
-from partbuild.state.topics import CompositeTopic
+from partbuild.state.fold.records import _Record
+from partbuild.state.rules.topics import CompositeTopic
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ORDERINGS = ("partition_ref", "job_run", "root_want")

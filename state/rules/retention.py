@@ -19,10 +19,10 @@ event drops, never how the fold replays old logs).
 
 from __future__ import annotations
 
-from partbuild.state.build_state import BuildState
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.instances import split_superseded
-from partbuild.state.model import Instance
-from partbuild.state.store import EventLog
+from partbuild.state.fold.records import Instance
+from partbuild.state.log.store import EventLog
 
 
 def retention_candidates(state: BuildState, cutoff_seq: int) -> list[Instance]:

@@ -12,7 +12,7 @@ from enum import IntEnum
 from operator import attrgetter
 from typing import Any
 
-from partbuild.state.redact import redacted
+from partbuild.state.rules.redact import redacted
 
 
 class InstanceState(IntEnum):

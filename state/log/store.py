@@ -3,10 +3,8 @@
 One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
 The SQL engine stays inside `state/`: callers get a log, its snapshot store
-(`EventLog.snapshots`), its worker-group membership rows (`EventLog.members`),
-its API tokens (`EventLog.tokens`),
-group leader locks (`EventLog.leader_lock`) and its append notifications
-(`EventLog.append_listener`).
+(`EventLog.snapshots`) and its append notifications (`EventLog.append_listener`).
+The operational tables beside the log are reached through `state.database.Database`.
 """
 
 from __future__ import annotations
@@ -21,14 +19,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import AppendListener, begin_write, create_engine_for, notify_append, open_append_listener
-from partbuild.state.deliveries import DeliveryStore
-from partbuild.state.leader_lock import LeaderLock, open_leader_lock
-from partbuild.state.members import MemberStore
-from partbuild.state.migrate import current_revision, ensure_schema
+from partbuild.state.db import AppendListener, begin_write, notify_append, open_append_listener
+from partbuild.state.migrate import open_migrated_engine
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
-from partbuild.state.tokens import TokenStore
 
 MAX_READ_LIMIT = 10_000
 IN_LIST_LIMIT = 1_000  # seqs per IN list: far below every driver's bound on parameters
@@ -109,9 +103,6 @@ class EventLog:
         self._engine = engine
         self._owns_engine = False
         self.snapshots = SnapshotStore(engine)
-        self.members = MemberStore(engine)
-        self.deliveries = DeliveryStore(engine)
-        self.tokens = TokenStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):
@@ -132,14 +123,8 @@ class EventLog:
 
     @classmethod
     def open(cls, url: str, *, auto_upgrade: bool | None = None) -> Self:
-        """Open the log at `url`, checking the schema (auto-upgraded by default on SQLite only)."""
-        engine = create_engine_for(url)
-        try:
-            ensure_schema(engine, engine.dialect.name == "sqlite" if auto_upgrade is None else auto_upgrade)
-        except BaseException:
-            engine.dispose()
-            raise
-        log = cls(engine)
+        """Open only the log at `url` (`Database.open` for the operational stores too), schema checked."""
+        log = cls(open_migrated_engine(url, auto_upgrade))
         log._owns_engine = True
         return log
 
@@ -152,20 +137,9 @@ class EventLog:
         """The database URL with any password hidden, for messages."""
         return self._engine.url.render_as_string(hide_password=True)
 
-    def schema_revision(self) -> str | None:
-        """The Alembic revision the database is at."""
-        return current_revision(self._engine)
-
     def append_listener(self) -> AppendListener | None:
         """Wakes when any process appends (PostgreSQL); None where callers must poll (SQLite)."""
         return open_append_listener(self._engine)
-
-    def leader_lock(self, group: str, task_id: str | None = None) -> LeaderLock:
-        """The leader lock of worker group `group` on this database, for `task_id`, not yet taken.
-
-        See `state.leader_lock`: the task id is how other members recognize the holder.
-        """
-        return open_leader_lock(self._engine, group, task_id)
 
     def append(self, events: Sequence[pb.Event], *, expected_head: int | None = None) -> AppendResult:
         """Append a batch atomically; with `expected_head`, only if the head is still there."""

@@ -72,7 +72,7 @@ from typing import Any, Self
 from sqlalchemy.engine import URL, Engine
 
 from partbuild.state.db import libpq_conninfo
-from partbuild.state.members import MAX_HOST_LENGTH, check_group_name
+from partbuild.state.ops.members import MAX_HOST_LENGTH, check_group_name
 
 # libpq options of the lock connection: fail fast when the server is gone, rather
 # than believing in a lock the server may already have released.

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 
-from partbuild.state.build_state import BuildState
-from partbuild.state.collector import collector_paused
-from partbuild.state.model import SourceScan
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import SourceScan
+from partbuild.state.log.collector import collector_paused
 
 
 def state_digest(state: BuildState) -> str:

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.instances import check_partition_observed
-from partbuild.state.model import Instance, JobRun, Want
+from partbuild.state.fold.records import Instance, JobRun, Want
 
 Direction = Literal["upstream", "downstream", "both"]
 

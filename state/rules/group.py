@@ -3,7 +3,7 @@
 No I/O, no clock, no randomness. The fold (`state/fold/group.py`) judges the
 group events with `epoch_problem` and `step_problem`; workers compute their
 next moves with `next_epoch` (the leader) and `share_step` (every task); the
-checker `verify` (state/group_verify.py, re-exported here) replays a log and
+checker `verify` (state/log/group_verify.py, re-exported here) replays a log and
 proves the invariants at every seq. docs/worker-group.md explains the protocol.
 
 The ownership rule: a task *holds* a bucket when it is in its `data`, and
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from partbuild.proto.v1 import events_pb2 as pb
 
 if TYPE_CHECKING:
-    from partbuild.state.group_verify import Problem
+    from partbuild.state.log.group_verify import Problem
 
 # Every epoch lists every bucket explicitly (data sets covering 1..bucket_total), so a group's
 # bucket count is kept small: thousands are plenty to balance hundreds of workers within one bucket.
@@ -376,8 +376,8 @@ def fence(group: GroupState, task_id: str) -> pb.DecisionFence:
 
 
 def verify(events: Iterable[Any]) -> list[Problem]:
-    """Every broken group invariant in a log (see `partbuild.state.group_verify.verify`)."""
+    """Every broken group invariant in a log (see `partbuild.state.log.group_verify.verify`)."""
     # Imported here: the checker replays with BuildState, whose fold imports this module.
-    from partbuild.state.group_verify import verify as verify_log
+    from partbuild.state.log.group_verify import verify as verify_log
 
     return verify_log(events)

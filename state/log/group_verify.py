@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.bucketing import bucket
-from partbuild.state.build_state import BuildState
-from partbuild.state.group import TaskState, format_buckets, ownership, task_state_of
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.rules.bucketing import bucket
+from partbuild.state.rules.group import TaskState, format_buckets, ownership, task_state_of
 
 _GROUP_KINDS = frozenset({"group_epoch", "group_task_message"})
 _FENCEABLE = frozenset({"job_run_buffer", "job_run_failure", "instances_wait_upstream", "want_create"})

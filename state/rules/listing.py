@@ -13,7 +13,7 @@ from heapq import merge
 from itertools import islice
 from typing import Any
 
-from partbuild.state.build_state import BuildState
+from partbuild.state.fold.build_state import BuildState
 
 
 class _CreationOrder:

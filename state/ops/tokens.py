@@ -1,4 +1,4 @@
-"""API tokens and the session-signing key (`log.tokens`): who may call the API, in which role.
+"""API tokens and the session-signing key (`Database.tokens`): who may call the API, in which role.
 
 A token is `pbt_` + 32 random bytes in url-safe base64. Only its SHA-256 is stored
 (a 256-bit random secret cannot be guessed, so no slow password hash is needed);

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from partbuild.state.build_state import BuildState
-from partbuild.state.digest import state_digest
-from partbuild.state.replay import Progress, load_state, replay_into, save_snapshot
-from partbuild.state.store import EventLog, SnapshotStore
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.replay import Progress, load_state, replay_into, save_snapshot
+from partbuild.state.log.store import EventLog, SnapshotStore
 
 
 class AuditInputError(ValueError):

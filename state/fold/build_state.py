@@ -20,12 +20,7 @@ from collections.abc import Iterator
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import HANDLERS as _HANDLERS
-from partbuild.state.fold.transitions import derive_want_state
-from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
-from partbuild.state.fold.wants import expire_due as _expire_due
-from partbuild.state.group import GroupState
-from partbuild.state.model import (
+from partbuild.state.fold.records import (
     Instance,
     InstanceState,
     JobRun,
@@ -35,7 +30,12 @@ from partbuild.state.model import (
     Want,
     WantState,
 )
-from partbuild.state.subscriptions import Subscription
+from partbuild.state.fold.registry import HANDLERS as _HANDLERS
+from partbuild.state.fold.transitions import derive_want_state
+from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
+from partbuild.state.fold.wants import expire_due as _expire_due
+from partbuild.state.rules.group import GroupState
+from partbuild.state.rules.subscriptions import Subscription
 
 # Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
 __all__ = ["MAX_ID_LENGTH", "BrokenBuildState", "BuildState", "FoldError", "derive_want_state", "describe_source"]
@@ -85,7 +85,7 @@ class BuildState:
         self.bucket_runs: dict[str, int] = {}  # bucketing namespace -> last bucket a round-robin worker started
         # bucketing namespace -> (bucket_total, seq that fixed it): every scoped decision must agree.
         self.bucket_layouts: dict[str, tuple[int, int]] = {}
-        # worker group name -> its current epoch, members' states and bucket owners (state/group.py).
+        # worker group name -> its current epoch, members' states and bucket owners (state/rules/group.py).
         self.groups: dict[str, GroupState] = {}
         # source dataset name -> how far its connector's scans have got (state/fold/sources.py).
         self.sources: dict[str, SourceScan] = {}

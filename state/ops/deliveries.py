@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_snapshot, begin_write
+from partbuild.state.rules.topics import route
 from partbuild.state.schema import (
     delivery_control,
     delivery_groups,
@@ -37,7 +38,6 @@ from partbuild.state.schema import (
     delivery_offsets,
     delivery_secrets,
 )
-from partbuild.state.topics import route
 
 QUEUE_NAMES = ("rq", "dlq")
 # A produce head: (queue, storage topic, partition), and its row's columns with `next_offset`.
@@ -141,7 +141,7 @@ _NEW_FIELDS = [f.name for f in fields(NewMessage)]
 
 
 class DeliveryStore:
-    """The delivery tables of one database (`log.deliveries`)."""
+    """The delivery tables of one database (`Database.deliveries`)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

@@ -17,18 +17,21 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import build_state, fold, group, ids, model, refs, subscriptions, topics
-from partbuild.state.build_state import BuildState
-from partbuild.state.collector import collector_paused
+from partbuild.state import fold
+from partbuild.state.fold import build_state
+from partbuild.state.fold import records as model
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.collector import collector_paused
+from partbuild.state.rules import group, ids, refs, subscriptions, topics
 
 # Bump to invalidate snapshots for a reason the source fingerprint cannot see.
 SNAPSHOT_EPOCH = 1
 
 # What a snapshot may contain. Fold plans are never pickled: they live for one event.
 _ALLOWED_CLASSES = {
-    ("partbuild.state.build_state", "BuildState"),
+    ("partbuild.state.fold.build_state", "BuildState"),
     *(
-        ("partbuild.state.model", name)
+        ("partbuild.state.fold.records", name)
         for name in (
             "Instance",
             "Want",
@@ -41,11 +44,11 @@ _ALLOWED_CLASSES = {
             "ScanShard",
         )
     ),
-    ("partbuild.state.group", "GroupState"),
-    ("partbuild.state.group", "TaskState"),
-    ("partbuild.state.subscriptions", "Subscription"),
-    ("partbuild.state.topics", "CompositeTopic"),
-    ("partbuild.state.topics", "StorageTopic"),
+    ("partbuild.state.rules.group", "GroupState"),
+    ("partbuild.state.rules.group", "TaskState"),
+    ("partbuild.state.rules.subscriptions", "Subscription"),
+    ("partbuild.state.rules.topics", "CompositeTopic"),
+    ("partbuild.state.rules.topics", "StorageTopic"),
 }
 
 

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState
-from partbuild.state.collector import collector_paused
-from partbuild.state.snapshot import SnapshotError, decode_state, encode_state, snapshot_format
-from partbuild.state.store import EventLog, SnapshotStore
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.collector import collector_paused
+from partbuild.state.log.snapshot import SnapshotError, decode_state, encode_state, snapshot_format
+from partbuild.state.log.store import EventLog, SnapshotStore
 
 logger = logging.getLogger("partbuild.snapshots")
 

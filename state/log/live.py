@@ -27,10 +27,10 @@ from contextlib import contextmanager
 import fasteners
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.build_state import BuildState, FoldError
-from partbuild.state.collector import collector_paused, settle_loaded_state
-from partbuild.state.replay import Progress, checkpoint, load_state
-from partbuild.state.store import EventLog
+from partbuild.state.fold.build_state import BuildState, FoldError
+from partbuild.state.log.collector import collector_paused, settle_loaded_state
+from partbuild.state.log.replay import Progress, checkpoint, load_state
+from partbuild.state.log.store import EventLog
 
 logger = logging.getLogger("partbuild.state")
 
