@@ -587,7 +587,7 @@ def test_worker_group_ownership_as_of_any_seq_and_heartbeats_now(db_api_server: 
     client = db_api_server.client
     assert ok(client.get(GROUPS)) == []
     problem(client.get(f"{API}/group/{GROUP}"), 404, "no worker group 'g'")
-    history = append_group_history(db_api_server.log, int(time.time() * 1000))
+    history = append_group_history(db_api_server.service.db, int(time.time() * 1000))
     head = history.head_seq
 
     summary = ok(client.get(GROUPS, params={"min_seq": head}))
@@ -669,7 +669,7 @@ def test_worker_group_metrics_count_members_epochs_and_fenced_rejections(api_ser
         ("partbuild_group_fenced_rejections_total", kind): 0
         for kind in ("no_group", "old_epoch", "unknown_epoch", "not_member", "not_owner", "wrong_writer")
     }
-    history = append_group_history(api_server.log, int(time.time() * 1000))
+    history = append_group_history(api_server.service.db, int(time.time() * 1000))
     assert head_seq(client) == history.head_seq
     ok(client.get(GROUPS, params={"min_seq": history.head_seq}))
     found = scrape()

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import (
     CommandFailed,
@@ -19,6 +18,7 @@ from partbuild.api.commands.common import (
     open_database,
     target_options,
 )
+from partbuild.api.models.groups import MAX_MEMBER_TIMEOUT_S
 from partbuild.state.log.group_verify import verify_report
 from partbuild.state.log.replay import Progress
 from partbuild.state.log.store import EventLog
@@ -52,7 +52,7 @@ def list_command(target: Target, as_of: int | None, as_json: bool) -> None:
 @click.option(
     "--member-timeout",
     "member_timeout_s",
-    type=click.FloatRange(min=0, max=m.MAX_MEMBER_TIMEOUT_S, min_open=True),
+    type=click.FloatRange(min=0, max=MAX_MEMBER_TIMEOUT_S, min_open=True),
     default=10.0,
     show_default=True,
     metavar="SECONDS",

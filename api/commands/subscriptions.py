@@ -12,7 +12,6 @@ import click
 from rich.table import Table
 
 from partbuild.api import render
-from partbuild.api import subscription_models as sm
 from partbuild.api.commands.common import (
     BadInput,
     Target,
@@ -24,11 +23,20 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.models.subscriptions import (
+    DeadLetterRequest,
+    OffsetResetRequest,
+    ReshardSubscriptionRequest,
+    RetryPolicyRequest,
+    SubscriptionFilterRequest,
+    SubscriptionOut,
+    SubscriptionRequest,
+)
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 
 
-def _table(subs: list[sm.Subscription]) -> Table:
+def _table(subs: list[SubscriptionOut]) -> Table:
     table = Table(
         "name", "status", "endpoint", "format", "shards", "lag", "lag s", "rq", "dlq", "delivered", "retried", "dead"
     )
@@ -128,21 +136,21 @@ def list_command(target: Target, as_json: bool) -> None:
 @json_option
 def create_command(target: Target, user: str, as_json: bool, fmt: str, partitions: int, **given: Any) -> None:
     """Subscribe ENDPOINT (an http(s) URL) to the log's events under NAME."""
-    retry = sm.RetryPolicy(
+    retry = RetryPolicyRequest(
         max_attempts=given.pop("max_attempts"),
         backoff_initial_ms=given.pop("backoff_ms"),
         backoff_max_ms=given.pop("backoff_max_ms"),
         max_age_ms=given.pop("max_age_ms"),
         timeout_ms=given.pop("timeout_ms"),
     )
-    flt = sm.SubscriptionFilter(
+    flt = SubscriptionFilterRequest(
         event_types=list(given.pop("event_types")),
         ref_prefixes=list(given.pop("ref_prefixes")),
         ref_patterns=list(given.pop("ref_patterns")),
         job=given.pop("job"),
         root_want=given.pop("root_want"),
     )
-    request = sm.SubscriptionRequest(
+    request = SubscriptionRequest(
         **given,
         filter=flt,
         retry=retry,
@@ -200,7 +208,7 @@ _change_command("delete", "Delete NAME and its queues (its history stays in the 
 @json_option
 def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes: int) -> None:
     """Change NAME's shard count while it runs."""
-    request = sm.ReshardSubscriptionRequest(**sizes)
+    request = ReshardSubscriptionRequest(**sizes)
     with connect(target) as client:
         written = client.reshard_subscription(name, request, user)
     render.emit(written, as_json, lambda: f"subscription {name}: {request.shard_count} shard(s) from seq {written.seq}")
@@ -222,7 +230,7 @@ def reset_command(
     """Rewind or fast-forward NAME's main topic; fast-forward its RQ or DLQ."""
     to_time_ms = int(to_time.timestamp() * 1000) if to_time is not None else None
     target = {"to_seq": to_seq} if to_seq is not None else {"to_time_ms": to_time_ms} if to_time_ms is not None else {}
-    request = sm.OffsetResetRequest(queue=queue, **target)  # type: ignore[arg-type]
+    request = OffsetResetRequest(queue=queue, **target)  # type: ignore[arg-type]
     with connect(target) as client:
         written = client.reset_subscription_offset(name, request, user)
     render.emit(written, as_json, lambda: f"subscription {name}: {queue} reset at seq {written.seq}")
@@ -266,7 +274,7 @@ def _dlq_action(action: str, doc: str) -> click.Command:
     @json_option
     def command(target: Target, name: str, group: str | None, user: str, as_json: bool) -> None:
         with connect(target) as client:
-            moved = getattr(client, f"{action}_dead_letters")(name, sm.DeadLetterRequest(group=group), user)
+            moved = getattr(client, f"{action}_dead_letters")(name, DeadLetterRequest(group=group), user)
         verb = "replayed" if action == "replay" else "purged"
         render.emit(moved, as_json, lambda: f"subscription {name}: {moved.moved} dead letter(s) {verb}")
 

@@ -14,8 +14,10 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from partbuild.api import models as m
 from partbuild.api.errors import ApiError
+from partbuild.api.models.common import CancelRequest
+from partbuild.api.models.partitions import TaintRequest
+from partbuild.api.models.wants import WantBatchRequest
 from partbuild.api.web import identity as seam
 from partbuild.api.web.forms import PREVIEW_SHOWN, FormInvalid, WantForm, parse_model, patterns
 from partbuild.api.web.identity import Identity, may_write
@@ -55,7 +57,7 @@ async def want_action(request: Request) -> Response:
         refs = form.wanted_refs()
         want = form.request(refs)
         if _one(fields, "action") == "preview":
-            await in_thread(service.validate_wants, m.WantBatchRequest(wants=[want]))
+            await in_thread(service.validate_wants, WantBatchRequest(wants=[want]))
             form.preview_count, form.preview = len(refs), refs[:PREVIEW_SHOWN]
             return _want_form_page(request, form, 200)
         created = await in_thread(service.create_want, want, identity.name)
@@ -103,13 +105,13 @@ async def taint_action(request: Request) -> Response:
     body = {"ref": ref, "reason": _one(fields, "reason"), "only_this_ref": _one(fields, "only_this_ref") == "true"}
     return await _write(
         request,
-        lambda: service_of(request).taint(parse_model(m.TaintRequest, body), identity.name),
+        lambda: service_of(request).taint(parse_model(TaintRequest, body), identity.name),
         "/partition?" + urlencode({"ref": ref}),
     )
 
 
-def _cancel(fields: dict[str, list[str]]) -> m.CancelRequest:
-    return parse_model(m.CancelRequest, {"reason": _one(fields, "reason")})  # type: ignore[no-any-return]
+def _cancel(fields: dict[str, list[str]]) -> CancelRequest:
+    return parse_model(CancelRequest, {"reason": _one(fields, "reason")})  # type: ignore[no-any-return]
 
 
 async def _write(request: Request, call: Any, then: str) -> Response:

@@ -40,8 +40,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from partbuild.api import models as m
 from partbuild.api.errors import TITLES, ApiError
+from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
 from partbuild.api.service import Service
 from partbuild.api.web import identity as seam
 from partbuild.api.web import views
@@ -162,7 +162,7 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
         instance = service.instance(uuid, as_of_seq=page.as_of)
         chosen = direction if direction in ("upstream", "downstream", "both") else "upstream"
         hops = int(depth) if depth.isascii() and depth.isdigit() else 2
-        hops = min(hops, m.MAX_LINEAGE_DEPTH)
+        hops = min(hops, MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
         lineage = {
             "direction": chosen,
@@ -171,7 +171,7 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
             "nodes": graph.nodes[:LINEAGE_LISTED],
             "edges": graph.edges,
         }
-        return render(page, "instance.html", instance=instance, lineage=lineage, max_depth=m.MAX_LINEAGE_DEPTH)
+        return render(page, "instance.html", instance=instance, lineage=lineage, max_depth=MAX_LINEAGE_DEPTH)
 
     return serve(request, build)
 

@@ -1,9 +1,10 @@
-"""What every router shares: routes derived from the declared API, the service dependency, documented errors.
+"""The HTTP routers: one per resource of the declared API, derived from its operations; and `/metrics`.
 
 A route is never written by hand for an operation of `partbuild.api.surface.Client`:
-`operations_router` derives it (path, method, status, parameters with their
-bounds, response model) from the declaration, and calls the service method of
-the same name. So the server, the HTTP client and the document cannot drift apart.
+`resource_routers` derives one router per resource (tagged with the resource's
+tag) and in it one route per operation (path, method, status, parameters with
+their bounds, response model), calling the service method of the same name. So
+the server, the HTTP client and the document cannot drift apart.
 """
 
 from __future__ import annotations
@@ -12,32 +13,26 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Match
 from starlette.types import Scope
 
 from partbuild.api.auth import Identity, require
 from partbuild.api.errors import DOMAIN_ERRORS
+from partbuild.api.models.common import ProblemOut
 from partbuild.api.service import Service
-from partbuild.api.surface import OPERATIONS, Operation
+from partbuild.api.surface import OPERATIONS, RESOURCES, Operation
+from partbuild.state.ops.tokens import Role
 
 PROBLEM_JSON = "application/problem+json"
-
-
-class Problem(BaseModel):
-    """RFC 9457 problem details: what was wrong, in one sentence."""
-
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str
+METRICS_RESOURCE = "operations"  # the router `/metrics` is served with (and documented under)
 
 
 def _problem(description: str) -> dict[str, Any]:
     # Only under problem+json: that is the media type every error is sent with.
-    return {"description": description, "content": {PROBLEM_JSON: {"schema": Problem.model_json_schema()}}}
+    return {"description": description, "content": {PROBLEM_JSON: {"schema": ProblemOut.model_json_schema()}}}
 
 
 _DESCRIPTIONS = {
@@ -79,12 +74,14 @@ class OperationRoute(APIRoute):
         return super().matches(scope)
 
 
-def operations_router(*names: str, tags: list[str]) -> APIRouter:
-    """A router serving these operations of the declared API."""
-    router = APIRouter(tags=list(tags), responses=ERRORS, route_class=OperationRoute)
-    for name in names:
-        operation = OPERATIONS[name]
-        router.add_api_route(
+def resource_routers() -> list[APIRouter]:
+    """A router per resource, in the order of `RESOURCES`, serving its declared operations in their order."""
+    routers = {
+        name: APIRouter(tags=[resource.tag], responses=ERRORS, route_class=OperationRoute)
+        for name, resource in RESOURCES.items()
+    }
+    for operation in OPERATIONS.values():
+        routers[operation.resource].add_api_route(
             operation.route,
             _endpoint(operation),
             methods=[operation.method],
@@ -92,7 +89,22 @@ def operations_router(*names: str, tags: list[str]) -> APIRouter:
             summary=operation.summary,
             response_model=operation.returns,
         )
-    return router
+    _add_metrics(routers[METRICS_RESOURCE])
+    return list(routers.values())
+
+
+def _add_metrics(router: APIRouter) -> None:
+    """`/metrics`: Prometheus text, not JSON, so no declared operation (and not in the HTTP client)."""
+
+    # Metrics name jobs, sources and subscriptions: a reader's token (Prometheus sends it as a bearer token).
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=Response,
+        dependencies=[Depends(require(Role.READER, "GET /metrics"))],
+    )
+    def metrics(service: ServiceDep) -> Response:
+        return Response(generate_latest(service.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def _endpoint(operation: Operation) -> Callable[..., Any]:

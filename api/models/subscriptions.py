@@ -1,4 +1,4 @@
-"""Request and response models of webhook subscriptions (`/api/v1/subscriptions`)."""
+"""Models of subscriptions (`/api/v1/subscriptions`): settings, topics, lag, offsets, dead letters."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from partbuild.api.models import MAX_SAFE_INT, JsonInt, NonNegative, Written, _Request
+from partbuild.api.models.common import MAX_SAFE_INT, JsonInt, NonNegative, StrictRequest, WrittenOut
 from partbuild.state.rules.subscriptions import (
     EVENT_TYPES,
+    FORMATS,
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,
     MAX_ENDPOINT_CHARS,
@@ -17,20 +18,22 @@ from partbuild.state.rules.subscriptions import (
     MAX_FILTER_ENTRIES,
     MAX_TIMEOUT_MS,
     MIN_TIMEOUT_MS,
+    ORDERINGS,
+    QUEUES,
 )
 from partbuild.state.rules.topics import MAX_PARTITIONS
 
 SUBSCRIPTION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-OrderingName = Literal["partition_ref", "job_run", "root_want"]
-FormatName = Literal["partbuild", "cloudevents", "openlineage"]
-QueueName = Literal["main", "rq", "dlq"]
+OrderingName = Literal[ORDERINGS]  # type: ignore[valid-type]
+FormatName = Literal[FORMATS]  # type: ignore[valid-type]
+QueueName = Literal[tuple(QUEUES.values())]  # type: ignore[valid-type]
 StatusName = Literal["active", "paused", "deleted"]
 EventTypeName = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 FilterText = Annotated[str, Field(min_length=1, max_length=MAX_FILTER_CHARS)]
 Count = Annotated[int, Field(ge=1, le=MAX_PARTITIONS), JsonInt]
 
 
-class SubscriptionFilter(_Request):
+class SubscriptionFilterRequest(StrictRequest):
     """Which events a subscription delivers; empty fields do not filter."""
 
     event_types: list[EventTypeName] = Field(
@@ -46,7 +49,7 @@ class SubscriptionFilter(_Request):
     root_want: str = Field("", max_length=MAX_FILTER_CHARS, description="Only messages serving this root want.")
 
 
-class RetryPolicy(_Request):
+class RetryPolicyRequest(StrictRequest):
     """How failed deliveries are retried before they are dead-lettered."""
 
     max_attempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS), JsonInt] = 8
@@ -56,15 +59,15 @@ class RetryPolicy(_Request):
     timeout_ms: Annotated[int, Field(ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS), JsonInt] = 10_000
 
 
-class SubscriptionRequest(_Request):
+class SubscriptionRequest(StrictRequest):
     """A new subscription."""
 
     name: str = Field(pattern=SUBSCRIPTION_NAME_PATTERN, examples=["alerts"])
     endpoint: str = Field(min_length=1, max_length=MAX_ENDPOINT_CHARS, examples=["https://hooks.example.com/pb"])
-    filter: SubscriptionFilter = Field(default_factory=SubscriptionFilter)
+    filter: SubscriptionFilterRequest = Field(default_factory=SubscriptionFilterRequest)
     ordering: OrderingName = "partition_ref"
     format: FormatName = "partbuild"
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry: RetryPolicyRequest = Field(default_factory=RetryPolicyRequest)
     shard_count: Count = 1
     main_partitions: Count = 12
     rq_partitions: Count = 12
@@ -81,7 +84,7 @@ class SubscriptionRequest(_Request):
     )
 
 
-class ReshardSubscriptionRequest(_Request):
+class ReshardSubscriptionRequest(StrictRequest):
     """A new shard count, and the partition counts the topics grow to (0: as needed)."""
 
     shard_count: Count
@@ -90,7 +93,7 @@ class ReshardSubscriptionRequest(_Request):
     dlq_partitions: Annotated[int, Field(ge=0, le=MAX_PARTITIONS), JsonInt] = 0
 
 
-class OffsetResetRequest(_Request):
+class OffsetResetRequest(StrictRequest):
     """Move a queue's read offset: to a seq, or to the last event recorded before a time (exactly one)."""
 
     model_config = ConfigDict(
@@ -118,37 +121,37 @@ class OffsetResetRequest(_Request):
         return self
 
 
-class DeadLetterRequest(_Request):
+class DeadLetterRequest(StrictRequest):
     """Which dead letters to replay or purge: one group's, or all."""
 
     group: str | None = Field(None, min_length=1, max_length=MAX_FILTER_CHARS)
 
 
-class StorageTopic(BaseModel):
+class StorageTopicOut(BaseModel):
     partitions: int
     k: int
     start_seq: int
 
 
-class CompositeTopic(BaseModel):
-    storage_topics: list[StorageTopic]
+class CompositeTopicOut(BaseModel):
+    storage_topics: list[StorageTopicOut]
     produce_pointer: int
 
 
-class Subscription(BaseModel):
+class SubscriptionOut(BaseModel):
     """A subscription: its settings, topics and where its deliveries stand (the secret never shows)."""
 
     name: str
     status: StatusName
     endpoint: str
-    filter: SubscriptionFilter
+    filter: SubscriptionFilterRequest
     ordering: OrderingName
     format: FormatName
-    retry: RetryPolicy
+    retry: RetryPolicyRequest
     shard_count: int
-    main_topic: CompositeTopic
-    rq_topic: CompositeTopic
-    dlq_topic: CompositeTopic
+    main_topic: CompositeTopicOut
+    rq_topic: CompositeTopicOut
+    dlq_topic: CompositeTopicOut
     secret_digest: str
     created_seq: int
     start_after_seq: int
@@ -161,20 +164,20 @@ class Subscription(BaseModel):
     dead_lettered: int
 
 
-class SubscriptionList(BaseModel):
-    subscriptions: list[Subscription]
+class SubscriptionListOut(BaseModel):
+    subscriptions: list[SubscriptionOut]
 
 
-class SubscriptionCreated(Written):
-    subscription: Subscription
+class SubscriptionCreatedOut(WrittenOut):
+    subscription: SubscriptionOut
     secret: str | None = Field(description="The signing secret made for it: shown this once. Null if you gave one.")
 
 
-class SubscriptionWritten(Written):
-    subscription: Subscription
+class SubscriptionWrittenOut(WrittenOut):
+    subscription: SubscriptionOut
 
 
-class DeadLetter(BaseModel):
+class DeadLetterOut(BaseModel):
     """A message in the dead-letter queue."""
 
     message_id: str
@@ -190,11 +193,11 @@ class DeadLetter(BaseModel):
     offset: int
 
 
-class DeadLetterList(BaseModel):
-    messages: list[DeadLetter]
+class DeadLetterListOut(BaseModel):
+    messages: list[DeadLetterOut]
     next_after_seq: int | None = Field(description="Pass as `after_seq` for the next page; null: the last page.")
 
 
-class DeadLettersMoved(BaseModel):
+class DeadLettersMovedOut(BaseModel):
     subscription: str
     moved: int
