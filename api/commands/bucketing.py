@@ -110,7 +110,7 @@ def buckets_command(target: Target, as_of: int | None, as_json: bool) -> None:
 @click.option("--total", "bucket_total", type=PositiveInt(), required=True, help="The new number of buckets.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="The bucketing namespace.")
 @user_option
-def reshard_command(target: Target, bucket_total: int, namespace: str, user: str) -> None:
+def reshard_buckets_command(target: Target, bucket_total: int, namespace: str, user: str) -> None:
     """Split a namespace's refs into --total buckets; workers still on the old total stop (their runs are rejected)."""
     with connect(target) as client:
         written = client.reshard(ReshardRequest(bucket_total=bucket_total, namespace=namespace), user)

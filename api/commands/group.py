@@ -35,7 +35,7 @@ def group_group() -> None:
 @target_options
 @as_of_option
 @json_option
-def list_command(target: Target, as_of: int | None, as_json: bool) -> None:
+def group_list(target: Target, as_of: int | None, as_json: bool) -> None:
     """Every worker group: its epoch, leader, member count and buckets being handed off."""
     with connect(target) as client:
         groups = client.groups(as_of)
@@ -59,7 +59,7 @@ def list_command(target: Target, as_of: int | None, as_json: bool) -> None:
     help="A member whose last heartbeat is older than this is shown dead.",
 )
 @json_option
-def show_command(target: Target, name: str, as_of: int | None, member_timeout_s: float, as_json: bool) -> None:
+def group_show(target: Target, name: str, as_of: int | None, member_timeout_s: float, as_json: bool) -> None:
     """A worker group: epoch, leader, and each member's buckets (owned, shared) and load as of the seq
     (--as-of: any seq of the log), with its host, pid and last heartbeat now (heartbeats have no history)."""
     with connect(target) as client:
@@ -69,7 +69,7 @@ def show_command(target: Target, name: str, as_of: int | None, member_timeout_s:
 
 @group_group.command("verify")
 @db_option
-def verify_command(db_url: str) -> None:
+def group_verify(db_url: str) -> None:
     """Replay the log and prove the group invariants at every seq.
 
     At most one owner per bucket, survivors keep their buckets across epochs,

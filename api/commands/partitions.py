@@ -79,14 +79,16 @@ def partitions_instance(target: Target, instance_uuid: str, as_of: int | None, a
     render.emit(instance, as_json, lambda: render.instance_grid(instance))
 
 
-@click.command()
+@click.command("lineage")
 @target_options
 @click.argument("uuid_or_ref")
 @click.option("--direction", type=click.Choice(["upstream", "downstream", "both"]), default="both", show_default=True)
 @click.option("--depth", type=click.IntRange(0, MAX_LINEAGE_DEPTH), default=1, show_default=True, help="Hops.")
 @as_of_option
 @json_option
-def lineage(target: Target, uuid_or_ref: str, direction: Any, depth: int, as_of: int | None, as_json: bool) -> None:
+def lineage_command(
+    target: Target, uuid_or_ref: str, direction: Any, depth: int, as_of: int | None, as_json: bool
+) -> None:
     """Instances an instance was built from (upstream) and built into (downstream); a REF means its current one."""
     with connect(target) as client:
         root = _instance_uuid(client, uuid_or_ref, as_of)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich.table import Table
@@ -26,12 +26,14 @@ from partbuild.api.commands.common import (
 from partbuild.api.models.subscriptions import (
     DeadLetterRequest,
     OffsetResetRequest,
+    QueueName,
     ReshardSubscriptionRequest,
     RetryPolicyRequest,
     SubscriptionFilterRequest,
     SubscriptionOut,
     SubscriptionRequest,
 )
+from partbuild.state.rules.subscriptions import FORMATS, ORDERINGS
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 
@@ -88,7 +90,7 @@ def subscriptions_group(ctx: click.Context, /, **listing: Any) -> None:
 @subscriptions_group.command("list")
 @target_options
 @json_option
-def list_command(target: Target, as_json: bool) -> None:
+def subscriptions_list(target: Target, as_json: bool) -> None:
     """Every subscription that is not deleted."""
     _list(target, as_json)
 
@@ -105,14 +107,14 @@ def list_command(target: Target, as_json: bool) -> None:
 @click.option("--root-want", default="", help="Only messages serving this root want.")
 @click.option(
     "--ordering",
-    type=click.Choice(["partition_ref", "job_run", "root_want"]),
+    type=click.Choice(ORDERINGS),
     default="partition_ref",
     show_default=True,
 )
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["partbuild", "cloudevents", "openlineage"]),
+    type=click.Choice(FORMATS),
     default="partbuild",
     show_default=True,
 )
@@ -134,7 +136,7 @@ def list_command(target: Target, as_json: bool) -> None:
 @target_options
 @user_option
 @json_option
-def create_command(target: Target, user: str, as_json: bool, fmt: str, partitions: int, **given: Any) -> None:
+def subscriptions_create(target: Target, user: str, as_json: bool, fmt: str, partitions: int, **given: Any) -> None:
     """Subscribe ENDPOINT (an http(s) URL) to the log's events under NAME."""
     retry = RetryPolicyRequest(
         max_attempts=given.pop("max_attempts"),
@@ -171,7 +173,7 @@ def create_command(target: Target, user: str, as_json: bool, fmt: str, partition
 @click.argument("name")
 @target_options
 @json_option
-def show_command(target: Target, name: str, as_json: bool) -> None:
+def subscriptions_show(target: Target, name: str, as_json: bool) -> None:
     """One subscription."""
     with connect(target) as client:
         sub = client.get_subscription(name)
@@ -206,7 +208,7 @@ _change_command("delete", "Delete NAME and its queues (its history stays in the 
 @target_options
 @user_option
 @json_option
-def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes: int) -> None:
+def subscriptions_reshard(target: Target, name: str, user: str, as_json: bool, **sizes: int) -> None:
     """Change NAME's shard count while it runs."""
     request = ReshardSubscriptionRequest(**sizes)
     with connect(target) as client:
@@ -216,7 +218,7 @@ def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes
 
 @subscriptions_group.command("reset")
 @click.argument("name")
-@click.option("--queue", type=click.Choice(["main", "rq", "dlq"]), default="main", show_default=True)
+@click.option("--queue", type=click.Choice(get_args(QueueName)), default="main", show_default=True)
 @click.option("--to-seq", type=int, default=None, help="The next event handled is the first after this seq.")
 @click.option(
     "--to-time", type=click.DateTime(), default=None, help="...after the last event recorded before this time."
@@ -224,7 +226,7 @@ def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes
 @target_options
 @user_option
 @json_option
-def reset_command(
+def subscriptions_reset(
     target: Target, name: str, queue: str, to_seq: int | None, to_time: datetime | None, user: str, as_json: bool
 ) -> None:
     """Rewind or fast-forward NAME's main topic; fast-forward its RQ or DLQ."""
@@ -242,7 +244,7 @@ def reset_command(
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @target_options
 @json_option
-def dlq_command(target: Target, name: str, after_seq: int, limit: int, as_json: bool) -> None:
+def subscriptions_dlq(target: Target, name: str, after_seq: int, limit: int, as_json: bool) -> None:
     """NAME's dead letters, in event order."""
     with connect(target) as client:
         found = client.list_dead_letters(name, after_seq, limit)

@@ -23,7 +23,7 @@ from partbuild.api.web.forms import PREVIEW_SHOWN, FormInvalid, WantForm, parse_
 from partbuild.api.web.identity import Identity, may_write
 from partbuild.api.web.pages import error_page, form_failure, http_title, in_thread, redirect, service_of
 from partbuild.api.web.security import FormError, read_form
-from partbuild.api.web.templating import Page, render
+from partbuild.api.web.templating import PageContext, render_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -126,9 +126,9 @@ async def _write(request: Request, call: Any, then: str) -> Response:
 def _want_form_page(request: Request, form: WantForm, status: int) -> Response:
     """The want form again: with its preview (200) or the API's error (4xx)."""
     service = service_of(request)
-    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
+    page = PageContext(request, seam.current_identity(request), None, service.live.head_seq)
     page.csrf = request.cookies.get("partbuild_csrf", "")  # the post matched it: keep the same token
     title = http_title(status) if status != 200 else ""
-    return render(
+    return render_page(
         page, "want_new.html", status, form=form, patterns=patterns(service.graph), status=status, title=title
     )

@@ -74,7 +74,7 @@ def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: in
     return iter(range(top - 1, -1, -1))
 
 
-def wants_page(
+def wants_listing(
     service: Service, as_of: int | None, state_name: str | None, ref: str | None, before: int | None
 ) -> Listing:
     """Wants newest first, by state and ref, as of a seq."""
@@ -95,7 +95,7 @@ def wants_page(
     return page
 
 
-def runs_page(
+def runs_listing(
     service: Service, as_of: int | None, state_name: str | None, job: str | None, before: int | None
 ) -> Listing:
     """Job runs newest first, by state and job, as of a seq."""
@@ -109,7 +109,7 @@ def runs_page(
     return page
 
 
-def partitions_page(
+def partitions_listing(
     service: Service, as_of: int | None, prefix: str, state_name: str | None, after: str | None
 ) -> Listing:
     """Canonical instances by ref under a prefix, in one state, as of a seq (refs in sorted order)."""
@@ -123,7 +123,7 @@ def partitions_page(
     return page
 
 
-def want_detail(service: Service, want_id: str, as_of: int | None) -> WantDetailOut:
+def want_as_of(service: Service, want_id: str, as_of: int | None) -> WantDetailOut:
     """A want, its refs' states and its derivative-want tree, as of a seq."""
     with service.reading(as_of) as state:
         want = state.wants.get(want_id)
