@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import ApiServer, serve_service
-from test_api_http import ok, problem
+from httpkit import API, ok, problem
 
 from partbuild.api.cli import main
 from partbuild.api.service import Service
@@ -396,3 +396,23 @@ def test_cli_with_db_and_graph_lists_the_graph_sources(
     assert raw["found_by"] == "discovery" and raw["discovery"]["connector"]["class_name"] == "FilesystemConnector"
     code, out, err = run_cli(capsys, "sources", "--db", sqlite_url, "--graph", str(graph_file), "--server", seeded.url)
     assert code == 2
+
+
+def test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due(db_api_server: ApiServer) -> None:
+    """A source the log has scans of is listed with its cursor redacted; a scan request makes the next pass due."""
+    client = db_api_server.client
+    assert ok(client.get(f"{API}/sources")) == []
+    problem(client.post(f"{API}/sources/raw/scan"), 404, "no source dataset 'raw'")
+    key = b"/secret/cursor/key"
+    scanned = pb.SourceScanProgress(source="raw", pass_number=1, last_key=key, items=7, partitions=2, done=True)
+    db_api_server.log.append([envelope(scanned)])
+    [raw] = ok(client.get(f"{API}/sources", params={"min_seq": 1}))
+    assert (raw["name"], raw["found_by"], raw["discovery"]) == ("raw", None, None)
+    cursor = raw["scan"]["shards"][0]["cursor"]
+    assert cursor.startswith("ItemKey(len=18, hash=") and raw["scan"]["passes_done"] == 1
+    assert (raw["scan"]["items_total"], raw["scan"]["partitions_total"]) == (7, 2)
+    response = client.post(f"{API}/sources/raw/scan", headers={"X-Partbuild-User": "ops"})
+    answer = ok(response, 201)
+    assert answer["seq"] == 2 and key not in response.content
+    assert (answer["source"]["scan"]["pass_number"], answer["source"]["scan"]["rescan_requested"]) == (1, True)
+    assert ok(client.get(f"{API}/sources", params={"as_of_seq": 1}))[0]["scan"]["rescan_requested"] is False
