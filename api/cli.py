@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from partbuild.api.commands import (
     bucketing,
-    group,
+    groups,
     log,
     partitions,
     runs,
@@ -79,7 +79,7 @@ for command in (
     bucketing.buckets_command,
     bucketing.reshard_buckets_command,
     bucketing.config_group,
-    group.group_group,
+    groups.group_group,
     sources.sources_group,
     subscriptions.subscriptions_group,
     subscriptions.deliver,
