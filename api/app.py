@@ -21,18 +21,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from partbuild.api.errors import TITLES, ApiError, validation_message
-from partbuild.api.routes import (
-    audit,
-    events,
-    groups,
-    operations,
-    partitions,
-    runs,
-    sources,
-    subscriptions,
-    wants,
-)
-from partbuild.api.routes.common import PROBLEM_JSON
+from partbuild.api.routes import PROBLEM_JSON, resource_routers
 from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
 
@@ -65,9 +54,7 @@ def create_app(service: Service, *, tail_interval_s: float = 0.05) -> FastAPI:
     )
     app.state.service = service
     app.openapi = _exact_document(app.openapi)  # type: ignore[method-assign]
-    routers = [
-        module.router for module in (wants, partitions, runs, groups, sources, subscriptions, events, audit, operations)
-    ]
+    routers = resource_routers()
     for router in routers:
         app.include_router(router)
     add_web_ui(app)  # the web pages at / (api/web/)

@@ -12,6 +12,7 @@ answer that is not the API's).
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +21,6 @@ import httpx
 from fastapi import params
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from partbuild.api import models as m
 from partbuild.api.errors import (
     ClientError,
     Conflict,
@@ -29,6 +29,13 @@ from partbuild.api.errors import (
     ServerError,
     Unreachable,
     error_for_status,
+)
+from partbuild.api.models.wants import (
+    MAX_BATCH_REFS,
+    WantBatchCreatedOut,
+    WantBatchRequest,
+    WantCreatedOut,
+    WantRequest,
 )
 from partbuild.api.surface import OPERATIONS, USER_HEADER, Client, Operation
 
@@ -143,7 +150,8 @@ def _adapter(operation: Operation) -> TypeAdapter[Any]:
 
 
 def _type_name(returns: Any) -> str:
-    return getattr(returns, "__name__", None) or str(returns).replace("partbuild.api.models.", "")
+    """`WantOut`, `list[InstanceOut]`: the declared type without its modules."""
+    return getattr(returns, "__name__", None) or re.sub(r"\bpartbuild\.api\.models\.\w+\.", "", str(returns))
 
 
 def _client_method(operation: Operation) -> Callable[..., Any]:
@@ -168,17 +176,17 @@ for _operation in OPERATIONS.values():
 
 
 def create_wants_chunked(
-    client: Client, requests: list[m.WantRequest], user: str, on_sent: Callable[[int], None] | None = None
-) -> m.WantBatchCreated:
+    client: Client, requests: list[WantRequest], user: str, on_sent: Callable[[int], None] | None = None
+) -> WantBatchCreatedOut:
     """Record any number of wants, in requests of at most MAX_BATCH_REFS refs; `on_sent(refs)` after each.
 
     Each request is atomic, the whole is not: every chunk is validated before the
     first is sent, so that only a concurrent writer or a server's graph can refuse
     a later request, and then the error says what the earlier ones recorded.
     """
-    created: list[m.WantCreated] = []
+    created: list[WantCreatedOut] = []
     first = last = 0
-    chunks = [m.WantBatchRequest.model_construct(wants=chunk) for chunk in _chunks(requests)]
+    chunks = [WantBatchRequest.model_construct(wants=chunk) for chunk in _chunks(requests)]
     if len(chunks) > 1:
         for chunk in chunks:
             client.validate_wants(chunk)
@@ -196,15 +204,15 @@ def create_wants_chunked(
         created.extend(batch.wants)
         if on_sent is not None:
             on_sent(sum(len(request.refs) for request in chunk.wants))
-    return m.WantBatchCreated(first_seq=first, last_seq=last, wants=created)
+    return WantBatchCreatedOut(first_seq=first, last_seq=last, wants=created)
 
 
-def _chunks(requests: list[m.WantRequest]) -> list[list[m.WantRequest]]:
+def _chunks(requests: list[WantRequest]) -> list[list[WantRequest]]:
     """Consecutive groups of wants of at most MAX_BATCH_REFS refs each: one request per group."""
-    chunks: list[list[m.WantRequest]] = [[]]
+    chunks: list[list[WantRequest]] = [[]]
     size = 0
     for request in requests:
-        if size + len(request.refs) > m.MAX_BATCH_REFS and chunks[-1]:
+        if size + len(request.refs) > MAX_BATCH_REFS and chunks[-1]:
             chunks.append([])
             size = 0
         chunks[-1].append(request)

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from partbuild.api.subscription_view import subscription_out
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
@@ -171,6 +170,9 @@ class _SubscriptionCollector(Collector):
         queued = GaugeMetricFamily(
             "partbuild_subscription_queued", "Messages waiting in the RQ or the DLQ", labels=["subscription", "queue"]
         )
+        # Imported on a scrape, not with this module: the service's base, which builds these metrics, imports it.
+        from partbuild.api.service.subscriptions import subscription_out
+
         with self.live.read() as state:
             subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
             head = state.head_seq

@@ -23,7 +23,13 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from partbuild.api import models as m
+from partbuild.api.models.common import PageOut
+from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
+from partbuild.api.models.operations import BucketLayoutOut
+from partbuild.api.models.partitions import InstanceOut, LineageNodeOut, LineageOut, RetentionReportOut
+from partbuild.api.models.runs import JobRunOut
+from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
+from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
 from partbuild.state.log.audit import AuditReport
 from partbuild.state.log.replay import Progress as ProgressCallback
 from partbuild.state.rules.group import format_buckets
@@ -90,7 +96,7 @@ def _joined(values: list[str]) -> str:
 # ----------------------------------------------------------------- wants
 
 
-def wants_table(wants: list[m.Want]) -> Table:
+def wants_table(wants: list[WantOut]) -> Table:
     table = _table("WANT", "STATE", "REFS", "CREATED SEQ", "CREATED", "SOURCE", "PARENT")
     for want in wants:
         table.add_row(
@@ -105,7 +111,7 @@ def wants_table(wants: list[m.Want]) -> Table:
     return table
 
 
-def want_detail(want: m.WantDetail) -> Group:
+def want_detail(want: WantDetailOut) -> Group:
     """The want's fields, where each of its refs stands, and its derivative wants."""
     grid = _grid(
         [
@@ -130,12 +136,12 @@ def want_detail(want: m.WantDetail) -> Group:
     return Group(grid, refs, want_tree(want.tree))
 
 
-def _sla(want: m.WantDetail) -> str:
+def _sla(want: WantDetailOut) -> str:
     breached = " (breached)" if want.sla_breached else ""
     return f"{want.sla_seconds} s, due {when(want.sla_deadline_ms)}{breached}"
 
 
-def _ref_label(status: m.RefStatus) -> Text:
+def _ref_label(status: RefStatusOut) -> Text:
     label = Text(status.ref)
     label.append("  ")
     label.append_text(state_text(status.state) if status.state else Text("no instance", style="dim"))
@@ -144,20 +150,20 @@ def _ref_label(status: m.RefStatus) -> Text:
     return label
 
 
-def _ref_branch(parent: Tree, status: m.RefStatus) -> None:
+def _ref_branch(parent: Tree, status: RefStatusOut) -> None:
     branch = parent.add(_ref_label(status))
     for upstream in status.waiting_on:
         _ref_branch(branch, upstream)
 
 
-def want_tree(tree: m.WantTree) -> Tree:
+def want_tree(tree: WantTreeOut) -> Tree:
     """The want and its derivative wants (created for missing upstream data) as a tree."""
     root = Tree(Text("derivative wants", style="bold"))
     _want_branch(root, tree)
     return root
 
 
-def _want_branch(parent: Tree, node: m.WantTree) -> None:
+def _want_branch(parent: Tree, node: WantTreeOut) -> None:
     label = Text(node.want_id)
     label.append("  ")
     label.append_text(state_text(node.state))
@@ -172,7 +178,7 @@ def _want_branch(parent: Tree, node: m.WantTree) -> None:
 # ----------------------------------------------------------------- partitions
 
 
-def instances_table(instances: list[m.Instance]) -> Table:
+def instances_table(instances: list[InstanceOut]) -> Table:
     table = _table("REF", "STATE", "UUID", "BUILT BY", "ROWS", "UPDATED SEQ")
     for instance in instances:
         table.add_row(
@@ -186,7 +192,7 @@ def instances_table(instances: list[m.Instance]) -> Table:
     return table
 
 
-def history_table(instances: list[m.Instance]) -> Table:
+def history_table(instances: list[InstanceOut]) -> Table:
     table = _table("UUID", "STATE", "CANONICAL", "CREATED SEQ", "SUPERSEDED SEQ", "BUILT BY", "NOTE")
     for instance in instances:
         table.add_row(
@@ -201,7 +207,7 @@ def history_table(instances: list[m.Instance]) -> Table:
     return table
 
 
-def instance_grid(instance: m.Instance) -> Table:
+def instance_grid(instance: InstanceOut) -> Table:
     metadata = "\n".join(f"{key}={value}" for key, value in sorted(instance.metadata.items()))
     return _grid(
         [
@@ -227,7 +233,7 @@ def instance_grid(instance: m.Instance) -> Table:
     )
 
 
-def lineage_tree(lineage: m.Lineage, direction: str) -> Tree:
+def lineage_tree(lineage: LineageOut, direction: str) -> Tree:
     """The root instance with its inputs (upstream) and/or consumers (downstream) as branches."""
     nodes = {node.uuid: node for node in lineage.nodes}
     inputs: dict[str, list[str]] = defaultdict(list)
@@ -244,7 +250,7 @@ def lineage_tree(lineage: m.Lineage, direction: str) -> Tree:
 
 
 def _lineage_branch(
-    parent: Tree, uuid: str, links: dict[str, list[str]], nodes: dict[str, m.LineageNode], seen: set[str]
+    parent: Tree, uuid: str, links: dict[str, list[str]], nodes: dict[str, LineageNodeOut], seen: set[str]
 ) -> None:
     for other in links.get(uuid, ()):
         label = _node_label(nodes.get(other), other)
@@ -255,7 +261,7 @@ def _lineage_branch(
         _lineage_branch(parent.add(label), other, links, nodes, seen)
 
 
-def _node_label(node: m.LineageNode | None, uuid: str) -> Text:
+def _node_label(node: LineageNodeOut | None, uuid: str) -> Text:
     label = Text(node.ref if node and node.ref else "(dropped by retention)")
     label.append("  ")
     label.append_text(state_text(node.state if node else None))
@@ -268,7 +274,7 @@ def _node_label(node: m.LineageNode | None, uuid: str) -> Text:
 # ----------------------------------------------------------------- job runs
 
 
-def runs_table(runs: list[m.JobRun]) -> Table:
+def runs_table(runs: list[JobRunOut]) -> Table:
     table = _table("JOB RUN", "JOB", "STATE", "ATTEMPT", "REFS", "CREATED SEQ", "ERROR")
     for run in runs:
         table.add_row(
@@ -283,7 +289,7 @@ def runs_table(runs: list[m.JobRun]) -> Table:
     return table
 
 
-def _run_error(run: m.JobRun) -> str:
+def _run_error(run: JobRunOut) -> str:
     if run.missing_refs:
         return f"missing {len(run.missing_refs)} input(s)"
     if run.error_class or run.error_message:
@@ -291,7 +297,7 @@ def _run_error(run: m.JobRun) -> str:
     return run.cancel_reason or ""
 
 
-def run_grid(run: m.JobRun) -> Table:
+def run_grid(run: JobRunOut) -> Table:
     return _grid(
         [
             ("job run", run.job_run_id),
@@ -342,7 +348,7 @@ def report_grid(report: AuditReport) -> Table:
     return grid
 
 
-def layouts_table(layouts: list[m.BucketLayout]) -> Table:
+def layouts_table(layouts: list[BucketLayoutOut]) -> Table:
     table = _table("namespace", "buckets", "since seq", "last round-robin bucket")
     for layout in layouts:
         last = layout.last_round_robin_bucket
@@ -355,7 +361,7 @@ def layouts_table(layouts: list[m.BucketLayout]) -> Table:
 # ----------------------------------------------------------------- worker groups
 
 
-def groups_table(groups: list[m.GroupSummary]) -> Table:
+def groups_table(groups: list[GroupSummaryOut]) -> Table:
     table = _table("GROUP", "NAMESPACE", "BUCKETS", "EPOCH", "EPOCH ID", "SINCE SEQ", "LEADER", "MEMBERS", "UNOWNED")
     for group in groups:
         table.add_row(
@@ -372,7 +378,7 @@ def groups_table(groups: list[m.GroupSummary]) -> Table:
     return table
 
 
-def sources_table(sources: list[m.Source]) -> Table:
+def sources_table(sources: list[SourceOut]) -> Table:
     """One row a source: how it is found, its scan's pass and cursor (redacted), counts, the last error."""
     table = _table(
         "SOURCE", "FOUND BY", "CONNECTOR", "PASS", "STATE", "CURSOR", "ITEMS", "PARTITIONS", "ERRORS", "ERROR",
@@ -388,7 +394,7 @@ def sources_table(sources: list[m.Source]) -> Table:
     return table
 
 
-def _scan_cells(scan: m.SourceScanStatus | None) -> tuple[str | Text, ...]:
+def _scan_cells(scan: SourceScanOut | None) -> tuple[str | Text, ...]:
     if scan is None:
         return ("-", Text("not scanned", style="dim"), "-", "-", "-", "-", "-", "-")
     state = Text("done", style="green") if scan.pass_done else Text("running", style="yellow")
@@ -409,14 +415,14 @@ def _scan_cells(scan: m.SourceScanStatus | None) -> tuple[str | Text, ...]:
     )
 
 
-def _cursor_text(shards: list[m.SourceScanShard]) -> str:
+def _cursor_text(shards: list[ScanKeyRangeOut]) -> str:
     """One shard's cursor (redacted), or how many of the pass's shards are done."""
     if len(shards) == 1:
         return shards[0].cursor
     return f"{sum(shard.done for shard in shards)}/{len(shards)} shards done" if shards else "-"
 
 
-def _heartbeat_cells(beat: m.MemberHeartbeat | None) -> tuple[Text, str, str, Text]:
+def _heartbeat_cells(beat: MemberHeartbeatOut | None) -> tuple[Text, str, str, Text]:
     """Host, pid, last heartbeat with its age, and liveness; a member without a row is shown as such."""
     if beat is None:
         return Text("-"), "-", "-", Text("no row", style="red")
@@ -425,12 +431,12 @@ def _heartbeat_cells(beat: m.MemberHeartbeat | None) -> tuple[Text, str, str, Te
     return Text(beat.host), str(beat.pid), last, live
 
 
-def _shares_text(shares: list[m.GroupShare]) -> Text:
+def _shares_text(shares: list[GroupShareOut]) -> Text:
     parts = [f"{s.bucket}->{s.target}{' (picked up)' if s.picked_up else ''}" for s in shares]
     return Text("\n".join(parts) or "-")
 
 
-def group_detail(group: m.Group) -> Group:
+def group_detail(group: GroupOut) -> Group:
     """The epoch and leader, a table of members (ownership as of the seq, heartbeats now), pending hand-offs."""
     grid = _grid(
         [
@@ -466,7 +472,7 @@ def group_detail(group: m.Group) -> Group:
     return Group(*parts)
 
 
-def retention_text(report: m.RetentionReport) -> str:
+def retention_text(report: RetentionReportOut) -> str:
     """What retention dropped, or on a dry run would drop."""
     if not report.dropped:
         return "no superseded instance is old enough to drop"
@@ -491,7 +497,7 @@ def emit(value: BaseModel | list[Any], as_json: bool, human: Callable[[], Render
         console.print(human())
 
 
-def emit_page(page: m.Page[Any], as_json: bool, table: Callable[[list[Any]], Table], noun: str) -> None:
+def emit_page(page: PageOut[Any], as_json: bool, table: Callable[[list[Any]], Table], noun: str) -> None:
     """A page as JSON, or as a table with a hint for the next page."""
     if as_json:
         emit(page, True, str)
@@ -533,7 +539,7 @@ def progress_bar(description: str, *, show: bool = True) -> Progress:
     return Progress(*columns, console=err_console, transient=True, disable=not (show and err_console.is_terminal))
 
 
-def _version(instance: m.Instance) -> str | None:
+def _version(instance: InstanceOut) -> str | None:
     """`<version> (strong|weak)` of observed source data whose source reports versions."""
     if instance.version is None:
         return None

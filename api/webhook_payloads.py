@@ -32,7 +32,8 @@ from openlineage.client.generated.parent_run import ParentRunFacet
 from openlineage.client.generated.parent_run import Run as ParentRun
 from openlineage.client.serde import Serde
 
-from partbuild.api.convert import event_out, job_run_out
+from partbuild.api.service.events import event_out
+from partbuild.api.service.runs import job_run_out
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import JobRun, Want

@@ -29,8 +29,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from _common import proc_stats
 
-from partbuild.api import models as m
 from partbuild.api.client import HttpClient, create_wants_chunked
+from partbuild.api.models.wants import WantBatchCreatedOut, WantRequest
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.db import normalize_url
@@ -352,9 +352,9 @@ def api_server(db: str, workdir: Path) -> Iterator[Api]:
         stop_process(process, timeout_s=30)
 
 
-def want_each(client: HttpClient, refs: list[str]) -> m.WantBatchCreated:
+def want_each(client: HttpClient, refs: list[str]) -> WantBatchCreatedOut:
     """One want per ref, recorded through the API (`POST /api/v1/wants/batch`, as `partbuild want --file`)."""
-    return create_wants_chunked(client, [m.WantRequest(refs=[ref]) for ref in refs], "bench")
+    return create_wants_chunked(client, [WantRequest(refs=[ref]) for ref in refs], "bench")
 
 
 # ----------------------------------------------------------------- the log, folded as it grows

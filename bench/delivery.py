@@ -48,10 +48,10 @@ from typing import ClassVar
 from _common import exit_on_sigterm, machine
 from _groupkit import fresh_log
 
-from partbuild.api import models as m
-from partbuild.api import subscription_models as sm
+from partbuild.api.models.subscriptions import SubscriptionFilterRequest, SubscriptionRequest
+from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
-from partbuild.api.subscriptions_service import new_secret
+from partbuild.api.service.subscriptions import new_secret
 from partbuild.api.webhook_payloads import render as render_payload
 from partbuild.orchestrator.delivery import deliverer as deliverer_module
 from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardRunner
@@ -176,10 +176,10 @@ def subscribed(url: str, receiver: str) -> Iterator[Setup]:
         log = db.log
         live = LiveState(log)
         service = Service(db, live=live)
-        request = sm.SubscriptionRequest(
+        request = SubscriptionRequest(
             name="bench",
             endpoint=receiver + "/hook",
-            filter=sm.SubscriptionFilter(event_types=["want_create"]),
+            filter=SubscriptionFilterRequest(event_types=["want_create"]),
             secret=new_secret(),
         )
         service.create_subscription(request, "bench")
@@ -269,7 +269,7 @@ def latency(url: str, receiver: str, rate: float, seconds: float, refs: int) -> 
                 pause = start + n / rate - time.perf_counter()
                 if pause > 0:
                     time.sleep(pause)
-                request = m.WantRequest(refs=[ref_of(n, refs, 0.0)], comment="bench")
+                request = WantRequest(refs=[ref_of(n, refs, 0.0)], comment="bench")
                 setup.service.create_want(request, "bench")
             wait_ok(receiver, count, "latency")
         finally:

@@ -27,7 +27,8 @@ from conftest import TEST_SPARK_CONF, serve_service  # noqa: E402
 
 from examples.clicks.generate import generate_raw  # noqa: E402
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range  # noqa: E402
-from partbuild.api import models as m  # noqa: E402
+from partbuild.api.models.partitions import TaintRequest  # noqa: E402
+from partbuild.api.models.wants import WantRequest  # noqa: E402
 from partbuild.api.service import Service  # noqa: E402
 from partbuild.orchestrator.graph import Graph  # noqa: E402
 from partbuild.orchestrator.loop import Orchestrator  # noqa: E402
@@ -70,18 +71,18 @@ def held_weeklies(graph: Graph, gate: threading.Event) -> Graph:
 
 def build_state(service: Service) -> str:
     """Want every weekly, taint a daily and rebuild; returns week 2026-W02's instance uuid."""
-    service.create_want(m.WantRequest(refs=WEEKLIES, want_id=WANT_ID, comment="W1 weekly clicks"))
+    service.create_want(WantRequest(refs=WEEKLIES, want_id=WANT_ID, comment="W1 weekly clicks"))
     wait_live(service, WEEKLIES)
-    service.taint(m.TaintRequest(ref=daily_ref(date(2026, 1, 6)), reason="late clicks arrived"))
-    service.create_want(m.WantRequest(refs=WEEKLIES, want_id="weekly-clicks-rebuild", comment="after the taint"))
+    service.taint(TaintRequest(ref=daily_ref(date(2026, 1, 6)), reason="late clicks arrived"))
+    service.create_want(WantRequest(refs=WEEKLIES, want_id="weekly-clicks-rebuild", comment="after the taint"))
     return wait_live(service, WEEKLIES)[WEEKLIES[1]]
 
 
 def hold_a_rebuild(service: Service, gate: threading.Event) -> None:
     """Taint another daily and want its weekly again while weekly runs are held: one run stays in flight."""
     gate.clear()
-    service.taint(m.TaintRequest(ref=daily_ref(date(2026, 1, 13)), reason="a late file"))
-    service.create_want(m.WantRequest(refs=[WEEKLIES[2]], want_id="weekly-w03-again", comment="after the taint"))
+    service.taint(TaintRequest(ref=daily_ref(date(2026, 1, 13)), reason="a late file"))
+    service.create_want(WantRequest(refs=[WEEKLIES[2]], want_id="weekly-w03-again", comment="after the taint"))
     deadline = time.monotonic() + 300
     while not any(run.state in ("queued", "running") and run.job_label == "weekly_clicks" for run in _runs(service)):
         if time.monotonic() > deadline:

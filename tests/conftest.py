@@ -154,7 +154,7 @@ def clicks_root(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # --- HTTP: a real uvicorn server ---------------------------------------------------------------------
-# Fixtures for tests/test_api_http.py and tests/test_api_schemathesis.py: the FastAPI app on a real
+# Fixtures for tests/test_api_*.py: the FastAPI app on a real
 # uvicorn server in a thread, on a free port (a socket bound to port 0 and handed to uvicorn, so no
 # other process can take the port in between), with an httpx client. Imports are local so modules
 # that do not serve HTTP do not pay for FastAPI at collection.
@@ -244,6 +244,28 @@ def db_api_server(db_url: str) -> Iterator[ApiServer]:
     """A graph-less API server over a fresh log on each backend (ids `sqlite`, `postgres`)."""
     with graphless_api_server(db_url) as api:
         yield api
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A graph-less server per module, for tests that only add refs of their own or change nothing (bad input).
+
+    Seeded by `httpkit.seed`: a want (so its ref is Missing) and a Live source.
+    """
+    from httpkit import seed
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('shared') / 'partbuild.db'}"
+    with graphless_api_server(url) as api:
+        seed(api.client)
+        yield api
+
+
+@pytest.fixture
+def shared_client(shared: ApiServer) -> Iterator[Any]:
+    """A fresh httpx client of the module's shared server."""
+    from httpkit import fresh_client
+
+    yield from fresh_client(shared.url)
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ def seeded_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         runs = client.get(f"{API}/job-runs", params={"min_seq": api.log.head()}).json()["items"]
         assert {run["state"] for run in runs} == {"queued", "running"}, runs
         # A worker group in its second epoch, with a hand-off in flight and heartbeat rows.
-        append_group_history(api.log, int(time.time() * 1000), EXAMPLE_GROUP)
+        append_group_history(api.service.db, int(time.time() * 1000), EXAMPLE_GROUP)
         assert client.get(f"{API}/group/{EXAMPLE_GROUP}", params={"min_seq": api.log.head()}).status_code == 200
         yield api
 

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 from conftest import ApiServer, graphless_api_server
-from test_api_http import head_seq, ok, problem
+from httpkit import head_seq, ok, problem
 
 API = "/api/v1"
 WANTS = f"{API}/wants"

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from conftest import graphless_api_server, serve_app
 from fastapi import Response, params
-from fastapi.routing import APIRoute
+from httpkit import api_routes
 from starlette.requests import Request
 
 from partbuild.api.app import create_app
@@ -135,21 +135,12 @@ def test_metrics_need_a_reader(secured: Secured, caller: str | None) -> None:
 WEB_PACKAGE = "partbuild.api.web."
 
 
-def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
-    """Every APIRoute of an app, through the routers it includes (FastAPI wraps each included router)."""
-    for route in routes:
-        if isinstance(route, APIRoute):
-            yield route
-        elif hasattr(route, "original_router"):
-            yield from _api_routes(route.original_router.routes)
-
-
 def test_every_api_route_is_a_declared_operation_or_metrics(secured: Secured) -> None:
     """No hand-written API route can miss its guard: each one is derived from a declaration with a role."""
     app = create_app(Service(secured.db))
     served = {
         (method, route.path)
-        for route in _api_routes(app.routes)
+        for route in api_routes(app.routes)
         if not route.endpoint.__module__.startswith(WEB_PACKAGE)  # the pages' own guard: tests/test_web_signin.py
         for method in route.methods
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from partbuild.api import models as m
+from partbuild.api.models.common import CancelRequest
 from partbuild.api.service import Service
 from partbuild.orchestrator.context import JobContext, OutputTarget
 from partbuild.orchestrator.decide import RunPlan, instance_location
@@ -216,7 +216,7 @@ def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
     # As an operator would: through the service behind `POST /job-runs/{id}/cancel` and `runs cancel`.
     with Database.open(sqlite_url) as db:
         service = Service(db)
-        cancel_seq = service.cancel_job_run(first, m.CancelRequest(reason="test"), "operator").seq
+        cancel_seq = service.cancel_job_run(first, CancelRequest(reason="test"), "operator").seq
         service.stop()
 
     # Spark stops the job well before its tasks' sleep would have ended.

@@ -28,11 +28,14 @@ import uvicorn
 from conftest import CLICKS_DAYS, CLICKS_START
 from groupapikit import GROUP, append_group_history
 
-from partbuild.api import models as m
 from partbuild.api.app import create_app
 from partbuild.api.cli import main
 from partbuild.api.client import Client, HttpClient, ServerError, Unreachable
 from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.models.groups import GroupOut
+from partbuild.api.models.partitions import LineageOut
+from partbuild.api.models.runs import JobRunOut
+from partbuild.api.models.wants import WantBatchCreatedOut, WantBatchRequest, WantDetailOut, WantOut
 from partbuild.api.service import Service
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job, load_graph
@@ -135,7 +138,7 @@ def test_every_read_gives_the_same_json_in_both_modes(
 
     every_want = both("wants", "--all", "--limit", "3")
     assert len(every_want["items"]) == 8 and every_want["next_cursor"] is None
-    assert set(every_want["items"][0]) == set(m.Want.model_fields)
+    assert set(every_want["items"][0]) == set(WantOut.model_fields)
     first_page = both("wants", "--limit", "3")
     assert [w["want_id"] for w in first_page["items"]] == ["want-s0w0", "want-s0w0-daily", "want-s0w1"]
     second_page = both("wants", "list", "--limit", "3", "--cursor", first_page["next_cursor"])
@@ -145,7 +148,7 @@ def test_every_read_gives_the_same_json_in_both_modes(
     assert all(w["state"] == "successful" for w in both("wants", "--state", "successful")["items"])
 
     detail = both("wants", "show", "want-s0w0")
-    assert set(detail) == set(m.WantDetail.model_fields)
+    assert set(detail) == set(WantDetailOut.model_fields)
     assert detail["refs_status"][0] == {
         "ref": WEEKLY_W02,
         "instance_uuid": detail["satisfied_by"][0],
@@ -172,14 +175,14 @@ def test_every_read_gives_the_same_json_in_both_modes(
     assert both("partitions", "history", TAINTED_DAILY, "--as-of", "30")[0]["uuid"] == history[1]["uuid"]
 
     upstream = both("lineage", WEEKLY_W02, "--direction", "upstream", "--depth", "2")
-    assert upstream["root"] == live["uuid"] and set(upstream) == set(m.Lineage.model_fields)
+    assert upstream["root"] == live["uuid"] and set(upstream) == set(LineageOut.model_fields)
     assert len(upstream["nodes"]) == 1 + 7 + 7 and len(upstream["edges"]) == 7 + 7
     assert {n["depth"] for n in upstream["nodes"]} == {0, 1, 2}
     assert both("lineage", live["inputs"][0], "--direction", "downstream")["nodes"][1]["uuid"] == live["uuid"]
     assert both("lineage", live["uuid"], "--depth", "0")["edges"] == []
 
     runs = both("runs", "--all", "--limit", "4")["items"]
-    assert len(runs) == 3 * 3 + 1 + 2 and set(runs[0]) == set(m.JobRun.model_fields)
+    assert len(runs) == 3 * 3 + 1 + 2 and set(runs[0]) == set(JobRunOut.model_fields)
     failed = both("runs", "--state", "failed")["items"]
     assert [r["job_run_id"] for r in failed] == ["run-s0w1-daily-1"] and failed[0]["error_message"] == "executor lost"
     assert {r["job_label"] for r in both("runs", "--job", "weekly")["items"]} == {"weekly"}
@@ -240,8 +243,7 @@ def test_human_output_shows_the_key_fields(
 def group_db(sqlite_url: str) -> str:
     """A database with a worker group in its second epoch, a hand-off in flight and heartbeat rows."""
     with Database.open(sqlite_url, auto_upgrade=True) as db:
-        log = db.log
-        append_group_history(log, int(time.time() * 1000))
+        append_group_history(db, int(time.time() * 1000))
     return sqlite_url
 
 
@@ -273,7 +275,7 @@ def test_group_list_and_show_give_the_same_json_in_both_modes(
         assert both("list", "--as-of", "1")[0][0]["members"] == 2
         shown, served = both("show", GROUP)
         assert _without_clock(shown) == _without_clock(served)
-        assert set(shown) == set(m.Group.model_fields) and shown["epoch"]["epoch_id"] == "e2"
+        assert set(shown) == set(GroupOut.model_fields) and shown["epoch"]["epoch_id"] == "e2"
         assert [member["heartbeat"]["live"] for member in shown["members"]] == [True, True, False]
         past, served_past = both("show", GROUP, "--as-of", "1", "--member-timeout", "120")
         assert _without_clock(past) == _without_clock(served_past)
@@ -363,7 +365,7 @@ def test_want_file_batch_of_25000_refs_takes_three_requests(
     sizes: list[int] = []
     create_wants = Service.create_wants
 
-    def counting(self: Service, request: m.WantBatchRequest, user: str) -> m.WantBatchCreated:
+    def counting(self: Service, request: WantBatchRequest, user: str) -> WantBatchCreatedOut:
         sizes.append(sum(len(want.refs) for want in request.wants))
         return create_wants(self, request, user)
 

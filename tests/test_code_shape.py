@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
+from partbuild.api import models
 from partbuild.api.client import HttpClient
+from partbuild.api.models.common import StrictRequest
 from partbuild.api.service import Service
-from partbuild.api.surface import OPERATIONS, Client
+from partbuild.api.service.base import ServiceBase
+from partbuild.api.surface import OPERATIONS, RESOURCES, Client
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ["state", "orchestrator", "api", "examples", "migrations"]
@@ -55,11 +61,49 @@ def test_dependencies_point_one_way() -> None:
 
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 def test_the_service_implements_each_declared_operation_with_its_signature(name: str) -> None:
-    """The in-process back end answers exactly the declared calls: same parameters, same defaults."""
+    """The in-process back end answers exactly the declared calls: same parameters, same defaults.
+
+    Each operation is implemented in its resource's service module (the module of the same name as
+    the one that declares it), and the HTTP client derives it from the declaration.
+    """
     declared = inspect.signature(getattr(Client, name))
     implemented = inspect.signature(getattr(Service, name))
     assert [(p.name, p.default) for p in implemented.parameters.values()] == [
         (p.name, p.default) for p in declared.parameters.values()
     ]
-    derived = inspect.signature(getattr(HttpClient, name))
-    assert list(derived.parameters) == list(declared.parameters)
+    assert getattr(Service, name).__module__ == f"partbuild.api.service.{OPERATIONS[name].resource}"
+    derived = getattr(HttpClient, name)
+    assert list(inspect.signature(derived).parameters) == list(declared.parameters)
+    assert derived.__module__ == "partbuild.api.client"
+
+
+def test_each_resource_has_its_declarations_models_and_service_under_one_name() -> None:
+    """`Service` is one class per resource, in the resources' order, each deriving from `ServiceBase` only."""
+    names = list(RESOURCES)
+    assert [base.__module__ for base in Service.__bases__] == [f"partbuild.api.service.{name}" for name in names]
+    assert all(base.__bases__ == (ServiceBase,) for base in Service.__bases__)
+    for name in names:
+        importlib.import_module(f"partbuild.api.models.{name}")
+
+
+def _api_models() -> list[type[BaseModel]]:
+    found = []
+    for module in pkgutil.iter_modules(models.__path__):
+        loaded = importlib.import_module(f"partbuild.api.models.{module.name}")
+        found += [
+            value
+            for value in vars(loaded).values()
+            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == loaded.__name__
+        ]
+    return found
+
+
+def test_api_models_say_which_way_they_go() -> None:
+    """A request model (strict) ends in `Request`, a response model in `Out`: neither reads as a state record."""
+    misnamed = [
+        model.__name__
+        for model in _api_models()
+        if model is not StrictRequest
+        and not model.__name__.endswith("Request" if issubclass(model, StrictRequest) else "Out")
+    ]
+    assert misnamed == []

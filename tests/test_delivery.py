@@ -20,11 +20,20 @@ from google.protobuf.message import Message
 from receiverkit import Answer, Received, Receiver, Rule, always, by_group
 from test_webhook_payloads import openlineage_errors
 
-from partbuild.api import models as m
-from partbuild.api import subscription_models as sm
 from partbuild.api.errors import Conflict
+from partbuild.api.models.subscriptions import (
+    DeadLetterOut,
+    DeadLetterRequest,
+    OffsetResetRequest,
+    ReshardSubscriptionRequest,
+    RetryPolicyRequest,
+    SubscriptionFilterRequest,
+    SubscriptionOut,
+    SubscriptionRequest,
+)
+from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
-from partbuild.api.subscriptions_service import new_secret
+from partbuild.api.service.subscriptions import new_secret
 from partbuild.api.webhook_payloads import (
     CLOUDEVENTS_JSON,
     JSON,
@@ -40,7 +49,7 @@ from partbuild.state.log.events import envelope, from_job_run
 from partbuild.state.log.live import LiveState
 
 WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
-FAST_RETRY = sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
+FAST_RETRY = RetryPolicyRequest(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
 Key = tuple[str, int]  # (group, event seq): one message of one subscription
 
 
@@ -53,15 +62,15 @@ class Rig:
         self.svc = Service(db, live=self.live)
         self.deliverer = Deliverer(self.live, db.deliveries, render)
 
-    def subscribe(self, name: str, **fields: Any) -> sm.Subscription:
+    def subscribe(self, name: str, **fields: Any) -> SubscriptionOut:
         """A subscription to the receiver, with fast retries unless `retry` is given."""
         fields.setdefault("retry", FAST_RETRY)
-        request = sm.SubscriptionRequest(name=name, endpoint=self.receiver.url, secret=self.secret, **fields)
+        request = SubscriptionRequest(name=name, endpoint=self.receiver.url, secret=self.secret, **fields)
         return self.svc.create_subscription(request).subscription
 
     def want(self, *refs: str, want_id: str | None = None) -> int:
         """Ask for `refs`; the seq of the want_create."""
-        return self.svc.create_want(m.WantRequest(refs=list(refs), want_id=want_id)).seq
+        return self.svc.create_want(WantRequest(refs=list(refs), want_id=want_id)).seq
 
     def append(self, payload: Message, source: pb.EventSource | None = None) -> int:
         """Append one raw event the fold must accept; its seq."""
@@ -82,7 +91,7 @@ class Rig:
     def key(self, name: str) -> str:
         return self.live.state.subscriptions[name].key
 
-    def settled(self, name: str) -> sm.Subscription:
+    def settled(self, name: str) -> SubscriptionOut:
         """The subscription once every shard is at the head and its RQ is empty (wait for it)."""
         deadline = time.monotonic() + WAIT_S
         while (sub := self.svc.get_subscription(name)).lag_events or sub.rq_messages:
@@ -193,7 +202,7 @@ def test_retryable_failures_hold_the_group_while_others_flow(env: Rig) -> None:
     """500, 500, 429 + Retry-After: 1, then 200: the group waits behind its head; other groups do not."""
     statuses = [Answer(500), Answer(500), Answer(429, retry_after="1")]
     env.receiver.set_rule(group_answers("slow/0", statuses))
-    env.subscribe("retry", retry=sm.RetryPolicy(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=60))
+    env.subscribe("retry", retry=RetryPolicyRequest(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=60))
     head = env.want("slow/0")
     env.receiver.wait_for(lambda got: any(r.answered == 500 for r in env.receiver.received), WAIT_S)
     behind = env.want("slow/0")
@@ -215,7 +224,7 @@ def test_retryable_failures_hold_the_group_while_others_flow(env: Rig) -> None:
 # ----------------------------------------------------------------- 3. permanent failures, replay, purge
 
 
-def dead_letters(env: Rig, name: str, count: int) -> list[sm.DeadLetter]:
+def dead_letters(env: Rig, name: str, count: int) -> list[DeadLetterOut]:
     """Wait until the DLQ holds `count` messages; them."""
     deadline = time.monotonic() + WAIT_S
     while len(found := env.svc.list_dead_letters(name).messages) != count:
@@ -241,7 +250,7 @@ def test_permanent_failure_dead_letters_the_group_then_replay_and_purge(env: Rig
     assert (sub.dead_lettered, sub.dlq_messages, sub.retried) == (1, 2, 0)
 
     env.receiver.set_rule(None)
-    assert env.svc.replay_dead_letters("perm", sm.DeadLetterRequest(group="bad/0")).moved == 2
+    assert env.svc.replay_dead_letters("perm", DeadLetterRequest(group="bad/0")).moved == 2
     got = wait_keys(env.receiver, messages(bad[0], "bad/0") | messages(bad[1], "bad/0"))
     assert [r.seq for r in got if r.group == "bad/0"] == bad
     assert env.settled("perm").dlq_messages == 0
@@ -249,7 +258,7 @@ def test_permanent_failure_dead_letters_the_group_then_replay_and_purge(env: Rig
     env.receiver.set_rule(by_group({"bad/0": always(400)}, always(200)))
     purged = [env.want("bad/0"), env.want("bad/0")]
     dead_letters(env, "perm", 2)
-    assert env.svc.purge_dead_letters("perm", sm.DeadLetterRequest()).moved == 2
+    assert env.svc.purge_dead_letters("perm", DeadLetterRequest()).moved == 2
     env.receiver.set_rule(None)
     after = env.want("bad/0")
     got = wait_keys(env.receiver, messages(after, "bad/0"))
@@ -264,7 +273,7 @@ def test_exhausted_attempts_dead_letter_and_timeouts_are_retried(env: Rig) -> No
     """500 every time: DLQ after max_attempts; an answer slower than the timeout: retried, delivered."""
     slow = group_answers("slow/0", [Answer(delay_s=0.6)])
     env.receiver.set_rule(by_group({"dead/0": always(500), "slow/0": slow}, always(200)))
-    policy = sm.RetryPolicy(max_attempts=3, backoff_initial_ms=20, backoff_max_ms=50, timeout_ms=200)
+    policy = RetryPolicyRequest(max_attempts=3, backoff_initial_ms=20, backoff_max_ms=50, timeout_ms=200)
     env.subscribe("exhaust", retry=policy)
     dead = env.want("dead/0")
     ok = env.want("slow/0", "ok/0")
@@ -318,7 +327,7 @@ def expected_by_filter(s: dict[str, int]) -> dict[str, set[Key]]:
 
 def test_filters_and_orderings(env: Rig) -> None:
     """Event types, ref prefixes and patterns, job; job-run and root-want ordering groups."""
-    flt = sm.SubscriptionFilter
+    flt = SubscriptionFilterRequest
     env.subscribe("types", filter=flt(event_types=["want_cancel"]))
     env.subscribe("prefix", filter=flt(ref_prefixes=["a/"]))
     env.subscribe("pattern", filter=flt(ref_patterns=["b/*/1"]))
@@ -377,7 +386,7 @@ def test_pause_resume_and_delete(env: Rig) -> None:
 
 
 def reset(env: Rig, name: str, queue: str, to_seq: int) -> None:
-    env.svc.reset_subscription_offset(name, sm.OffsetResetRequest(queue=queue, to_seq=to_seq))
+    env.svc.reset_subscription_offset(name, OffsetResetRequest(queue=queue, to_seq=to_seq))
 
 
 def test_main_offset_rewind_redelivers_and_fast_forward_skips(env: Rig) -> None:
@@ -406,7 +415,7 @@ def test_main_offset_rewind_redelivers_and_fast_forward_skips(env: Rig) -> None:
 def test_retry_queue_fast_forwards_only(env: Rig) -> None:
     """An RQ fast-forward drops the queued messages up to to_seq; the fold refuses a rewind (409)."""
     env.receiver.set_rule(by_group({"q/0": always(500)}, always(200)))
-    policy = sm.RetryPolicy(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
+    policy = RetryPolicyRequest(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
     env.subscribe("rq", retry=policy)
     queued = [env.want("q/0") for _ in range(3)]
     deadline = time.monotonic() + WAIT_S
@@ -503,11 +512,11 @@ def test_reshard_while_events_flow_and_groups_fail(env: Rig) -> None:
     # its head once already, and at-least-once delivery may send it again; the outcome must not depend on it.
     rules = {"g/3": group_answers("g/3", [Answer(503)] * 20), "g/5": always(400)}
     env.receiver.set_rule(by_group(rules, always(200)))
-    policy = sm.RetryPolicy(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
+    policy = RetryPolicyRequest(max_attempts=100, backoff_initial_ms=20, backoff_max_ms=40)
     env.subscribe("shards", main_partitions=12, rq_partitions=6, dlq_partitions=6, retry=policy)
     expected = flow(env, 6, 0)
     for phase, count in enumerate((2, 4, 1), start=1):
-        env.svc.reshard_subscription("shards", sm.ReshardSubscriptionRequest(shard_count=count))
+        env.svc.reshard_subscription("shards", ReshardSubscriptionRequest(shard_count=count))
         expected |= flow(env, 6, 6 * phase)
     parked = {key for key in expected if key[0] == "g/5" and key[1] > min(s for g, s in expected if g == "g/5")}
     wait_keys(env.receiver, expected - parked - {min(k for k in expected if k[0] == "g/5")})
@@ -515,7 +524,7 @@ def test_reshard_while_events_flow_and_groups_fail(env: Rig) -> None:
     assert sub.shard_count == 1 and sub.dlq_messages == len(parked) + 1
     assert [t.partitions for t in sub.rq_topic.storage_topics] == [6, 8]  # 4 shards do not divide 6
     env.receiver.set_rule(None)  # g/5's receiver is fixed; g/3's failures are long over
-    assert env.svc.replay_dead_letters("shards", sm.DeadLetterRequest()).moved == len(parked) + 1
+    assert env.svc.replay_dead_letters("shards", DeadLetterRequest()).moved == len(parked) + 1
     wait_keys(env.receiver, expected)
     assert env.settled("shards").dlq_messages == 0
     assert env.receiver.order_violations() == []
@@ -533,10 +542,10 @@ def test_replays_while_a_busy_group_keeps_failing_keep_its_order(env: Rig) -> No
     for i in range(60):
         seqs.append(env.want("x/0"))
         if i % 10 == 9:
-            env.svc.replay_dead_letters("busy", sm.DeadLetterRequest())
+            env.svc.replay_dead_letters("busy", DeadLetterRequest())
     env.settled("busy")
     env.receiver.set_rule(None)
-    env.svc.replay_dead_letters("busy", sm.DeadLetterRequest())
+    env.svc.replay_dead_letters("busy", DeadLetterRequest())
     wait_keys(env.receiver, {("x/0", seq) for seq in seqs})
     assert env.receiver.order_violations() == []
     assert env.settled("busy").dlq_messages == 0

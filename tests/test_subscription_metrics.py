@@ -9,8 +9,8 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from receiverkit import Receiver, failing_groups
 
-from partbuild.api import models as m
-from partbuild.api import subscription_models as sm
+from partbuild.api.models.subscriptions import SubscriptionRequest
+from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
 from partbuild.api.webhook_payloads import render
 from partbuild.orchestrator.delivery.deliverer import Deliverer
@@ -31,11 +31,11 @@ def test_metrics_follow_deliveries_failures_and_lag(tmp_path: Path) -> None:
         Receiver(SECRET, failing_groups({"bad/1"}, 400)) as hook,
     ):
         service = Service(db)
-        request = sm.SubscriptionRequest(name="hooks", endpoint=hook.url, secret=SECRET)
+        request = SubscriptionRequest(name="hooks", endpoint=hook.url, secret=SECRET)
         service.create_subscription(request)
         service.pause_subscription("hooks")
         for n in range(3):
-            service.create_want(m.WantRequest(refs=[f"good/{n}", "bad/1"]))
+            service.create_want(WantRequest(refs=[f"good/{n}", "bad/1"]))
         paused = generate_latest(service.registry).decode()
         assert metric(paused, "partbuild_subscription_lag_events", 'subscription="hooks"') == 4  # the pause and 3 wants
         service.resume_subscription("hooks")

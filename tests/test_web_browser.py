@@ -27,7 +27,8 @@ from conftest import CLICKS_START, ApiServer, graphless_api_server, orchestrated
 from playwright.sync_api import expect
 
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
-from partbuild.api import models as m
+from partbuild.api.models.partitions import ObserveRequest, TaintRequest
+from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
@@ -108,11 +109,11 @@ def wait_live(service: Service, ref: str, not_uuid: str = "") -> str:
 
 def _story(service: Service) -> tuple[int, int, str, str]:
     """Build the world's state; returns the seqs before and of the taint, the weekly's old and new uuids."""
-    service.create_want(m.WantRequest(refs=[WEEK_1], want_id="weekly-w01", comment="W1 weekly"))
+    service.create_want(WantRequest(refs=[WEEK_1], want_id="weekly-w01", comment="W1 weekly"))
     old = wait_live(service, WEEK_1)
     before_taint = service.live.head_seq
-    taint = service.taint(m.TaintRequest(ref=TAINTED_DAILY, reason="late clicks"))
-    service.create_want(m.WantRequest(refs=[WEEK_1], want_id="weekly-w01-again"))
+    taint = service.taint(TaintRequest(ref=TAINTED_DAILY, reason="late clicks"))
+    service.create_want(WantRequest(refs=[WEEK_1], want_id="weekly-w01-again"))
     new = wait_live(service, WEEK_1, not_uuid=old)
     # No job or source produces this ref, so the service refuses it; the log takes any observation.
     observed = pb.PartitionObserved(partition_ref=EVIL, location="/nowhere")
@@ -431,8 +432,8 @@ def guarded(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         }
     with graphless_api_server(url) as api:
         # Something to write on: an active want (cancelable) and a Live ref (taintable).
-        api.service.create_want(m.WantRequest(refs=[PENDING], want_id="w-open"))
-        api.service.observe(m.ObserveRequest(ref=SHARED, location="/data/raw"))
+        api.service.create_want(WantRequest(refs=[PENDING], want_id="w-open"))
+        api.service.observe(ObserveRequest(ref=SHARED, location="/data/raw"))
         api.service.refresh()
         yield Guarded(api, tokens)
 

@@ -19,8 +19,9 @@ from urllib.parse import urlencode
 import pytest
 from fastapi.testclient import TestClient
 
-from partbuild.api import models as m
 from partbuild.api.app import create_app
+from partbuild.api.models.partitions import TaintRequest
+from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
 from partbuild.api.web.security import SECURITY_HEADERS
 from partbuild.proto.v1 import events_pb2 as pb
@@ -53,20 +54,20 @@ def _build_state(service: Service) -> tuple[str, str, int, int]:
     """The story every test reads; returns the raw and daily UUIDs, the seq before the taint and the taint's."""
     _append(service, pb.PartitionObserved(partition_ref=RAW, location="/data/raw"))
     raw_uuid = service.state.canonical[RAW]
-    service.create_want(m.WantRequest(refs=[DAILY], want_id="want-root", comment=COMMENT, sla_seconds=1))
+    service.create_want(WantRequest(refs=[DAILY], want_id="want-root", comment=COMMENT, sla_seconds=1))
     derivative = pb.WantCreate(want_id="want-child", partition_refs=[RAW], parent_want_id="want-root")
     _append(service, derivative, from_job_run("run-0"))
     daily_uuid = service.state.canonical[DAILY]
     _append(service, pb.JobRunBuffer(job_run_id="run-1", job_label="daily_clicks", instance_uuids=[daily_uuid]))
     _append(service, pb.JobRunSuccess(job_run_id="run-1", input_instance_uuids=[raw_uuid]))
-    service.create_want(m.WantRequest(refs=[EVIL, "other/x"], want_id="want-evil"))
+    service.create_want(WantRequest(refs=[EVIL, "other/x"], want_id="want-evil"))
     failing = [service.state.canonical["other/x"]]
     _append(service, pb.JobRunBuffer(job_run_id="run-2", job_label="other", instance_uuids=failing))
     failure = pb.JobRunFailure(job_run_id="run-2", error_class=pb.ERROR_CLASS_PERMANENT, message="<i>boom</i>")
     _append(service, failure)
     before = service.live.head_seq
     time.sleep(0.005)  # the taint is recorded a later millisecond: `as_of_time` of `before` must not include it
-    taint = service.taint(m.TaintRequest(ref=DAILY, reason="late clicks"))
+    taint = service.taint(TaintRequest(ref=DAILY, reason="late clicks"))
     return raw_uuid, daily_uuid, before, taint.seq
 
 
@@ -208,7 +209,7 @@ def test_form_errors_show_the_api_message(world: World) -> None:
 
 def test_cancel_and_taint_forms_append_their_events(world: World) -> None:
     token, service = _csrf(world), world.service
-    service.create_want(m.WantRequest(refs=["forms/a"], want_id="want-forms"))
+    service.create_want(WantRequest(refs=["forms/a"], want_id="want-forms"))
     run_uuids = [service.state.canonical["forms/a"]]
     _append(service, pb.JobRunBuffer(job_run_id="run-forms", job_label="forms", instance_uuids=run_uuids))
     _append(service, pb.PartitionObserved(partition_ref="forms/raw", location="/data/forms"))

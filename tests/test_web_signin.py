@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from test_auth import _api_routes
+from httpkit import api_routes
 
 from partbuild.api.app import create_app
 from partbuild.api.auth import SESSION_COOKIE, Authenticator
@@ -129,7 +129,7 @@ def test_next_only_leads_to_this_site(asked: str, goes: str) -> None:
 
 def test_every_page_and_form_route_asks_for_credentials(site: Site) -> None:
     """No page can forget the guard: each route of the web UI but the sign-in itself sends a stranger away."""
-    web = [r for r in _api_routes(site.app.routes) if r.endpoint.__module__.startswith("partbuild.api.web.")]  # type: ignore[attr-defined]
+    web = [r for r in api_routes(site.app.routes) if r.endpoint.__module__.startswith("partbuild.api.web.")]  # type: ignore[attr-defined]
     assert len(web) >= 15
     browser = site.browser()
     for route in web:

@@ -15,7 +15,7 @@ from cloudevents.core.formats.json import JSONFormat
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from partbuild.api.convert import event_out
+from partbuild.api.service.events import event_out
 from partbuild.api.webhook_payloads import (
     FORMATS,
     RUN_ID_NAMESPACE,

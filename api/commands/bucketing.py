@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import (
     Target,
@@ -21,6 +20,7 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.models.operations import ReshardRequest
 from partbuild.state.rules.bucketing import (
     DEFAULT_NAMESPACE,
     BucketingConfig,
@@ -110,10 +110,10 @@ def buckets_command(target: Target, as_of: int | None, as_json: bool) -> None:
 @click.option("--total", "bucket_total", type=PositiveInt(), required=True, help="The new number of buckets.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="The bucketing namespace.")
 @user_option
-def reshard_command(target: Target, bucket_total: int, namespace: str, user: str) -> None:
+def reshard_buckets_command(target: Target, bucket_total: int, namespace: str, user: str) -> None:
     """Split a namespace's refs into --total buckets; workers still on the old total stop (their runs are rejected)."""
     with connect(target) as client:
-        written = client.reshard(m.ReshardRequest(bucket_total=bucket_total, namespace=namespace), user)
+        written = client.reshard(ReshardRequest(bucket_total=bucket_total, namespace=namespace), user)
     click.echo(f"namespace {namespace!r} is split into {bucket_total} buckets from seq {written.seq}")
 
 

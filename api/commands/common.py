@@ -14,9 +14,9 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.client import HttpClient
+from partbuild.api.models.common import MAX_PAGE
 from partbuild.api.service import Service
 from partbuild.api.surface import Client
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
@@ -53,7 +53,7 @@ as_of_option = click.option(
 )
 limit_option = click.option(
     "--limit",
-    type=click.IntRange(1, m.MAX_PAGE),
+    type=click.IntRange(1, MAX_PAGE),
     default=100,
     show_default=True,
     help="Items per page (per request with --all).",

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import (
     Target,
@@ -19,12 +18,13 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 Option = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def _collect(fetch: Callable[[str | None], m.Page[Any]], cursor: str | None, follow: bool) -> m.Page[Any]:
+def _collect(fetch: Callable[[str | None], PageOut[Any]], cursor: str | None, follow: bool) -> PageOut[Any]:
     """One page from `cursor`, or with `follow` every page from there (a counter on a terminal)."""
     page = fetch(cursor)
     if not follow or page.next_cursor is None:
@@ -48,7 +48,7 @@ def listing_group(
     name: str,
     summary: str,
     filters: list[Option],
-    fetch: Callable[..., m.Page[Any]],
+    fetch: Callable[..., PageOut[Any]],
     table: Callable[[list[Any]], Any],
     noun: str,
 ) -> click.Group:
@@ -82,13 +82,13 @@ def listing_group(
 
 
 def add_cancel_command(
-    group: click.Group, noun: str, cancel: Callable[[Any, str, m.CancelRequest, str], m.Written], summary: str
+    group: click.Group, noun: str, cancel: Callable[[Any, str, CancelRequest, str], WrittenOut], summary: str
 ) -> None:
     """`NAME cancel ID [--reason R]`: `cancel(client, id, request, user)` records it."""
 
     def cancel_item(target: Target, item_id: str, reason: str, user: str, as_json: bool) -> None:
         with connect(target) as client:
-            written = cancel(client, item_id, m.CancelRequest(reason=reason), user)
+            written = cancel(client, item_id, CancelRequest(reason=reason), user)
         render.emit(written, as_json, lambda: f"{noun} {item_id} canceled at seq {written.seq}")
 
     options = [

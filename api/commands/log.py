@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import (
     CommandFailed,
@@ -22,6 +21,8 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.models.audit import AuditOut
+from partbuild.api.models.partitions import RetentionRequest
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.state.log.audit import AuditInputError, AuditReport, RejectedEvent, audit
 from partbuild.state.log.replay import load_state, save_snapshot
@@ -109,7 +110,7 @@ def _replay_database(
             raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None
 
 
-def _report_of(found: m.Audit) -> AuditReport:
+def _report_of(found: AuditOut) -> AuditReport:
     """The server's audit as the report `replay --db` prints (nothing verified or saved)."""
     rejected = [RejectedEvent(r.seq, r.event_type, r.reason) for r in found.rejected]
     fields = found.model_dump(exclude={"rejected"})
@@ -180,7 +181,7 @@ def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
 @json_option
 def retention(target: Target, retain_days: int, dry_run: bool, user: str, as_json: bool) -> None:
     """Drop superseded (non-canonical) instances older than --retain-days, or preview it with --dry-run."""
-    request = m.RetentionRequest(retain_days=retain_days, dry_run=dry_run)
+    request = RetentionRequest(retain_days=retain_days, dry_run=dry_run)
     with connect(target) as client:
         report = client.retention(request, user)
     render.emit(report, as_json, lambda: render.retention_text(report))

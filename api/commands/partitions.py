@@ -7,7 +7,6 @@ from typing import Any, get_args
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import (
     Target,
@@ -20,6 +19,13 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.commands.listing import listing_group
 from partbuild.api.errors import NotFound
+from partbuild.api.models.partitions import (
+    MAX_LINEAGE_DEPTH,
+    InstanceStateName,
+    ObserveRequest,
+    SourceVersionRequest,
+    TaintRequest,
+)
 from partbuild.api.surface import Client
 
 partitions_group = listing_group(
@@ -28,7 +34,7 @@ partitions_group = listing_group(
     [
         click.option("--prefix", default="", help="Only refs starting with this."),
         click.option(
-            "--state", type=click.Choice(get_args(m.InstanceStateName)), help="Only current instances in this state."
+            "--state", type=click.Choice(get_args(InstanceStateName)), help="Only current instances in this state."
         ),
     ],
     lambda client, state, **page: client.partitions(state_filter=state, **page),
@@ -73,14 +79,16 @@ def partitions_instance(target: Target, instance_uuid: str, as_of: int | None, a
     render.emit(instance, as_json, lambda: render.instance_grid(instance))
 
 
-@click.command()
+@click.command("lineage")
 @target_options
 @click.argument("uuid_or_ref")
 @click.option("--direction", type=click.Choice(["upstream", "downstream", "both"]), default="both", show_default=True)
-@click.option("--depth", type=click.IntRange(0, m.MAX_LINEAGE_DEPTH), default=1, show_default=True, help="Hops.")
+@click.option("--depth", type=click.IntRange(0, MAX_LINEAGE_DEPTH), default=1, show_default=True, help="Hops.")
 @as_of_option
 @json_option
-def lineage(target: Target, uuid_or_ref: str, direction: Any, depth: int, as_of: int | None, as_json: bool) -> None:
+def lineage_command(
+    target: Target, uuid_or_ref: str, direction: Any, depth: int, as_of: int | None, as_json: bool
+) -> None:
     """Instances an instance was built from (upstream) and built into (downstream); a REF means its current one."""
     with connect(target) as client:
         root = _instance_uuid(client, uuid_or_ref, as_of)
@@ -113,7 +121,7 @@ def _instance_uuid(client: Client, uuid_or_ref: str, as_of: int | None) -> str:
 @json_option
 def taint(target: Target, ref: str, reason: str, only_this_ref: bool, user: str, as_json: bool) -> None:
     """Declare a Live partition's data bad (and, transitively, what was built from it)."""
-    request = m.TaintRequest(ref=ref, reason=reason, only_this_ref=only_this_ref)
+    request = TaintRequest(ref=ref, reason=reason, only_this_ref=only_this_ref)
     with connect(target) as client:
         written = client.taint(request, user)
     render.emit(written, as_json, lambda: f"{ref} tainted at seq {written.seq}")
@@ -149,8 +157,8 @@ def observe(
     """Record that a source partition (one no job builds) is available, or has new data."""
     if strong and version is None:
         raise click.UsageError("--strong needs --version")
-    source_version = m.SourceVersion(value=version, strong=strong) if version is not None else None
-    request = m.ObserveRequest(ref=ref, location=location, row_count=rows, bytes=size, version=source_version)
+    source_version = SourceVersionRequest(value=version, strong=strong) if version is not None else None
+    request = ObserveRequest(ref=ref, location=location, row_count=rows, bytes=size, version=source_version)
     graph = read_graph(graph_path) if graph_path is not None else None
     with connect(target, must_exist=False, graph=graph) as client:
         written = client.observe(request, user)

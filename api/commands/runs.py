@@ -6,16 +6,16 @@ from typing import get_args
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.commands.common import Target, connect, json_option, target_options
 from partbuild.api.commands.listing import add_cancel_command, listing_group
+from partbuild.api.models.runs import JobRunStateName
 
 runs_group = listing_group(
     "runs",
     "List job runs, oldest first",
     [
-        click.option("--state", type=click.Choice(get_args(m.JobRunStateName)), help="Only job runs in this state."),
+        click.option("--state", type=click.Choice(get_args(JobRunStateName)), help="Only job runs in this state."),
         click.option("--job", help="Only runs of this job (its label)."),
     ],
     lambda client, state, **page: client.job_runs(state_filter=state, **page),

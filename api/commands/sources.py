@@ -59,7 +59,7 @@ def sources_group(ctx: click.Context, /, **listing: Any) -> None:
 @graph_option
 @as_of_option
 @json_option
-def list_command(target: Target, graph_path: str | None, as_of: int | None, as_json: bool) -> None:
+def sources_list(target: Target, graph_path: str | None, as_of: int | None, as_json: bool) -> None:
     """Source datasets: how each is found, its connector, and how far its scans have got."""
     _list(target, graph_path, as_of, as_json)
 
@@ -70,7 +70,7 @@ def list_command(target: Target, graph_path: str | None, as_of: int | None, as_j
 @graph_option
 @user_option
 @json_option
-def scan_command(target: Target, name: str, graph_path: str | None, user: str, as_json: bool) -> None:
+def sources_scan(target: Target, name: str, graph_path: str | None, user: str, as_json: bool) -> None:
     """Scan NAME again now: its next pass begins at once, or as soon as the current one ends."""
     graph = read_graph(graph_path) if graph_path is not None else None
     with connect(target, graph=graph) as client:

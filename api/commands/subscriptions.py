@@ -6,13 +6,12 @@ from __future__ import annotations
 import signal
 import threading
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import click
 from rich.table import Table
 
 from partbuild.api import render
-from partbuild.api import subscription_models as sm
 from partbuild.api.commands.common import (
     BadInput,
     Target,
@@ -24,11 +23,22 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.models.subscriptions import (
+    DeadLetterRequest,
+    OffsetResetRequest,
+    QueueName,
+    ReshardSubscriptionRequest,
+    RetryPolicyRequest,
+    SubscriptionFilterRequest,
+    SubscriptionOut,
+    SubscriptionRequest,
+)
+from partbuild.state.rules.subscriptions import FORMATS, ORDERINGS
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 
 
-def _table(subs: list[sm.Subscription]) -> Table:
+def _table(subs: list[SubscriptionOut]) -> Table:
     table = Table(
         "name", "status", "endpoint", "format", "shards", "lag", "lag s", "rq", "dlq", "delivered", "retried", "dead"
     )
@@ -80,7 +90,7 @@ def subscriptions_group(ctx: click.Context, /, **listing: Any) -> None:
 @subscriptions_group.command("list")
 @target_options
 @json_option
-def list_command(target: Target, as_json: bool) -> None:
+def subscriptions_list(target: Target, as_json: bool) -> None:
     """Every subscription that is not deleted."""
     _list(target, as_json)
 
@@ -97,14 +107,14 @@ def list_command(target: Target, as_json: bool) -> None:
 @click.option("--root-want", default="", help="Only messages serving this root want.")
 @click.option(
     "--ordering",
-    type=click.Choice(["partition_ref", "job_run", "root_want"]),
+    type=click.Choice(ORDERINGS),
     default="partition_ref",
     show_default=True,
 )
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["partbuild", "cloudevents", "openlineage"]),
+    type=click.Choice(FORMATS),
     default="partbuild",
     show_default=True,
 )
@@ -126,23 +136,23 @@ def list_command(target: Target, as_json: bool) -> None:
 @target_options
 @user_option
 @json_option
-def create_command(target: Target, user: str, as_json: bool, fmt: str, partitions: int, **given: Any) -> None:
+def subscriptions_create(target: Target, user: str, as_json: bool, fmt: str, partitions: int, **given: Any) -> None:
     """Subscribe ENDPOINT (an http(s) URL) to the log's events under NAME."""
-    retry = sm.RetryPolicy(
+    retry = RetryPolicyRequest(
         max_attempts=given.pop("max_attempts"),
         backoff_initial_ms=given.pop("backoff_ms"),
         backoff_max_ms=given.pop("backoff_max_ms"),
         max_age_ms=given.pop("max_age_ms"),
         timeout_ms=given.pop("timeout_ms"),
     )
-    flt = sm.SubscriptionFilter(
+    flt = SubscriptionFilterRequest(
         event_types=list(given.pop("event_types")),
         ref_prefixes=list(given.pop("ref_prefixes")),
         ref_patterns=list(given.pop("ref_patterns")),
         job=given.pop("job"),
         root_want=given.pop("root_want"),
     )
-    request = sm.SubscriptionRequest(
+    request = SubscriptionRequest(
         **given,
         filter=flt,
         retry=retry,
@@ -163,7 +173,7 @@ def create_command(target: Target, user: str, as_json: bool, fmt: str, partition
 @click.argument("name")
 @target_options
 @json_option
-def show_command(target: Target, name: str, as_json: bool) -> None:
+def subscriptions_show(target: Target, name: str, as_json: bool) -> None:
     """One subscription."""
     with connect(target) as client:
         sub = client.get_subscription(name)
@@ -198,9 +208,9 @@ _change_command("delete", "Delete NAME and its queues (its history stays in the 
 @target_options
 @user_option
 @json_option
-def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes: int) -> None:
+def subscriptions_reshard(target: Target, name: str, user: str, as_json: bool, **sizes: int) -> None:
     """Change NAME's shard count while it runs."""
-    request = sm.ReshardSubscriptionRequest(**sizes)
+    request = ReshardSubscriptionRequest(**sizes)
     with connect(target) as client:
         written = client.reshard_subscription(name, request, user)
     render.emit(written, as_json, lambda: f"subscription {name}: {request.shard_count} shard(s) from seq {written.seq}")
@@ -208,7 +218,7 @@ def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes
 
 @subscriptions_group.command("reset")
 @click.argument("name")
-@click.option("--queue", type=click.Choice(["main", "rq", "dlq"]), default="main", show_default=True)
+@click.option("--queue", type=click.Choice(get_args(QueueName)), default="main", show_default=True)
 @click.option("--to-seq", type=int, default=None, help="The next event handled is the first after this seq.")
 @click.option(
     "--to-time", type=click.DateTime(), default=None, help="...after the last event recorded before this time."
@@ -216,13 +226,13 @@ def reshard_command(target: Target, name: str, user: str, as_json: bool, **sizes
 @target_options
 @user_option
 @json_option
-def reset_command(
+def subscriptions_reset(
     target: Target, name: str, queue: str, to_seq: int | None, to_time: datetime | None, user: str, as_json: bool
 ) -> None:
     """Rewind or fast-forward NAME's main topic; fast-forward its RQ or DLQ."""
     to_time_ms = int(to_time.timestamp() * 1000) if to_time is not None else None
     target = {"to_seq": to_seq} if to_seq is not None else {"to_time_ms": to_time_ms} if to_time_ms is not None else {}
-    request = sm.OffsetResetRequest(queue=queue, **target)  # type: ignore[arg-type]
+    request = OffsetResetRequest(queue=queue, **target)  # type: ignore[arg-type]
     with connect(target) as client:
         written = client.reset_subscription_offset(name, request, user)
     render.emit(written, as_json, lambda: f"subscription {name}: {queue} reset at seq {written.seq}")
@@ -234,7 +244,7 @@ def reset_command(
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @target_options
 @json_option
-def dlq_command(target: Target, name: str, after_seq: int, limit: int, as_json: bool) -> None:
+def subscriptions_dlq(target: Target, name: str, after_seq: int, limit: int, as_json: bool) -> None:
     """NAME's dead letters, in event order."""
     with connect(target) as client:
         found = client.list_dead_letters(name, after_seq, limit)
@@ -266,7 +276,7 @@ def _dlq_action(action: str, doc: str) -> click.Command:
     @json_option
     def command(target: Target, name: str, group: str | None, user: str, as_json: bool) -> None:
         with connect(target) as client:
-            moved = getattr(client, f"{action}_dead_letters")(name, sm.DeadLetterRequest(group=group), user)
+            moved = getattr(client, f"{action}_dead_letters")(name, DeadLetterRequest(group=group), user)
         verb = "replayed" if action == "replay" else "purged"
         render.emit(moved, as_json, lambda: f"subscription {name}: {moved.moved} dead letter(s) {verb}")
 

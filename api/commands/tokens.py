@@ -50,7 +50,7 @@ def tokens_group() -> None:
 @click.argument("name")
 @click.option("--role", "role_name", required=True, metavar="|".join(ROLE_NAMES), help="What the token may do.")
 @db_option
-def add_command(name: str, role_name: str, db_url: str) -> None:
+def tokens_add(name: str, role_name: str, db_url: str) -> None:
     """Create a token named NAME (the user its writes record) and print it: it is shown only once."""
     try:
         role = Role.parse(role_name)
@@ -70,7 +70,7 @@ def add_command(name: str, role_name: str, db_url: str) -> None:
 @tokens_group.command("list")
 @db_option
 @json_option
-def list_command(db_url: str, as_json: bool) -> None:
+def tokens_list(db_url: str, as_json: bool) -> None:
     """Every token: name, role, when created and revoked (never the token or its hash)."""
     with open_database(db_url, must_exist=True) as db:
         tokens = db.tokens.all()
@@ -93,7 +93,7 @@ def list_command(db_url: str, as_json: bool) -> None:
 @tokens_group.command("revoke")
 @click.argument("name")
 @db_option
-def revoke_command(name: str, db_url: str) -> None:
+def tokens_revoke(name: str, db_url: str) -> None:
     """Revoke the token NAME: it and its web sessions stop working within a second."""
     with open_database(db_url, must_exist=True) as db:
         try:

@@ -7,11 +7,11 @@ from typing import IO, get_args
 
 import click
 
-from partbuild.api import models as m
 from partbuild.api import render
 from partbuild.api.client import create_wants_chunked
 from partbuild.api.commands.common import Target, connect, json_option, read_graph, target_options, user_option
 from partbuild.api.commands.listing import add_cancel_command, listing_group
+from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName
 from partbuild.orchestrator.graph import Graph, GraphError
 from partbuild.state.rules.refs import ref_problem
 
@@ -58,13 +58,13 @@ def want(
         raise click.BadParameter(
             "names one want; a batch gets generated ids (or use --one-want)", param_hint="'--want-id'"
         )
-    if len(groups[0]) > m.MAX_BATCH_REFS:
-        raise click.BadParameter(f"a single want names at most {m.MAX_BATCH_REFS:,} refs", param_hint="'REFS'")
+    if len(groups[0]) > MAX_BATCH_REFS:
+        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs", param_hint="'REFS'")
     timestamp_ms = None
     if data_timestamp is not None:
         timestamp_ms = int(data_timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000)
     requests = [
-        m.WantRequest(
+        WantRequest(
             refs=group,
             want_id=want_id,
             data_timestamp_ms=timestamp_ms,
@@ -74,7 +74,7 @@ def want(
         )
         for group in groups
     ]
-    bar = render.progress_bar("wanting", show=len(wanted) > m.MAX_BATCH_REFS)
+    bar = render.progress_bar("wanting", show=len(wanted) > MAX_BATCH_REFS)
     with connect(target, must_exist=False, graph=graph) as client, bar:
         task = bar.add_task("wanting", total=len(wanted))
         created = create_wants_chunked(client, requests, user, on_sent=lambda refs: bar.advance(task, refs))
@@ -126,7 +126,7 @@ wants_group = listing_group(
     "wants",
     "List wants, oldest first",
     [
-        click.option("--state", type=click.Choice(get_args(m.WantStateName)), help="Only wants in this state."),
+        click.option("--state", type=click.Choice(get_args(WantStateName)), help="Only wants in this state."),
         click.option("--ref", help="Only wants naming this ref."),
         click.option("--root", help="Only wants under this root want (derivative wants included)."),
     ],

@@ -14,14 +14,16 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from partbuild.api import models as m
 from partbuild.api.errors import ApiError
+from partbuild.api.models.common import CancelRequest
+from partbuild.api.models.partitions import TaintRequest
+from partbuild.api.models.wants import WantBatchRequest
 from partbuild.api.web import identity as seam
 from partbuild.api.web.forms import PREVIEW_SHOWN, FormInvalid, WantForm, parse_model, patterns
 from partbuild.api.web.identity import Identity, may_write
 from partbuild.api.web.pages import error_page, form_failure, http_title, in_thread, redirect, service_of
 from partbuild.api.web.security import FormError, read_form
-from partbuild.api.web.templating import Page, render
+from partbuild.api.web.templating import PageContext, render_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -55,7 +57,7 @@ async def want_action(request: Request) -> Response:
         refs = form.wanted_refs()
         want = form.request(refs)
         if _one(fields, "action") == "preview":
-            await in_thread(service.validate_wants, m.WantBatchRequest(wants=[want]))
+            await in_thread(service.validate_wants, WantBatchRequest(wants=[want]))
             form.preview_count, form.preview = len(refs), refs[:PREVIEW_SHOWN]
             return _want_form_page(request, form, 200)
         created = await in_thread(service.create_want, want, identity.name)
@@ -103,13 +105,13 @@ async def taint_action(request: Request) -> Response:
     body = {"ref": ref, "reason": _one(fields, "reason"), "only_this_ref": _one(fields, "only_this_ref") == "true"}
     return await _write(
         request,
-        lambda: service_of(request).taint(parse_model(m.TaintRequest, body), identity.name),
+        lambda: service_of(request).taint(parse_model(TaintRequest, body), identity.name),
         "/partition?" + urlencode({"ref": ref}),
     )
 
 
-def _cancel(fields: dict[str, list[str]]) -> m.CancelRequest:
-    return parse_model(m.CancelRequest, {"reason": _one(fields, "reason")})  # type: ignore[no-any-return]
+def _cancel(fields: dict[str, list[str]]) -> CancelRequest:
+    return parse_model(CancelRequest, {"reason": _one(fields, "reason")})  # type: ignore[no-any-return]
 
 
 async def _write(request: Request, call: Any, then: str) -> Response:
@@ -124,9 +126,9 @@ async def _write(request: Request, call: Any, then: str) -> Response:
 def _want_form_page(request: Request, form: WantForm, status: int) -> Response:
     """The want form again: with its preview (200) or the API's error (4xx)."""
     service = service_of(request)
-    page = Page(request, seam.current_identity(request), None, service.live.head_seq)
+    page = PageContext(request, seam.current_identity(request), None, service.live.head_seq)
     page.csrf = request.cookies.get("partbuild_csrf", "")  # the post matched it: keep the same token
     title = http_title(status) if status != 200 else ""
-    return render(
+    return render_page(
         page, "want_new.html", status, form=form, patterns=patterns(service.graph), status=status, title=title
     )

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from partbuild.api.convert import event_out
 from partbuild.api.service import Service
+from partbuild.api.service.events import event_out
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.store import StoredEvent, parse_event
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from partbuild.api import models as m
 from partbuild.api.errors import ApiError, validation_message
+from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest
 from partbuild.orchestrator.graph import Graph, GraphError, PartitionPattern
 
-MAX_RANGE = m.MAX_BATCH_REFS
+MAX_RANGE = MAX_BATCH_REFS
 PREVIEW_SHOWN = 5
 
 
@@ -63,14 +63,14 @@ class WantForm:
             raise FormInvalid(f"at most {MAX_RANGE} refs in one want; this form names more")
         return refs
 
-    def request(self, refs: list[str]) -> m.WantRequest:
+    def request(self, refs: list[str]) -> WantRequest:
         """The API's request for these refs (its validation, its messages)."""
         body: dict[str, Any] = {"refs": refs, "comment": self.comment}
         if self.sla_seconds.strip():
             if not self.sla_seconds.strip().isdigit():
                 raise FormInvalid("sla_seconds must be a whole number of seconds")
             body["sla_seconds"] = int(self.sla_seconds)
-        return parse_model(m.WantRequest, body)
+        return parse_model(WantRequest, body)
 
 
 _DERIVED = ("error", "preview", "preview_count")

@@ -40,15 +40,15 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from partbuild.api import models as m
 from partbuild.api.errors import TITLES, ApiError
+from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
 from partbuild.api.service import Service
 from partbuild.api.web import identity as seam
 from partbuild.api.web import views
 from partbuild.api.web.event_view import EVENT_TYPES, events_page
 from partbuild.api.web.forms import FormInvalid, WantForm, patterns
 from partbuild.api.web.security import secure
-from partbuild.api.web.templating import Page, page_for, render
+from partbuild.api.web.templating import PageContext, page_for, render_page
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 
 router = APIRouter(include_in_schema=False)
@@ -64,7 +64,7 @@ def service_of(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-def serve(request: Request, build: Callable[[Page, Service], HTMLResponse]) -> HTMLResponse:
+def serve_page(request: Request, build: Callable[[PageContext, Service], HTMLResponse]) -> HTMLResponse:
     """Render a page with `build`; an API error becomes an error page with the API's status and message."""
     service = service_of(request)
     try:
@@ -76,10 +76,10 @@ def serve(request: Request, build: Callable[[Page, Service], HTMLResponse]) -> H
 
 def error_page(request: Request, service: Service, status: int, message: str, **data: Any) -> HTMLResponse:
     """An error page (without time travel: the error may be the time travel itself)."""
-    page = Page(request, seam.identity_or_none(request), None, service.live.head_seq)
+    page = PageContext(request, seam.identity_or_none(request), None, service.live.head_seq)
     data.setdefault("form", None)
     data.setdefault("back", None)
-    return render(page, "error.html", status, status=status, title=http_title(status), message=message, **data)
+    return render_page(page, "error.html", status, status=status, title=http_title(status), message=message, **data)
 
 
 def http_title(status: int) -> str:
@@ -99,18 +99,20 @@ def _state_name(value: str, allowed: list[str]) -> str | None:
 
 @router.get("/", response_class=HTMLResponse)
 def overview_page(request: Request) -> HTMLResponse:
-    return serve(request, lambda page, service: render(page, "overview.html", view=views.overview(service, page.as_of)))
+    return serve_page(
+        request, lambda page, service: render_page(page, "overview.html", view=views.overview(service, page.as_of))
+    )
 
 
 @router.get("/wants", response_class=HTMLResponse)
 def wants_page(request: Request) -> HTMLResponse:
     filters = _query(request, "state", "ref")
 
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         before = views.seq_cursor(request.query_params.get("before"))
         state = _state_name(filters["state"], _names(WantState))
-        listing = views.wants_page(service, page.as_of, state, filters["ref"] or None, before)
-        return render(
+        listing = views.wants_listing(service, page.as_of, state, filters["ref"] or None, before)
+        return render_page(
             page,
             "wants.html",
             listing=listing,
@@ -120,49 +122,51 @@ def wants_page(request: Request) -> HTMLResponse:
             patterns=patterns(service.graph),
         )
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/wants/{want_id}", response_class=HTMLResponse)
 def want_page(request: Request, want_id: str) -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
-        want = views.want_detail(service, want_id, page.as_of)
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        want = views.want_as_of(service, want_id, page.as_of)
         cancelable = views.active_want(want.state)
-        return render(page, "want.html", want=want, shown_refs=REFS_SHOWN, cancelable=cancelable)
+        return render_page(page, "want.html", want=want, shown_refs=REFS_SHOWN, cancelable=cancelable)
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/partitions", response_class=HTMLResponse)
 def partitions_page(request: Request) -> HTMLResponse:
     filters = _query(request, "prefix", "state")
 
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         state = _state_name(filters["state"], _names(InstanceState))
         after = request.query_params.get("after")
-        listing = views.partitions_page(service, page.as_of, filters["prefix"], state, after)
-        return render(page, "partitions.html", listing=listing, filters=filters, instance_states=_names(InstanceState))
+        listing = views.partitions_listing(service, page.as_of, filters["prefix"], state, after)
+        return render_page(
+            page, "partitions.html", listing=listing, filters=filters, instance_states=_names(InstanceState)
+        )
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/partition", response_class=HTMLResponse)
 def ref_page(request: Request, ref: str = "") -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         history = service.history(ref, as_of_seq=page.as_of)
         more = max(0, len(history) - HISTORY_SHOWN)
-        return render(page, "ref.html", ref=ref, history=history[:HISTORY_SHOWN], more=more)
+        return render_page(page, "ref.html", ref=ref, history=history[:HISTORY_SHOWN], more=more)
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/instances/{uuid}", response_class=HTMLResponse)
 def instance_page(request: Request, uuid: str, direction: str = "upstream", depth: str = "2") -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         instance = service.instance(uuid, as_of_seq=page.as_of)
         chosen = direction if direction in ("upstream", "downstream", "both") else "upstream"
         hops = int(depth) if depth.isascii() and depth.isdigit() else 2
-        hops = min(hops, m.MAX_LINEAGE_DEPTH)
+        hops = min(hops, MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
         lineage = {
             "direction": chosen,
@@ -171,9 +175,9 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
             "nodes": graph.nodes[:LINEAGE_LISTED],
             "edges": graph.edges,
         }
-        return render(page, "instance.html", instance=instance, lineage=lineage, max_depth=m.MAX_LINEAGE_DEPTH)
+        return render_page(page, "instance.html", instance=instance, lineage=lineage, max_depth=MAX_LINEAGE_DEPTH)
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 LINEAGE_LISTED = 1_000
@@ -183,55 +187,55 @@ LINEAGE_LISTED = 1_000
 def runs_page(request: Request) -> HTMLResponse:
     filters = _query(request, "state", "job")
 
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         before = views.seq_cursor(request.query_params.get("before"))
         state = _state_name(filters["state"], _names(JobRunState))
-        listing = views.runs_page(service, page.as_of, state, filters["job"] or None, before)
-        return render(page, "runs.html", listing=listing, filters=filters, run_states=_names(JobRunState))
+        listing = views.runs_listing(service, page.as_of, state, filters["job"] or None, before)
+        return render_page(page, "runs.html", listing=listing, filters=filters, run_states=_names(JobRunState))
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str) -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         run, outputs = views.job_run_detail(service, run_id, page.as_of)
         active = views.active_run(run.state)
         now = service.clock() if page.as_of is None else run.updated_ms
         duration = (now if active else run.updated_ms) - run.created_ms
-        return render(page, "run.html", run=run, outputs=outputs, active=active, duration_ms=max(0, duration))
+        return render_page(page, "run.html", run=run, outputs=outputs, active=active, duration_ms=max(0, duration))
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/events", response_class=HTMLResponse)
 def events_log_page(request: Request) -> HTMLResponse:
     filters = _query(request, "type", "ref", "want", "run")
 
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         before = views.seq_cursor(request.query_params.get("before"))
         found = events_page(service, page.as_of, filters, before)
-        return render(page, "events.html", events=found, filters=filters, event_types=EVENT_TYPES)
+        return render_page(page, "events.html", events=found, filters=filters, event_types=EVENT_TYPES)
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/audit", response_class=HTMLResponse)
 def audit_page(request: Request) -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
         report = service.audit(rejected_limit=0, as_of_seq=page.as_of) if request.query_params.get("replay") else None
         with service.reading(page.as_of) as state:
             rejected = state.rejections[-100:][::-1]
             total, seq = len(state.rejections), state.head_seq
-        return render(page, "audit.html", report=report, rejected=rejected, rejected_total=total, state_seq=seq)
+        return render_page(page, "audit.html", report=report, rejected=rejected, rejected_total=total, state_seq=seq)
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 @router.get("/system", response_class=HTMLResponse)
 def system_page(request: Request) -> HTMLResponse:
-    def build(page: Page, service: Service) -> HTMLResponse:
-        return render(
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        return render_page(
             page,
             "system.html",
             groups=service.groups(as_of_seq=page.as_of),
@@ -241,7 +245,7 @@ def system_page(request: Request) -> HTMLResponse:
             subscriptions=service.list_subscriptions().subscriptions if page.as_of is None else [],
         )
 
-    return serve(request, build)
+    return serve_page(request, build)
 
 
 def redirect(path: str) -> Response:

@@ -18,7 +18,7 @@ from partbuild.api.errors import Unauthorized
 from partbuild.api.web.identity import SignInNeeded
 from partbuild.api.web.pages import error_page, redirect, service_of
 from partbuild.api.web.security import FormError, csrf_token, read_form, secure
-from partbuild.api.web.templating import Page, render
+from partbuild.api.web.templating import PageContext, render_page
 
 router = APIRouter(include_in_schema=False)
 MAX_NEXT_LENGTH = 2048
@@ -33,8 +33,8 @@ def safe_next(value: str) -> str:
 
 def _signin_page(request: Request, next_path: str, status: int = 200, error: str = "") -> HTMLResponse:
     token, new = csrf_token(request)
-    page = Page(request, identity_of(request), None, service_of(request).live.head_seq, csrf=token, new_csrf=new)
-    return render(page, "signin.html", status, next_path=safe_next(next_path), error=error)
+    page = PageContext(request, identity_of(request), None, service_of(request).live.head_seq, csrf=token, new_csrf=new)
+    return render_page(page, "signin.html", status, next_path=safe_next(next_path), error=error)
 
 
 @router.get("/signin", response_class=HTMLResponse)

@@ -45,7 +45,7 @@ ENV.filters["time"] = _time_ms
 
 
 @dataclass
-class Page:
+class PageContext:
     """What every template gets: who looks, the time travel, links that keep it, the CSRF token."""
 
     request: Request
@@ -79,14 +79,14 @@ class Page:
         return f"{self.request.url.path}?{urlencode(query)}" if query else self.request.url.path
 
 
-def page_for(request: Request, service: Service) -> Page:
+def page_for(request: Request, service: Service) -> PageContext:
     """The page context of `request`: identity, time travel (validated), CSRF token."""
     identity = seam.current_identity(request)
     head = service.live.head_seq
     as_of = resolve_as_of(request, service)
     token, new = csrf_token(request)
     fragment = request.query_params.get("fragment") == "main"
-    return Page(request, identity, as_of, head, csrf=token, new_csrf=new, fragment=fragment)
+    return PageContext(request, identity, as_of, head, csrf=token, new_csrf=new, fragment=fragment)
 
 
 def resolve_as_of(request: Request, service: Service) -> int | None:
@@ -109,7 +109,7 @@ def resolve_as_of(request: Request, service: Service) -> int | None:
     return cutoff_seq_before(service.log, millis + 1) - 1  # the last event recorded at or before it
 
 
-def render(page: Page, template: str, http_status: int = 200, **data: Any) -> HTMLResponse:
+def render_page(page: PageContext, template: str, http_status: int = 200, **data: Any) -> HTMLResponse:
     """The page (or only its `main` fragment) with security headers and, when new, the CSRF cookie."""
     html = ENV.get_template(template).render(page=page, **data)
     response = HTMLResponse(html, status_code=http_status)

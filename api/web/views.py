@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from itertools import islice, takewhile
 from typing import Any
 
-from partbuild.api import models as m
-from partbuild.api.convert import instance_out, job_run_out, want_detail_out, want_out
 from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.models.partitions import InstanceOut
+from partbuild.api.models.runs import JobRunOut
+from partbuild.api.models.wants import WantDetailOut, WantOut
 from partbuild.api.service import Service
+from partbuild.api.service.partitions import instance_out
+from partbuild.api.service.runs import job_run_out
+from partbuild.api.service.wants import want_detail_out, want_out
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
 
@@ -70,7 +74,7 @@ def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: in
     return iter(range(top - 1, -1, -1))
 
 
-def wants_page(
+def wants_listing(
     service: Service, as_of: int | None, state_name: str | None, ref: str | None, before: int | None
 ) -> Listing:
     """Wants newest first, by state and ref, as of a seq."""
@@ -91,7 +95,7 @@ def wants_page(
     return page
 
 
-def runs_page(
+def runs_listing(
     service: Service, as_of: int | None, state_name: str | None, job: str | None, before: int | None
 ) -> Listing:
     """Job runs newest first, by state and job, as of a seq."""
@@ -105,7 +109,7 @@ def runs_page(
     return page
 
 
-def partitions_page(
+def partitions_listing(
     service: Service, as_of: int | None, prefix: str, state_name: str | None, after: str | None
 ) -> Listing:
     """Canonical instances by ref under a prefix, in one state, as of a seq (refs in sorted order)."""
@@ -119,7 +123,7 @@ def partitions_page(
     return page
 
 
-def want_detail(service: Service, want_id: str, as_of: int | None) -> m.WantDetail:
+def want_as_of(service: Service, want_id: str, as_of: int | None) -> WantDetailOut:
     """A want, its refs' states and its derivative-want tree, as of a seq."""
     with service.reading(as_of) as state:
         want = state.wants.get(want_id)
@@ -128,7 +132,7 @@ def want_detail(service: Service, want_id: str, as_of: int | None) -> m.WantDeta
         return want_detail_out(state, want, service.clock() if as_of is None else state.clock_ms)
 
 
-def job_run_detail(service: Service, run_id: str, as_of: int | None) -> tuple[m.JobRun, list[m.Instance]]:
+def job_run_detail(service: Service, run_id: str, as_of: int | None) -> tuple[JobRunOut, list[InstanceOut]]:
     """A job run and the instances it was to build, as of a seq."""
     with service.reading(as_of) as state:
         run = state.job_runs.get(run_id)
@@ -144,9 +148,9 @@ class Overview:
 
     head_seq: int
     counts: dict[str, dict[str, int]]
-    in_flight: list[tuple[m.JobRun, int]]  # with elapsed ms
-    failures: list[m.JobRun]
-    past_sla: list[m.Want]
+    in_flight: list[tuple[JobRunOut, int]]  # with elapsed ms
+    failures: list[JobRunOut]
+    past_sla: list[WantOut]
     clock_ms: int
 
 

@@ -1,0 +1,34 @@
+"""Models of operations (`/healthz`, `/api/v1/buckets`): health, bucket layouts and re-sharding them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from partbuild.api.models.common import ID_PATTERN, JsonInt, StrictRequest
+from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, MAX_BUCKETS
+
+
+class ReshardRequest(StrictRequest):
+    """Split a bucketing namespace's refs into a new number of buckets (workers on the old number stop)."""
+
+    bucket_total: Annotated[int, Field(ge=1, le=MAX_BUCKETS), JsonInt] = Field(
+        description="The namespace's new number of buckets."
+    )
+    namespace: str = Field(default=DEFAULT_NAMESPACE, pattern=ID_PATTERN, description="The bucketing namespace.")
+
+
+class BucketLayoutOut(BaseModel):
+    """How a bucketing namespace is split, and where round-robin workers stand in it."""
+
+    namespace: str
+    bucket_total: int = Field(description="Sharded decisions under another total are rejected.")
+    since_seq: int = Field(description="The event that fixed this total.")
+    last_round_robin_bucket: int | None = Field(description="The bucket the last round-robin run started.")
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    head_seq: int
+    state_seq: int

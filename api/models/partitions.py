@@ -1,0 +1,110 @@
+"""Models of partitions and instances (`/api/v1/partitions`, `/instances`): taint, observe, lineage, retention."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from partbuild.api.models.common import MAX_COMMENT, JsonInt, NonNegative, Ref, StrictRequest
+from partbuild.state.rules.refs import MAX_REF_BYTES
+
+MAX_LINEAGE_DEPTH = 50
+MAX_VERSION = 1_024  # an ETag, a content hash, size and mtime: short
+
+InstanceStateName = Literal[
+    "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted"
+]
+
+
+class TaintRequest(StrictRequest):
+    ref: Ref
+    reason: str = Field(default="", max_length=MAX_COMMENT)
+    only_this_ref: bool = Field(default=False, description="Do not taint Live partitions built from it.")
+
+
+class SourceVersionRequest(StrictRequest):
+    """The version of source data: strong when it identifies the bytes (an ETag, a content hash)."""
+
+    value: str = Field(min_length=1, max_length=MAX_VERSION)
+    strong: bool = False
+
+
+class ObserveRequest(StrictRequest):
+    """A source partition (one no job builds) became available."""
+
+    ref: Ref
+    location: str = Field(min_length=1, max_length=MAX_REF_BYTES)
+    row_count: NonNegative = 0
+    bytes: NonNegative = 0
+    metadata: dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=MAX_COMMENT)]] = Field(
+        default_factory=dict, max_length=100
+    )
+    version: SourceVersionRequest | None = Field(
+        default=None,
+        description=(
+            "The data's version as its source reports it. Observing a Live partition again with another "
+            "version taints every Live partition built from it; with the same version it is a conflict."
+        ),
+    )
+
+
+class RetentionRequest(StrictRequest):
+    """Drop superseded (non-canonical) instances created more than `retain_days` days ago."""
+
+    retain_days: Annotated[int, Field(ge=0, le=1_000_000), JsonInt] = Field(
+        description="Keep superseded instances this many days."
+    )
+    dry_run: bool = Field(default=False, description="Only report what would be dropped.")
+
+
+class InstanceOut(BaseModel):
+    uuid: str
+    ref: str
+    state: InstanceStateName
+    canonical: bool
+    created_seq: int
+    updated_seq: int
+    superseded_seq: int | None
+    previous_uuid: str | None
+    built_by: str | None
+    attempts: list[str]
+    inputs: list[str]
+    consumers: list[str]
+    location: str | None
+    row_count: int
+    byte_count: int
+    metadata: dict[str, str]
+    waiting_on: list[str]
+    note: str | None
+    version: SourceVersionRequest | None = None
+
+
+class LineageNodeOut(BaseModel):
+    uuid: str
+    ref: str | None = Field(description="None when retention dropped the instance.")
+    state: InstanceStateName | None
+    depth: int
+    built_by: str | None
+
+
+class LineageEdgeOut(BaseModel):
+    input: str
+    output: str
+
+
+class LineageOut(BaseModel):
+    root: str
+    as_of_seq: int
+    nodes: list[LineageNodeOut]
+    edges: list[LineageEdgeOut]
+
+
+class RetentionReportOut(BaseModel):
+    """What retention dropped (or, on a dry run, would drop)."""
+
+    cutoff_seq: int = Field(description="Superseded instances created before this seq go (1: none).")
+    dropped: int
+    instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
+    seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")
+    dry_run: bool

@@ -1,0 +1,29 @@
+"""Models of job runs (`/api/v1/job-runs`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+JobRunStateName = Literal["queued", "running", "succeeded", "failed", "dep_miss", "canceled"]
+
+
+class JobRunOut(BaseModel):
+    job_run_id: str
+    job_label: str
+    state: JobRunStateName
+    instance_uuids: list[str]
+    refs: list[str]
+    created_seq: int
+    updated_seq: int
+    created_ms: int
+    updated_ms: int
+    last_heartbeat_ms: int
+    attempt: int = Field(description="1 for a partition's first run, 2 for its first retry, ...")
+    inputs: list[str]
+    error_class: str | None
+    error_message: str | None
+    retry_after_ms: int
+    missing_refs: list[str]
+    cancel_reason: str | None

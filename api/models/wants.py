@@ -1,0 +1,115 @@
+"""Models of wants (`/api/v1/wants`): create one or a batch, validate a batch, list, one with its tree."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from partbuild.api.models.common import ID_PATTERN, MAX_COMMENT, NonNegative, Ref, StrictRequest, WrittenOut
+from partbuild.api.models.partitions import InstanceStateName
+
+MAX_BATCH_REFS = 10_000
+# Words that follow /wants/ in a route of their own: a want with such an id could never be read at
+# /wants/{want_id} (a fixed path wins over a templated one, in the document and in the server).
+RESERVED_WANT_IDS = ("batch",)
+
+
+def _unreserved(want_id: str) -> str:
+    if want_id in RESERVED_WANT_IDS:
+        raise ValueError(f"want id {want_id!r} is reserved: /wants/{want_id} is a route of its own")
+    return want_id
+
+
+WantId = Annotated[
+    str,
+    Field(
+        pattern=ID_PATTERN,
+        examples=["backfill-2026-01"],
+        json_schema_extra={"not": {"enum": list(RESERVED_WANT_IDS)}},
+    ),
+    AfterValidator(_unreserved),
+]
+WantStateName = Literal[
+    "idle", "building", "upstream_building", "successful", "failed", "upstream_failed", "canceled", "expired"
+]
+
+
+class WantRequest(StrictRequest):
+    """Ask for partitions to be built (one want, one or more refs)."""
+
+    # No max_length here: the service counts a request's refs in all and answers 413 over MAX_BATCH_REFS.
+    # uniqueItems is documented only: the service names the refs given twice.
+    refs: list[Ref] = Field(min_length=1, json_schema_extra={"uniqueItems": True})
+    want_id: WantId | None = Field(default=None, description="Default: a new random id.")
+    data_timestamp_ms: NonNegative | None = Field(default=None, description="Default: now.")
+    ttl_seconds: NonNegative = Field(default=0, description="Give up after data_timestamp + ttl; 0 never.")
+    sla_seconds: NonNegative = Field(default=0, description="Expected Live by data_timestamp + sla; 0 none.")
+    comment: str = Field(default="", max_length=MAX_COMMENT)
+
+
+class WantBatchRequest(StrictRequest):
+    """Many wants in one append (backfills): at most 10,000 refs in all."""
+
+    wants: list[WantRequest] = Field(min_length=1)
+
+
+class WantCreatedOut(WrittenOut):
+    want_id: str
+    state: WantStateName
+
+
+class WantBatchCreatedOut(BaseModel):
+    first_seq: int
+    last_seq: int
+    wants: list[WantCreatedOut]
+
+
+class ValidatedOut(BaseModel):
+    """A batch that `create` would accept now (a concurrent writer may still take an id first)."""
+
+    wants: int
+    refs: int
+
+
+class WantOut(BaseModel):
+    want_id: str
+    refs: list[str]
+    state: WantStateName
+    created_seq: int
+    updated_seq: int
+    created_ms: int
+    data_timestamp_ms: int
+    ttl_seconds: int
+    sla_seconds: int
+    expires_at_ms: int | None
+    sla_deadline_ms: int | None
+    sla_breached: bool
+    comment: str
+    source: str
+    parent_want_id: str | None
+    root_want_id: str
+    children: list[str]
+    satisfied_by: list[str]
+    cancel_reason: str | None
+
+
+class RefStatusOut(BaseModel):
+    """Where one ref of a want stands, and what it waits for."""
+
+    ref: str
+    instance_uuid: str | None
+    state: InstanceStateName | None
+    waiting_on: list[RefStatusOut] = Field(default_factory=list, description="Upstream refs not Live yet.")
+
+
+class WantTreeOut(BaseModel):
+    want_id: str
+    state: WantStateName
+    refs: list[str]
+    children: list[WantTreeOut]
+
+
+class WantDetailOut(WantOut):
+    refs_status: list[RefStatusOut]
+    tree: WantTreeOut

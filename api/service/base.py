@@ -1,0 +1,212 @@
+"""What every resource's service shares: the database, the live state, the guarded append, consistent reads.
+
+A write is all or nothing: its `build` validates against the newest state
+(raising the domain errors of `partbuild.api.errors`) and returns the events,
+and the append is guarded by the head the check saw. When another process
+appended in between, the write catches up and checks again, so it never records
+an event the fold would reject.
+
+Every read takes `min_seq` (catch up to at least that seq first: read-your-writes,
+also across processes) and, where it makes sense, `as_of_seq` (the answer as it
+was right after that event). Paged lists return a `next_cursor` that only a page
+of the same list gave out; any other cursor is a 404, like an unknown id.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from google.protobuf.message import Message
+from prometheus_client import CollectorRegistry
+
+from partbuild.api.errors import Conflict, InvalidInput, NotFound
+from partbuild.api.metrics import Metrics
+from partbuild.api.models.common import MAX_PAGE, CancelRequest, PageOut
+from partbuild.orchestrator.graph import Graph, GraphError, Job
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
+from partbuild.state.log.live import LiveState, SeqAfterHead
+from partbuild.state.log.store import AppendConflict
+from partbuild.state.rules.listing import ListingIndex
+
+MAX_WRITE_ATTEMPTS = 20
+
+Build = Callable[[BuildState], list[pb.Event]]
+
+
+class ServiceBase:
+    """The handles and helpers every resource's service class derives from (`Service` composes those classes)."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        graph: Graph | None = None,
+        live: LiveState | None = None,
+        clock: Clock = wall_clock_ms,
+        on_append: Callable[[], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+        snapshot_every: int = 0,
+    ) -> None:
+        """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one."""
+        self.db = db
+        self.log = log = db.log
+        self.graph = graph
+        self.clock = clock
+        self.on_append = on_append or (lambda: None)
+        self._owns_live = live is None
+        self.live = live if live is not None else LiveState(log, snapshot_every=snapshot_every, progress=progress)
+        self._write_lock = threading.Lock()  # in-process writers take turns
+        self.metrics = Metrics(self.live, db)
+        self.listing = ListingIndex()
+        with self.live.read() as state:
+            self.listing.update(state)
+        self.live.on_fold(self._folded)
+
+    @property
+    def state(self) -> BuildState:
+        """The live state (unlocked: for counts and tests)."""
+        return self.live.state
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.metrics.registry
+
+    def _folded(self, state: BuildState, count: int, seconds: float) -> None:
+        self.metrics.catch_up_seconds.observe(seconds)
+        self.listing.update(state)
+
+    def refresh(self) -> int:
+        """Fold whatever was appended since the last refresh; returns how many events."""
+        return self.live.catch_up()
+
+    def start_tailing(self, interval_s: float = 0.05) -> None:
+        """Keep the state current in the background (other processes append too)."""
+        self.live.start_tailing(interval_s)
+
+    def stop(self) -> None:
+        """Stop tailing and checkpoint a live state of its own (a shared one is its owner's)."""
+        if self._owns_live:
+            self.live.close()
+        else:
+            self.live.stop_tailing()
+
+    # ----------------------------------------------------------------- writes
+
+    def _write(self, build: Build) -> tuple[int, int]:
+        """Append what `build` makes of the newest state, only if nobody appended in between.
+
+        In-process writers take turns, so they never conflict with each other.
+        """
+        with self._write_lock:
+            for _ in range(MAX_WRITE_ATTEMPTS):
+                self.live.catch_up()
+                with self.live.read() as state:
+                    events = build(state)
+                    head = state.head_seq
+                started = time.perf_counter()
+                try:
+                    result = self.log.append(events, expected_head=head)
+                except AppendConflict:
+                    continue
+                self.metrics.append_seconds.observe(time.perf_counter() - started)
+                self.live.catch_up()
+                self.on_append()
+                with self.live.read() as state:
+                    reason = state.rejection_between(result.first_seq, result.last_seq)
+                if reason is not None:  # a check missing above: say so rather than pretend success
+                    raise Conflict(reason)
+                return result.first_seq, result.last_seq
+        raise Conflict(f"other writers kept appending during {MAX_WRITE_ATTEMPTS} attempts; try again")
+
+    def _event(self, payload: Message, user: str) -> pb.Event:
+        return envelope(payload, source=manual(user), timestamp_ms=self.clock())
+
+    def _checked(self, payload: Message, user: str) -> Build:
+        """A write of one event the fold must accept: its reason, if it would not, is the answer (409)."""
+
+        def build(state: BuildState) -> list[pb.Event]:
+            event = self._event(payload, user)
+            reason = state.problem(event)
+            if reason is not None:
+                raise Conflict(reason)
+            return [event]
+
+        return build
+
+    def _producer(self, ref: str) -> Job | None:
+        """The job that builds `ref` (None for source data or without a graph); InvalidInput if none can."""
+        if self.graph is None:
+            return None
+        try:
+            producer = self.graph.resolve(ref).producer
+        except GraphError as exc:
+            raise InvalidInput(str(exc)) from None
+        return producer if isinstance(producer, Job) else None
+
+    # ----------------------------------------------------------------- reads
+
+    @contextmanager
+    def _reading(self, min_seq: int | None = None, as_of_seq: int | None = None) -> Iterator[BuildState]:
+        """The state to answer from: caught up to `min_seq`, or as it was right after `as_of_seq`."""
+        try:
+            self.live.read_at_least(min_seq)
+            # The past we are asked about may be our future: another process may have appended since.
+            self.live.read_at_least(as_of_seq, "as_of_seq")
+        except SeqAfterHead as exc:
+            raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
+        if as_of_seq is not None and as_of_seq < 0:
+            raise InvalidInput("as_of_seq must not be negative")
+        with self.live.read() as state:
+            # Decided under the lock: the live state cannot move past `as_of_seq` before it is read.
+            if as_of_seq is None or as_of_seq == state.head_seq:
+                yield state
+                return
+        yield self.live.as_of(as_of_seq)  # a past state never changes: read without the lock
+
+    def reading(self, as_of_seq: int | None = None) -> AbstractContextManager[BuildState]:
+        """The state as of `as_of_seq` (None: now), for views of their own (the web pages); the lock as above."""
+        return self._reading(None, as_of_seq)
+
+    def _seq_cursor(self, cursor: str | None, issued: Callable[[int], bool]) -> int:
+        """The seq a wants or job-runs cursor names; NotFound unless a page of that list could have given it."""
+        if cursor is None:
+            return 0
+        # "²".isdigit() is true, and int() refuses it; "007" is no cursor a page gives; a seq has <= 16 digits.
+        if len(cursor) <= 16 and cursor.isascii() and cursor.isdigit() and cursor == str(int(cursor)):
+            seq = int(cursor)
+            if seq > self.live.head_seq:
+                self.live.catch_up()  # another API process may have served the page it came from
+            if issued(seq):
+                return seq
+        raise unknown_cursor(cursor)
+
+
+def state_name(state: InstanceState | WantState | JobRunState) -> Any:
+    """An enum state as the API spells it: "upstream_building"."""
+    return state.name.lower()
+
+
+def cancel_reason(request: CancelRequest | None) -> str:
+    return request.reason if request is not None else ""
+
+
+def unknown_cursor(cursor: str) -> NotFound:
+    return NotFound(f"cursor {cursor[:80]!r} is not one this API returned")
+
+
+def check_limit(limit: int) -> None:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+
+
+def page_of(items: list[Any], limit: int, key: Callable[[Any], str]) -> PageOut[Any]:
+    """A page of `items`, with the cursor of the next one when it is full."""
+    return PageOut(items=items, next_cursor=key(items[-1]) if len(items) == limit else None)

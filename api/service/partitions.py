@@ -1,0 +1,201 @@
+"""Partitions and their instances: taint, observe, canonical instances, history, lineage, retention."""
+
+from __future__ import annotations
+
+from itertools import islice, takewhile
+
+from partbuild.api.errors import Conflict, InvalidInput, NotFound
+from partbuild.api.models.common import PageOut, WrittenOut
+from partbuild.api.models.partitions import (
+    MAX_LINEAGE_DEPTH,
+    InstanceOut,
+    InstanceStateName,
+    LineageEdgeOut,
+    LineageNodeOut,
+    LineageOut,
+    ObserveRequest,
+    RetentionReportOut,
+    RetentionRequest,
+    SourceVersionRequest,
+    TaintRequest,
+)
+from partbuild.api.service.base import ServiceBase, check_limit, page_of, state_name, unknown_cursor
+from partbuild.api.surface import ANONYMOUS
+from partbuild.api.surface.partitions import Direction
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.rules.queries import Lineage, lineage, ref_history
+from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
+
+DAY_MS = 86_400_000
+RETENTION_LISTED = 1_000
+
+
+class PartitionsService(ServiceBase):
+    """Reads of partitions and instances; taints, observations and retention."""
+
+    def partitions(
+        self,
+        prefix: str = "",
+        state_filter: InstanceStateName | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        min_seq: int | None = None,
+    ) -> PageOut[InstanceOut]:
+        """Canonical instances ordered by ref, optionally under a prefix and in one state."""
+        check_limit(limit)
+        if cursor is not None:
+            self._known_ref_cursor(cursor)
+        with self._reading(min_seq) as state:
+            wanted = InstanceState[state_filter.upper()] if state_filter else None
+            under_prefix = takewhile(lambda ref: ref.startswith(prefix), self.listing.refs_from(prefix, cursor))
+            instances = (state.instances[state.canonical[ref]] for ref in under_prefix)
+            matching = (instance for instance in instances if wanted is None or instance.state == wanted)
+            items = [instance_out(instance) for instance in islice(matching, limit)]
+        return page_of(items, limit, lambda i: i.ref)
+
+    def canonical(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> InstanceOut:
+        with self._reading(min_seq, as_of_seq) as state:
+            instance = state.canonical_instance(ref)
+            if instance is None:
+                suffix = f" as of seq {as_of_seq}" if as_of_seq is not None else ""
+                raise NotFound(f"partition {ref!r} has no instance{suffix}")
+            return instance_out(instance)
+
+    def history(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> list[InstanceOut]:
+        with self._reading(min_seq, as_of_seq) as state:
+            found = ref_history(state, ref)
+            if not found:
+                raise NotFound(f"partition {ref!r} has no instance")
+            return [instance_out(instance) for instance in found]
+
+    def taint(self, request: TaintRequest, user: str = ANONYMOUS) -> WrittenOut:
+        def build(state: BuildState) -> list[pb.Event]:
+            instance = state.canonical_instance(request.ref)
+            if instance is None:
+                raise NotFound(f"partition {request.ref!r} has no instance")
+            if instance.state != InstanceState.LIVE:
+                raise Conflict(
+                    f"partition {request.ref!r} is {state_name(instance.state)}; only a Live partition can be tainted"
+                )
+            taint = pb.PartitionTaint(
+                partition_ref=request.ref, reason=request.reason, only_this_ref=request.only_this_ref
+            )
+            return [self._event(taint, user)]
+
+        return WrittenOut(seq=self._write(build)[0])
+
+    def observe(self, request: ObserveRequest, user: str = ANONYMOUS) -> WrittenOut:
+        job = self._producer(request.ref)
+        if job is not None:
+            raise InvalidInput(f"{request.ref!r} is built by job {job.label!r}; only source partitions are observed")
+        observed = pb.PartitionObserved(
+            partition_ref=request.ref,
+            location=request.location,
+            row_count=request.row_count,
+            bytes=request.bytes,
+            metadata=request.metadata,
+            version=request.version.value if request.version else "",
+            version_strong=request.version.strong if request.version else False,
+        )
+        # The fold's own rules decide the rest: being built, already Live with this version...
+        return WrittenOut(seq=self._write(self._checked(observed, user))[0])
+
+    def instance(self, uuid: str, as_of_seq: int | None = None, min_seq: int | None = None) -> InstanceOut:
+        with self._reading(min_seq, as_of_seq) as state:
+            instance = state.instances.get(uuid)
+            if instance is None:
+                raise NotFound(f"no partition instance {uuid!r}")
+            return instance_out(instance)
+
+    def lineage(
+        self,
+        uuid: str,
+        direction: Direction = "both",
+        depth: int = 1,
+        as_of_seq: int | None = None,
+        min_seq: int | None = None,
+    ) -> LineageOut:
+        if direction not in ("upstream", "downstream", "both"):
+            raise InvalidInput("direction must be upstream, downstream or both")
+        if not 0 <= depth <= MAX_LINEAGE_DEPTH:
+            raise InvalidInput(f"depth must be between 0 and {MAX_LINEAGE_DEPTH}")
+        with self._reading(min_seq, as_of_seq) as state:
+            if uuid not in state.instances:
+                raise NotFound(f"no partition instance {uuid!r}")
+            return lineage_out(lineage(state, uuid, direction=direction, depth=depth), state.head_seq)
+
+    def retention(self, request: RetentionRequest, user: str = ANONYMOUS) -> RetentionReportOut:
+        """Drop superseded instances created more than `retain_days` ago (or only say which)."""
+        cutoff = cutoff_seq_before(self.log, self.clock() - request.retain_days * DAY_MS)
+        with self.live.read() as state:
+            # Spare what a queued or running job may still name as an input: its success would be rejected.
+            cutoff = cutoff_sparing_active_runs(state, cutoff)
+            doomed = [instance.uuid for instance in retention_candidates(state, cutoff)]
+        listed = doomed[:RETENTION_LISTED]
+        report = RetentionReportOut(
+            cutoff_seq=cutoff, dropped=len(doomed), instances=listed, seq=None, dry_run=request.dry_run
+        )
+        if request.dry_run or not doomed:
+            return report
+
+        def build(state: BuildState) -> list[pb.Event]:
+            event = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)
+            return [self._event(event, user)]
+
+        report.seq = self._write(build)[0]
+        return report
+
+    def _known_ref_cursor(self, cursor: str) -> None:
+        """A partitions cursor names a ref listed on an earlier page (refs never disappear); else NotFound."""
+        for attempt in range(2):
+            if attempt:
+                self.live.catch_up()  # another API process may have served the page it came from
+            with self.live.read() as state:
+                if cursor in state.canonical:
+                    return
+        raise unknown_cursor(cursor)
+
+
+# ----------------------------------------------------------------- records -> models
+
+
+def instance_out(instance: Instance) -> InstanceOut:
+    version = instance.version
+    return InstanceOut(
+        uuid=instance.uuid,
+        ref=instance.ref,
+        state=state_name(instance.state),
+        canonical=not instance.superseded_seq,
+        created_seq=instance.created_seq,
+        updated_seq=instance.updated_seq,
+        superseded_seq=instance.superseded_seq or None,
+        previous_uuid=instance.previous_uuid,
+        built_by=instance.built_by,
+        attempts=list(instance.attempts),
+        inputs=list(instance.inputs),
+        consumers=list(instance.consumers or ()),
+        location=instance.location,
+        row_count=instance.row_count,
+        byte_count=instance.byte_count,
+        metadata=dict(instance.metadata or {}),
+        waiting_on=list(instance.waiting_on or ()),
+        note=instance.note,
+        version=SourceVersionRequest(value=version[0], strong=version[1]) if version else None,
+    )
+
+
+def lineage_out(graph: Lineage, head_seq: int) -> LineageOut:
+    nodes = [
+        LineageNodeOut(
+            uuid=node_uuid,
+            ref=node.ref if node else None,
+            state=state_name(node.state) if node else None,
+            depth=graph.depth_of[node_uuid],
+            built_by=node.built_by if node else None,
+        )
+        for node_uuid, node in graph.nodes.items()
+    ]
+    edges = [LineageEdgeOut(input=a, output=b) for a, b in dict.fromkeys(graph.edges)]
+    return LineageOut(root=graph.root, as_of_seq=head_seq, nodes=nodes, edges=edges)

@@ -1,0 +1,101 @@
+"""Job runs: list, one run with what it built and read, cancel."""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from partbuild.api.errors import Conflict, NotFound
+from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
+from partbuild.api.models.runs import JobRunOut, JobRunStateName
+from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, page_of, state_name
+from partbuild.api.surface import ANONYMOUS
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, JobRun, JobRunState
+
+
+class RunsService(ServiceBase):
+    """Reads of job runs; cancels."""
+
+    def job_runs(
+        self,
+        state_filter: JobRunStateName | None = None,
+        job: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        min_seq: int | None = None,
+    ) -> PageOut[JobRunOut]:
+        check_limit(limit)
+        after = self._seq_cursor(cursor, self.listing.runs.has_seq)
+        with self._reading(min_seq) as state:
+            wanted = JobRunState[state_filter.upper()] if state_filter else None
+            runs = map(state.job_runs.__getitem__, self.listing.runs.after(after))
+            matching = (
+                run for run in runs if (wanted is None or run.state == wanted) and (job is None or run.job_label == job)
+            )
+            items = [job_run_out(state, run) for run in islice(matching, limit)]
+        return page_of(items, limit, lambda r: str(r.created_seq))
+
+    def job_run(self, job_run_id: str, min_seq: int | None = None) -> JobRunOut:
+        with self._reading(min_seq) as state:
+            run = state.job_runs.get(job_run_id)
+            if run is None:
+                raise NotFound(f"no job run {job_run_id!r}")
+            return job_run_out(state, run)
+
+    def cancel_job_run(
+        self, job_run_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS
+    ) -> WrittenOut:
+        """Record a JobRunCancel; the orchestrator running it stops its Spark work when it folds it."""
+
+        def build(state: BuildState) -> list[pb.Event]:
+            run = state.job_runs.get(job_run_id)
+            if run is None:
+                raise NotFound(f"no job run {job_run_id!r}")
+            if run.state not in ACTIVE_RUN_STATES:
+                raise Conflict(f"job run {job_run_id!r} is already {state_name(run.state)}")
+            return [self._event(pb.JobRunCancel(job_run_id=job_run_id, reason=cancel_reason(request)), user)]
+
+        return WrittenOut(seq=self._write(build)[0])
+
+
+# ----------------------------------------------------------------- records -> models
+
+
+def job_run_out(state: BuildState, run: JobRun) -> JobRunOut:
+    instances = [state.instances.get(uuid) for uuid in run.instance_uuids]
+    first = instances[0] if instances else None
+    attempt = first.attempts.index(run.job_run_id) + 1 if first and run.job_run_id in first.attempts else 1
+    return JobRunOut(
+        job_run_id=run.job_run_id,
+        job_label=run.job_label,
+        state=state_name(run.state),
+        instance_uuids=list(run.instance_uuids),
+        refs=[instance.ref for instance in instances if instance is not None],
+        created_seq=run.created_seq,
+        updated_seq=run.updated_seq,
+        created_ms=run.created_ms,
+        updated_ms=run.updated_ms,
+        last_heartbeat_ms=run.last_heartbeat_ms,
+        attempt=attempt,
+        inputs=run_inputs(run, instances),
+        error_class=run.error_class,
+        error_message=run.error_message,
+        retry_after_ms=run.retry_after_ms,
+        missing_refs=list(run.missing_refs),
+        cancel_reason=run.cancel_reason,
+    )
+
+
+def run_inputs(run: JobRun, built: list[Instance | None]) -> list[str]:
+    """What a run read: its run-level inputs and every input of the instances it built, once each.
+
+    Outputs usually list their own inputs (provenance per partition), so the run's own
+    `inputs` alone would say a run that read four partitions read none. Instances that
+    retention dropped contribute nothing.
+    """
+    read = dict.fromkeys(run.inputs)
+    for instance in built:
+        if instance is not None and instance.built_by == run.job_run_id:
+            read.update(dict.fromkeys(instance.inputs))
+    return list(read)

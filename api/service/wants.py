@@ -1,0 +1,204 @@
+"""Wants: validated creates (one or a batch, all or none), cancels, and reads with where each ref stands."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
+
+from partbuild.api.errors import Conflict, InvalidInput, NotFound, TooLarge
+from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
+from partbuild.api.models.wants import (
+    MAX_BATCH_REFS,
+    RefStatusOut,
+    ValidatedOut,
+    WantBatchCreatedOut,
+    WantBatchRequest,
+    WantCreatedOut,
+    WantDetailOut,
+    WantOut,
+    WantRequest,
+    WantStateName,
+    WantTreeOut,
+)
+from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, page_of, state_name
+from partbuild.api.surface import ANONYMOUS
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import TERMINAL_WANT_STATES, Want, WantState
+from partbuild.state.log.events import envelope, manual
+
+MAX_TREE_NODES = 1_000
+WAITING_DEPTH = 4
+
+
+class WantsService(ServiceBase):
+    """Creates, cancels and reads wants."""
+
+    def create_want(self, request: WantRequest, user: str = ANONYMOUS) -> WantCreatedOut:
+        return self.create_wants(WantBatchRequest.model_construct(wants=[request]), user).wants[0]
+
+    def create_wants(self, request: WantBatchRequest, user: str = ANONYMOUS) -> WantBatchCreatedOut:
+        """Record wants in one append: all or none."""
+        requests = request.wants
+        ids = [want.want_id or f"want-{uuidlib.uuid4().hex}" for want in requests]
+        source = manual(user)
+
+        def build(state: BuildState) -> list[pb.Event]:
+            self._check_wants(state, requests)
+            now = self.clock()
+            return [
+                envelope(_want_create(want, want_id), source=source, timestamp_ms=now)
+                for want, want_id in zip(requests, ids, strict=True)
+            ]
+
+        first, last = self._write(build)
+        with self.live.read() as state:
+            created = [
+                WantCreatedOut(want_id=want_id, seq=first + offset, state=state_name(state.wants[want_id].state))
+                for offset, want_id in enumerate(ids)
+            ]
+        return WantBatchCreatedOut(first_seq=first, last_seq=last, wants=created)
+
+    def validate_wants(self, request: WantBatchRequest) -> ValidatedOut:
+        """Check wants as `create_wants` would, without recording anything."""
+        self.live.catch_up()
+        with self.live.read() as state:
+            return self._check_wants(state, request.wants)
+
+    def _check_wants(self, state: BuildState, requests: list[WantRequest]) -> ValidatedOut:
+        total = sum(len(request.refs) for request in requests)
+        if total > MAX_BATCH_REFS:
+            raise TooLarge(f"the batch names {total} refs; at most {MAX_BATCH_REFS} per request")
+        given = [request.want_id for request in requests if request.want_id]
+        for want_id in given:
+            if want_id in state.wants:
+                raise Conflict(f"want {want_id!r} already exists")
+        if len(set(given)) != len(given):
+            raise Conflict(f"want ids given more than once: {sorted(_duplicates(given))[:3]}")
+        for request in requests:
+            if len(set(request.refs)) != len(request.refs):
+                raise InvalidInput(f"a want lists a ref more than once: {sorted(_duplicates(request.refs))[:3]}")
+            for ref in request.refs:
+                self._producer(ref)
+        return ValidatedOut(wants=len(requests), refs=total)
+
+    def wants(
+        self,
+        state_filter: WantStateName | None = None,
+        ref: str | None = None,
+        root: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        min_seq: int | None = None,
+    ) -> PageOut[WantOut]:
+        check_limit(limit)
+        after = self._seq_cursor(cursor, self.listing.wants.has_seq)
+        with self._reading(min_seq) as state:
+            if ref is not None:
+                ids: Iterator[str] = (i for i in state.wants_by_ref.get(ref, ()) if state.wants[i].created_seq > after)
+            else:
+                ids = iter(self.listing.wants.after(after))
+            wanted = WantState[state_filter.upper()] if state_filter else None
+            matching = (
+                want
+                for want in map(state.wants.__getitem__, ids)
+                if (wanted is None or want.state == wanted) and (root is None or want.root_want_id == root)
+            )
+            now = self.clock()
+            items = [want_out(want, now) for want in islice(matching, limit)]
+        return page_of(items, limit, lambda w: str(w.created_seq))
+
+    def want(self, want_id: str, min_seq: int | None = None) -> WantDetailOut:
+        with self._reading(min_seq) as state:
+            want = state.wants.get(want_id)
+            if want is None:
+                raise NotFound(f"no want {want_id!r}")
+            return want_detail_out(state, want, self.clock())
+
+    def cancel_want(self, want_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS) -> WrittenOut:
+        def build(state: BuildState) -> list[pb.Event]:
+            want = state.wants.get(want_id)
+            if want is None:
+                raise NotFound(f"no want {want_id!r}")
+            if want.state in TERMINAL_WANT_STATES:
+                raise Conflict(f"want {want_id!r} is already {state_name(want.state)}")
+            return [self._event(pb.WantCancel(want_id=want_id, reason=cancel_reason(request)), user)]
+
+        return WrittenOut(seq=self._write(build)[0])
+
+
+def _want_create(request: WantRequest, want_id: str) -> pb.WantCreate:
+    return pb.WantCreate(
+        want_id=want_id,
+        partition_refs=request.refs,
+        data_timestamp_ms=request.data_timestamp_ms or 0,
+        ttl_seconds=request.ttl_seconds,
+        sla_seconds=request.sla_seconds,
+        comment=request.comment,
+    )
+
+
+def _duplicates(values: list[str]) -> set[str]:
+    return {value for value, count in Counter(values).items() if count > 1}
+
+
+# ----------------------------------------------------------------- records -> models
+
+
+def want_out(want: Want, now_ms: int) -> WantOut:
+    deadline = want.sla_deadline_ms
+    return WantOut(
+        want_id=want.want_id,
+        refs=list(want.refs),
+        state=state_name(want.state),
+        created_seq=want.created_seq,
+        updated_seq=want.updated_seq,
+        created_ms=want.created_ms,
+        data_timestamp_ms=want.data_timestamp_ms,
+        ttl_seconds=want.ttl_seconds,
+        sla_seconds=want.sla_seconds,
+        expires_at_ms=want.expires_at_ms,
+        sla_deadline_ms=deadline,
+        sla_breached=deadline is not None and want.state != WantState.SUCCESSFUL and now_ms > deadline,
+        comment=want.comment,
+        source=want.source,
+        parent_want_id=want.parent_want_id,
+        root_want_id=want.root_want_id,
+        children=list(want.children or ()),
+        satisfied_by=list(want.satisfied_by),
+        cancel_reason=want.cancel_reason,
+    )
+
+
+def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut:
+    """A want with where each of its refs stands and its derivative-want tree."""
+    return WantDetailOut(
+        **want_out(want, now_ms).model_dump(),
+        refs_status=[_ref_status(state, ref, WAITING_DEPTH, set()) for ref in want.refs],
+        tree=_tree(state, want, [MAX_TREE_NODES]),
+    )
+
+
+def _ref_status(state: BuildState, ref: str, depth: int, seen: set[str]) -> RefStatusOut:
+    """Where `ref` stands and, while it waits, where the refs it waits for stand (to `depth`)."""
+    instance = state.canonical_instance(ref)
+    if instance is None:
+        return RefStatusOut(ref=ref, instance_uuid=None, state=None)
+    status = RefStatusOut(ref=ref, instance_uuid=instance.uuid, state=state_name(instance.state))
+    if instance.waiting_on and depth > 0 and ref not in seen:
+        seen.add(ref)
+        status.waiting_on = [_ref_status(state, upstream, depth - 1, seen) for upstream in instance.waiting_on]
+    return status
+
+
+def _tree(state: BuildState, want: Want, budget: list[int]) -> WantTreeOut:
+    """The want and its derivative wants, at most MAX_TREE_NODES nodes in all."""
+    budget[0] -= 1
+    children = []
+    for child_id in want.children or ():
+        if budget[0] <= 0:
+            break
+        children.append(_tree(state, state.wants[child_id], budget))
+    return WantTreeOut(want_id=want.want_id, state=state_name(want.state), refs=list(want.refs), children=children)

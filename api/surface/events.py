@@ -1,0 +1,23 @@
+"""Events: the raw event log as JSON, paged by seq."""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol
+
+from fastapi import Query
+
+from partbuild.api.models.common import PageOut, QueryInt
+from partbuild.api.models.events import StoredEventOut
+from partbuild.api.surface.common import MAX_SEQ, Limit, operation
+from partbuild.state.ops.tokens import Role
+
+TAG = "events"
+
+
+class EventsApi(Protocol):
+    @operation("GET", "/events", "The raw event log as JSON, by seq", role=Role.READER)
+    def events(
+        self,
+        after_seq: Annotated[QueryInt, Query(ge=0, le=MAX_SEQ, description="Events after this seq.")] = 0,
+        limit: Limit = 100,
+    ) -> PageOut[StoredEventOut]: ...

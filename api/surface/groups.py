@@ -1,0 +1,42 @@
+"""Worker groups: each one's epoch, leader, members, who owns which bucket, heartbeats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol
+
+from fastapi import Path, Query
+
+from partbuild.api.models.common import QueryFloat
+from partbuild.api.models.groups import MAX_MEMBER_TIMEOUT_S, GroupOut, GroupSummaryOut
+from partbuild.api.surface.common import AsOfSeq, MinSeq, operation
+from partbuild.state.ops.tokens import Role
+
+TAG = "worker groups"
+GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
+MemberTimeout = Annotated[
+    QueryFloat,
+    Query(
+        gt=0,
+        le=MAX_MEMBER_TIMEOUT_S,
+        description="Seconds since its last heartbeat after which a member counts as dead (as `run --member-timeout`).",
+    ),
+]
+
+
+class GroupsApi(Protocol):
+    @operation("GET", "/groups", "Worker groups: each one's epoch, leader and member count", role=Role.READER)
+    def groups(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[GroupSummaryOut]: ...
+
+    @operation(
+        "GET",
+        "/group/{name}",
+        "A worker group: its epoch, leader, members, who owns which bucket, heartbeats",
+        role=Role.READER,
+    )
+    def group(
+        self,
+        name: GroupNamePath,
+        member_timeout_s: MemberTimeout = 10,
+        as_of_seq: AsOfSeq = None,
+        min_seq: MinSeq = None,
+    ) -> GroupOut: ...

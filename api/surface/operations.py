@@ -1,0 +1,32 @@
+"""Operations: liveness and how far the served state is, bucket layouts, re-sharding a bucketing namespace.
+
+`/metrics` (Prometheus) is served beside these, but is no declared operation: its answer is not JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol
+
+from fastapi import Body
+
+from partbuild.api.models.common import WrittenOut
+from partbuild.api.models.operations import BucketLayoutOut, HealthOut, ReshardRequest
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
+from partbuild.state.ops.tokens import Role
+
+TAG = "operations"
+
+
+class OperationsApi(Protocol):
+    @operation("GET", "/healthz", "Liveness and how far the served state is", versioned=False, role=None)
+    def health(self) -> HealthOut: ...
+
+    @operation(
+        "GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands", role=Role.READER
+    )
+    def bucket_layouts(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[BucketLayoutOut]: ...
+
+    @operation(
+        "POST", "/buckets/layout", "Re-shard: split a bucketing namespace into a new number of buckets", role=Role.ADMIN
+    )
+    def reshard(self, request: Annotated[ReshardRequest, Body()], user: User = ANONYMOUS) -> WrittenOut: ...

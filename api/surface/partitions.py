@@ -1,0 +1,75 @@
+"""Partitions and their instances: canonical instances, history, taint, observe, lineage, retention.
+
+Refs contain slashes, so ref routes end in `{ref:path}` behind a fixed word
+(`canonical`, `history`) that no ref can be confused with.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Protocol
+
+from fastapi import Body, Path, Query
+
+from partbuild.api.models.common import PageOut, QueryInt, WrittenOut
+from partbuild.api.models.partitions import (
+    MAX_LINEAGE_DEPTH,
+    InstanceOut,
+    InstanceStateName,
+    LineageOut,
+    ObserveRequest,
+    RetentionReportOut,
+    RetentionRequest,
+    TaintRequest,
+)
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
+from partbuild.state.ops.tokens import Role
+
+TAG = "partitions"
+UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
+RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
+Direction = Literal["upstream", "downstream", "both"]
+InstanceStateFilter = Annotated[
+    InstanceStateName | None, Query(alias="state", description="Only current instances in this state.")
+]
+
+
+class PartitionsApi(Protocol):
+    @operation("GET", "/partitions", "Canonical instances ordered by ref", role=Role.READER)
+    def partitions(
+        self,
+        prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
+        state_filter: InstanceStateFilter = None,
+        cursor: Cursor = None,
+        limit: Limit = 100,
+        min_seq: MinSeq = None,
+    ) -> PageOut[InstanceOut]: ...
+
+    @operation("GET", "/partitions/canonical/{ref:path}", "The current instance of a ref", role=Role.READER)
+    def canonical(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> InstanceOut: ...
+
+    @operation("GET", "/partitions/history/{ref:path}", "Every instance of a ref, newest first", role=Role.READER)
+    def history(self, ref: RefPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> list[InstanceOut]: ...
+
+    @operation("POST", "/partitions/taint", "Declare a Live partition's data bad", status=201, role=Role.WRITER)
+    def taint(self, request: Annotated[TaintRequest, Body()], user: User = ANONYMOUS) -> WrittenOut: ...
+
+    @operation("POST", "/partitions/observe", "A source partition became available", status=201, role=Role.WRITER)
+    def observe(self, request: Annotated[ObserveRequest, Body()], user: User = ANONYMOUS) -> WrittenOut: ...
+
+    @operation("GET", "/instances/{uuid}", "One partition instance by UUID", role=Role.READER)
+    def instance(self, uuid: UuidPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> InstanceOut: ...
+
+    @operation("GET", "/instances/{uuid}/lineage", "Upstream and downstream instances to a depth", role=Role.READER)
+    def lineage(
+        self,
+        uuid: UuidPath,
+        direction: Annotated[Direction, Query(description="Inputs, consumers, or both.")] = "both",
+        depth: Annotated[QueryInt, Query(ge=0, le=MAX_LINEAGE_DEPTH, description="Hops.")] = 1,
+        as_of_seq: AsOfSeq = None,
+        min_seq: MinSeq = None,
+    ) -> LineageOut: ...
+
+    @operation(
+        "POST", "/retention", "Drop superseded instances older than a number of days (or preview it)", role=Role.ADMIN
+    )
+    def retention(self, request: Annotated[RetentionRequest, Body()], user: User = ANONYMOUS) -> RetentionReportOut: ...

@@ -1,0 +1,69 @@
+"""Operations over HTTP: bucket layouts and re-sharding them, /healthz and /metrics."""
+
+from __future__ import annotations
+
+from conftest import ApiServer
+from httpkit import API, WANTS, head_seq, observe, ok, problem, want
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def test_reshard_then_bucket_layouts_as_of_any_seq(api_server: ApiServer) -> None:
+    """A re-shard fixes a namespace's bucket total; asking for the same total again is a 409 that appends nothing."""
+    client = api_server.client
+    assert ok(client.get(f"{API}/buckets")) == []
+    first = ok(client.post(f"{API}/buckets/layout", json={"bucket_total": 3}))["seq"]
+    second = ok(client.post(f"{API}/buckets/layout", json={"bucket_total": 4, "namespace": "clicks"}))["seq"]
+    assert ok(client.get(f"{API}/buckets", params={"min_seq": second})) == [
+        {"namespace": "clicks", "bucket_total": 4, "since_seq": second, "last_round_robin_bucket": None},
+        {"namespace": "partbuild", "bucket_total": 3, "since_seq": first, "last_round_robin_bucket": None},
+    ]
+    assert [layout["namespace"] for layout in ok(client.get(f"{API}/buckets", params={"as_of_seq": first}))] == [
+        "partbuild"
+    ]
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 3}), 409, "already split into 3 buckets")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": "5"}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 0}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2**31 + 1}), 422, "body.bucket_total")
+    problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2, "namespace": "a/b"}), 422, "body.namespace")
+    assert head_seq(client) == second
+
+
+def test_healthz_and_metrics(api_server: ApiServer) -> None:
+    """/healthz reports the log head and the served state; /metrics the state gauges and latency histograms."""
+    client = api_server.client
+    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 0, "state_seq": 0}
+    want(client, ["m/1"])
+    want(client, ["m/2"])
+    ok(client.post(f"{WANTS}/{want(client, ['m/3'])['want_id']}/cancel"))
+    observe(client, "m/src", "/data/m")
+    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 5, "state_seq": 5}
+
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    assert 'partbuild_wants{state="idle"} 2.0' in response.text
+    families = {family.name: family for family in text_string_to_metric_families(response.text)}
+
+    def by_state(name: str) -> dict[str, float]:
+        return {s.labels["state"]: s.value for s in families[name].samples if s.value}
+
+    assert by_state("partbuild_wants") == {"idle": 2, "canceled": 1}
+    assert by_state("partbuild_instances") == {"missing": 3, "live": 1}
+    assert by_state("partbuild_job_runs") == {}
+    assert {s.labels["state"] for s in families["partbuild_job_runs"].samples} == {
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "dep_miss",
+        "canceled",
+    }
+    assert [s.value for s in families["partbuild_log_head_seq"].samples] == [5]
+
+    def histogram(name: str) -> dict[str, float]:
+        assert families[name].type == "histogram"
+        return {s.name.removeprefix(name): s.value for s in families[name].samples if s.name != f"{name}_bucket"}
+
+    appends = histogram("partbuild_append_seconds")
+    assert appends["_count"] == 5 and appends["_sum"] > 0  # one append per write
+    catch_up = histogram("partbuild_catch_up_seconds")
+    assert 1 <= catch_up["_count"] <= 5 and catch_up["_sum"] > 0

@@ -1,0 +1,175 @@
+"""/api/v1/partitions and /instances over HTTP: observe, canonical, history, instances as of a seq, refs in
+paths, taint, listing by prefix and state, retention."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from conftest import ApiServer
+from httpkit import (
+    API,
+    PARTITIONS,
+    WANTS,
+    canonical,
+    head_seq,
+    history,
+    listed,
+    observe,
+    ok,
+    problem,
+    ref_path,
+    walk,
+    want,
+)
+
+
+def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: ApiServer) -> None:
+    """A source observed twice has two instances: canonical and history now differ from as of the first seq."""
+    client = db_api_server.client
+    ref = "src/events/date=2026-01-01"
+    first_seq = observe(client, ref, "/data/v1", row_count=10, bytes=1234, metadata={"format": "parquet"})
+    v1 = canonical(client, ref)
+    assert v1 == {
+        "uuid": v1["uuid"],
+        "ref": ref,
+        "state": "live",
+        "canonical": True,
+        "created_seq": first_seq,
+        "updated_seq": first_seq,
+        "superseded_seq": None,
+        "previous_uuid": None,
+        "built_by": None,
+        "attempts": [],
+        "inputs": [],
+        "consumers": [],
+        "location": "/data/v1",
+        "row_count": 10,
+        "byte_count": 1234,
+        "metadata": {"format": "parquet"},
+        "waiting_on": [],
+        "note": None,
+        "version": None,
+    }
+    second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
+    v2 = canonical(client, ref)
+    assert v2["uuid"] != v1["uuid"] and v2["previous_uuid"] == v1["uuid"]
+    assert (v2["location"], v2["created_seq"], v2["metadata"]) == ("/data/v2", second_seq, {})
+
+    # The past answer differs from the present one, and is the answer given then.
+    assert canonical(client, ref, as_of_seq=first_seq) == v1
+    assert canonical(client, ref, as_of_seq=second_seq) == v2
+    problem(client.get(f"{PARTITIONS}/canonical/{ref_path(ref)}", params={"as_of_seq": first_seq - 1}), 404, ref)
+
+    now = history(client, ref)
+    assert [i["uuid"] for i in now] == [v2["uuid"], v1["uuid"]]
+    assert (now[1]["canonical"], now[1]["superseded_seq"]) == (False, second_seq)
+    assert history(client, ref, as_of_seq=first_seq) == [v1]
+
+    # An instance by UUID: now superseded, as of the first seq canonical; unknown before it was created.
+    assert ok(client.get(f"{API}/instances/{v1['uuid']}")) == now[1]
+    assert ok(client.get(f"{API}/instances/{v1['uuid']}", params={"as_of_seq": first_seq})) == v1
+    problem(client.get(f"{API}/instances/{v2['uuid']}", params={"as_of_seq": first_seq}), 404, v2["uuid"])
+
+    # An observed instance has no lineage: it is the only node.
+    lineage = ok(client.get(f"{API}/instances/{v2['uuid']}/lineage", params={"direction": "both", "depth": 3}))
+    node = {"uuid": v2["uuid"], "ref": ref, "state": "live", "depth": 0, "built_by": None}
+    assert lineage == {"root": v2["uuid"], "as_of_seq": second_seq, "nodes": [node], "edges": []}
+
+
+def test_canonical_path_keeps_the_slashes_of_a_ref(shared_client: httpx.Client) -> None:
+    """A ref's slashes are literal path segments after /canonical/ and /history/."""
+    client = shared_client
+    seq = observe(client, "agg/daily_clicks/date=2026-01-01", "/data/daily")
+    instance = ok(client.get("/api/v1/partitions/canonical/agg/daily_clicks/date=2026-01-01"))
+    assert (instance["ref"], instance["created_seq"]) == ("agg/daily_clicks/date=2026-01-01", seq)
+    assert ok(client.get("/api/v1/partitions/history/agg/daily_clicks/date=2026-01-01")) == [instance]
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["a b/c%d?e#f", "unicode/ü/日本", "plus+sign/x=1&y=2", "pct%2Fencoded", "/leading", "trailing/", "double//slash"],
+)
+def test_refs_with_url_special_characters_round_trip(shared_client: httpx.Client, ref: str) -> None:
+    """A ref written in a body reads back through an encoded path and through query parameters."""
+    client = shared_client
+    created = want(client, [ref])
+    seq = observe(client, ref, "/data/x")
+    instance = canonical(client, ref)
+    assert (instance["ref"], instance["state"], instance["updated_seq"]) == (ref, "live", seq)
+    assert [i["ref"] for i in history(client, ref)] == [ref]
+    assert listed(client, PARTITIONS, "ref", prefix=ref) == [ref]
+    assert listed(client, WANTS, "want_id", ref=ref) == [created["want_id"]]
+    assert ok(client.get(f"{WANTS}/{created['want_id']}"))["refs"] == [ref]
+
+
+def test_taint_then_taint_again_conflicts(api_server: ApiServer) -> None:
+    """Taint replaces a Live instance by a Missing one; tainting that again is a 409 that appends nothing."""
+    client = api_server.client
+    ref = "src/t"
+    observe(client, ref, "/data/t")
+    live = canonical(client, ref)
+    tainted = ok(client.post(f"{PARTITIONS}/taint", json={"ref": ref, "reason": "bad rows"}), 201)
+    assert tainted == {"seq": head_seq(client)}
+    old = ok(client.get(f"{API}/instances/{live['uuid']}"))
+    assert (old["state"], old["note"], old["canonical"], old["superseded_seq"]) == (
+        "tainted",
+        "bad rows",
+        False,
+        tainted["seq"],
+    )
+    now = canonical(client, ref)
+    assert (now["state"], now["previous_uuid"], now["created_seq"]) == ("missing", live["uuid"], tainted["seq"])
+    assert [i["state"] for i in history(client, ref)] == ["missing", "tainted"]
+
+    before = head_seq(client)
+    problem(client.post(f"{PARTITIONS}/taint", json={"ref": ref}), 409, ref, "missing")
+    problem(client.post(f"{PARTITIONS}/taint", json={"ref": "src/never"}), 404, "src/never")
+    assert head_seq(client) == before
+
+
+def test_list_partitions_by_prefix_and_state_with_cursor_paging(api_server: ApiServer) -> None:
+    """Canonical instances by ref, under a prefix and in a state, walked page by page without gaps."""
+    client = api_server.client
+    live = [f"src/p/n={n:02d}" for n in range(12)]
+    for ref in live:
+        observe(client, ref, f"/data/{ref}")
+    missing = ["src/q/n=0", "src/q/n=1", "src/q/n=2"]
+    want(client, missing)
+    observe(client, "src/pa", "/data/pa")  # "src/p/" is a prefix of the twelve, not of this one
+    everything = sorted([*live, *missing, "src/pa"])
+
+    for limit in (1, 5, 16, 1_000):
+        assert listed(client, PARTITIONS, "ref", limit=limit) == everything
+        assert listed(client, PARTITIONS, "ref", limit=limit, prefix="src/p/") == live
+    assert listed(client, PARTITIONS, "ref", limit=2, prefix="src/", state="missing") == missing
+    assert listed(client, PARTITIONS, "ref", limit=4, state="live") == sorted([*live, "src/pa"])
+    assert listed(client, PARTITIONS, "ref", prefix="src/q/", state="live") == []
+    assert walk(client, PARTITIONS, 10, prefix="nothing/") == [[]]
+    # A page resumes right after the ref its cursor names.
+    first = ok(client.get(PARTITIONS, params={"prefix": "src/p/", "limit": 5}))
+    assert first["next_cursor"] == live[4]
+    second = ok(client.get(PARTITIONS, params={"prefix": "src/p/", "limit": 5, "cursor": first["next_cursor"]}))
+    assert [i["ref"] for i in second["items"]] == live[5:10]
+
+
+def test_retention_previews_then_drops_superseded_instances(api_server: ApiServer) -> None:
+    """A dry run lists what would go and appends nothing; the real run drops only superseded instances."""
+    client = api_server.client
+    observe(client, "r/1", "/data/v1")
+    old = canonical(client, "r/1")["uuid"]
+    observe(client, "r/1", "/data/v2")  # a new version supersedes the first instance
+    new = canonical(client, "r/1")["uuid"]
+    before = head_seq(client)
+
+    nothing_old = ok(client.post(f"{API}/retention", json={"retain_days": 1}))
+    assert (nothing_old["dropped"], nothing_old["seq"]) == (0, None)
+    preview = ok(client.post(f"{API}/retention", json={"retain_days": 0, "dry_run": True}))
+    assert (preview["dropped"], preview["instances"], preview["seq"]) == (1, [old], None)
+    assert head_seq(client) == before
+
+    done = ok(client.post(f"{API}/retention", json={"retain_days": 0}))
+    assert (done["dropped"], done["instances"], done["seq"]) == (1, [old], before + 1)
+    problem(client.get(f"{API}/instances/{old}", params={"min_seq": done["seq"]}), 404, old)
+    assert [i["uuid"] for i in ok(client.get(f"{PARTITIONS}/history/r/1"))] == [new]
+    assert ok(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}))["uuid"] == old  # the past keeps it
+    problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")

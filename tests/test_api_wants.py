@@ -1,0 +1,176 @@
+"""/api/v1/wants over HTTP: create one or a batch, validate a batch, list and page, get, cancel."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from conftest import ApiServer
+from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
+
+
+def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
+    """201 with the seq it landed at, state idle; GET shows every field, where each ref stands, and its tree."""
+    client = db_api_server.client
+    before = head_seq(client)
+    data_ms = int(time.time() * 1000) - 600_000  # ten minutes ago: a 60 s SLA is breached, a day's TTL is not over
+    body = {
+        "refs": ["agg/a/x=1", "src/b"],
+        "want_id": "w-1",
+        "comment": "first",
+        "ttl_seconds": 86_400,
+        "sla_seconds": 60,
+        "data_timestamp_ms": data_ms,
+    }
+    created = ok(client.post(WANTS, json=body, headers={"X-Partbuild-User": "ann"}), 201)
+    assert created == {"want_id": "w-1", "seq": before + 1, "state": "idle"}
+    assert head_seq(client) == created["seq"]
+
+    got = ok(client.get(f"{WANTS}/w-1", params={"min_seq": created["seq"]}))
+    statuses = got.pop("refs_status")
+    assert got.pop("created_ms") > 0
+    assert got == {
+        "want_id": "w-1",
+        "refs": ["agg/a/x=1", "src/b"],
+        "state": "idle",
+        "created_seq": created["seq"],
+        "updated_seq": created["seq"],
+        "data_timestamp_ms": data_ms,
+        "ttl_seconds": 86_400,
+        "sla_seconds": 60,
+        "expires_at_ms": data_ms + 86_400_000,
+        "sla_deadline_ms": data_ms + 60_000,
+        "sla_breached": True,
+        "comment": "first",
+        "source": "manual:ann",
+        "parent_want_id": None,
+        "root_want_id": "w-1",
+        "children": [],
+        "satisfied_by": [],
+        "cancel_reason": None,
+        "tree": {"want_id": "w-1", "state": "idle", "refs": ["agg/a/x=1", "src/b"], "children": []},
+    }
+    assert [(s["ref"], s["state"], s["waiting_on"]) for s in statuses] == [
+        ("agg/a/x=1", "missing", []),
+        ("src/b", "missing", []),
+    ]
+    # Each ref's status names its canonical instance.
+    for status in statuses:
+        instance = ok(client.get(f"{API}/instances/{status['instance_uuid']}"))
+        assert (instance["ref"], instance["state"], instance["canonical"]) == (status["ref"], "missing", True)
+
+    # Without an id, the want gets a fresh one; without a user header, the source is anonymous.
+    generated = want(client, ["src/c"])
+    assert re.fullmatch(r"want-[0-9a-f]{32}", generated["want_id"]) and generated["seq"] == created["seq"] + 1
+    assert ok(client.get(f"{WANTS}/{generated['want_id']}"))["source"] == "manual:anonymous"
+
+
+def test_batch_of_wants_is_one_append(db_api_server: ApiServer) -> None:
+    """A batch lands as consecutive seqs in one append; one bad want and none of the batch is recorded."""
+    client = db_api_server.client
+    before = head_seq(client)
+    body = {
+        "wants": [{"refs": ["b/1"], "want_id": "b-1"}, {"refs": ["b/2", "b/3"], "comment": "two"}, {"refs": ["b/1"]}]
+    }
+    created = ok(client.post(f"{WANTS}/batch", json=body), 201)
+    assert (created["first_seq"], created["last_seq"]) == (before + 1, before + 3)
+    assert [w["seq"] for w in created["wants"]] == [before + 1, before + 2, before + 3]
+    assert created["wants"][0]["want_id"] == "b-1" and {w["state"] for w in created["wants"]} == {"idle"}
+    assert head_seq(client) == created["last_seq"]
+    got = [ok(client.get(f"{WANTS}/{w['want_id']}")) for w in created["wants"]]
+    assert [w["refs"] for w in got] == [["b/1"], ["b/2", "b/3"], ["b/1"]]
+    assert got[1]["comment"] == "two"
+    # Two wants of one ref share its canonical instance.
+    assert got[0]["refs_status"][0]["instance_uuid"] == got[2]["refs_status"][0]["instance_uuid"]
+
+    refused = {"wants": [{"refs": ["b/4"], "want_id": "b-4"}, {"refs": ["b/5"], "want_id": "b-1"}]}
+    problem(client.post(f"{WANTS}/batch", json=refused), 409, "b-1", "already exists")
+    problem(client.get(f"{WANTS}/b-4"), 404, "b-4")
+    assert head_seq(client) == created["last_seq"]
+
+
+def test_validate_batch_checks_as_create_would_and_records_nothing(api_server: ApiServer) -> None:
+    """/wants/batch/validate accepts what /wants/batch would and refuses the rest alike, appending nothing."""
+    client = api_server.client
+    want(client, ["v/1"], want_id="v-1")
+    before = head_seq(client)
+    body = {"wants": [{"refs": ["v/2", "v/3"], "want_id": "v-2"}, {"refs": ["v/4"]}]}
+    assert ok(client.post(f"{WANTS}/batch/validate", json=body)) == {"wants": 2, "refs": 3}
+    assert head_seq(client) == before
+    problem(client.get(f"{WANTS}/v-2"), 404, "v-2")
+
+    refused: list[tuple[dict[str, Any], int, str]] = [
+        ({"wants": [{"refs": ["x"], "want_id": "v-1"}]}, 409, "v-1"),
+        ({"wants": [{"refs": ["x"], "want_id": "v-9"}, {"refs": ["y"], "want_id": "v-9"}]}, 409, "v-9"),
+        ({"wants": [{"refs": ["x", "y", "x"]}]}, 422, "more than once"),
+        ({"wants": [{"refs": [f"r/{n}" for n in range(10_001)]}]}, 413, "10001"),
+        ({"wants": [{"refs": ["ok"]}, {"refs": ["a\x00b"]}]}, 422, "body.wants.1.refs.0"),
+        ({"wants": []}, 422, "body.wants"),
+    ]
+    for bad_body, status, word in refused:
+        validated = problem(client.post(f"{WANTS}/batch/validate", json=bad_body), status, word)
+        assert problem(client.post(f"{WANTS}/batch", json=bad_body), status, word) == validated
+    assert head_seq(client) == before
+
+    created = ok(client.post(f"{WANTS}/batch", json=body), 201)
+    assert (created["first_seq"], created["last_seq"]) == (before + 1, before + 2)
+    problem(client.post(f"{WANTS}/batch/validate", json=body), 409, "v-2", "already exists")
+
+
+def test_list_wants_by_state_ref_and_root(api_server: ApiServer) -> None:
+    """Wants list oldest first; filters by state, by a ref they name, by root want, and combined."""
+    client = api_server.client
+    for n in range(4):
+        want(client, [f"l/{n}", "l/shared"], want_id=f"l-{n}")
+    want(client, ["l/other"], want_id="l-other")
+    ok(client.post(f"{WANTS}/l-1/cancel", json={"reason": "not needed"}))
+
+    assert listed(client, WANTS, "want_id") == ["l-0", "l-1", "l-2", "l-3", "l-other"]
+    assert listed(client, WANTS, "want_id", state="canceled") == ["l-1"]
+    assert listed(client, WANTS, "want_id", state="idle") == ["l-0", "l-2", "l-3", "l-other"]
+    assert listed(client, WANTS, "want_id", state="successful") == []
+    assert listed(client, WANTS, "want_id", ref="l/shared") == ["l-0", "l-1", "l-2", "l-3"]
+    assert listed(client, WANTS, "want_id", ref="l/other") == ["l-other"]
+    assert listed(client, WANTS, "want_id", ref="l/nothing") == []
+    assert listed(client, WANTS, "want_id", ref="l/shared", state="idle") == ["l-0", "l-2", "l-3"]
+    # A want made by hand is its own root (derivative wants: see the W1 test).
+    assert listed(client, WANTS, "want_id", root="l-2") == ["l-2"]
+    assert listed(client, WANTS, "want_id", root="nobody") == []
+    assert listed(client, WANTS, "cancel_reason", state="canceled") == ["not needed"]
+
+
+def test_list_wants_pages_by_cursor_without_gaps_or_duplicates(db_api_server: ApiServer) -> None:
+    """Walking every page, at any page size and with any filter, yields each want once, in order."""
+    client = db_api_server.client
+    refs = [[f"p/{n:02d}", "p/shared" if n % 2 else f"p/even/{n}"] for n in range(25)]
+    batch = {"wants": [{"refs": pair, "want_id": f"p-{n:02d}"} for n, pair in enumerate(refs)]}
+    ok(client.post(f"{WANTS}/batch", json=batch), 201)
+    ok(client.post(f"{WANTS}/p-03/cancel"))
+    every = [f"p-{n:02d}" for n in range(25)]
+    for limit in (1, 7, 25, 1_000):
+        pages = walk(client, WANTS, limit)
+        assert [w["want_id"] for page in pages for w in page] == every
+        assert all(len(page) == limit for page in pages[:-1])
+    assert listed(client, WANTS, "want_id", limit=4, ref="p/shared") == [f"p-{n:02d}" for n in range(1, 25, 2)]
+    assert listed(client, WANTS, "want_id", limit=6, state="idle") == [w for w in every if w != "p-03"]
+    assert listed(client, WANTS, "want_id", limit=2, state="canceled") == ["p-03"]
+
+
+def test_cancel_want_then_cancel_again_conflicts(api_server: ApiServer) -> None:
+    """Cancel records the reason; cancelling a canceled want is a 409 that appends nothing."""
+    client = api_server.client
+    created = want(client, ["c/1"], want_id="c-1")
+    canceled = ok(client.post(f"{WANTS}/c-1/cancel", json={"reason": "changed my mind"}))
+    assert canceled == {"seq": created["seq"] + 1}
+    got = ok(client.get(f"{WANTS}/c-1"))
+    assert (got["state"], got["cancel_reason"], got["updated_seq"]) == ("canceled", "changed my mind", canceled["seq"])
+    assert got["refs_status"][0]["state"] == "missing"
+
+    before = head_seq(client)
+    problem(client.post(f"{WANTS}/c-1/cancel"), 409, "c-1", "canceled")
+    assert head_seq(client) == before
+
+    want(client, ["c/2"], want_id="c-2")
+    ok(client.post(f"{WANTS}/c-2/cancel"))  # no body: the default reason
+    assert ok(client.get(f"{WANTS}/c-2"))["cancel_reason"] == "canceled"
