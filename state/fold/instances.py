@@ -192,7 +192,7 @@ def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
     instances = state.instances
     dropped: list[Instance] = []
     kept: list[str] = []
-    for uuid in state._superseded:
+    for uuid in state.superseded:
         instance = instances[uuid]
         if instance.created_seq < cutoff_seq:
             dropped.append(instance)
@@ -216,7 +216,7 @@ def apply_instance_retention(state: BuildState, seq: int, plan: RetentionPlan, e
     dropped, kept = plan
     for instance in dropped:
         _drop(state, instance)
-    state._superseded = kept
+    state.superseded = kept
 
 
 def _drop(state: BuildState, instance: Instance) -> None:

@@ -83,7 +83,7 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
     state.canonical[ref] = instance.uuid
     if previous is not None:
         previous.superseded_seq = seq
-        state._superseded.append(previous.uuid)
+        state.superseded.append(previous.uuid)
         canonical_changed(state, ref, previous.state, MISSING, seq)
     return instance
 
@@ -97,14 +97,14 @@ def change_state(state: BuildState, instance: Instance, new: InstanceState, seq:
     counts[old] -= 1
     counts[new] += 1
     # Checked inline: most transitions concern refs no active want is waiting for.
-    if not instance.superseded_seq and instance.ref in state._active_wants_by_ref:
+    if not instance.superseded_seq and instance.ref in state.active_wants_by_ref:
         canonical_changed(state, instance.ref, old, new, seq)
 
 
 def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
     """Move an instance to `new` and wake or fail whatever waits for its ref."""
     change_state(state, instance, new, seq)
-    if instance.superseded_seq or instance.ref not in state._waiters:
+    if instance.superseded_seq or instance.ref not in state.waiters:
         return
     if new == LIVE:
         upstream_live(state, instance.ref, seq)
@@ -118,7 +118,7 @@ def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list
         change_state(state, instance, MISSING, seq)
         return
     instance.waiting_on = dict.fromkeys(still_missing)
-    all_waiters = state._waiters
+    all_waiters = state.waiters
     for ref in still_missing:
         waiters = all_waiters.get(ref)
         if waiters is None:
@@ -130,7 +130,7 @@ def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list
 
 def upstream_live(state: BuildState, ref: str, seq: int) -> None:
     """`ref` became Live: instances that waited only for it can be scheduled again."""
-    waiters = state._waiters.pop(ref, None)
+    waiters = state.waiters.pop(ref, None)
     if not waiters:
         return
     instances = state.instances
@@ -149,7 +149,7 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
     pending = [ref]
     while pending:
         failed_ref = pending.pop()
-        waiters = state._waiters.pop(failed_ref, None)
+        waiters = state.waiters.pop(failed_ref, None)
         if not waiters:
             continue
         for uuid in waiters:
@@ -162,7 +162,7 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
 
 def _stop_waiting(state: BuildState, instance: Instance, except_ref: str) -> None:
     """Take `instance` out of the waiter index of every ref it waits for but `except_ref`."""
-    all_waiters = state._waiters
+    all_waiters = state.waiters
     for other in instance.waiting_on or ():
         if other == except_ref:
             continue
@@ -185,7 +185,7 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
     """
     if old == new:
         return
-    active = state._active_wants_by_ref.get(ref)
+    active = state.active_wants_by_ref.get(ref)
     if not active:
         return
     wants = state.wants
@@ -224,7 +224,7 @@ def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
 def retire_want(state: BuildState, want: Want) -> None:
     """Drop a want that reached a terminal state from the active index."""
     want.tally = None
-    active = state._active_wants_by_ref
+    active = state.active_wants_by_ref
     want_id = want.want_id
     for ref in want.refs:
         waiting = active[ref]
