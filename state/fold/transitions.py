@@ -43,8 +43,8 @@ _WANT_FAILURES = (WantState.FAILED, WantState.UPSTREAM_FAILED)
 def derive_want_state(tally: list[int], ref_count: int) -> WantState:
     """A want's state from how many of its refs' canonical instances are in each state.
 
-    Priority (seed 003): any Failed, any UpstreamFailed, all Live, any Building,
-    any UpstreamBuilding, else Idle (Missing and UpForRetry wait to be scheduled).
+    Priority: any Failed, any UpstreamFailed, all Live, any Building, any
+    UpstreamBuilding, else Idle (Missing and UpForRetry wait to be scheduled).
     """
     if tally[FAILED]:
         return WantState.FAILED
@@ -88,8 +88,9 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
     return instance
 
 
-def change_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
-    """Move an instance to `new`, keeping counts and want tallies; no cascades."""
+def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """Move an instance to `new`, keeping counts and want tallies; what waits for its ref is not told
+    (`move_instance_and_waiters` tells it)."""
     old = instance.state
     instance.state = new
     instance.updated_seq = seq
@@ -101,9 +102,9 @@ def change_state(state: BuildState, instance: Instance, new: InstanceState, seq:
         canonical_changed(state, instance.ref, old, new, seq)
 
 
-def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
-    """Move an instance to `new` and wake or fail whatever waits for its ref."""
-    change_state(state, instance, new, seq)
+def move_instance_and_waiters(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """`move_instance`, then wake (Live) or fail (Failed, UpstreamFailed) the instances waiting for its ref."""
+    move_instance(state, instance, new, seq)
     if instance.superseded_seq or instance.ref not in state.waiters:
         return
     if new == LIVE:
@@ -115,7 +116,7 @@ def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: in
 def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list[str], seq: int) -> None:
     """Make `instance` wait (UpstreamBuilding) for `still_missing` (refs not Live); Missing if none."""
     if not still_missing:
-        change_state(state, instance, MISSING, seq)
+        move_instance(state, instance, MISSING, seq)
         return
     instance.waiting_on = dict.fromkeys(still_missing)
     all_waiters = state.waiters
@@ -125,7 +126,7 @@ def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list
             all_waiters[ref] = {instance.uuid: None}
         else:
             waiters[instance.uuid] = None
-    change_state(state, instance, UPSTREAM_BUILDING, seq)
+    move_instance(state, instance, UPSTREAM_BUILDING, seq)
 
 
 def upstream_live(state: BuildState, ref: str, seq: int) -> None:
@@ -141,7 +142,7 @@ def upstream_live(state: BuildState, ref: str, seq: int) -> None:
         del waiting[ref]
         if not waiting:
             instance.waiting_on = None
-            change_state(state, instance, MISSING, seq)
+            move_instance(state, instance, MISSING, seq)
 
 
 def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
@@ -156,7 +157,7 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
             instance = state.instances[uuid]
             _stop_waiting(state, instance, except_ref=failed_ref)
             instance.note = f"upstream {failed_ref} failed"
-            change_state(state, instance, UPSTREAM_FAILED, seq)
+            move_instance(state, instance, UPSTREAM_FAILED, seq)
             pending.append(instance.ref)
 
 
