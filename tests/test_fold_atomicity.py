@@ -438,7 +438,8 @@ def test_an_apply_phase_that_raises_breaks_the_state_for_good(monkeypatch: pytes
     s = rich_story()
     s.state.strict = False
     with monkeypatch.context() as patched:
-        patched.setattr(job_runs, "move_instance_and_waiters", _raise_boom)  # the success is half-applied: run moved, not instances
+        # The success is half-applied: the run moved, its instances did not.
+        patched.setattr(job_runs, "move_instance_and_waiters", _raise_boom)
         with pytest.raises(FoldError, match="job_run_success event at seq") as raised:
             s.apply(_success(s))
     assert isinstance(raised.value.__cause__, Boom)

@@ -15,10 +15,10 @@ from partbuild.state.fold.transitions import (
     TAINTED,
     UP_FOR_RETRY,
     UPSTREAM_BUILDING,
-    move_instance,
     is_live,
-    new_canonical,
+    move_instance,
     move_instance_and_waiters,
+    new_canonical,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem

@@ -18,10 +18,10 @@ from partbuild.state.fold.transitions import (
     MISSING,
     TAINTED,
     UP_FOR_RETRY,
-    move_instance,
     is_live,
-    new_canonical,
+    move_instance,
     move_instance_and_waiters,
+    new_canonical,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
