@@ -1,6 +1,6 @@
 """Where each subscription's deliveries stand: main-topic offsets, the RQ and the DLQ, group state.
 
-Seed 004's per-subscription structures, in the project's database (SQLite or
+Each subscription's delivery structures, in the project's database (SQLite or
 PostgreSQL) so every change is one transaction with the offsets it moves past:
 
 - main-topic offsets: per storage topic and virtual partition, the last seq handled
@@ -88,7 +88,7 @@ class Queued(NewMessage):
 
     @property
     def position(self) -> tuple[int, int, int, int]:
-        """The seed's MessageState of this message: main topic index and seq, internal topic index and offset."""
+        """Where the message stands, as group state records it: main topic index and seq, internal topic index and offset."""
         return (self.main_topic, self.event_seq, self.topic, self.offset)
 
 

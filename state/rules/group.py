@@ -32,7 +32,7 @@ MAX_GROUP_BUCKETS = 4096
 
 @dataclass(frozen=True, slots=True)
 class TaskState:
-    """One task's state in a group: the seed's `{taskID, stateTimestamp, data, share}`."""
+    """One task's state in a group: the protocol's `{taskID, stateTimestamp, data, share}`."""
 
     task_id: str
     state_timestamp_ms: int = 0
@@ -278,7 +278,7 @@ def _share_problem(states: Mapping[str, TaskState], sender: str, old: TaskState,
 def share_step(states: Mapping[str, TaskState], me: str, *, timestamp_ms: int | None = None) -> TaskState | None:
     """`me`'s next state under the share protocol, or None when it has nothing to do.
 
-    In one step, as the seed's task does on each scan: pick up every bucket
+    In one step, as a task does on each scan: pick up every bucket
     addressed to it; drop every bucket it shared that its target picked up;
     then, while it carries at least two buckets more than the least-loaded
     member, share one more of the buckets it alone holds (highest first) to
