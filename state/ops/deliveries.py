@@ -88,7 +88,7 @@ class Queued(NewMessage):
 
     @property
     def position(self) -> tuple[int, int, int, int]:
-        """Where the message stands, as group state records it: main topic index and seq, internal topic index and offset."""
+        """Its position as group state records it: main topic index and seq, internal topic index and offset."""
         return (self.main_topic, self.event_seq, self.topic, self.offset)
 
 

@@ -236,7 +236,7 @@ def parse_bucket_ranges(ranges: str | Sequence[str], bucket_total: int) -> tuple
 
 
 def config_json_schema() -> dict[str, Any]:
-    """The JSON Schema of the four settings, as the Bucketing spec's spec.json: per-field facts, no cross-field logic."""
+    """The JSON Schema of the four settings, as the spec's spec.json: per-field facts, no cross-field logic."""
     fields = sorted(dataclasses.fields(BucketingConfig), key=lambda field: field.metadata["schema"]["order"])
     properties = {}
     for field in fields:
