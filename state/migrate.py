@@ -1,4 +1,9 @@
-"""Bring a database's schema to the revision this code expects (Alembic, programmatically)."""
+"""Bring a database's schema to the revision this code expects (Alembic, programmatically).
+
+`open_migrated_engine` opens a database and checks its schema: by default SQLite
+upgrades itself, PostgreSQL must be upgraded on purpose (`partbuild db upgrade`).
+Concurrent upgrades are serialized (`state.db.lock_for_migration`).
+"""
 
 from __future__ import annotations
 

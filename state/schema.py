@@ -1,4 +1,8 @@
-"""The one SQLAlchemy Core schema of the event store. Alembic owns how it gets created.
+"""The one SQLAlchemy Core schema: the event log and the operational tables. Alembic owns how it gets created.
+
+The log's tables (`events`, `log_head`, `snapshots`) hold the truth; the operational
+tables beside them (`group_members`, the `delivery_*` tables, `api_tokens`,
+`session_keys`) hold what replay cannot rebuild (state/ops/).
 
 Dialect differences are expressed only in column types. On SQLite a 64-bit key
 column is declared INTEGER so that it becomes the table's rowid: `events.seq` then

@@ -9,8 +9,11 @@ several concurrent writers safe: the fold arbitrates).
 
 This class holds the data and the reads; what each event type does is in the
 `partbuild.state.fold` package, one check + apply pair per type, registered in
-one table. `apply` runs the check (pure: a rejection reason or a plan), then the
-plan's apply phase, then moves the log's clock and expires wants whose TTL passed.
+the event registry. `apply` runs the check (pure: a rejection reason or a plan),
+then the plan's apply phase, then moves the log's clock and expires wants whose
+TTL passed. `problem(event)` says why the fold would reject an event appended
+next, changing nothing: writers that must not leave rejections behind ask first.
+`LAYOUT` declares every attribute for the digest.
 """
 
 from __future__ import annotations

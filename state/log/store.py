@@ -1,5 +1,8 @@
 """The event store, split by capability: `EventLog` (append, read, replay) and `SnapshotStore`.
 
+`EventLog.append` gives events gapless seqs in commit order; reads go by seq, by
+page (replay) or by a set of seqs.
+
 One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
 The SQL engine stays inside `state/`: callers get a log, its snapshot store

@@ -13,8 +13,10 @@ PostgreSQL) so every change is one transaction with the offsets it moves past:
   are deleted once caught up, so the table holds only waiting groups.
 
 A delivery shard changes all of it in one `commit`, fenced by the last reset the
-subscription applied (`applied_seq`): a shard that started before a reset, a
-reshard, or that shares its partitions with a second process commits nothing.
+subscription applied (`applied_seq`) and by compare-and-set offsets: a shard that
+started before a reset, a reshard, or that shares its partitions with a second
+process commits nothing. `DeliveryStore` (`Database.deliveries`) also keeps the
+signing secrets and counters, and does DLQ replays and purges, resets and drops.
 """
 
 from __future__ import annotations
