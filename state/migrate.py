@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-from partbuild.state.db import begin_write, create_engine_for, lock_for_migration
+from partbuild.state.db import backend, begin_write, create_engine_for, lock_for_migration
 
 
 class SchemaNotReady(RuntimeError):
@@ -106,7 +106,7 @@ def open_migrated_engine(url: str, auto_upgrade: bool | None) -> Engine:
     """An engine for `url` whose schema is at head (auto-upgraded by default on SQLite only)."""
     engine = create_engine_for(url)
     try:
-        ensure_schema(engine, engine.dialect.name == "sqlite" if auto_upgrade is None else auto_upgrade)
+        ensure_schema(engine, backend(engine) == "sqlite" if auto_upgrade is None else auto_upgrade)
     except BaseException:
         engine.dispose()
         raise
