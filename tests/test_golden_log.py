@@ -26,7 +26,8 @@ def test_every_golden_log_replays_to_its_pinned_digest(log: GoldenLog) -> None:
     payloads = read(log.name)
     state = replayed(payloads)
     assert state.head_seq == len(payloads) > 0
-    assert state_digest(state) == log.digest, log.file
+    digest = state_digest(state)
+    assert digest == log.digest, f"{log.file} replays to {digest}"
 
 
 def test_every_golden_file_has_one_entry() -> None:

@@ -107,7 +107,10 @@ class EventType:
     # The wants it is about (their root wants are the roots it serves); None: those of its refs.
     want_ids: WantIdsOf | None = None
     job_run: bool = False  # its message's `job_run_id` names a job run
-    build: bool = False  # says something about wants, partitions or job runs: subscriptions' default filter
+    # Says something about wants, partitions or job runs: subscriptions' default filter. A subscription made
+    # without event types gets this list each time its create event is folded, so a new type stays False:
+    # True would change what existing subscriptions receive and the digests of the logs that hold one.
+    build: bool = False
     # A group member's decision of this type may carry a `fence`: the refs of the partitions it decides
     # about, read before it is folded, whose buckets the member must own (none: membership suffices).
     fence_refs: RefsOf | None = None
