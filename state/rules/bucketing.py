@@ -1,8 +1,8 @@
 """Deterministic bucketing and round-robin bucket selection, as the Bucketing spec v1.0 defines them.
 
 Pure functions, no Spark: `bucket(key, data, bucket_total)` assigns an entity
-(a partition ref) to one of `bucket_total` buckets, the same everywhere and
-forever; `BucketingConfig` holds and validates the four settings;
+(a partition ref) to one of `bucket_total` buckets by HMAC-MD5, the same everywhere
+and forever; `BucketingConfig` holds and validates the four settings;
 `next_bucket_id` and `apply_round_robin_bucketing` choose the active bucket of
 a run from the last one executed (storing that in the log is the caller's job).
 """
