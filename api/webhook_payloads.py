@@ -9,6 +9,10 @@ Three formats:
 The delivery engine calls `render` holding the state's read lock, so the state may be newer than
 the event (a run buffered at seq 10 may have succeeded since): what happened is read from the event,
 names and refs from the state. Nothing here does I/O.
+
+The formats are `FORMATS` of state/rules/subscriptions.py, each with its renderer in `_RENDERERS`;
+which event types a format renders follows from the event registry (state/fold/registry.py):
+every type for partbuild and cloudevents, the job-run events with a `run_phase` for openlineage.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from partbuild.api.service.runs import job_run_out
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import JobRun, Want
-
-FORMATS: tuple[str, ...] = ("partbuild", "cloudevents", "openlineage")
+from partbuild.state.fold.registry import BY_NAME, JOB_RUN_EVENT_TYPES, ROWS
+from partbuild.state.rules.subscriptions import FORMATS
 
 JSON = "application/json"
 CLOUDEVENTS_JSON = "application/cloudevents+json"
@@ -54,29 +58,11 @@ PROGRAMMING_LANGUAGE = "PYTHON"
 # uuid5(NAMESPACE_URL, "https://github.com/partbuild/partbuild#openlineage-run-ids").
 RUN_ID_NAMESPACE = uuid.UUID("fcf15d17-0d8c-5197-a4a2-b36d01ac5672")
 
-# The payload fields that name a job run, by event type (every job-run event has `job_run_id`).
-JOB_RUN_EVENTS = frozenset(
-    {
-        "job_run_buffer",
-        "job_run_heartbeat",
-        "job_run_success",
-        "job_run_failure",
-        "job_run_cancel",
-        "job_run_missing_deps",
-    }
-)
-# OpenLineage run states of the job-run events that have one. A heartbeat says nothing new.
-# A missing dependency is FAIL, not ABORT: the run itself ended unsuccessfully (it found its
-# inputs missing); ABORT is for runs someone stopped (a cancel).
+# OpenLineage run states of the job-run events that record a step of a run's life (their registry
+# row's `run_phase`, named as RunState's members). A heartbeat says nothing new.
 OPENLINEAGE_STATES: dict[str, RunState] = {
-    "job_run_buffer": RunState.START,
-    "job_run_success": RunState.COMPLETE,
-    "job_run_failure": RunState.FAIL,
-    "job_run_cancel": RunState.ABORT,
-    "job_run_missing_deps": RunState.FAIL,
+    row.name: RunState[row.run_phase] for row in ROWS if row.job_run and row.run_phase is not None
 }
-
-_EVENT_TYPES = frozenset(field.name for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields)
 
 
 @dataclass(frozen=True)
@@ -105,7 +91,7 @@ def renders(format: str, event_type: str) -> bool:
     _check_format(format)
     if format == "openlineage":
         return event_type in OPENLINEAGE_STATES
-    return event_type in _EVENT_TYPES
+    return event_type in BY_NAME  # partbuild and cloudevents: every event type
 
 
 def render(
@@ -145,7 +131,7 @@ def _partbuild_payload(delivery: _Delivery) -> dict[str, Any]:
         "group": delivery.group_key,
         "event": event_out(delivery.event),
     }
-    if delivery.event_type in JOB_RUN_EVENTS:
+    if delivery.event_type in JOB_RUN_EVENT_TYPES:  # the run it names, as the API shows it
         run = _job_run(delivery)
         # None when the state does not know the run (the fold rejected the buffer).
         payload["job_run"] = job_run_out(delivery.state, run).model_dump(mode="json") if run else None

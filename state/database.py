@@ -15,6 +15,7 @@ from typing import Self
 
 from sqlalchemy.engine import Engine
 
+from partbuild.state.db import backend
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import current_revision, open_migrated_engine
 from partbuild.state.ops.deliveries import DeliveryStore
@@ -45,7 +46,7 @@ class Database:
     @property
     def backend(self) -> str:
         """ "sqlite" or "postgresql"."""
-        return self._engine.dialect.name
+        return backend(self._engine)
 
     def describe(self) -> str:
         """The database URL with any password hidden, for messages."""

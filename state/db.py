@@ -1,8 +1,11 @@
-"""Engine creation: the one narrow seam where SQLite and PostgreSQL differ.
+"""The one narrow seam where SQLite and PostgreSQL differ.
 
-Everything above this module (store, migrations) is dialect-neutral SQLAlchemy Core.
-What differs per backend lives here: how a connection is configured, and how a
-write transaction takes its lock up front.
+Everything above this module (the log's store, the operational stores,
+migrations) is dialect-neutral SQLAlchemy Core. What differs per backend lives
+here: how an engine and its connections are configured, how a write
+transaction takes its lock up front, a snapshot read, the migration lock,
+append notifications (LISTEN/NOTIFY), inserts that resolve conflicts, row
+locks, and which backend a leader lock uses (`backend`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.sql import Select
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -108,6 +113,45 @@ def begin_snapshot(engine: Engine) -> Iterator[Connection]:
             conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             yield conn
+
+
+def backend(bind: Engine | Connection) -> str:
+    """ "sqlite" or "postgresql": the backend behind an engine or connection of `create_engine_for`."""
+    return bind.dialect.name
+
+
+ConflictInsert = postgresql.Insert | sqlite.Insert
+
+
+def insert_ignoring_conflicts(
+    conn: Connection, table: sa.Table, index_elements: list[str] | None = None
+) -> ConflictInsert:
+    """An INSERT into `table` that skips rows conflicting on `index_elements` (any unique index if None).
+
+    Both backends speak `ON CONFLICT ... DO NOTHING`, each through its own dialect's construct; the
+    statement still takes `.values()` and `.returning()` (the rows actually inserted).
+    """
+    return _conflict_insert(conn, table).on_conflict_do_nothing(index_elements=index_elements)
+
+
+def upsert(conn: Connection, table: sa.Table, index_elements: list[str], update: list[str]) -> ConflictInsert:
+    """An INSERT into `table` whose rows conflicting on `index_elements` set the `update` columns instead."""
+    statement = _conflict_insert(conn, table)
+    changes = {name: statement.excluded[name] for name in update}
+    return statement.on_conflict_do_update(index_elements=index_elements, set_=changes)
+
+
+def _conflict_insert(conn: Connection, table: sa.Table) -> ConflictInsert:
+    return postgresql.insert(table) if conn.dialect.name == "postgresql" else sqlite.insert(table)
+
+
+def lock_rows(query: Select[Any]) -> Select[Any]:
+    """`query` locking the rows it reads until the transaction ends (`FOR UPDATE`).
+
+    PostgreSQL locks the rows. SQLite has no row locks and its compiler drops the clause: a write
+    transaction (`begin_write`) already holds the whole database's write lock from its BEGIN.
+    """
+    return query.with_for_update()
 
 
 def lock_for_migration(conn: Connection) -> None:

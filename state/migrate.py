@@ -1,4 +1,9 @@
-"""Bring a database's schema to the revision this code expects (Alembic, programmatically)."""
+"""Bring a database's schema to the revision this code expects (Alembic, programmatically).
+
+`open_migrated_engine` opens a database and checks its schema: by default SQLite
+upgrades itself, PostgreSQL must be upgraded on purpose (`partbuild db upgrade`).
+Concurrent upgrades are serialized (`state.db.lock_for_migration`).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine
 
-from partbuild.state.db import begin_write, create_engine_for, lock_for_migration
+from partbuild.state.db import backend, begin_write, create_engine_for, lock_for_migration
 
 
 class SchemaNotReady(RuntimeError):
@@ -101,7 +106,7 @@ def open_migrated_engine(url: str, auto_upgrade: bool | None) -> Engine:
     """An engine for `url` whose schema is at head (auto-upgraded by default on SQLite only)."""
     engine = create_engine_for(url)
     try:
-        ensure_schema(engine, engine.dialect.name == "sqlite" if auto_upgrade is None else auto_upgrade)
+        ensure_schema(engine, backend(engine) == "sqlite" if auto_upgrade is None else auto_upgrade)
     except BaseException:
         engine.dispose()
         raise

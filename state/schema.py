@@ -1,4 +1,8 @@
-"""The one SQLAlchemy Core schema of the event store. Alembic owns how it gets created.
+"""The one SQLAlchemy Core schema: the event log and the operational tables. Alembic owns how it gets created.
+
+The log's tables (`events`, `log_head`, `snapshots`) hold the truth; the operational
+tables beside them (`group_members`, the `delivery_*` tables, `api_tokens`,
+`session_keys`) hold what replay cannot rebuild (state/ops/).
 
 Dialect differences are expressed only in column types. On SQLite a 64-bit key
 column is declared INTEGER so that it becomes the table's rowid: `events.seq` then
@@ -68,7 +72,7 @@ group_members = sa.Table(
     sa.Column("info", sa.Text(), nullable=False),
 )
 
-# ----------------------------------------------------------------- webhook deliveries (issue 12)
+# ----------------------------------------------------------------- webhook deliveries
 # Where each subscription's deliveries stand. `subscription` is the subscription's key
 # (`name@created_seq`, so a name made again starts clean). The rows change with every
 # delivery, so they are not events; each change is one transaction with the offsets it
@@ -130,7 +134,7 @@ delivery_messages = sa.Table(
     sa.Index("ix_delivery_messages_group", "subscription", "queue", "group_key"),
 )
 
-# The seed's per-group state of the RQ and the DLQ: p, the position (main topic index and
+# The per-group state of the RQ and the DLQ: p, the position (main topic index and
 # seq, internal topic index and offset) of the group's last message produced to the queue;
 # c, of its last consumed. A group has messages waiting while p != c; caught-up rows are deleted.
 delivery_groups = sa.Table(
@@ -158,7 +162,7 @@ delivery_secrets = sa.Table(
     sa.Column("secret", sa.Text(), nullable=False),
 )
 
-# ----------------------------------------------------------------- access control (issue 13)
+# ----------------------------------------------------------------- access control
 # API tokens: only the SHA-256 of a token is stored (tokens are 256-bit random, so a plain hash
 # is enough: no guessing to slow down). `name` is the user recorded on events, so a name is
 # never reused: a revoked token keeps its row. The unique hash index serves the per-request lookup.

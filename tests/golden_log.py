@@ -1,19 +1,17 @@
 """The golden event logs: every event type as the schema wrote it when it was added, kept as bytes forever.
 
-`python tests/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/golden_log.py buckets`
-writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
-writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/golden_log.py
-versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11), `python
-tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11), `python
-tests/golden_log.py shards` writes `tests/data/golden_log_scan_shards.bin` (scans split into shards, scan requests,
-2026-11), `python tests/golden_log.py subscriptions` writes `tests/data/golden_log_subscriptions.bin`
-(webhook subscriptions and their changes, 2026-11). Each is written only
-once: a file must never be regenerated when the schema changes, it is what old logs look like.
+`GOLDEN_LOGS` lists them, one entry each: its name, its file (`tests/data/`), the generator that wrote it
+once, and the digest its strict replay pins (`tests/test_golden_log.py` checks every entry). A new event
+type (or a new rule of an old one) gets a new entry: write a generator, run `python tests/golden_log.py
+<name>` once to write its file, and pin the digest the test reports. A file is never regenerated when
+the schema changes, it is what old logs look like: the script refuses to overwrite one.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.internal.decoder import _DecodeVarint32
@@ -24,13 +22,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
-GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
-GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
-GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
-GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
-GOLDEN_SCANS = Path(__file__).parent / "data" / "golden_log_scans.bin"
-GOLDEN_SCAN_SHARDS = Path(__file__).parent / "data" / "golden_log_scan_shards.bin"
-GOLDEN_SUBSCRIPTIONS = Path(__file__).parent / "data" / "golden_log_subscriptions.bin"
+DATA = Path(__file__).parent / "data"
 
 
 def golden_events() -> list[pb.Event]:
@@ -304,16 +296,78 @@ def subscription_events() -> list[pb.Event]:
     return events
 
 
-def write(path: Path = GOLDEN, events: list[pb.Event] | None = None) -> None:
-    with path.open("wb") as out:
-        for event in golden_events() if events is None else events:
+@dataclass(frozen=True)
+class GoldenLog:
+    """One golden log: `python tests/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
+
+    name: str
+    file: str
+    events: Callable[[], list[pb.Event]]
+    digest: str  # `state_digest` of its strict replay: audits of old logs compare digests across versions
+
+    @property
+    def path(self) -> Path:
+        return DATA / self.file
+
+
+GOLDEN_LOGS = (
+    GoldenLog(
+        "v1",  # schema v1, every type it had: a W1-shaped history and the remaining types
+        "golden_log_v1.bin",
+        golden_events,
+        "4b02d60e882d6c26b2c90cdb2fea74fa3ba11443efd74ebeb5f5a49465c6ed99",
+    ),
+    GoldenLog(
+        "buckets",  # bucketing events, 2026-11
+        "golden_log_buckets.bin",
+        bucket_events,
+        "2c6a5a2f3dbfef4264f180c2f1e98b455e0b72aa9ca6d218074ebaa15d232a8b",
+    ),
+    GoldenLog(
+        "group",  # worker groups and fenced decisions, 2026-11
+        "golden_log_group.bin",
+        group_events,
+        "4af51da881194a72763eea81bcb204ec1177dce10e47b48f4d27e566a0fd5fc1",
+    ),
+    GoldenLog(
+        "versions",  # versioned source observations, 2026-11
+        "golden_log_versions.bin",
+        version_events,
+        "b17365e9380a9f8112bc73e4177f554c1b2963bdc030392b4fe878957fc89134",
+    ),
+    GoldenLog(
+        "scans",  # source scan cursors, 2026-11
+        "golden_log_scans.bin",
+        scan_events,
+        "50188415e78a09665084d6ccd62c5b35c8b8595e1b20ec7e6a80154c9ceef43d",
+    ),
+    GoldenLog(
+        "shards",  # scans split into key ranges, scan requests, 2026-11
+        "golden_log_scan_shards.bin",
+        scan_shard_events,
+        "c2f4af87a5aa2534e7de8b9669480377d5030383ae6cfe6cbfcff2ec2249649d",
+    ),
+    GoldenLog(
+        "subscriptions",  # webhook subscriptions and their changes, 2026-11
+        "golden_log_subscriptions.bin",
+        subscription_events,
+        "43b694143e873f31ed9814c009802159b7cf0021a4d705dccca2bad44d12dfe7",
+    ),
+)
+BY_NAME = {log.name: log for log in GOLDEN_LOGS}
+
+
+def write(log: GoldenLog) -> None:
+    """Write a golden log's file from its generator; never over an existing file."""
+    with log.path.open("xb") as out:
+        for event in log.events():
             data = event.SerializeToString()
             out.write(_VarintBytes(len(data)) + data)
 
 
-def read(path: Path = GOLDEN) -> list[bytes]:
+def read(name: str = "v1") -> list[bytes]:
     """The serialized events of a golden log, in order."""
-    data = path.read_bytes()
+    data = BY_NAME[name].path.read_bytes()
     payloads, position = [], 0
     while position < len(data):
         size, position = _DecodeVarint32(data, position)
@@ -325,17 +379,4 @@ def read(path: Path = GOLDEN) -> list[bytes]:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["buckets"]:
-        write(GOLDEN_BUCKETS, bucket_events())
-    elif sys.argv[1:] == ["group"]:
-        write(GOLDEN_GROUP, group_events())
-    elif sys.argv[1:] == ["versions"]:
-        write(GOLDEN_VERSIONS, version_events())
-    elif sys.argv[1:] == ["scans"]:
-        write(GOLDEN_SCANS, scan_events())
-    elif sys.argv[1:] == ["shards"]:
-        write(GOLDEN_SCAN_SHARDS, scan_shard_events())
-    elif sys.argv[1:] == ["subscriptions"]:
-        write(GOLDEN_SUBSCRIPTIONS, subscription_events())
-    else:
-        write()
+    write(BY_NAME[sys.argv[1] if len(sys.argv) > 1 else "v1"])

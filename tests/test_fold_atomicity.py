@@ -15,17 +15,24 @@ instances):
 
 The state also holds a worker group with a hand-off in progress, so the group
 events and the fenced variants of decisions are checked the same way.
+
+Every event type is also checked on the golden logs (tests/golden_log.py), which
+hold every type: the first accepted event of each type, with its check made to
+raise once it has resolved everything, and every rejected event. So a new event
+type is covered by its golden-log entry; the cases below add patch points inside
+the checks of the older ones.
 """
 
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden_log import GOLDEN_LOGS, read
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -179,9 +186,61 @@ CASES = [
 ]
 
 
+def golden_steps() -> Iterator[tuple[str, BuildState, int, pb.Event, bool]]:
+    """(golden log, its state so far, seq, event, whether the fold rejects it) for the events checked here:
+    the first accepted one of each type in each golden log, and every rejected one. Folds each after the yield."""
+    for log in GOLDEN_LOGS:
+        state, seen = BuildState(strict=True), set()
+        for seq, payload in enumerate(read(log.name), 1):
+            event = pb.Event.FromString(payload)
+            rejected = state.problem(event) is not None
+            if rejected or event.WhichOneof("payload") not in seen:
+                seen.update(() if rejected else (event.WhichOneof("payload"),))
+                yield log.name, state, seq, event, rejected
+            state.apply(seq, event)
+
+
 def test_every_event_type_has_a_case() -> None:
+    """Every type has its atomicity checked: on the golden logs, and for most also at a patch point below."""
     payload_types = {f.name for f in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields}
-    assert {case.kind for case in CASES} == payload_types == set(fold.HANDLERS)
+    golden = {event.WhichOneof("payload") for _, _, _, event, rejected in golden_steps() if not rejected}
+    assert {case.kind for case in CASES} <= golden == payload_types == set(fold.HANDLERS)
+
+
+def test_on_the_golden_logs_a_check_that_raises_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each type's check run to its end, then an exception: a rejection (strict: raised), nothing else changed."""
+    for name, state, seq, event, rejected in golden_steps():
+        if rejected:
+            continue
+        kind = event.WhichOneof("payload")
+        check, apply = fold.HANDLERS[kind]
+
+        def check_then_raise(*args: Any, check: Any = check) -> Any:
+            check(*args)
+            raise Boom("unexpected")
+
+        before, head, rejections = _frozen(state), state.head_seq, len(state.rejections)
+        with monkeypatch.context() as patched:
+            patched.setitem(fold.HANDLERS, kind, (check_then_raise, apply))
+            with pytest.raises(Boom):
+                state.apply(seq, event)
+            assert _frozen(state) == before, (name, seq)
+            state.strict = False
+            try:
+                assert state.apply(seq, event) == f"internal error while applying: {Boom('unexpected')!r}"
+            finally:
+                state.strict = True
+        assert_only_rejection_added(state, before, head, rejections)
+        state.head_seq, state.rejections = head, state.rejections[:rejections]  # the step folds it for real
+
+
+def test_on_the_golden_logs_a_rejected_event_changes_nothing_but_head_seq_and_rejections() -> None:
+    for name, state, seq, event, rejected in golden_steps():
+        if rejected:
+            before, head, rejections = _frozen(state), state.head_seq, len(state.rejections)
+            assert state.apply(seq, event) is not None, (name, seq)
+            assert_only_rejection_added(state, before, head, rejections)
+            state.head_seq, state.rejections = head, state.rejections[:rejections]  # the step folds it again
 
 
 def _raise_boom(*args: object, **kwargs: object) -> Any:
@@ -359,7 +418,9 @@ INVALID: list[tuple[str, Build, str]] = [
 
 
 def test_every_event_type_that_can_be_invalid_has_an_invalid_case() -> None:
-    assert {kind for kind, _, _ in INVALID} == set(fold.HANDLERS) - {"clock_tick"}  # a tick is always valid
+    """Below, or as a rejected event of a golden log."""
+    golden = {event.WhichOneof("payload") for _, _, _, event, rejected in golden_steps() if rejected}
+    assert {kind for kind, _, _ in INVALID} | golden == set(fold.HANDLERS) - {"clock_tick"}  # a tick is always valid
 
 
 @pytest.mark.parametrize(("kind", "build", "reason"), INVALID, ids=[kind for kind, _, _ in INVALID])
@@ -377,7 +438,8 @@ def test_an_apply_phase_that_raises_breaks_the_state_for_good(monkeypatch: pytes
     s = rich_story()
     s.state.strict = False
     with monkeypatch.context() as patched:
-        patched.setattr(job_runs, "set_state", _raise_boom)  # the success is half-applied: run moved, not instances
+        # The success is half-applied: the run moved, its instances did not.
+        patched.setattr(job_runs, "move_instance_and_waiters", _raise_boom)
         with pytest.raises(FoldError, match="job_run_success event at seq") as raised:
             s.apply(_success(s))
     assert isinstance(raised.value.__cause__, Boom)

@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.build_state import BuildState, derive_want_state
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
     BUILDABLE_INSTANCE_STATES,
@@ -60,6 +60,7 @@ from partbuild.state.fold.records import (
     Want,
     WantState,
 )
+from partbuild.state.fold.transitions import derive_want_state
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.log.snapshot import decode_state, encode_state
@@ -804,8 +805,8 @@ def check_invariants(state: BuildState) -> None:
         assert uuid in instances, f"canonical {ref!r} -> unknown {uuid}"
         assert instances[uuid].ref == ref
         assert instances[uuid].superseded_seq == 0
-    assert sorted(state._superseded) == sorted(u for u, i in instances.items() if i.superseded_seq)
-    assert len(set(state._superseded)) == len(state._superseded)
+    assert sorted(state.superseded) == sorted(u for u, i in instances.items() if i.superseded_seq)
+    assert len(set(state.superseded)) == len(state.superseded)
 
     upstream_building = InstanceState.UPSTREAM_BUILDING
     for uuid, inst in instances.items():
@@ -824,7 +825,7 @@ def check_invariants(state: BuildState) -> None:
             assert inst.waiting_on, f"UpstreamBuilding without upstreams: {inst}"
             assert inst.ref not in inst.waiting_on
             for ref in inst.waiting_on:
-                assert uuid in state._waiters.get(ref, {}), f"{uuid} waits on {ref!r} but is not indexed"
+                assert uuid in state.waiters.get(ref, {}), f"{uuid} waits on {ref!r} but is not indexed"
                 assert not _is_live(state, ref), f"{uuid} waits on {ref!r}, which is Live"
         else:
             assert inst.waiting_on is None, f"{inst.state.name} instance keeps waiting_on: {inst}"
@@ -847,7 +848,7 @@ def check_invariants(state: BuildState) -> None:
             assert not state.waiting_for(ref), f"{ref!r} failed but {state.waiting_for(ref)} still wait for it"
 
     # Waiter index: exactly the UpstreamBuilding instances, under each ref they wait on.
-    for ref, waiters in state._waiters.items():
+    for ref, waiters in state.waiters.items():
         assert waiters, f"empty waiter set left for {ref!r}"
         for uuid in waiters:
             assert instances[uuid].state == upstream_building and ref in (instances[uuid].waiting_on or ())
@@ -891,7 +892,7 @@ def check_invariants(state: BuildState) -> None:
     # Wants.
     wants_by_ref: dict[str, list[str]] = {}
     active_by_ref: dict[str, set[str]] = {}
-    heap_entries = set(state._expiry)
+    heap_entries = set(state.expiry)
     for want in sorted(wants.values(), key=lambda w: w.created_seq):
         for ref in want.refs:
             wants_by_ref.setdefault(ref, []).append(want.want_id)
@@ -936,9 +937,9 @@ def check_invariants(state: BuildState) -> None:
                 if wants[child].created_seq < want.updated_seq:
                     assert wants[child].tally is None, f"{child} outlived its canceled parent {want.want_id}"
     assert state.wants_by_ref == wants_by_ref
-    assert {ref: set(ids) for ref, ids in state._active_wants_by_ref.items()} == active_by_ref
-    assert all(state._active_wants_by_ref.values())
-    heap = state._expiry
+    assert {ref: set(ids) for ref, ids in state.active_wants_by_ref.items()} == active_by_ref
+    assert all(state.active_wants_by_ref.values())
+    heap = state.expiry
     assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap))), "expiry heap is not a heap"
 
 
@@ -1134,7 +1135,7 @@ def test_check_invariants_accepts_a_full_lifecycle_and_catches_corruption() -> N
         lambda s: s.wants_by_ref.clear(),
         lambda s: s.wants["w2"].tally.__setitem__(missing, 1),
         lambda s: setattr(s, "clock_ms", s.clock_ms + 3_600_000),  # w2 should have expired
-        lambda s: s._active_wants_by_ref.clear(),
+        lambda s: s.active_wants_by_ref.clear(),
     ]
     for corrupt in corruptions:
         state = decode_state(healthy)
@@ -1219,7 +1220,7 @@ def test_want_whose_ttl_passed_before_it_arrived_expires_in_the_same_event() -> 
     log.ok(pb.WantCreate(want_id="late", partition_refs=[A], ttl_seconds=60, data_timestamp_ms=T0 - 3_600_000))
     want = log.state.wants["late"]
     assert want.state == WantState.EXPIRED and want.updated_seq == want.created_seq == log.state.head_seq
-    assert want.tally is None and not log.state._expiry
+    assert want.tally is None and not log.state.expiry
     assert log.state.want_counts[WantState.EXPIRED] == 1 and sum(log.state.want_counts) == 1
     # Its instance stays, Missing, with no active want left for it.
     assert log.state.instances[log.uuid(A)].state == InstanceState.MISSING

@@ -1,23 +1,15 @@
-"""Events are forever: a log written by schema v1 (tests/data/golden_log_v1.bin) still replays."""
+"""Events are forever: every golden log (tests/golden_log.py's `GOLDEN_LOGS`) still replays to its digest."""
 
 from __future__ import annotations
 
-from golden_log import (
-    GOLDEN,
-    GOLDEN_BUCKETS,
-    GOLDEN_GROUP,
-    GOLDEN_SCAN_SHARDS,
-    GOLDEN_SCANS,
-    GOLDEN_SUBSCRIPTIONS,
-    GOLDEN_VERSIONS,
-    read,
-)
+import pytest
+from golden_log import GOLDEN_LOGS, GoldenLog, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.digest import state_digest
-from partbuild.state.rules.group import verify
+from partbuild.state.log.group_verify import verify
 
 
 def replayed(payloads: list[bytes]) -> BuildState:
@@ -26,6 +18,22 @@ def replayed(payloads: list[bytes]) -> BuildState:
     for seq, payload in enumerate(payloads, 1):
         state.apply_payload(seq, payload)
     return state
+
+
+@pytest.mark.parametrize("log", GOLDEN_LOGS, ids=lambda log: log.name)
+def test_every_golden_log_replays_to_its_pinned_digest(log: GoldenLog) -> None:
+    """Audits of old logs compare digests across versions: a golden log's digest never changes."""
+    payloads = read(log.name)
+    state = replayed(payloads)
+    assert state.head_seq == len(payloads) > 0
+    digest = state_digest(state)
+    assert digest == log.digest, f"{log.file} replays to {digest}"
+
+
+def test_every_golden_file_has_one_entry() -> None:
+    files = [log.file for log in GOLDEN_LOGS]
+    assert len({log.name for log in GOLDEN_LOGS}) == len(files) == len(set(files))
+    assert sorted(files) == sorted(path.name for path in GOLDEN_LOGS[0].path.parent.glob("golden_log_*.bin"))
 
 
 V1_KINDS = {
@@ -46,9 +54,9 @@ V1_KINDS = {
 
 
 def test_the_v1_golden_log_replays_without_rejections() -> None:
-    payloads = read()
+    payloads = read("v1")
     state = replayed(payloads)
-    assert state.head_seq == len(payloads) and state.rejections == []
+    assert state.head_seq == len(payloads) and state.rejections == [] and state.groups == {}
     kinds = {pb.Event.FromString(payload).WhichOneof("payload") for payload in payloads}
     # Every event type of schema v1 as it was when the file was written (types added later, such as
     # bucket_run_start, belong in a golden log of their own).
@@ -67,32 +75,18 @@ BUCKET_KINDS = {"want_create", "bucket_run_start", "job_run_buffer", "job_run_su
 
 def test_the_bucketing_golden_log_replays_with_its_rejections() -> None:
     """Bucket starts (round-robin as first written, static ones with a worker id), scoped runs, a re-shard."""
-    payloads = read(GOLDEN_BUCKETS)
+    payloads = read("buckets")
     events = [pb.Event.FromString(payload) for payload in payloads]
     assert {event.WhichOneof("payload") for event in events} == BUCKET_KINDS
     state = replayed(payloads)
     assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "bucket_run_start"), (8, "job_run_buffer")]
     assert "namespace 'partbuild' is split into 3 buckets (since seq 2)" in state.rejections[0].reason
     assert "namespace 'partbuild' is split into 2 buckets (since seq 7)" in state.rejections[1].reason
-    assert state.bucket_layouts == {"partbuild": (2, 7)}
+    assert state.bucket_layouts == {"partbuild": (2, 7)} and state.groups == {}
     assert state.bucket_runs == {"partbuild": 2}  # the static starts left the rotation where round-robin put it
     assert state.job_runs["noop-3-b1-0"].state == JobRunState.SUCCEEDED
     assert state.job_runs["noop-8-b2-0"].state == JobRunState.QUEUED and "noop-7-b2-0" not in state.job_runs
     assert events[2].source.system.worker == "host-a:101:0a0a0a0a"
-
-
-# The digests of the older golden logs, as the code before worker groups computed them: a state without
-# groups must keep its digest (audits of old logs compare digests across versions).
-DIGESTS = {
-    GOLDEN: "4b02d60e882d6c26b2c90cdb2fea74fa3ba11443efd74ebeb5f5a49465c6ed99",
-    GOLDEN_BUCKETS: "2c6a5a2f3dbfef4264f180c2f1e98b455e0b72aa9ca6d218074ebaa15d232a8b",
-}
-
-
-def test_older_golden_logs_keep_their_digests() -> None:
-    for path, digest in DIGESTS.items():
-        state = replayed(read(path))
-        assert state.groups == {} and state_digest(state) == digest, path.name
 
 
 GROUP_KINDS = {
@@ -111,7 +105,7 @@ E1, E2, E3 = (f"7d1f0c1e-0000-4000-8000-00000000000{n}" for n in (1, 2, 3))
 
 def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
     """Hand-offs, a join, a death with a pending share, a stale leader, a late member, fenced decisions."""
-    payloads = read(GOLDEN_GROUP)
+    payloads = read("group")
     events = [pb.Event.FromString(payload) for payload in payloads]
     assert {event.WhichOneof("payload") for event in events} == GROUP_KINDS
     state = replayed(payloads)
@@ -141,7 +135,7 @@ def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
 
 def test_the_versions_golden_log_replays_with_exactly_its_rejections() -> None:
     """Versions learned, repeated, moved with strong versions kept, and late data that taints its consumers."""
-    state = replayed(read(GOLDEN_VERSIONS))
+    state = replayed(read("versions"))
     assert [(r.seq, r.event_type) for r in state.rejections] == [(14, "partition_observed"), (17, "partition_observed")]
     assert state.rejections[0].reason.endswith("with this version")
     assert state.rejections[1].reason == "a strong version needs a version"
@@ -160,7 +154,7 @@ def test_the_versions_golden_log_replays_with_exactly_its_rejections() -> None:
 
 def test_the_scans_golden_log_replays_with_exactly_its_rejections() -> None:
     """Slices continue their pass from the cursor; stale slices, slices of a done pass and bad bounds are rejected."""
-    state = replayed(read(GOLDEN_SCANS))
+    state = replayed(read("scans"))
     assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "source_scan_progress")] + [
         (seq, "source_scan_progress") for seq in (9, 14, 15)
     ]
@@ -179,7 +173,7 @@ def test_the_scans_golden_log_replays_with_exactly_its_rejections() -> None:
 
 def test_the_scan_shards_golden_log_replays_with_exactly_its_rejections() -> None:
     """A pass split in three, its shards finished in any order; a request during a pass makes the next one due."""
-    state = replayed(read(GOLDEN_SCAN_SHARDS))
+    state = replayed(read("shards"))
     assert [r.seq for r in state.rejections] == [5, 8, 10, 11]
     scan = state.sources["raw"]
     assert (scan.done, scan.passes_done, scan.rescan_requested) == (True, 1, True)
@@ -190,7 +184,7 @@ def test_the_scan_shards_golden_log_replays_with_exactly_its_rejections() -> Non
 
 def test_the_subscriptions_golden_log_replays_with_exactly_its_rejections() -> None:
     """Subscriptions made, paused, resumed, resharded (the RQ and DLQ grow), reset, deleted and made again."""
-    state = replayed(read(GOLDEN_SUBSCRIPTIONS))
+    state = replayed(read("subscriptions"))
     assert [r.seq for r in state.rejections] == [4, 6, 8, 10, 11, 14]
     assert "do not divide: change the shard count first" in state.rejections[2].reason  # a rewind across topic 0
     alerts = state.subscriptions["alerts"]

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.log.group_verify import verify
 from partbuild.state.rules.bucketing import bucket
 from partbuild.state.rules.group import (
     TaskState,
@@ -41,7 +42,6 @@ from partbuild.state.rules.group import (
     share_step,
     step_problem,
     task_message,
-    verify,
 )
 
 from foldkit import Story

@@ -1,4 +1,4 @@
-"""The group checker (`state.group.verify`, `partbuild group verify`): quiet on a sound log, loud on a fold bug.
+"""The group checker (`state.log.group_verify`, `partbuild group verify`): quiet on a sound log, loud on a fold bug.
 
 A sound fold never accepts what the checker flags, so the failing cases simulate
 fold bugs: a check of `state/fold/group.py` (or a fence check) patched to accept
@@ -13,10 +13,9 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import group as group_fold
 from partbuild.state.fold import job_runs
 from partbuild.state.log.events import envelope
-from partbuild.state.log.group_verify import verify_report
+from partbuild.state.log.group_verify import verify, verify_report
 from partbuild.state.log.store import EventLog
 from partbuild.state.rules.bucketing import bucket
-from partbuild.state.rules.group import verify
 
 from foldkit import Story
 from groupkit import NAMESPACE, as_task, epoch, fenced, group_of, message, settle, start, with_state

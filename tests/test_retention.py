@@ -123,7 +123,7 @@ def test_retention_drops_old_superseded_instances_only(event_log: EventLog) -> N
         old_fields = dict(zip(old.__slots__, old.__getstate__(), strict=True))
         assert {**kept_fields, "consumers": None} == {**old_fields, "consumers": None}
     assert before.instances[u["daily2"]].consumers == [u["weekly"], u["weekly2"]]
-    assert after.instances[u["raw3"]].superseded_seq and after._superseded == [u["raw3"]]
+    assert after.instances[u["raw3"]].superseded_seq and after.superseded == [u["raw3"]]
     assert after.instance_counts == [
         sum(1 for i in after.instances.values() if i.state == state) for state in InstanceState
     ]
@@ -185,7 +185,7 @@ def test_retention_candidates_agree_with_the_fold(event_log: EventLog) -> None:
         assert (reason is None) == (cutoff > 0)
         disappeared = [uuid for uuid in before.instances if uuid not in folded.instances]
         assert sorted(i.uuid for i in candidates) == sorted(disappeared)
-        assert [i.uuid for i in candidates] == [uuid for uuid in before._superseded if uuid in disappeared]
+        assert [i.uuid for i in candidates] == [uuid for uuid in before.superseded if uuid in disappeared]
         assert folded.dropped_instances == len(candidates)
 
 
@@ -196,7 +196,7 @@ def test_retention_never_drops_what_is_canonical_building_or_waiting(steps: list
     state = replay(materialize(steps))
     protected = set(state.canonical.values())
     protected.update(uuid for run_id in state.active_run_ids for uuid in state.job_runs[run_id].instance_uuids)
-    protected.update(uuid for waiters in state._waiters.values() for uuid in waiters)
+    protected.update(uuid for waiters in state.waiters.values() for uuid in waiters)
     cutoff = data.draw(st.integers(1, state.head_seq + 2), label="cutoff")
     candidates = retention_candidates(state, cutoff)
     assert not protected & {i.uuid for i in candidates}
@@ -308,5 +308,5 @@ def test_cutoff_selects_the_instances_created_before_the_instant(event_log: Even
     assert cutoff == half + 1
     state = _replay(event_log)
     assert {i.uuid for i in retention_candidates(state, cutoff)} == {
-        uuid for uuid in state._superseded if state.instances[uuid].created_seq <= half
+        uuid for uuid in state.superseded if state.instances[uuid].created_seq <= half
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from partbuild.api.commands.common import (
 from partbuild.api.models.audit import AuditOut
 from partbuild.api.models.partitions import RetentionRequest
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
-from partbuild.state.log.audit import AuditInputError, AuditReport, RejectedEvent, audit
+from partbuild.state.fold.records import Rejection
+from partbuild.state.log.audit import AuditInputError, AuditReport, audit
 from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
 
@@ -81,7 +81,7 @@ def replay(
     else:
         report = _replay_database(target.db_url, as_of, verify, save_snapshot, rejected_limit)
     if as_json:
-        payload = dataclasses.asdict(report) | {"events_per_second": round(report.events_per_second)}
+        payload = report.as_dict() | {"events_per_second": round(report.events_per_second)}
         click.echo(json.dumps(payload, indent=2))
     else:
         render.console.print(render.report_grid(report))
@@ -112,7 +112,7 @@ def _replay_database(
 
 def _report_of(found: AuditOut) -> AuditReport:
     """The server's audit as the report `replay --db` prints (nothing verified or saved)."""
-    rejected = [RejectedEvent(r.seq, r.event_type, r.reason) for r in found.rejected]
+    rejected = [Rejection(r.seq, r.event_type, r.reason) for r in found.rejected]
     fields = found.model_dump(exclude={"rejected"})
     return AuditReport(**fields, rejected=rejected)
 

@@ -3,27 +3,21 @@
 The ordering group is what keeps its order at the receiver: a partition ref (an
 event about three refs is three messages), a job run, or a root want. An event
 with nothing of the subscription's ordering kind (a want event under job-run
-ordering) makes no message.
+ordering) makes no message. Which refs, wants and job run an event names is its
+row of the event registry (state/fold/registry.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.registry import BY_NAME, EventType
 from partbuild.state.rules.subscriptions import Subscription
 from partbuild.state.rules.topics import group_hash
-
-_RUN_EVENTS = {
-    "job_run_buffer",
-    "job_run_heartbeat",
-    "job_run_success",
-    "job_run_failure",
-    "job_run_cancel",
-    "job_run_missing_deps",
-}
 
 
 @dataclass(frozen=True)
@@ -41,24 +35,26 @@ class Message:
 def messages_for(sub: Subscription, seq: int, event: pb.Event, state: BuildState) -> list[Message]:
     """The messages `event` (at `seq`) makes for `sub`, in a stable order. The caller holds the read lock."""
     event_type = event.WhichOneof("payload")
-    if event_type not in sub.event_types:
+    row = BY_NAME.get(event_type) if event_type in sub.event_types else None
+    if row is None:
         return []
-    run_id = getattr(event, event_type).job_run_id if event_type in _RUN_EVENTS else ""
+    msg = row.message(event)
+    run_id = msg.job_run_id if row.job_run else ""
     if sub.job and (not run_id or _job_of(state, run_id) != sub.job):
         return []
-    refs = _refs(event, event_type, state)
+    refs = tuple(dict.fromkeys(row.refs(state, msg)))  # each once, in the event's order
     if sub.ref_prefixes or sub.ref_patterns:
         refs = tuple(ref for ref in refs if _ref_passes(sub, ref))
         if not refs:
             return []
-    if sub.root_want and sub.root_want not in _roots(event, event_type, refs, state):
+    if sub.root_want and sub.root_want not in _roots(row, msg, refs, state):
         return []
     if sub.ordering == "partition_ref":
         keys: tuple[str, ...] = refs
     elif sub.ordering == "job_run":
         keys = (run_id,) if run_id else ()
     else:
-        keys = _roots(event, event_type, refs, state)
+        keys = _roots(row, msg, refs, state)
     topic_index = sub.main_topic_index(seq)
     topic = sub.main.storage_topics[topic_index]
     found = []
@@ -79,36 +75,15 @@ def _job_of(state: BuildState, run_id: str) -> str | None:
     return run.job_label if run is not None else None
 
 
-def _refs(event: pb.Event, event_type: str, state: BuildState) -> tuple[str, ...]:
-    """The partition refs an event is about, each once, in the event's order."""
-    if event_type == "want_create":
-        refs: list[str] = list(event.want_create.partition_refs)
-    elif event_type == "want_cancel":
-        want = state.wants.get(event.want_cancel.want_id)
-        refs = list(want.refs) if want is not None else []
-    elif event_type in _RUN_EVENTS:
-        run = state.job_runs.get(getattr(event, event_type).job_run_id)
-        refs = _instance_refs(state, run.instance_uuids) if run is not None else []
-    elif event_type in ("partition_taint", "partition_observed"):
-        refs = [getattr(event, event_type).partition_ref]
-    elif event_type == "instances_wait_upstream":
-        refs = _instance_refs(state, [wait.instance_uuid for wait in event.instances_wait_upstream.waits])
-    else:
-        refs = []
-    return tuple(dict.fromkeys(refs))
-
-
-def _instance_refs(state: BuildState, uuids: object) -> list[str]:
-    instances = state.instances
-    return [instances[uuid].ref for uuid in uuids if uuid in instances]  # type: ignore[attr-defined]
-
-
-def _roots(event: pb.Event, event_type: str, refs: tuple[str, ...], state: BuildState) -> tuple[str, ...]:
-    """The root wants an event serves: a want event's own root; otherwise the roots of its refs' wants."""
-    if event_type in ("want_create", "want_cancel"):
-        want = state.wants.get(getattr(event, event_type).want_id)
-        return (want.root_want_id,) if want is not None else ()
+def _roots(row: EventType, msg: Any, refs: tuple[str, ...], state: BuildState) -> tuple[str, ...]:
+    """The root wants an event serves: those of the wants it names; otherwise the roots of its refs' wants."""
     roots: dict[str, None] = {}
+    if row.want_ids is not None:
+        for want_id in row.want_ids(msg):
+            want = state.wants.get(want_id)
+            if want is not None:
+                roots[want.root_want_id] = None
+        return tuple(roots)
     for ref in refs:
         for want_id in state.wants_by_ref.get(ref, ()):
             roots[state.wants[want_id].root_want_id] = None

@@ -34,11 +34,22 @@ Modules:
 - subscriptions: SubscriptionCreate, SubscriptionChange, SubscriptionReshard,
   SubscriptionOffsetReset (webhook subscriptions and their topics' layouts).
 - validation: pure helpers of the check phases (id and ref rules, quoting).
+- records: the records a state holds (`Instance`, `Want`, `JobRun`, `Rejection`,
+  `SourceScan`, `ScanShard`) and the state enums.
+- layout: how each `BuildState` attribute is declared for the digest (`BuildState.LAYOUT`).
+- registry: one row per event type (`EventType`: handler, refs, wants, job run,
+  build event, fence, run phase) and the list of record classes a state may hold;
+  `HANDLERS` and every event-type list outside the fold derive from it.
 
-Adding an event type means: the
-message and its `Event.payload` oneof member in proto/partbuild/v1/events.proto;
-one handler (check + apply) in the module of its entity (a new module for a new
-entity, whose data is new attributes of `BuildState`); one row in `HANDLERS`
-(`registry.py`). Nothing else dispatches on event types. Snapshots pick up the
-change by themselves: their format fingerprints every module of this package.
+Adding an event type means: the message and its `Event.payload` oneof member in
+proto/partbuild/v1/events.proto (then `make proto`); one handler (check + apply)
+in the module of its entity; one row in `registry.ROWS`, in `Event.payload`
+order; its writer; and a golden-log entry (tests/golden_log.py) with its file.
+The dispatch, the subscription filters, the delivery messages' ordering keys,
+the payload formats' event sets and the group checker's fences follow from the
+row. A new entity also needs its record class (in `records` or beside its
+rules, listed in `registry.RECORD_CLASSES`) and its `BuildState` attribute (set
+in `__init__`, declared in `BuildState.LAYOUT`); tests/test_registry.py fails
+until both are. Snapshots pick up any change by themselves: their format
+fingerprints every module of this package and of `state/rules/`.
 """

@@ -9,17 +9,22 @@ several concurrent writers safe: the fold arbitrates).
 
 This class holds the data and the reads; what each event type does is in the
 `partbuild.state.fold` package, one check + apply pair per type, registered in
-one table. `apply` runs the check (pure: a rejection reason or a plan), then the
-plan's apply phase, then moves the log's clock and expires wants whose TTL passed.
+the event registry. `apply` runs the check (pure: a rejection reason or a plan),
+then the plan's apply phase, then moves the log's clock and expires wants whose
+TTL passed. `problem(event)` says why the fold would reject an event appended
+next, changing nothing: writers that must not leave rejections behind ask first.
+`LAYOUT` declares every attribute for the digest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import ClassVar
 
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.layout import Index, Items, Pointers, RecordLog, Records, Scalars, Section, Setting, Table
 from partbuild.state.fold.records import (
     Instance,
     InstanceState,
@@ -31,14 +36,9 @@ from partbuild.state.fold.records import (
     WantState,
 )
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
-from partbuild.state.fold.transitions import derive_want_state
-from partbuild.state.fold.validation import MAX_ID_LENGTH, describe_source
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.rules.group import GroupState
 from partbuild.state.rules.subscriptions import Subscription
-
-# Re-exported: these lived here before the handlers moved to `partbuild.state.fold`.
-__all__ = ["MAX_ID_LENGTH", "BrokenBuildState", "BuildState", "FoldError", "derive_want_state", "describe_source"]
 
 
 class FoldError(RuntimeError):
@@ -57,7 +57,26 @@ class FoldError(RuntimeError):
 
 
 class BuildState:
-    """Everything partbuild knows, as of `head_seq`; rebuilt by folding the log."""
+    """Everything partbuild knows, as of `head_seq`; rebuilt by folding the log.
+
+    Only the fold's apply phases (`partbuild.state.fold`) change the attributes;
+    everything else reads. The indexes (`wants_by_ref`, `active_wants_by_ref`,
+    `waiters`, `superseded`, `expiry`, `active_run_ids`) follow from the records
+    and are kept current by the fold's transitions.
+    """
+
+    # Each attribute once, in digest order: what the state digest covers and how (state/fold/layout.py).
+    LAYOUT: ClassVar[tuple[Section, ...]] = (
+        Scalars(("head_seq", "clock_ms", "dropped_instances"), "head"),
+        Table(("instances", "wants", "job_runs")),
+        Pointers(("canonical",)),
+        RecordLog(("rejections",)),
+        Scalars(("instance_counts", "want_counts", "run_counts")),
+        Items(("bucket_runs", "bucket_layouts")),
+        Records(("groups", "sources", "subscriptions")),
+        Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
+        Setting(("strict", "broken_seq")),
+    )
 
     def __init__(self, *, strict: bool = False) -> None:
         self.head_seq = 0
@@ -72,12 +91,12 @@ class BuildState:
         # Inverted indexes, so every lookup is O(1) or O(result).
         # Job runs by instance and consumers by input instance live on each Instance
         # (`attempts`, `consumers`): O(1) by UUID without a dict entry per instance.
-        self.wants_by_ref: dict[str, list[str]] = {}
+        self.wants_by_ref: dict[str, list[str]] = {}  # ref -> every want naming it, in creation order
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
-        self._active_wants_by_ref: dict[str, dict[str, None]] = {}
-        self._waiters: dict[str, dict[str, None]] = {}  # upstream ref -> instances waiting for it
-        self._superseded: list[str] = []  # non-canonical instances still held (retention candidates)
-        self._expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)
+        self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
+        self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
+        self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
+        self.expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)
         self.instance_counts = [0] * len(InstanceState)
         self.want_counts = [0] * len(WantState)
         self.run_counts = [0] * len(JobRunState)
@@ -129,7 +148,7 @@ class BuildState:
                     timestamp_ms = event.timestamp_ms  # read once: each protobuf field read builds an int
                     if timestamp_ms > self.clock_ms:
                         self.clock_ms = timestamp_ms
-                    expiry = self._expiry
+                    expiry = self.expiry
                     if expiry and expiry[0][0] <= self.clock_ms:
                         _expire_due(self, seq)
                 except BaseException as exc:
@@ -202,28 +221,28 @@ class BuildState:
 
     def active_wants_for_ref(self, ref: str) -> Iterator[Want]:
         """Wants not yet in a terminal state that include `ref`."""
-        for want_id in self._active_wants_by_ref.get(ref, ()):
+        for want_id in self.active_wants_by_ref.get(ref, ()):
             yield self.wants[want_id]
 
     def next_expiry_ms(self) -> int | None:
         """The earliest TTL deadline of a want that may still be active (None: none pending)."""
-        return self._expiry[0][0] if self._expiry else None
+        return self.expiry[0][0] if self.expiry else None
 
     def active_refs(self) -> list[str]:
         """Refs that at least one active want names, in the order they were first wanted."""
-        return list(self._active_wants_by_ref)
+        return list(self.active_wants_by_ref)
 
     def has_active_wants(self) -> bool:
         """Whether any want is still active (cheaper than `active_refs()` for a yes/no)."""
-        return bool(self._active_wants_by_ref)
+        return bool(self.active_wants_by_ref)
 
     def waiting_refs(self) -> list[str]:
         """Refs that at least one UpstreamBuilding instance waits for."""
-        return list(self._waiters)
+        return list(self.waiters)
 
     def waiting_for(self, ref: str) -> list[str]:
         """UUIDs of instances waiting (UpstreamBuilding) for `ref` to become Live."""
-        return list(self._waiters.get(ref, ()))
+        return list(self.waiters.get(ref, ()))
 
     def counts(self) -> dict[str, dict[str, int]]:
         """How many instances, wants and job runs are in each state."""

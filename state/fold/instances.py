@@ -15,10 +15,10 @@ from partbuild.state.fold.transitions import (
     TAINTED,
     UP_FOR_RETRY,
     UPSTREAM_BUILDING,
-    change_state,
     is_live,
+    move_instance,
+    move_instance_and_waiters,
     new_canonical,
-    set_state,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
@@ -84,7 +84,7 @@ def apply_partition_taint(state: BuildState, seq: int, plan: TaintPlan, event: p
     ref, reason, tainted, current = plan
     for old in tainted:
         new_canonical(state, seq, old.ref, old)
-        change_state(state, old, TAINTED, seq)
+        move_instance(state, old, TAINTED, seq)
         old.note = reason if old is current else f"upstream {ref} tainted: {reason}"
 
 
@@ -173,10 +173,10 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     instance.byte_count = msg.bytes
     instance.metadata = dict(sorted(msg.metadata.items())) if msg.metadata else None
     instance.version = version
-    set_state(state, instance, LIVE, seq)
+    move_instance_and_waiters(state, instance, LIVE, seq)
     for old in stale:
         new_canonical(state, seq, old.ref, old)
-        change_state(state, old, TAINTED, seq)
+        move_instance(state, old, TAINTED, seq)
         old.note = f"upstream {ref} has new data (observed at seq {seq})"
 
 
@@ -192,7 +192,7 @@ def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
     instances = state.instances
     dropped: list[Instance] = []
     kept: list[str] = []
-    for uuid in state._superseded:
+    for uuid in state.superseded:
         instance = instances[uuid]
         if instance.created_seq < cutoff_seq:
             dropped.append(instance)
@@ -216,7 +216,7 @@ def apply_instance_retention(state: BuildState, seq: int, plan: RetentionPlan, e
     dropped, kept = plan
     for instance in dropped:
         _drop(state, instance)
-    state._superseded = kept
+    state.superseded = kept
 
 
 def _drop(state: BuildState, instance: Instance) -> None:

@@ -18,10 +18,10 @@ from partbuild.state.fold.transitions import (
     MISSING,
     TAINTED,
     UP_FOR_RETRY,
-    change_state,
     is_live,
+    move_instance,
+    move_instance_and_waiters,
     new_canonical,
-    set_state,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
@@ -130,7 +130,7 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
     state.run_counts[_QUEUED] += 1
     for instance in instances:
         instance.attempts = (*instance.attempts, run_id)
-        change_state(state, instance, BUILDING, seq)
+        move_instance(state, instance, BUILDING, seq)
 
 
 # ----------------------------------------------------------------- JobRunHeartbeat
@@ -228,10 +228,10 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
                 upstream.consumers.append(uuid)
         changed = _changed_input(state, inputs[1])
         if changed is None:
-            set_state(state, instance, LIVE, seq)
+            move_instance_and_waiters(state, instance, LIVE, seq)
         else:  # built from data replaced while it ran: recorded, never Live; a fresh instance is wanted instead
             new_canonical(state, seq, instance.ref, instance)
-            change_state(state, instance, TAINTED, seq)
+            move_instance(state, instance, TAINTED, seq)
             instance.note = f"input {changed.ref} changed while it was built (it read instance {changed.uuid})"
 
 
@@ -285,7 +285,7 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
     note = msg.message or None
     for instance in instances:
         instance.note = note
-        set_state(state, instance, target, seq)
+        move_instance_and_waiters(state, instance, target, seq)
 
 
 def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:
@@ -302,7 +302,7 @@ def apply_job_run_cancel(state: BuildState, seq: int, plan: CancelPlan, event: p
     _move_run(state, run, JobRunState.CANCELED, seq, event)
     run.cancel_reason = reason
     for instance in instances:
-        change_state(state, instance, MISSING, seq)
+        move_instance(state, instance, MISSING, seq)
 
 
 # ----------------------------------------------------------------- JobRunMissingDeps

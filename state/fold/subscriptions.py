@@ -1,13 +1,13 @@
 """Subscriptions: SubscriptionCreate, SubscriptionChange, SubscriptionReshard, SubscriptionOffsetReset.
 
 The fold keeps each subscription's settings and the layout of its three composite
-topics (seed 004): the main topic (the log, routed into virtual partitions by the
+topics (docs/subscriptions.md): the main topic (the log, routed into virtual partitions by the
 ordering key's hash; a new storage topic takes over from the seq of the event that
 adds it), the retry queue and the dead-letter queue. It judges every change:
 
 - the shard count divides the partitions of the topics produced to (an RQ or DLQ
-  that it does not divide gets a new storage topic, produced to from now on, as
-  the seed's shard-count change asks);
+  that it does not divide gets a new storage topic, produced to from now on, so
+  every shard keeps whole partitions of what it reads next);
 - a rewind of the main topic crosses only storage topics the current shard count
   divides (otherwise a group's messages could land in another shard);
 - the RQ and the DLQ only fast-forward.
@@ -116,7 +116,7 @@ def apply_subscription_change(state: BuildState, seq: int, sub: Subscription, ev
 def check_subscription_reshard(
     state: BuildState, seq: int, msg: pb.SubscriptionReshard, event: pb.Event
 ) -> str | ReshardPlan:
-    """A new shard count (and storage topics where it needs them), by the seed's procedure."""
+    """A new shard count (and storage topics where it needs them), by the reshard procedure of docs/subscriptions.md."""
     sub = _existing(state, msg.name)
     if isinstance(sub, str):
         return sub

@@ -43,8 +43,8 @@ _WANT_FAILURES = (WantState.FAILED, WantState.UPSTREAM_FAILED)
 def derive_want_state(tally: list[int], ref_count: int) -> WantState:
     """A want's state from how many of its refs' canonical instances are in each state.
 
-    Priority (seed 003): any Failed, any UpstreamFailed, all Live, any Building,
-    any UpstreamBuilding, else Idle (Missing and UpForRetry wait to be scheduled).
+    Priority: any Failed, any UpstreamFailed, all Live, any Building, any
+    UpstreamBuilding, else Idle (Missing and UpForRetry wait to be scheduled).
     """
     if tally[FAILED]:
         return WantState.FAILED
@@ -83,13 +83,14 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
     state.canonical[ref] = instance.uuid
     if previous is not None:
         previous.superseded_seq = seq
-        state._superseded.append(previous.uuid)
+        state.superseded.append(previous.uuid)
         canonical_changed(state, ref, previous.state, MISSING, seq)
     return instance
 
 
-def change_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
-    """Move an instance to `new`, keeping counts and want tallies; no cascades."""
+def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """Move an instance to `new`, keeping counts and want tallies; what waits for its ref is not told
+    (`move_instance_and_waiters` tells it)."""
     old = instance.state
     instance.state = new
     instance.updated_seq = seq
@@ -97,14 +98,14 @@ def change_state(state: BuildState, instance: Instance, new: InstanceState, seq:
     counts[old] -= 1
     counts[new] += 1
     # Checked inline: most transitions concern refs no active want is waiting for.
-    if not instance.superseded_seq and instance.ref in state._active_wants_by_ref:
+    if not instance.superseded_seq and instance.ref in state.active_wants_by_ref:
         canonical_changed(state, instance.ref, old, new, seq)
 
 
-def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
-    """Move an instance to `new` and wake or fail whatever waits for its ref."""
-    change_state(state, instance, new, seq)
-    if instance.superseded_seq or instance.ref not in state._waiters:
+def move_instance_and_waiters(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
+    """`move_instance`, then wake (Live) or fail (Failed, UpstreamFailed) the instances waiting for its ref."""
+    move_instance(state, instance, new, seq)
+    if instance.superseded_seq or instance.ref not in state.waiters:
         return
     if new == LIVE:
         upstream_live(state, instance.ref, seq)
@@ -115,22 +116,22 @@ def set_state(state: BuildState, instance: Instance, new: InstanceState, seq: in
 def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list[str], seq: int) -> None:
     """Make `instance` wait (UpstreamBuilding) for `still_missing` (refs not Live); Missing if none."""
     if not still_missing:
-        change_state(state, instance, MISSING, seq)
+        move_instance(state, instance, MISSING, seq)
         return
     instance.waiting_on = dict.fromkeys(still_missing)
-    all_waiters = state._waiters
+    all_waiters = state.waiters
     for ref in still_missing:
         waiters = all_waiters.get(ref)
         if waiters is None:
             all_waiters[ref] = {instance.uuid: None}
         else:
             waiters[instance.uuid] = None
-    change_state(state, instance, UPSTREAM_BUILDING, seq)
+    move_instance(state, instance, UPSTREAM_BUILDING, seq)
 
 
 def upstream_live(state: BuildState, ref: str, seq: int) -> None:
     """`ref` became Live: instances that waited only for it can be scheduled again."""
-    waiters = state._waiters.pop(ref, None)
+    waiters = state.waiters.pop(ref, None)
     if not waiters:
         return
     instances = state.instances
@@ -141,7 +142,7 @@ def upstream_live(state: BuildState, ref: str, seq: int) -> None:
         del waiting[ref]
         if not waiting:
             instance.waiting_on = None
-            change_state(state, instance, MISSING, seq)
+            move_instance(state, instance, MISSING, seq)
 
 
 def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
@@ -149,20 +150,20 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
     pending = [ref]
     while pending:
         failed_ref = pending.pop()
-        waiters = state._waiters.pop(failed_ref, None)
+        waiters = state.waiters.pop(failed_ref, None)
         if not waiters:
             continue
         for uuid in waiters:
             instance = state.instances[uuid]
             _stop_waiting(state, instance, except_ref=failed_ref)
             instance.note = f"upstream {failed_ref} failed"
-            change_state(state, instance, UPSTREAM_FAILED, seq)
+            move_instance(state, instance, UPSTREAM_FAILED, seq)
             pending.append(instance.ref)
 
 
 def _stop_waiting(state: BuildState, instance: Instance, except_ref: str) -> None:
     """Take `instance` out of the waiter index of every ref it waits for but `except_ref`."""
-    all_waiters = state._waiters
+    all_waiters = state.waiters
     for other in instance.waiting_on or ():
         if other == except_ref:
             continue
@@ -185,7 +186,7 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
     """
     if old == new:
         return
-    active = state._active_wants_by_ref.get(ref)
+    active = state.active_wants_by_ref.get(ref)
     if not active:
         return
     wants = state.wants
@@ -224,7 +225,7 @@ def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
 def retire_want(state: BuildState, want: Want) -> None:
     """Drop a want that reached a terminal state from the active index."""
     want.tally = None
-    active = state._active_wants_by_ref
+    active = state.active_wants_by_ref
     want_id = want.want_id
     for ref in want.refs:
         waiting = active[ref]

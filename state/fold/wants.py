@@ -129,7 +129,7 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
         want.satisfied_by = tuple(canonical[ref] for ref in refs)
         return
     want.tally = tally
-    active = state._active_wants_by_ref
+    active = state.active_wants_by_ref
     for ref in refs:
         waiting = active.get(ref)
         if waiting is None:
@@ -138,7 +138,7 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
             waiting[want_id] = None
     expires_at = want.expires_at_ms
     if expires_at is not None:
-        heapq.heappush(state._expiry, (expires_at, seq, want_id))
+        heapq.heappush(state.expiry, (expires_at, seq, want_id))
 
 
 # ----------------------------------------------------------------- WantCancel
@@ -188,7 +188,7 @@ def expire_due(state: BuildState, seq: int) -> None:
 
     Runs after an applied event moved the clock (BuildState.apply), as part of that event.
     """
-    heap = state._expiry
+    heap = state.expiry
     now = state.clock_ms
     while heap and heap[0][0] <= now:
         _, _, want_id = heapq.heappop(heap)

@@ -1,11 +1,20 @@
-"""Audit by replay: what `partbuild replay` and the HTTP audit endpoint report."""
+"""Audit by replay: what `partbuild replay` and the HTTP audit endpoint report.
+
+`audit` replays the log (from the newest usable snapshot) to a seq, digests the
+state and lists the first rejections (the fold's `Rejection` records); with
+`verify` it replays again from seq 0 without snapshots and compares digests
+and seqs; with `save` it writes a snapshot.
+"""
 
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import Rejection
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.replay import Progress, load_state, replay_into, save_snapshot
 from partbuild.state.log.store import EventLog, SnapshotStore
@@ -13,13 +22,6 @@ from partbuild.state.log.store import EventLog, SnapshotStore
 
 class AuditInputError(ValueError):
     """The audit was asked for something the log cannot answer (e.g. a seq after its head)."""
-
-
-@dataclass(frozen=True)
-class RejectedEvent:
-    seq: int
-    event_type: str
-    reason: str
 
 
 @dataclass
@@ -31,7 +33,7 @@ class AuditReport:
     digest: str
     counts: dict[str, dict[str, int]]
     rejected_total: int
-    rejected: list[RejectedEvent]
+    rejected: list[Rejection]  # the first `rejected_limit` of the fold's rejections, in seq order
     snapshot_seq: int  # seq of the snapshot the state was loaded from; 0 = full replay
     replayed_events: int
     seconds: float
@@ -39,9 +41,20 @@ class AuditReport:
     problems: list[str] = field(default_factory=list)
     snapshot_saved_at: int | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data, fields in order (`replay --json`): a rejection as seq, event_type, reason."""
+        return {
+            name: [_rejection_dict(r) for r in self.rejected] if name == "rejected" else copy.deepcopy(value)
+            for name, value in ((field.name, getattr(self, field.name)) for field in fields(self))
+        }
+
     @property
     def events_per_second(self) -> float:
         return self.replayed_events / self.seconds if self.seconds > 0 else 0.0
+
+
+def _rejection_dict(rejection: Rejection) -> dict[str, Any]:
+    return {"seq": rejection.seq, "event_type": rejection.event_type, "reason": rejection.reason}
 
 
 def audit(
@@ -75,7 +88,7 @@ def audit(
         digest=digest,
         counts=state.counts(),
         rejected_total=len(state.rejections),
-        rejected=[RejectedEvent(r.seq, r.event_type, r.reason) for r in state.rejections[:rejected_limit]],
+        rejected=state.rejections[:rejected_limit],
         snapshot_seq=report.snapshot_seq,
         replayed_events=report.replayed,
         seconds=seconds,

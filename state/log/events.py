@@ -61,8 +61,3 @@ def envelope(
     if source is not None:
         fields["source"] = source
     return pb.Event(**fields)
-
-
-def event_type(event: pb.Event) -> str:
-    """The name of the event's payload field, e.g. "want_create"."""
-    return event.WhichOneof("payload") or "unknown"

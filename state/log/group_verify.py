@@ -28,11 +28,11 @@ from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.registry import BY_NAME
 from partbuild.state.rules.bucketing import bucket
 from partbuild.state.rules.group import TaskState, format_buckets, ownership, task_state_of
 
-_GROUP_KINDS = frozenset({"group_epoch", "group_task_message"})
-_FENCEABLE = frozenset({"job_run_buffer", "job_run_failure", "instances_wait_upstream", "want_create"})
+_GROUP_KINDS = frozenset({"group_epoch", "group_task_message"})  # the events this checker rebuilds groups from
 
 
 @dataclass(frozen=True)
@@ -123,22 +123,17 @@ def _numbered(events: Iterable[tuple[int, pb.Event | bytes] | pb.Event]) -> Iter
 
 
 def _fenced_refs(fold: BuildState, kind: str | None, event: pb.Event) -> tuple[pb.DecisionFence | None, list[str]]:
-    """A fenced decision's fence and the refs of the partitions it decides about, read before it is folded."""
-    if kind not in _FENCEABLE:
+    """A fenced decision's fence and the refs of the partitions it decides about, read before it is folded.
+
+    Which event types may carry a fence, and which partitions they decide about: their registry rows.
+    """
+    row = BY_NAME.get(kind) if kind is not None else None
+    if row is None or row.fence_refs is None:
         return None, []
-    msg = getattr(event, kind)
+    msg = row.message(event)
     if not msg.HasField("fence"):
         return None, []
-    uuids: Iterable[str] = ()
-    if kind == "job_run_buffer":
-        uuids = msg.instance_uuids
-    elif kind == "job_run_failure":
-        run = fold.job_runs.get(msg.job_run_id)
-        uuids = run.instance_uuids if run is not None else ()
-    elif kind == "instances_wait_upstream":
-        uuids = [wait.instance_uuid for wait in msg.waits]
-    instances = fold.instances
-    return msg.fence, [instances[uuid].ref for uuid in uuids if uuid in instances]
+    return msg.fence, list(row.fence_refs(fold, msg))
 
 
 def _conflicts(owners_and_conflicts: tuple[dict[int, str], dict[int, tuple[str, ...]]]) -> list[str]:

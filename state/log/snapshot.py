@@ -13,43 +13,23 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import sys
 import zlib
 from functools import cache
 from pathlib import Path
 
-from partbuild.state import fold
-from partbuild.state.fold import build_state
+from partbuild.state import fold, rules
 from partbuild.state.fold import records as model
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.registry import RECORD_CLASSES
 from partbuild.state.log.collector import collector_paused
-from partbuild.state.rules import group, ids, refs, subscriptions, topics
 
 # Bump to invalidate snapshots for a reason the source fingerprint cannot see.
 SNAPSHOT_EPOCH = 1
 
-# What a snapshot may contain. Fold plans are never pickled: they live for one event.
-_ALLOWED_CLASSES = {
-    ("partbuild.state.fold.build_state", "BuildState"),
-    *(
-        ("partbuild.state.fold.records", name)
-        for name in (
-            "Instance",
-            "Want",
-            "JobRun",
-            "Rejection",
-            "InstanceState",
-            "WantState",
-            "JobRunState",
-            "SourceScan",
-            "ScanShard",
-        )
-    ),
-    ("partbuild.state.rules.group", "GroupState"),
-    ("partbuild.state.rules.group", "TaskState"),
-    ("partbuild.state.rules.subscriptions", "Subscription"),
-    ("partbuild.state.rules.topics", "CompositeTopic"),
-    ("partbuild.state.rules.topics", "StorageTopic"),
-}
+# What a snapshot may contain: the state and the registry's record classes. Fold plans are never
+# pickled: they live for one event.
+_ALLOWED_CLASSES = frozenset((cls.__module__, cls.__qualname__) for cls in (BuildState, *RECORD_CLASSES))
 
 
 class SnapshotError(Exception):
@@ -57,17 +37,18 @@ class SnapshotError(Exception):
 
 
 def _fold_sources() -> list[Path]:
-    """The source files whose change must invalidate snapshots: entities, the fold (every module of
-    `partbuild.state.fold`, new ones included), the worker-group rules and records, ids, refs,
-    subscriptions and their topics."""
-    paths = []
-    for module in (model, build_state, group, ids, refs, subscriptions, topics):
+    """The source files whose change must invalidate snapshots: every module of the fold (its handlers, the
+    registry, the records; new ones included), every pure rule the fold applies, the module of every record
+    class the registry lists, and the encoding itself."""
+    paths: set[Path] = set()
+    for package in (fold, rules):
+        assert package.__file__ is not None
+        paths.update(Path(package.__file__).parent.glob("*.py"))
+    for cls in RECORD_CLASSES:
+        module = sys.modules[cls.__module__]
         assert module.__file__ is not None
-        paths.append(Path(module.__file__))
-    assert fold.__file__ is not None
-    paths.extend(sorted(Path(fold.__file__).parent.glob("*.py")))
-    paths.append(Path(__file__))  # the encoding itself
-    return paths
+        paths.add(Path(module.__file__))
+    return [*sorted(paths), Path(__file__)]
 
 
 @cache

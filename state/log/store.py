@@ -1,5 +1,8 @@
 """The event store, split by capability: `EventLog` (append, read, replay) and `SnapshotStore`.
 
+`EventLog.append` gives events gapless seqs in commit order; reads go by seq, by
+page (replay) or by a set of seqs.
+
 One SQL implementation serves SQLite and PostgreSQL; the only dialect seam is
 `partbuild.state.db` (connection set-up and how a write transaction takes its lock).
 The SQL engine stays inside `state/`: callers get a log, its snapshot store
@@ -19,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import AppendListener, begin_write, notify_append, open_append_listener
+from partbuild.state.db import AppendListener, backend, begin_write, notify_append, open_append_listener
 from partbuild.state.migrate import open_migrated_engine
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
@@ -131,7 +134,7 @@ class EventLog:
     @property
     def backend(self) -> str:
         """The database behind the log: "sqlite" or "postgresql"."""
-        return self._engine.dialect.name
+        return backend(self._engine)
 
     def describe(self) -> str:
         """The database URL with any password hidden, for messages."""

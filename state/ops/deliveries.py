@@ -1,6 +1,6 @@
 """Where each subscription's deliveries stand: main-topic offsets, the RQ and the DLQ, group state.
 
-Seed 004's per-subscription structures, in the project's database (SQLite or
+Each subscription's delivery structures, in the project's database (SQLite or
 PostgreSQL) so every change is one transaction with the offsets it moves past:
 
 - main-topic offsets: per storage topic and virtual partition, the last seq handled
@@ -13,8 +13,10 @@ PostgreSQL) so every change is one transaction with the offsets it moves past:
   are deleted once caught up, so the table holds only waiting groups.
 
 A delivery shard changes all of it in one `commit`, fenced by the last reset the
-subscription applied (`applied_seq`): a shard that started before a reset, a
-reshard, or that shares its partitions with a second process commits nothing.
+subscription applied (`applied_seq`) and by compare-and-set offsets: a shard that
+started before a reset, a reshard, or that shares its partitions with a second
+process commits nothing. `DeliveryStore` (`Database.deliveries`) also keeps the
+signing secrets and counters, and does DLQ replays and purges, resets and drops.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from partbuild.state.db import begin_snapshot, begin_write
+from partbuild.state.db import begin_snapshot, begin_write, insert_ignoring_conflicts, lock_rows, upsert
 from partbuild.state.rules.topics import route
 from partbuild.state.schema import (
     delivery_control,
@@ -89,7 +90,7 @@ class Queued(NewMessage):
 
     @property
     def position(self) -> tuple[int, int, int, int]:
-        """The seed's MessageState of this message: main topic index and seq, internal topic index and offset."""
+        """Its position as group state records it: main topic index and seq, internal topic index and offset."""
         return (self.main_topic, self.event_seq, self.topic, self.offset)
 
 
@@ -145,14 +146,13 @@ class DeliveryStore:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
 
     # ----------------------------------------------------------------- secrets
 
     def put_secret(self, digest: str, secret: str) -> None:
         with begin_write(self._engine) as conn:
-            statement = self._insert(delivery_secrets).values(digest=digest, secret=secret)
-            conn.execute(statement.on_conflict_do_nothing(index_elements=["digest"]))
+            statement = insert_ignoring_conflicts(conn, delivery_secrets, ["digest"])
+            conn.execute(statement.values(digest=digest, secret=secret))
 
     def secret(self, digest: str) -> str | None:
         with self._engine.connect() as conn:
@@ -168,8 +168,8 @@ class DeliveryStore:
         if row is not None:
             return row
         with begin_write(self._engine) as conn:
-            statement = self._insert(delivery_control).values(_control_values(subscription, 0, floor))
-            conn.execute(statement.on_conflict_do_nothing(index_elements=["subscription"]))
+            statement = insert_ignoring_conflicts(conn, delivery_control, ["subscription"])
+            conn.execute(statement.values(_control_values(subscription, 0, floor)))
             row = self._control_row(conn, subscription)
         assert row is not None
         return row
@@ -179,8 +179,8 @@ class DeliveryStore:
         c = delivery_control.c
         query = sa.select(c.applied_seq, c.main_floor, c.delivered, c.retried, c.dead_lettered)
         query = query.where(c.subscription == subscription)
-        if lock and conn.dialect.name == "postgresql":
-            query = query.with_for_update()
+        if lock:
+            query = lock_rows(query)
         row = conn.execute(query).first()
         return Control(*row) if row is not None else None
 
@@ -318,11 +318,11 @@ class DeliveryStore:
         for (topic, partition), (old, new) in commit.offsets.items():
             where = (c.subscription == commit.subscription, c.topic == topic, c.partition == partition)
             if old is None:
-                statement = self._insert(delivery_offsets).values(
+                statement = insert_ignoring_conflicts(conn, delivery_offsets).values(
                     subscription=commit.subscription, topic=topic, partition=partition, seq=new
                 )
                 # Rows returned, not rowcount: SQLAlchemy 2.1 on psycopg reports -1 for a single-row INSERT.
-                moved = len(conn.execute(statement.on_conflict_do_nothing().returning(c.seq)).all())
+                moved = len(conn.execute(statement.returning(c.seq)).all())
             else:
                 moved = conn.execute(sa.update(delivery_offsets).where(*where, c.seq == old).values(seq=new)).rowcount
             if moved != 1:
@@ -411,11 +411,8 @@ class DeliveryStore:
                 | {"p_main_topic": main_topic, "p_main_offset": main_offset, "p_topic": topic, "p_offset": at}
                 | dict(zip(("c_main_topic", "c_main_offset", "c_topic", "c_offset"), _NONE, strict=True))
             )
-        statement = self._insert(delivery_groups)
-        pointer = {name: statement.excluded[name] for name in ("p_main_topic", "p_main_offset", "p_topic", "p_offset")}
-        conn.execute(
-            statement.on_conflict_do_update(index_elements=["subscription", "queue", "group_key"], set_=pointer), rows
-        )
+        pointer = ["p_main_topic", "p_main_offset", "p_topic", "p_offset"]
+        conn.execute(upsert(conn, delivery_groups, ["subscription", "queue", "group_key"], pointer), rows)
 
     @staticmethod
     def _count(conn: Connection, commit: Commit) -> None:

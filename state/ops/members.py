@@ -1,5 +1,9 @@
 """Worker-group membership rows: joins, heartbeats, leaves and the reaper, on SQLite and PostgreSQL.
 
+`MemberStore` (`Database.members`) keeps the `group_members` table: one row per live
+member, which its heartbeats update; `live` lists the members heard from within the
+member timeout, ordered by start.
+
 Liveness lives in the `group_members` table, not in the event log: a heartbeat
 every second from every worker would flood the log. The rules, all relative to
 a member timeout T and a `now_ms` the caller reads from its clock:

@@ -1,8 +1,8 @@
-"""Deterministic bucketing and round-robin bucket selection (issue 9; the seed's Bucketing spec v1.0).
+"""Deterministic bucketing and round-robin bucket selection, as the Bucketing spec v1.0 defines them.
 
 Pure functions, no Spark: `bucket(key, data, bucket_total)` assigns an entity
-(a partition ref) to one of `bucket_total` buckets, the same everywhere and
-forever; `BucketingConfig` holds and validates the four settings;
+(a partition ref) to one of `bucket_total` buckets by HMAC-MD5, the same everywhere
+and forever; `BucketingConfig` holds and validates the four settings;
 `next_bucket_id` and `apply_round_robin_bucketing` choose the active bucket of
 a run from the last one executed (storing that in the log is the caller's job).
 """
@@ -102,7 +102,8 @@ def _meta(order: int, title: str, description: str, **schema: Any) -> dict[str, 
     return {"schema": {"order": order, "title": title, "description": description, **schema}}
 
 
-# Titles, descriptions and order are the seed's spec.json fields, word for word.
+# Titles, descriptions and order are the Bucketing spec's spec.json fields, word for word: every
+# implementation of the spec shows the same settings.
 _ROUND_ROBIN = _meta(
     10,
     "Round Robin Bucket Execution",
@@ -235,7 +236,7 @@ def parse_bucket_ranges(ranges: str | Sequence[str], bucket_total: int) -> tuple
 
 
 def config_json_schema() -> dict[str, Any]:
-    """The JSON Schema of the four settings, as the seed's spec.json: per-field facts, no cross-field logic."""
+    """The JSON Schema of the four settings, as the spec's spec.json: per-field facts, no cross-field logic."""
     fields = sorted(dataclasses.fields(BucketingConfig), key=lambda field: field.metadata["schema"]["order"])
     properties = {}
     for field in fields:

@@ -1,10 +1,12 @@
-"""Worker groups (issue 10, seed 001): who owns each bucket, and the pure steps of the protocol.
+"""Worker groups: who owns each bucket, and the pure steps of the protocol (docs/worker-group.md).
 
 No I/O, no clock, no randomness. The fold (`state/fold/group.py`) judges the
 group events with `epoch_problem` and `step_problem`; workers compute their
-next moves with `next_epoch` (the leader) and `share_step` (every task); the
-checker `verify` (state/log/group_verify.py, re-exported here) replays a log and
-proves the invariants at every seq. docs/worker-group.md explains the protocol.
+next moves with `next_epoch` (the leader's sticky rebalance) and `share_step`
+(every task's step of the share protocol); the checker (state/log/group_verify.py)
+replays a log and proves the invariants at every seq. `GroupState` and
+`TaskState` are the records of `BuildState.groups`; the message builders make
+the group events and fences.
 
 The ownership rule: a task *holds* a bucket when it is in its `data`, and
 *shares* it when it is also in its `share` section (addressed to a target).
@@ -19,12 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import ClassVar
 
 from partbuild.proto.v1 import events_pb2 as pb
-
-if TYPE_CHECKING:
-    from partbuild.state.log.group_verify import Problem
 
 # Every epoch lists every bucket explicitly (data sets covering 1..bucket_total), so a group's
 # bucket count is kept small: thousands are plenty to balance hundreds of workers within one bucket.
@@ -33,7 +32,7 @@ MAX_GROUP_BUCKETS = 4096
 
 @dataclass(frozen=True, slots=True)
 class TaskState:
-    """One task's state in a group: the seed's `{taskID, stateTimestamp, data, share}`."""
+    """One task's state in a group: the protocol's `{taskID, stateTimestamp, data, share}`."""
 
     task_id: str
     state_timestamp_ms: int = 0
@@ -70,8 +69,10 @@ class GroupState:
     epoch_ids: frozenset[str]  # every epoch id the group has had: an id is never reused
     epochs: int  # how many epochs so far
 
-    def record(self) -> tuple[object, ...]:
-        """A canonical tuple for the digest (owners are derived from the states, so left out)."""
+    digest_leaves_out: ClassVar[tuple[str, ...]] = ("owners",)
+
+    def digest_values(self) -> tuple[object, ...]:
+        """A canonical tuple for the state digest (`owners` follow from the states, so it is left out)."""
         states = tuple((self.states[task].record(), self.state_seqs[task]) for task in self.members)
         layout = (self.name, self.created_seq, self.namespace, self.bucket_total)
         epoch = (self.epoch_id, self.epoch_seq, self.leader, self.members, tuple(sorted(self.epoch_ids)), self.epochs)
@@ -277,7 +278,7 @@ def _share_problem(states: Mapping[str, TaskState], sender: str, old: TaskState,
 def share_step(states: Mapping[str, TaskState], me: str, *, timestamp_ms: int | None = None) -> TaskState | None:
     """`me`'s next state under the share protocol, or None when it has nothing to do.
 
-    In one step, as the seed's task does on each scan: pick up every bucket
+    In one step, as a task does on each scan: pick up every bucket
     addressed to it; drop every bucket it shared that its target picked up;
     then, while it carries at least two buckets more than the least-loaded
     member, share one more of the buckets it alone holds (highest first) to
@@ -370,14 +371,3 @@ def task_message(group: GroupState, new: TaskState, timestamp_ms: int) -> pb.Gro
 def fence(group: GroupState, task_id: str) -> pb.DecisionFence:
     """The fence a member's decisions carry under the group's current epoch."""
     return pb.DecisionFence(group=group.name, epoch_id=group.epoch_id, task_id=task_id)
-
-
-# ----------------------------------------------------------------- the checker
-
-
-def verify(events: Iterable[Any]) -> list[Problem]:
-    """Every broken group invariant in a log (see `partbuild.state.log.group_verify.verify`)."""
-    # Imported here: the checker replays with BuildState, whose fold imports this module.
-    from partbuild.state.log.group_verify import verify as verify_log
-
-    return verify_log(events)

@@ -28,13 +28,3 @@ def instance_uuid(seq: int, ref: str) -> str:
     h = sha1.hexdigest()
     # Version 5 in the 13th hex digit; the RFC 4122 variant (10xx) in the top bits of the 17th.
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
-
-
-def is_uuid(text: str) -> bool:
-    """True when `text` is a UUID in canonical lowercase form."""
-    if len(text) != 36:
-        return False
-    try:
-        return str(uuid.UUID(text)) == text
-    except ValueError:
-        return False

@@ -1,16 +1,21 @@
 """Webhook subscriptions as the fold knows them: their record and the rules their settings follow.
 
-A subscription (issue 12, seed 004) delivers the log's events to an HTTP endpoint.
+A subscription delivers the log's events to an HTTP endpoint (docs/subscriptions.md).
 Its configuration and every operator change to it are events; this module holds
-what the fold keeps of them (`Subscription`) and the pure validation of their
-settings. Where deliveries stand (offsets, the retry and dead-letter queues) is
-not here: it changes with every delivery and lives in the database
-(`state/ops/deliveries.py`), beside the offsets that move past it.
+what the fold keeps of them (`Subscription`, the record of `BuildState.subscriptions`:
+settings, status, the layouts of its main topic, retry queue (RQ) and dead-letter
+queue (DLQ), the resets to apply, keyed `name@created_seq`) and the pure validation
+of their settings. `FORMATS` is the one list of payload formats. The event types a
+filter may name (`EVENT_TYPES`) and the default filter (`BUILD_EVENT_TYPES`) come
+from the event registry (state/fold/registry.py). Where deliveries stand (offsets,
+the RQ and the DLQ) is not here: it changes with every delivery and lives in the
+database (`state/ops/deliveries.py`), beside the offsets that move past it.
 """
 
 from __future__ import annotations
 
 import re
+from types import ModuleType
 from typing import Any
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -19,21 +24,8 @@ from partbuild.state.rules.topics import CompositeTopic
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ORDERINGS = ("partition_ref", "job_run", "root_want")
+# The payload formats a subscription may ask for: api/webhook_payloads.py renders each.
 FORMATS = ("partbuild", "cloudevents", "openlineage")
-# Every event type that says something about wants, partitions or job runs. A subscription
-# without event types gets these; other types (heartbeats, ticks, group and scan messages) on request.
-BUILD_EVENT_TYPES = (
-    "want_create",
-    "want_cancel",
-    "job_run_buffer",
-    "job_run_success",
-    "job_run_failure",
-    "job_run_cancel",
-    "job_run_missing_deps",
-    "partition_taint",
-    "partition_observed",
-)
-EVENT_TYPES = tuple(field.name for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields)
 MAX_FILTER_ENTRIES = 64
 MAX_FILTER_CHARS = 512
 MAX_ENDPOINT_CHARS = 2048
@@ -41,6 +33,20 @@ MAX_ATTEMPTS = 100
 MAX_BACKOFF_MS = 24 * 3600 * 1000
 MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 100, 300_000
 QUEUES = {pb.SUBSCRIPTION_QUEUE_MAIN: "main", pb.SUBSCRIPTION_QUEUE_RQ: "rq", pb.SUBSCRIPTION_QUEUE_DLQ: "dlq"}
+
+
+def _registry() -> ModuleType:
+    """The event registry, imported when first needed: its rows name the fold's handlers, which import this module."""
+    from partbuild.state.fold import registry
+
+    return registry
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """`EVENT_TYPES` (every event type, in `Event.payload` order) and `BUILD_EVENT_TYPES` (the default filter)."""
+    if name in ("EVENT_TYPES", "BUILD_EVENT_TYPES"):
+        return getattr(_registry(), name)  # type: ignore[no-any-return]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Subscription(_Record):
@@ -82,7 +88,7 @@ class Subscription(_Record):
         self.created_seq = seq
         self.created_ms = created_ms
         self.endpoint = msg.endpoint
-        self.event_types = tuple(msg.filter.event_types) or BUILD_EVENT_TYPES
+        self.event_types = tuple(msg.filter.event_types) or _registry().BUILD_EVENT_TYPES
         self.ref_prefixes = tuple(msg.filter.ref_prefixes)
         self.ref_patterns = tuple(msg.filter.ref_patterns)
         self.job = msg.filter.job
@@ -120,8 +126,8 @@ class Subscription(_Record):
     def queue(self, name: str) -> CompositeTopic:
         return {"main": self.main, "rq": self.rq, "dlq": self.dlq}[name]
 
-    def record(self) -> tuple[Any, ...]:
-        """Every field, for the state digest (topics as plain tuples)."""
+    def digest_values(self) -> tuple[Any, ...]:
+        """Every field, for the state digest (topics as their repr)."""
         return tuple(repr(value) if isinstance(value, CompositeTopic) else value for value in self.__getstate__())
 
 
@@ -140,9 +146,10 @@ def endpoint_problem(url: str) -> str | None:
 
 def filter_problem(flt: pb.SubscriptionFilter) -> str | None:
     """Why a filter is invalid, or None."""
+    known = _registry().EVENT_TYPES
     for event_type in flt.event_types:
-        if event_type not in EVENT_TYPES:
-            return f"unknown event type {event_type[:80]!r}; known: {', '.join(EVENT_TYPES)}"
+        if event_type not in known:
+            return f"unknown event type {event_type[:80]!r}; known: {', '.join(known)}"
     for what, values in (("event types", flt.event_types), ("ref prefixes", flt.ref_prefixes)):
         if len(values) > MAX_FILTER_ENTRIES:
             return f"a filter has at most {MAX_FILTER_ENTRIES} {what}"
