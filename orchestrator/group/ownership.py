@@ -1,6 +1,6 @@
 """What a group member decides about: the buckets it owns in the fold's current epoch.
 
-The decider's one filter (`orchestrator.sharding.Scope`), for a worker group:
+The decider's one filter (`orchestrator.buckets.Scope`), for a worker group:
 `GroupOwnership.at(state)` reads the group's record in the fold (its owners
 map, `state.group.GroupState.owners`) and answers "does this task own
 bucket(namespace, ref, total)" for every ref; every decision it stamps carries
