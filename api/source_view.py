@@ -1,6 +1,6 @@
 """Source datasets as the API shows them: the served graph's declaration with the fold's `SourceScan` record.
 
-A scan's keys (shard bounds, cursors, tokens) are a connector's bytes: they leave
+A scan's keys (key range bounds, cursors, tokens) are a connector's bytes: they leave
 here only as `redacted(...)` text, never raw.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from partbuild.api import models as m
 from partbuild.orchestrator.graph import SourceDataset
 from partbuild.orchestrator.sources.discovery import Discovery
-from partbuild.state.fold.records import ScanShard, SourceScan
+from partbuild.state.fold.records import ScanRange, SourceScan
 from partbuild.state.rules.redact import redacted
 
 
@@ -37,19 +37,19 @@ def discovery_out(source: SourceDataset, discovery: Discovery) -> m.SourceDiscov
         complete_marker=discovery.complete_marker,
         rescan_every_s=discovery.rescan_every_s,
         rewant_tainted=discovery.rewant_tainted,
-        shards=discovery.shards,
+        shards=discovery.key_ranges,
     )
 
 
-def shard_out(shard: ScanShard) -> m.SourceScanShard:
+def key_range_out(key_range: ScanRange) -> m.SourceScanShard:
     return m.SourceScanShard(
-        start=redacted("ItemKey", shard.start),
-        end=redacted("ItemKey", shard.end),
-        cursor=redacted("ItemKey", shard.last_key),
-        resume_token=redacted("ResumeToken", shard.resume_token),
-        done=shard.done,
-        items=shard.items,
-        bytes=shard.bytes,
+        start=redacted("ItemKey", key_range.start),
+        end=redacted("ItemKey", key_range.end),
+        cursor=redacted("ItemKey", key_range.last_key),
+        resume_token=redacted("ResumeToken", key_range.resume_token),
+        done=key_range.done,
+        items=key_range.items,
+        bytes=key_range.bytes,
     )
 
 
@@ -62,7 +62,7 @@ def scan_out(scan: SourceScan) -> m.SourceScanStatus:
     return m.SourceScanStatus(
         pass_number=scan.pass_number,
         pass_done=scan.done,
-        shards=[shard_out(shard) for shard in scan.shards],
+        shards=[key_range_out(key_range) for key_range in scan.ranges],
         rescan_requested=scan.rescan_requested,
         pass_items=scan.pass_items,
         pass_partitions=scan.pass_partitions,

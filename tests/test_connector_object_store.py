@@ -1,6 +1,6 @@
 """The object-store connector against a real S3-compatible server (moto in server mode, a child process).
 
-Conformance (budget shapes, tokens, a prefix, shards), versions from ETags,
+Conformance (budget shapes, tokens, a prefix, key ranges), versions from ETags,
 error classes with clean messages, secrets kept out of every message and log
 line, and resume from a persisted cursor on a fresh connector.
 """
@@ -98,7 +98,7 @@ CASES = [
     ConformanceCase("from-day-5", Budgets(2, BIG), KeyRange(key("clicks/date=2026-01-05")), SECRETS),
     ConformanceCase("inside-a-name", Budgets(3, BIG), KeyRange(key("b"), key("clicks/date=2026-01-02/part"))),
     ConformanceCase("not-utf8-bounds", Budgets(2, BIG), KeyRange(key(b"clicks/date=2026-01-05\xff"), key(b"u\xc3"))),
-    ConformanceCase("empty-shard", Budgets(4, 1500), KeyRange(key("zzz"))),
+    ConformanceCase("empty-range", Budgets(4, 1500), KeyRange(key("zzz"))),
     ConformanceCase("deadline-far", Budgets(5, 2000, deadline=time.monotonic() + 3600)),
 ]
 
@@ -106,7 +106,7 @@ TestObjectStoreConformance = conformance_suite(_prefixed, CASES)
 
 UNPREFIXED_CASES = [
     ConformanceCase("whole-bucket", Budgets(4, BIG), secrets=SECRETS),
-    ConformanceCase("raw-shard", Budgets(3, 4096), KeyRange(key("raw/clicks/date=2026-01-02"), key("raw/u"))),
+    ConformanceCase("raw-range", Budgets(3, 4096), KeyRange(key("raw/clicks/date=2026-01-02"), key("raw/u"))),
 ]
 
 TestUnprefixedConformance = conformance_suite(_unprefixed, UNPREFIXED_CASES)

@@ -171,7 +171,7 @@ class Page:
     def __init__(self, items: Iterable[ScanItem], token: ResumeToken | None = None) -> None:
         held = tuple(items)
         if not held:
-            raise ValueError("a Page is never empty: return None when the shard is done")
+            raise ValueError("a Page is never empty: return None when the key range is done")
         for item in held:
             if not isinstance(item, ScanItem):
                 raise TypeError(f"a Page holds ScanItems, not {type(item).__name__}")

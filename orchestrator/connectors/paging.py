@@ -87,7 +87,7 @@ class Budgets:
 
 @dataclass(frozen=True, slots=True)
 class KeyRange:
-    """A shard of a scan: the keys in [start, end); `None` leaves that end open."""
+    """A key range of a scan: the keys in [start, end); `None` leaves that end open."""
 
     start: ItemKey | None = None
     end: ItemKey | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partbuild.orchestrator.connectors.contract import Connector
-from partbuild.state.fold.sources import MAX_SHARDS
+from partbuild.state.fold.sources import MAX_KEY_RANGES
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
@@ -39,7 +39,7 @@ class Discovery:
     # Split each pass into up to this many key ranges of about equal bytes (rebalanced every pass from
     # the last one's split estimates), each scanned by the worker that owns it: for sources too big
     # for one worker's scan. 1: one range.
-    shards: int = 1
+    key_ranges: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.connector, Connector):
@@ -55,8 +55,9 @@ class Discovery:
                 raise ValueError(f"Discovery.{name} must be a positive number of seconds")
         if isinstance(self.page_items, bool) or not isinstance(self.page_items, int) or self.page_items < 1:
             raise ValueError("Discovery.page_items must be an int of at least 1")
-        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"Discovery.shards must be an int from 1 to {MAX_SHARDS}")
+        ranges = self.key_ranges
+        if isinstance(ranges, bool) or not isinstance(ranges, int) or not 1 <= ranges <= MAX_KEY_RANGES:
+            raise ValueError(f"Discovery.key_ranges must be an int from 1 to {MAX_KEY_RANGES}")
         if type(self.rewant_tainted) is not bool:
             raise TypeError("Discovery.rewant_tainted must be a bool")
 

@@ -114,7 +114,7 @@ class PartitionGrouper:
     def partition_start(self, key: bytes) -> bytes:
         """The least key of the partition holding `key` (its directory and a slash); `key` itself outside one.
 
-        A shard boundary there never cuts a partition in two.
+        A key range boundary there never cuts a partition in two.
         """
         split = self._split(key)
         if split is None or self._keys.match(split[0]) is None:

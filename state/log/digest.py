@@ -54,7 +54,8 @@ def _digest(state: BuildState) -> str:
 
 
 def _scan_record(scan: SourceScan) -> tuple[object, ...]:
-    """A source scan's fields with its shards' fields in full (their repr is redacted, so not that)."""
+    """A source scan's fields with its key ranges' fields in full (their repr is redacted, so not that)."""
     return tuple(
-        [shard.__getstate__() for shard in value] if isinstance(value, list) else value for value in scan.__getstate__()
+        [key_range.__getstate__() for key_range in value] if isinstance(value, list) else value
+        for value in scan.__getstate__()
     )

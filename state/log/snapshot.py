@@ -41,7 +41,7 @@ _ALLOWED_CLASSES = {
             "WantState",
             "JobRunState",
             "SourceScan",
-            "ScanShard",
+            "ScanRange",
         )
     ),
     ("partbuild.state.rules.group", "GroupState"),
