@@ -85,7 +85,7 @@ def subscription_out(sub: Subscription, db: Database, head: int) -> sm.Subscript
 def dead_letter_out(message: Queued, message_id: str, event_type: str | None) -> sm.DeadLetter:
     return sm.DeadLetter(
         message_id=message_id,
-        group=message.group_key,
+        group=message.ordering_key,
         seq=message.event_seq,
         event_type=event_type,
         attempts=message.attempts,

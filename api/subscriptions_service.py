@@ -188,7 +188,7 @@ class Subscriptions:
         for message in page:
             stored = events.get(message.event_seq)
             event_type = stored.event_type if stored is not None else None
-            out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.group_key), event_type))
+            out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.ordering_key), event_type))
         return sm.DeadLetterList(messages=out, next_after_seq=page[-1].event_seq if more else None)
 
     def replay_dead_letters(

@@ -4,7 +4,7 @@
 shards that this process's `ShardSelector` picks get a `ShardRunner`: a thread with
 its own event loop and HTTP client, stepping until its subscription is paused,
 deleted or resharded (then a runner for the new layout takes over: its offsets,
-queues and group state are the subscription's, not the shard's, so nothing moves).
+queues and ordering-key state are the subscription's, not the shard's, so nothing moves).
 A runner first applies the subscription's resets it finds unapplied, in log order,
 once (the database's fence decides which runner does).
 """
