@@ -360,7 +360,7 @@ def test_secrets_never_show_in_repr_errors_or_logs(caplog: pytest.LogCaptureFixt
 def test_throttling_and_server_faults_are_retryable_others_permanent() -> None:
     from botocore.exceptions import ClientError
 
-    from partbuild.orchestrator.connectors.s3_errors import as_error
+    from partbuild.orchestrator.connectors.s3_errors import s3_error
 
     def client_error(code: str, status: int, headers: dict[str, str] | None = None) -> ClientError:
         response: dict[str, Any] = {
@@ -369,19 +369,19 @@ def test_throttling_and_server_faults_are_retryable_others_permanent() -> None:
         }
         return ClientError(response, "ListObjectsV2")  # type: ignore[arg-type]
 
-    slow = as_error(EnumerateError, "listing", client_error("SlowDown", 503, {"retry-after": "7"}))
+    slow = s3_error(EnumerateError, "listing", client_error("SlowDown", 503, {"retry-after": "7"}))
     assert slow.is_retryable and slow.retry_after == 7.0
-    limited = as_error(EnumerateError, "listing", client_error("RequestLimitExceeded", 400))
+    limited = s3_error(EnumerateError, "listing", client_error("RequestLimitExceeded", 400))
     assert limited.is_retryable and limited.retry_after == 1.0
-    plain_503 = as_error(EnumerateError, "listing", client_error("ServiceUnavailable", 503))
+    plain_503 = s3_error(EnumerateError, "listing", client_error("ServiceUnavailable", 503))
     assert plain_503.is_retryable and plain_503.retry_after is not None
-    fault = as_error(ReadError, "reading", client_error("InternalError", 500))
+    fault = s3_error(ReadError, "reading", client_error("InternalError", 500))
     assert fault.is_retryable and fault.retry_after is None
     for code, status in (("AccessDenied", 403), ("NoSuchBucket", 404), ("InvalidAccessKeyId", 403)):
-        error = as_error(EnumerateError, "listing", client_error(code, status))
+        error = s3_error(EnumerateError, "listing", client_error(code, status))
         assert not error.is_retryable, code
         assert "secret/key" not in error.message
-    forged = as_error(EnumerateError, "listing", client_error("Evil\ncode <b>\u202e" + "x" * 200, 418))
+    forged = s3_error(EnumerateError, "listing", client_error("Evil\ncode <b>\u202e" + "x" * 200, 418))
     assert "\n" not in forged.message and "<b>" not in forged.message and len(forged.message) < 120
 
 

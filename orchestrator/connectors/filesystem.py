@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from partbuild.orchestrator.connectors.contract import Capabilities
 from partbuild.orchestrator.connectors.errors import EnumerateError, ReadError
-from partbuild.orchestrator.connectors.fs_errors import as_error
+from partbuild.orchestrator.connectors.fs_errors import fs_error
 from partbuild.orchestrator.connectors.fs_read import bounded_reader, open_confined, pread_exactly
 from partbuild.orchestrator.connectors.fs_walk import SkipHook, Walk, WalkStats
 from partbuild.orchestrator.connectors.items import (
@@ -187,6 +187,6 @@ class FilesystemConnector:
         try:
             return pread_exactly(fd, offset, min(length, budgets.max_bytes))
         except OSError as error:
-            raise as_error(ReadError, "reading the item", error) from None
+            raise fs_error(ReadError, "reading the item", error) from None
         finally:
             os.close(fd)

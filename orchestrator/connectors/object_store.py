@@ -62,7 +62,7 @@ from partbuild.orchestrator.connectors.items import (
 )
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
-from partbuild.orchestrator.connectors.s3_errors import as_error, is_invalid_range, is_missing, is_server_answer
+from partbuild.orchestrator.connectors.s3_errors import is_invalid_range, is_missing, is_server_answer, s3_error
 from partbuild.orchestrator.connectors.s3_keys import make_token, read_token, start_after, valid_utf8_prefix
 from partbuild.orchestrator.connectors.s3_logging import withhold_wire_logs
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
@@ -213,7 +213,7 @@ class ObjectStoreConnector:
                 # from S3 (a 500 from moto). Retried once by key, which is authoritative: retrying the token
                 # could fail forever, and if the keyed request fails too its error is the real one.
                 return self._list(start, None, max_keys)
-            raise as_error(EnumerateError, "listing the bucket", error) from None
+            raise s3_error(EnumerateError, "listing the bucket", error) from None
 
     def _walk(
         self, lower: bytes | None, inclusive: bool, end: bytes | None, token: str | None, state: _Listing
@@ -353,7 +353,7 @@ class ObjectStoreConnector:
         except ReadError:
             raise
         except Exception as error:
-            raise as_error(ReadError, "reading the object", error) from None
+            raise s3_error(ReadError, "reading the object", error) from None
         if len(data) > budgets.max_bytes:
             raise ReadError.permanent(f"item exceeds max_bytes={budgets.max_bytes}")
         return io.BytesIO(data)
@@ -377,4 +377,4 @@ class ObjectStoreConnector:
         except Exception as error:
             if is_invalid_range(error):
                 return b""  # the range starts at or past the end (an empty object has no valid range)
-            raise as_error(ReadError, "reading a range of the object", error) from None
+            raise s3_error(ReadError, "reading a range of the object", error) from None
