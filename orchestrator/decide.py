@@ -1,5 +1,12 @@
 """Scheduling decisions: pure functions of BuildState and the graph that return events.
 
+`decide`: which wanted partitions run now (batched into job runs by `batch_size`
+and `batch_bytes`, within each job's concurrency), which wait for upstream data
+(`InstancesWaitUpstream`), which derivative wants to make for it, and which wants
+to cancel; `stale_runs`: runs whose heartbeats stopped; `ended_runs`: runs in
+flight here that the log ended; `plan_run`: what an executor needs for a run.
+With an `Ownership` (`buckets.py`) only the refs it owns are decided about.
+
 No clock (the caller passes `now_ms`), no I/O, no randomness: job run and
 derivative want ids are derived from the state's head seq, so two orchestrators
 deciding on the same state produce the same ids and the fold rejects the

@@ -6,7 +6,11 @@ the head it decided on, looks for wanted source data, and dispatches the runs
 the fold accepted (sources with a discovery are scanned by a `SourceScanner`
 thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
-the newer state.
+the newer state. A step also stops the runs the log ended (canceled, or failed as
+stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
+`RetentionPolicy`, an `InstanceRetention`. A worker with an `Ownership` (a static
+bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
+decides, fails stale runs and scans sources only for what it owns.
 """
 
 from __future__ import annotations

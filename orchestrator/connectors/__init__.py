@@ -1,4 +1,4 @@
-"""Connectors (issue 11): discover a source's items through a paged, resumable, redacting contract.
+"""Connectors: discover a source's items through a paged, resumable, redacting contract.
 
 - `toxic`: `ItemKey`, `ItemRef`, `ResumeToken`, bytes from a source that never print themselves
 - `paging`: `Cursor`, `Budgets`, `KeyRange` (a key range of a scan)

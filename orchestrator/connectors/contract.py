@@ -1,4 +1,4 @@
-"""The connector contract: what a connector can do (capabilities) and the methods it offers.
+"""The connector contract: what a connector can do (`Capabilities`, all false by default) and the methods it offers.
 
 An ordered connector lists a source's items in strictly increasing key order,
 a page at a time, within budgets, and can resume from the last key it

@@ -1,4 +1,10 @@
-"""What a scan emits: items (key, ref, stable id, version, size, location) in non-empty pages."""
+"""What a scan emits: items (key, ref, stable id, version, size, location) in non-empty pages.
+
+`ScanItem`: an `ItemKey`, an `ItemRef`, a `StableItemId` (BLAKE3 keyed by its
+`ConnectorTag`'s derived key: the same key under two connectors gives two ids), a
+strong or weak `Version`, a size hint and an optional `Location`. `Page`: never
+empty, keys strictly increasing, with the cursor to resume from (an optional token).
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,10 @@
 
 Errors say what happened (status and reason phrase, or the transport error's kind),
 never the receiver's body: it is outside bytes and may echo anything.
+
+`Sender` posts over a pooled aiohttp client with the Standard Webhooks headers and
+the message's ordering key in `partbuild-group`; no redirects are followed, and the
+answer is drained up to 64 KiB so its connection is reused.
 """
 
 from __future__ import annotations

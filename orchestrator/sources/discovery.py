@@ -5,7 +5,9 @@ maps to a partition (`keys`: the partition's directory under the connector's
 root, a pattern with the same fields as the source's ref pattern), where readers
 find that directory (`base_location`), and when a partition is complete (a marker
 item in it, by default Spark's `_SUCCESS`; None: complete as soon as the scan has
-listed all of it).
+listed all of it). Also: `rescan_every_s`, `rewant_tainted` (late data re-wants what
+it tainted), page size and slice time, and `key_ranges` (how many key ranges a pass
+is split into). `filesystem_discovery` and `object_store_discovery` build one.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ A partition is a directory under the connector's root (`Discovery.keys`, e.g.
 contiguous in key order, so a partition is complete as soon as the scan lists a
 key outside it, and only the open partition is held, as a running digest: memory
 does not grow with the number of files in a partition or of partitions.
+
+`PartitionGrouper` folds items into `FoundPartition`s (ref, directory, files, bytes,
+a digest of every file's name, version and size; strong only if every file's
+version is; complete if the marker was there); `settled_key` is the cursor to record.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ PostgreSQL) so every change is one transaction with the offsets it moves past:
   (a topic partition without a row is at the subscription's floor);
 - the RQ and the DLQ: messages at (storage topic, topic partition, offset), offsets
   increasing per topic partition;
-- ordering-key state (the seed's "group state", table `delivery_groups`): per queue
+- ordering-key state (table `delivery_groups`): per queue
   and ordering key, `p` (the position of the key's last message produced to the
   queue: main topic index and seq, internal topic index and offset) and `c` (of its
   last consumed). A key has messages waiting while p != c; rows are deleted once
