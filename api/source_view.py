@@ -37,7 +37,7 @@ def discovery_out(source: SourceDataset, discovery: Discovery) -> m.SourceDiscov
         complete_marker=discovery.complete_marker,
         rescan_every_s=discovery.rescan_every_s,
         rewant_tainted=discovery.rewant_tainted,
-        shards=discovery.key_ranges,
+        shards=discovery.shards,
     )
 
 

@@ -519,7 +519,7 @@ def day_tree(root: Path, days: int, files: int = 3) -> None:
 
 def test_passes_split_into_balanced_key_ranges_over_a_few_passes(log: EventLog, root: Path) -> None:
     day_tree(root, 48)
-    scan, live = scanner(log, source(root, key_ranges=4, page_items=10))
+    scan, live = scanner(log, source(root, shards=4, page_items=10))
     counts = []
     for _ in range(4):
         drain(scan, live)
@@ -539,7 +539,7 @@ def test_passes_split_into_balanced_key_ranges_over_a_few_passes(log: EventLog, 
 
 def test_workers_owning_different_key_ranges_scan_one_pass_between_them(log: EventLog, root: Path) -> None:
     day_tree(root, 40)
-    first, live = scanner(log, source(root, key_ranges=2, page_items=10))
+    first, live = scanner(log, source(root, shards=2, page_items=10))
     drain(first, live)
     new_pass(log, live)
     drain(first, live)  # now the passes split in two
@@ -548,8 +548,8 @@ def test_workers_owning_different_key_ranges_scan_one_pass_between_them(log: Eve
     def owner(parity: int) -> Callable[[BuildState, str], bool]:
         return lambda state, key: int(key.rsplit("/", 1)[1]) % 2 == parity
 
-    even, even_live = scanner(log, source(root, key_ranges=2, page_items=10), owns=owner(0))
-    odd, odd_live = scanner(log, source(root, key_ranges=2, page_items=10), owns=owner(1))
+    even, even_live = scanner(log, source(root, shards=2, page_items=10), owns=owner(0))
+    odd, odd_live = scanner(log, source(root, shards=2, page_items=10), owns=owner(1))
     for _ in range(100):
         for worker in (even, odd):
             for pending in worker._scans:  # a worker idle while the pass had not begun: no waiting in a test

@@ -5,7 +5,7 @@
 partition's start). Each finished key range reports the bytes it listed and the
 key splitting them about in half. The next pass starts from the previous pass's
 boundaries, splits the heaviest range at its hint while there are fewer than
-`wanted` (`Discovery.key_ranges`), and, at `wanted`, trades a merge of the
+`wanted` (`Discovery.shards`), and, at `wanted`, trades a merge of the
 lightest adjacent pair for a split of the heaviest range while that lowers the
 heaviest load. Every range can be split once per pass (after a split only its
 halves' total is known), so a source grows from one range to `wanted` in about

@@ -19,7 +19,7 @@ is observed twice (unchanged versions are never appended). A finished pass is
 followed by the next one `rescan_every_s` later, or as soon as someone asks
 (`SourceScanRequest`, `partbuild sources scan NAME`).
 
-A pass may be split into key ranges (`Discovery.key_ranges`), fixed by the
+A pass may be split into key ranges (`Discovery.shards`), fixed by the
 slice that begins it and rebalanced from the last pass's split estimates
 (`key_ranges.py`); each key range has its own cursor, and in a set of workers
 split by bucket or grouped, the owner of `source:<name>/<index>` scans range
@@ -248,7 +248,7 @@ class SourceScanner:
         wait_s = 0.0 if record is None or record.rescan_requested else (due_ms - self.clock()) / 1000
         if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
             return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
-        split = next_split_keys(record.last_pass_ranges, scan.discovery.key_ranges) if record else []
+        split = next_split_keys(record.last_pass_ranges, scan.discovery.shards) if record else []
         scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
         scan.new_pass, scan.split_keys = True, split
         scan.expected_seq = scan.position(record)
