@@ -132,7 +132,7 @@ class Orchestrator:
         return GroupWorker(self.db, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
 
     def _owns_source(self, state: BuildState, key: str) -> bool:
-        """Whether this worker scans a source: every worker alone, one owner in a set split by bucket or grouped."""
+        """Whether this worker scans a source: every worker alone; in a set split by bucket or a group, one owner."""
         return self.ownership is None or self.ownership.at(state).owns(key)
 
     def wake(self) -> None:

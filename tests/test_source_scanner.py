@@ -1,4 +1,4 @@
-"""Discovering source partitions by scanning a connector: grouping, cursors in the log, versions, re-wants.
+"""Discovering source partitions by scanning a connector: partitions from items, cursors in the log, versions, re-wants.
 
 Real parts: a real directory tree read by the `FilesystemConnector`, a real event log
 (SQLite, and PostgreSQL where the backend matters), the real fold, and a real process
@@ -32,7 +32,7 @@ from partbuild.orchestrator.graph import Graph, GraphError, Job, PartitionPatter
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery
 from partbuild.orchestrator.sources.key_ranges import next_split_keys
-from partbuild.orchestrator.sources.partitions import PartitionGrouper
+from partbuild.orchestrator.sources.partitions import PartitionAssembler
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -108,7 +108,7 @@ def new_pass(log: EventLog, live: LiveState) -> None:
     live.catch_up()
 
 
-# ----------------------------------------------------------------- grouping items into partitions
+# ----------------------------------------------------------------- items assembled into partitions
 
 
 def memory_items(*keys: str, data: bytes = b"x") -> list[Any]:
@@ -118,8 +118,8 @@ def memory_items(*keys: str, data: bytes = b"x") -> list[Any]:
     return list(page.items)
 
 
-def test_items_group_into_partition_directories_with_marker_version_and_settled_key() -> None:
-    grouper = PartitionGrouper(PartitionPattern(KEYS), PartitionPattern(RAW), "_SUCCESS")
+def test_items_assemble_into_partition_directories_with_marker_version_and_settled_key() -> None:
+    assembler = PartitionAssembler(PartitionPattern(KEYS), PartitionPattern(RAW), "_SUCCESS")
     items = memory_items(
         "README",  # outside every partition
         "date=2026-01-01/_SUCCESS",
@@ -129,20 +129,20 @@ def test_items_group_into_partition_directories_with_marker_version_and_settled_
         "date=2026-01-03/sub/part-1",
         "date=2026-13-01/part-0",  # not a date: outside
     )  # (listed in key order)
-    closed = grouper.feed(items[:4])
+    closed = assembler.feed(items[:4])
     assert [(p.ref, p.items, p.complete) for p in closed] == [(raw_ref(1), 2, True)]
-    assert grouper.settled_key == b"date=2026-01-01/part-0"  # the open partition (day 2) is not settled yet
-    closed = grouper.feed(items[4:]) + grouper.finish()
+    assert assembler.settled_key == b"date=2026-01-01/part-0"  # the open partition (day 2) is not settled yet
+    closed = assembler.feed(items[4:]) + assembler.finish()
     assert [(p.ref, p.items, p.complete) for p in closed] == [(raw_ref(2), 1, False), (raw_ref(3), 2, False)]
-    assert grouper.settled_key == b"date=2026-13-01/part-0" and grouper.unmatched == 2
+    assert assembler.settled_key == b"date=2026-13-01/part-0" and assembler.unmatched == 2
     assert closed[1].directory == "date=2026-01-03" and closed[1].bytes == 2 and closed[1].strong
 
 
 def test_a_partition_version_changes_with_any_file_and_only_then() -> None:
     def version_of(*keys: str, data: bytes = b"x") -> str:
-        grouper = PartitionGrouper(PartitionPattern(KEYS), PartitionPattern(RAW), None)
-        grouper.feed(memory_items(*keys, data=data))
-        (found,) = grouper.finish()
+        assembler = PartitionAssembler(PartitionPattern(KEYS), PartitionPattern(RAW), None)
+        assembler.feed(memory_items(*keys, data=data))
+        (found,) = assembler.finish()
         return found.version
 
     base = version_of("date=2026-01-01/a", "date=2026-01-01/b")

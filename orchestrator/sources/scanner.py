@@ -22,7 +22,7 @@ followed by the next one `rescan_every_s` later, or as soon as someone asks
 A pass may be split into key ranges (`Discovery.shards`), fixed by the
 slice that begins it and rebalanced from the last pass's split estimates
 (`key_ranges.py`); each key range has its own cursor, and in a set of workers
-split by bucket or grouped, the owner of `source:<name>/<index>` scans range
+split by bucket or in a worker group, the owner of `source:<name>/<index>` scans range
 `index` (the owner of range 0 begins passes: when `rescan_every_s` has passed,
 or at once after a `SourceScanRequest`). A worker owning several key ranges
 scans them one after another. Only slices that settled something are recorded,
@@ -53,7 +53,7 @@ from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
 from partbuild.orchestrator.identity import WORKER_ID
 from partbuild.orchestrator.sources.discovery import Discovery
 from partbuild.orchestrator.sources.key_ranges import next_split_keys
-from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionGrouper
+from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, SourceScan
@@ -91,7 +91,7 @@ class _Scan:
     cursor: Cursor = field(default_factory=Cursor.initial)  # where the next page starts (with a token)
     logged_key: bytes = b""  # the key range's cursor in the log: the next slice's `after_key`
     expected_seq: int = -1  # the updated_seq (of the key range; of the record for a new pass) we are in step with
-    grouper: PartitionGrouper | None = None
+    assembler: PartitionAssembler | None = None
     estimator: SplitEstimator = field(default_factory=SplitEstimator)
     items: int = 0  # listed since the last append
     bytes: int = 0
@@ -107,8 +107,8 @@ class _Scan:
     def start(self, pass_number: int, range_index: int, start: bytes, end: bytes, key: bytes) -> None:
         """Scan key range `range_index` = [start, end) of pass `pass_number` from after `key` (b"": its start)."""
         keys = PartitionPattern(self.discovery.keys) if self.discovery.keys else self.source.pattern
-        self.grouper = PartitionGrouper(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
-        self.grouper.settled_key = key  # everything up to the cursor was accounted for before
+        self.assembler = PartitionAssembler(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
+        self.assembler.settled_key = key  # everything up to the cursor was accounted for before
         self.estimator = SplitEstimator()
         self.active = True
         self.pass_number = pass_number
@@ -131,11 +131,11 @@ class _Scan:
 
     def split_hint(self) -> bytes:
         """Where the bytes listed in this key range split in half, moved to the start of its partition; or b""."""
-        assert self.grouper is not None
+        assert self.assembler is not None
         hint = self.estimator.split_point()
         if hint is None:
             return b""
-        key = self.grouper.partition_start(hint.raw_bytes())
+        key = self.assembler.partition_start(hint.raw_bytes())
         start = self.key_range.start.raw_bytes() if self.key_range.start is not None else b""
         return key if key > start and ItemKey(key) in self.key_range else b""
 
@@ -214,20 +214,20 @@ class SourceScanner:
         except EnumerateError as error:
             self._failed(scan, error.message, error)
             return
-        assert scan.grouper is not None
+        assert scan.assembler is not None
         if page is None:
-            scan.found += scan.grouper.finish()
+            scan.found += scan.assembler.finish()
         else:
             for item in page.items:
                 scan.estimator.observe(item.key, item.size)
             scan.items += len(page)
             scan.bytes += page.total_size
-            scan.found += scan.grouper.feed(page.items)
+            scan.found += scan.assembler.feed(page.items)
             scan.cursor = page.cursor
         done = page is None
         # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
         # only move the log's position, and a second scanner of the key range would then start over, and so on.
-        moved = scan.grouper.settled_key != scan.logged_key
+        moved = scan.assembler.settled_key != scan.logged_key
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
         if (done or scan.found or due or scan.new_pass) and not self._append(scan, done=done):
             return
@@ -319,7 +319,7 @@ class SourceScanner:
         self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
     ) -> tuple[list[pb.Event], pb.SourceScanProgress]:
         now = self.clock()
-        assert scan.grouper is not None
+        assert scan.assembler is not None
         complete = [found for found in scan.found if found.complete]
         progress = pb.SourceScanProgress(
             source=scan.name,
@@ -327,7 +327,7 @@ class SourceScanner:
             shard=scan.range_index,
             split_keys=scan.split_keys if scan.new_pass else [],
             after_key=b"" if scan.new_pass else scan.logged_key,
-            last_key=scan.grouper.settled_key,
+            last_key=scan.assembler.settled_key,
             done=done,
             items=scan.items,
             bytes=scan.bytes,
