@@ -82,7 +82,7 @@ class _Delivery:
     seq: int
     event: pb.Event
     event_type: str
-    group_key: str
+    ordering_key: str
     state: BuildState
 
 
@@ -101,7 +101,7 @@ def render(
     message_id: str,
     seq: int,
     event: pb.Event,
-    group_key: str,
+    ordering_key: str,
     state: BuildState,
 ) -> Rendered | None:
     """The body of one delivery of `event` (at `seq`) in `format`; None if the format has none for it."""
@@ -109,7 +109,7 @@ def render(
     event_type = event.WhichOneof("payload")
     if event_type is None or not renders(format, event_type):
         return None
-    delivery = _Delivery(subscription, message_id, seq, event, event_type, group_key, state)
+    delivery = _Delivery(subscription, message_id, seq, event, event_type, ordering_key, state)
     return _RENDERERS[format](delivery)
 
 
@@ -128,7 +128,7 @@ def _partbuild_payload(delivery: _Delivery) -> dict[str, Any]:
         "message_id": delivery.message_id,
         "seq": delivery.seq,
         "event_type": delivery.event_type,
-        "group": delivery.group_key,
+        "group": delivery.ordering_key,
         "event": event_out(delivery.event),
     }
     if delivery.event_type in JOB_RUN_EVENT_TYPES:  # the run it names, as the API shows it
@@ -170,7 +170,7 @@ def _render_cloudevents(delivery: _Delivery) -> Rendered:
         "id": delivery.message_id,
         "source": cloudevent_source(delivery.subscription),
         "type": CLOUDEVENT_TYPE_PREFIX + delivery.event_type,
-        "subject": delivery.group_key,
+        "subject": delivery.ordering_key,
         "time": _event_time(delivery.event),
         "datacontenttype": JSON,
     }

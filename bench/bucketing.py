@@ -42,7 +42,7 @@ def refs(count: int) -> list[str]:
 
 
 def reference(key: str, data: str, total: int) -> int:
-    """The straightforward implementation of the seed's algorithm."""
+    """The bucket rule written plainly: HMAC-MD5 of the ref keyed by the namespace, first 32 bits, modulo, plus one."""
     return int(hmac.new(key.encode(), data.encode(), hashlib.md5).hexdigest()[:8], 16) % total + 1
 
 

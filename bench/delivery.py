@@ -1,18 +1,18 @@
-"""Webhook delivery (issue 12): throughput, append-to-delivery latency, and healthy throughput beside failing groups.
+"""Delivery to webhooks: throughput, append-to-delivery latency, and healthy throughput beside failing ordering keys.
 
 Targets, one process delivering (`Deliverer`, every shard of a 1-shard subscription, as
 `partbuild deliver` and `up` run it) to a local receiver that answers at once:
 
 1. throughput: >= 2,000 events/s. N `want_create` events (each naming one ref, spread
-   round-robin over `--refs` refs, so one ordering group per ref) are appended after the
+   round-robin over `--refs` refs, so one ordering key per ref) are appended after the
    subscription and folded before the `Deliverer` starts, so what is timed is delivery
    only: from `Deliverer.start()` until the receiver has answered 200 to all N.
 2. latency: p99 <= 250 ms from append to arrival at 200 events/s. The bench appends one
    want every 5 ms through the API's `Service.create_want` sharing its `LiveState` with the
    `Deliverer` (as `up` does); latency = the receiver's arrival time - the event's
    `timestamp_ms` (same machine, same clock).
-3. failing groups: while 10% of the refs' groups fail every delivery (the receiver answers
-   500 for them; default retry policy: RQ with backoff, then the DLQ), the healthy groups'
+3. failing ordering keys: while 10% of the refs fail every delivery (the receiver answers
+   500 for them; default retry policy: RQ with backoff, then the DLQ), the healthy keys'
    events/s is >= 0.8x the all-healthy figure of (1), measured in the same run.
 
 The receiver is a separate process (a raw asyncio HTTP/1.1 server, keep-alive, no framework)
@@ -64,7 +64,7 @@ from partbuild.state.log.store import EventLog
 TARGET_EVENTS_S = 2_000.0
 TARGET_P99_MS = 250.0
 TARGET_RATIO = 0.8
-FAIL_MARK = "/fail/"  # refs (groups) containing this get a 500 from the receiver
+FAIL_MARK = "/fail/"  # refs (ordering keys) containing this get a 500 from the receiver
 APPEND_BATCH = 1_000
 WAIT_LIMIT_S = 600.0
 
@@ -190,9 +190,9 @@ def subscribed(url: str, receiver: str) -> Iterator[Setup]:
 
 
 def ref_of(n: int, refs: int, fail_share: float) -> str:
-    group = n % refs
-    failing = group < round(refs * fail_share)
-    return f"bench/{'fail' if failing else 'ok'}/r={group}"
+    index = n % refs
+    failing = index < round(refs * fail_share)
+    return f"bench/{'fail' if failing else 'ok'}/r={index}"
 
 
 def wait_ok(receiver: str, expected: int, what: str) -> None:
@@ -308,7 +308,7 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path, receiver: str
             mixed = throughput(url, receiver, args.events, args.refs, args.fail_share, profile)
         ratio = mixed.per_s / healthy.per_s
         print(
-            f"  round {round_}: {args.fail_share:.0%} of groups failing: {mixed.healthy:,} healthy events in "
+            f"  round {round_}: {args.fail_share:.0%} of ordering keys failing: {mixed.healthy:,} healthy events in "
             f"{mixed.seconds:.2f} s = {mixed.per_s:,.0f} events/s ({mixed.failed_requests:,} 500s answered); "
             f"{ratio:.2f}x all-healthy  (target >= {TARGET_RATIO}x: {verdict(ratio >= TARGET_RATIO)})",
             flush=True,
@@ -342,7 +342,7 @@ def main() -> None:
         serve_receiver(args.serve_receiver)
         return
     exit_on_sigterm()  # a killed bench still stops its receiver process
-    # The failing-groups run makes the shards warn on every step; that is the point, not news.
+    # The failing-keys run makes the shards warn on every step; that is the point, not news.
     logging.getLogger("partbuild.orchestrator.delivery").setLevel(logging.ERROR)
     print(f"machine: {machine()}")
     print(f"{args.events:,} want_create events over {args.refs:,} refs; receiver in a child process", flush=True)

@@ -1,4 +1,4 @@
-"""Time from a group worker's SIGKILL to every bucket owned again by live members (issue 10).
+"""Time from a group worker's SIGKILL to every bucket owned again by live members.
 
 Target: at most member timeout + 2 s (here 4 + 2 = 6 s), for every kill.
 

@@ -1,4 +1,4 @@
-"""Throughput of job runs that sleep 1 s (no Spark) with 1, 2 and 4 workers of one group (issue 10).
+"""Throughput of job runs that sleep 1 s (no Spark) with 1, 2 and 4 workers of one group.
 
 Target: 4 workers complete at least 3.2x the runs per second of one worker (2 workers
 are reported against 1.6x, the same 80% efficiency).

@@ -1,6 +1,6 @@
 """Web UI pages on a state of 1,000,000 partition instances, and the browser's lineage graph draw time.
 
-Targets (issue 13): server time per page p99 <= 100 ms for every page; a 300-node lineage
+Targets: server time per page p99 <= 100 ms for every page; a 300-node lineage
 graph drawn in the browser <= 1 s.
 
 Builds (or reuses, `--db`) a SQLite log holding a simulated W1 history with at least

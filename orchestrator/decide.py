@@ -1,5 +1,12 @@
 """Scheduling decisions: pure functions of BuildState and the graph that return events.
 
+`decide`: which wanted partitions run now (batched into job runs by `batch_size`
+and `batch_bytes`, within each job's concurrency), which wait for upstream data
+(`InstancesWaitUpstream`), which derivative wants to make for it, and which wants
+to cancel; `stale_runs`: runs whose heartbeats stopped; `ended_runs`: runs in
+flight here that the log ended; `plan_run`: what an executor needs for a run.
+With an `Ownership` (`buckets.py`) only the refs it owns are decided about.
+
 No clock (the caller passes `now_ms`), no I/O, no randomness: job run and
 derivative want ids are derived from the state's head seq, so two orchestrators
 deciding on the same state produce the same ids and the fold rejects the
@@ -15,10 +22,10 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from partbuild.orchestrator.buckets import Ownership, Scope
 from partbuild.orchestrator.context import OutputTarget
 from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
 from partbuild.orchestrator.identity import ORCHESTRATOR
-from partbuild.orchestrator.sharding import Ownership, Scope
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
@@ -62,25 +69,25 @@ class RunPlan:
     prior_failures: int  # failed attempts of these instances before this run
 
 
-def decide(state: BuildState, graph: Graph, now_ms: int, shard: Ownership | None = None) -> Decision:
+def decide(state: BuildState, graph: Graph, now_ms: int, ownership: Ownership | None = None) -> Decision:
     """Buffer job runs for schedulable wants, wait and want upstream data for the rest.
 
-    With a `shard` (a static bucket or a worker group's ownership), only the refs
+    With an `ownership` (a static bucket or a worker group's ownership), only the refs
     it owns at `state` are decided about (derivative wants for upstream refs of
     other buckets are still made: their owners build them), and every decision
     is stamped with its scope (bucket or fence).
     """
-    return _Decider(state, graph, now_ms, shard.at(state) if shard is not None else None).decide()
+    return _Decider(state, graph, now_ms, ownership.at(state) if ownership is not None else None).decide()
 
 
 class _Decider:
     """One decision round: collects what to append, then emits it in a fixed order."""
 
-    def __init__(self, state: BuildState, graph: Graph, now_ms: int, shard: Scope | None = None) -> None:
+    def __init__(self, state: BuildState, graph: Graph, now_ms: int, scope: Scope | None = None) -> None:
         self.state = state
         self.graph = graph
         self.now_ms = now_ms
-        self.shard = shard
+        self.scope = scope
         self.decision = Decision()
         # job label -> (instance, failed attempts) ready to run, in want order
         self.ready: dict[str, list[tuple[Instance, int]]] = defaultdict(list)
@@ -131,8 +138,8 @@ class _Decider:
         self.waits.append(pb.InstanceWait(instance_uuid=instance.uuid, upstream_refs=missing))
 
     def _mine(self, ref: str) -> bool:
-        """Whether this round decides about `ref`: the one place a sharded worker filters."""
-        return self.shard is None or self.shard.owns(ref)
+        """Whether this round decides about `ref`: the one place a worker with a scope filters."""
+        return self.scope is None or self.scope.owns(ref)
 
     def _want_waited_for_refs(self) -> None:
         """Refs that instances wait for (run-time dep misses, earlier waits) and that nobody wants now."""
@@ -198,16 +205,16 @@ class _Decider:
 
     def _stamped(self, payload: MessageT) -> MessageT:
         """`payload` marked with this worker's scope (bucket or fence), if it has one."""
-        if self.shard is not None:
-            self.shard.stamp(payload)
+        if self.scope is not None:
+            self.scope.stamp(payload)
         return payload
 
     def _run_id(self, label: str) -> str:
         """Derived from the head decided on (and the scope): deciding twice gives the same ids."""
         number = len(self.decision.new_runs)
-        if self.shard is None:
+        if self.scope is None:
             return f"{label}-{self.state.head_seq}-{number}"
-        return f"{label}-{self.state.head_seq}-{self.shard.run_tag}-{number}"
+        return f"{label}-{self.state.head_seq}-{self.scope.run_tag}-{number}"
 
     def _buffer_runs(self) -> None:
         """Group ready instances into runs of up to batch_size (and batch_bytes), within each job's concurrency.
@@ -225,7 +232,7 @@ class _Decider:
             by_failures: dict[tuple[int, int], list[Instance]] = defaultdict(list)
             for instance, failures in ready:
                 if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
-                    key = self.shard.batch_key(instance.ref) if self.shard is not None else 0
+                    key = self.scope.batch_key(instance.ref) if self.scope is not None else 0
                     by_failures[failures, key].append(instance)
             for batch in self._batches(job, by_failures.values(), room):
                 buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
@@ -235,21 +242,22 @@ class _Decider:
                 self.decision.events.append(_event(buffer, self.now_ms))
                 self.decision.new_runs.append(run_id)
 
-    def _batches(self, job: Job, groups: Iterable[list[Instance]], room: int) -> list[list[Instance]]:
-        """The first `room` runs: each group split in order by batch_size and, if set, batch_bytes."""
+    def _batches(self, job: Job, cohorts: Iterable[list[Instance]], room: int) -> list[list[Instance]]:
+        """The first `room` runs: each cohort (instances that may share a run) split in order by
+        batch_size and, if set, batch_bytes."""
         batches: list[list[Instance]] = []
-        for group in groups:
+        for cohort in cohorts:
             if len(batches) >= room:
                 break
             if job.batch_bytes is None:
                 spans: Iterable[range] = (
-                    range(start, start + job.batch_size) for start in range(0, len(group), job.batch_size)
+                    range(start, start + job.batch_size) for start in range(0, len(cohort), job.batch_size)
                 )
             else:  # only as many instances as the runs there is room for can hold
-                group = group[: (room - len(batches)) * job.batch_size]
-                sizes = [input_bytes(self.state, self.graph, instance.ref) for instance in group]
+                cohort = cohort[: (room - len(batches)) * job.batch_size]
+                sizes = [input_bytes(self.state, self.graph, instance.ref) for instance in cohort]
                 spans = pack_by_bytes(sizes, job.batch_size, job.batch_bytes)
-            batches.extend(group[span.start : span.stop] for span in spans)
+            batches.extend(cohort[span.start : span.stop] for span in spans)
         return batches[: max(room, 0)]
 
 
@@ -302,15 +310,20 @@ def retry_due_ms(state: BuildState, instance: Instance, job: Job) -> int:
 
 
 def stale_runs(
-    state: BuildState, graph: Graph, now_ms: int, timeout_ms: int, alive: Iterable[str], shard: Ownership | None = None
+    state: BuildState,
+    graph: Graph,
+    now_ms: int,
+    timeout_ms: int,
+    alive: Iterable[str],
+    ownership: Ownership | None = None,
 ) -> list[pb.Event]:
     """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried.
 
-    A sharded worker fails only runs of its own bucket(s): another bucket's owner may just
+    A worker with buckets fails only runs of its own bucket(s): another bucket's owner may just
     be slow. A group member's failure carries its fence (the fold accepts it from the owner).
     """
     alive = set(alive)
-    scope = shard.at(state) if shard is not None else None
+    scope = ownership.at(state) if ownership is not None else None
     events = []
     for run_id in state.active_run_ids:
         if run_id in alive:

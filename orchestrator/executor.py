@@ -6,7 +6,9 @@ The session starts when the first run asks for `ctx.spark` (`spark.LazySpark`);
 each run's Spark jobs are tagged with its id from that moment, in its thread.
 Every run ends in exactly one outcome event (see `context` for the table),
 except a run the log ended while it ran here (canceled, or failed as stale by
-another worker): `cancel` stops it and it records nothing more.
+another worker): `cancel` stops it and it records nothing more. Heartbeats
+(`JobRunHeartbeat`, every `heartbeat_interval_s`) keep a run from being failed as
+stale; the `JobContext` a job function gets is in `context`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Graph declarations: partition patterns, jobs, source datasets, and resolving a ref to its producer.
 
+Patterns hold typed fields (`{date:date}`, `{n:int}`; more by `register_field_type`).
 A graph is a set of jobs and source datasets. Every ref a want names must be
 produced by exactly one of them; `Graph.resolve` says which, or raises
 `GraphError` with the reason (nobody produces it, or two claim it).

@@ -1,4 +1,8 @@
-"""Who this orchestrator process is, as written in the source of every event it decides."""
+"""Who this orchestrator process is, as written in the source of every event it decides.
+
+`WORKER_ID`: host, pid and a per-start token; `ORCHESTRATOR`: the event source every
+orchestrator decision carries.
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,11 @@ the head it decided on, looks for wanted source data, and dispatches the runs
 the fold accepted (sources with a discovery are scanned by a `SourceScanner`
 thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
-the newer state.
+the newer state. A step also stops the runs the log ended (canceled, or failed as
+stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
+`RetentionPolicy`, an `InstanceRetention`. A worker with an `Ownership` (a static
+bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
+decides, fails stale runs and scans sources only for what it owns.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import threading
 import time
 
+from partbuild.orchestrator.buckets import Ownership, StaticBucket, start_bucket
 from partbuild.orchestrator.decide import (
     Decision,
     SourceCheck,
@@ -30,7 +35,6 @@ from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
-from partbuild.orchestrator.sharding import Ownership, Shard, start_shard
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -66,7 +70,7 @@ class Orchestrator:
         listen_timeout_s: float = 1.0,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         retention: RetentionPolicy | None = None,
-        shard: Shard | None = None,
+        ownership: StaticBucket | None = None,
         bucketing: BucketingConfig | None = None,
         group: GroupConfig | None = None,
     ) -> None:
@@ -89,7 +93,9 @@ class Orchestrator:
         self.retention = retention
         # Decide only for the refs of this bucket (None: all). `run --bucket-*` makes one now (round-robin
         # records the bucket after the log's last one); a group member decides for the buckets it owns.
-        self.shard: Ownership | None = shard if bucketing is None else start_shard(bucketing, self.live, log, clock)
+        self.ownership: Ownership | None = (
+            ownership if bucketing is None else start_bucket(bucketing, self.live, log, clock)
+        )
         self.group = self._join(group) if group is not None else None
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
         self._last_source_check: dict[str, int] = {}
@@ -122,12 +128,12 @@ class Orchestrator:
 
         As WORKER_ID: the fold accepts a fenced decision only from the task the event's source names.
         """
-        self.shard = GroupOwnership(group.name, WORKER_ID)
+        self.ownership = GroupOwnership(group.name, WORKER_ID)
         return GroupWorker(self.db, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
 
     def _owns_source(self, state: BuildState, key: str) -> bool:
-        """Whether this worker scans a source: every worker alone, one owner in a sharded or grouped set."""
-        return self.shard is None or self.shard.at(state).owns(key)
+        """Whether this worker scans a source: every worker alone; in a set split by bucket or a group, one owner."""
+        return self.ownership is None or self.ownership.at(state).owns(key)
 
     def wake(self) -> None:
         """Something was appended in this process: step now rather than after the poll interval."""
@@ -174,7 +180,7 @@ class Orchestrator:
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
         with self.live.read() as state:
-            events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.shard)
+            events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.ownership)
             decision = self._decide(state, now)
             events += decision.events
             if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
@@ -191,9 +197,9 @@ class Orchestrator:
                 return True  # another writer appended since we read: decide again on the newer state
             self._pending.extend(decision.new_runs)
             self.catch_up()
-            if isinstance(self.shard, Shard):  # re-sharded meanwhile: the fold rejected our runs, so stop
+            if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
                 with self.live.read() as state:
-                    self.shard.check_layout(state)
+                    self.ownership.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
         self._next_due_ms = min(
@@ -224,7 +230,7 @@ class Orchestrator:
             # A decision with events was appended (moving the head) or failed to be: decide again.
             if decided_at == head and not last.events and not retry_due:
                 return last
-        decision = decide(state, self.graph, now, self.shard)
+        decision = decide(state, self.graph, now, self.ownership)
         self._last_decision = (head, decision)
         self._source_checks_due_ms = 0  # the checks may have changed: look at them on this step
         return decision
@@ -273,7 +279,7 @@ class Orchestrator:
     def is_idle(self) -> bool:
         """Nothing left to do here: no active wants and no job runs in flight.
 
-        A sharded worker is idle when nothing in its bucket can progress without the
+        A worker with a bucket is idle when nothing in its bucket can progress without the
         others: deciding again appends nothing, looks for no source data, expects no
         retry, and no run of its bucket is in flight. (Its wants may wait for upstream
         refs of other buckets: a round-robin run from cron then exits, and the next
@@ -282,12 +288,12 @@ class Orchestrator:
         if self.executor.running_ids() or self._pending:
             return False
         with self.live.read() as state:
-            if self.shard is None:
+            if self.ownership is None:
                 return not state.has_active_wants() and not state.active_run_ids
             decision = self._decide(state, self.clock())
             if decision.events or decision.source_checks or decision.next_retry_ms is not None:
                 return False
-            scope = self.shard.at(state)
+            scope = self.ownership.at(state)
             return not any(scope.owns_run(state, state.job_runs[run_id]) for run_id in state.active_run_ids)
 
     def run(self, stop: threading.Event) -> None:

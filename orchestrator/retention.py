@@ -1,9 +1,10 @@
 """Applying retention from the run loop: drop superseded instances older than a number of days.
 
-Off by default. When on, the loop asks at most once per check interval whether
-some superseded (non-canonical) instance was created before the cutoff, and
-only then appends one `InstanceRetention`; the fold decides what goes (never a
-canonical instance), so replay stays deterministic whatever clock computed the cutoff.
+`RetentionPolicy` (`run --retain-days`) says when to append `InstanceRetention`. Off by
+default. When on, the loop asks at most once per check interval whether some
+superseded (non-canonical) instance was created before the cutoff, and only then
+appends one `InstanceRetention`; the fold decides what goes (never a canonical
+instance), so replay stays deterministic whatever clock computed the cutoff.
 """
 
 from __future__ import annotations

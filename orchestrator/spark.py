@@ -6,7 +6,13 @@ by the first job run that asks for `ctx.spark`, so an orchestrator whose jobs
 never touch Spark, or that never gets a run (an idle group member, a
 round-robin turn with nothing to do), never starts one. Master: `local[*]` by default, a cluster master URL
 (`spark://host:7077`, `yarn`, `k8s://...`), or a Spark Connect remote (`sc://host:15002`).
-Which settings it starts with (the user's, spark-defaults.conf, partbuild's defaults): `spark_conf`.
+Which settings it starts with (the user's, spark-defaults.conf, partbuild's defaults): `spark_conf`;
+settings a Connect server did not take are named in a warning.
+
+A run's Spark jobs are tagged with its id (`tag_spark_jobs`) so a cancel can stop them
+(`cancel_spark_jobs`). `bucket_column` is the bucket function (HMAC-MD5, as
+`state/rules/bucketing.py`) as built-in Spark SQL, classic or Connect, no Python UDF:
+`df.filter(bucket_column(KEY, "ref", 12) == 3)` keeps one bucket's entities.
 """
 
 from __future__ import annotations

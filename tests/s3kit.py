@@ -95,9 +95,9 @@ def fill_bucket(client: Any, bucket: str, objects: dict[str, bytes] | Iterable[t
         client.put_object(Bucket=bucket, Key=key, Body=data)
 
 
-def drain_keys(connector: ObjectStoreConnector, budgets: Budgets, shard: KeyRange | None = None) -> list[bytes]:
+def drain_keys(connector: ObjectStoreConnector, budgets: Budgets, key_range: KeyRange | None = None) -> list[bytes]:
     cursor, keys = Cursor(), []
-    while (page := connector.fill_page(shard or KeyRange(), cursor, budgets)) is not None:
+    while (page := connector.fill_page(key_range or KeyRange(), cursor, budgets)) is not None:
         keys.extend(item.key.raw_bytes() for item in page.items)
         cursor = page.cursor
     return keys

@@ -288,7 +288,7 @@ def test_a_real_scan_is_listed_counted_and_rescanned_on_request(
         service = Service(db, graph=graph)
         scanner = SourceScanner(log, service.live, [graph.sources["raw"]], checkpoint_every_s=3600)
         scan_until_done(scanner, service, "raw", 1)
-        cursor = service.state.sources["raw"].shards[0].last_key
+        cursor = service.state.sources["raw"].ranges[0].last_key
         assert cursor  # the scanner recorded a key: it must show only redacted
         with serve_service(service) as api:
             response = api.client.get(SOURCES)
@@ -317,7 +317,7 @@ def test_a_real_scan_is_listed_counted_and_rescanned_on_request(
             assert metric(text, "partbuild_source_partitions_found_total", "raw") == 5
             assert metric(text, "partbuild_source_scan_passes_done", "raw") == 2
             assert metric(text, "partbuild_source_scan_errors_total", "raw") == 0
-            new_cursor = service.state.sources["raw"].shards[0].last_key
+            new_cursor = service.state.sources["raw"].ranges[0].last_key
             for body in (text, api.client.get("/api/v1/events", params={"limit": 1000}).text):
                 assert_no_secret(body, (cursor, new_cursor))
 

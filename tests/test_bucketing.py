@@ -432,18 +432,19 @@ def test_run_passes_the_config_to_the_orchestrator(
     assert given_kwargs["bucketing"] == BucketingConfig(6, 2, True, ("1-2", "5,6"))
 
 
-def test_orchestrator_turns_the_config_into_its_shard(sqlite_url: str) -> None:
+def test_orchestrator_turns_the_config_into_its_bucket(sqlite_url: str) -> None:
     from partbuild.orchestrator.graph import Graph
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.state.database import Database
 
     with Database.open(sqlite_url) as db:
         log = db.log
-        sharded = Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig(bucket_total=4, bucket_id=3))
-        assert sharded.shard is not None and (sharded.shard.scope.bucket_id, sharded.shard.scope.bucket_total) == (3, 4)
-        assert Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig()).shard is None
-        assert Orchestrator(db, Graph([]), warehouse="w").shard is None
-        assert log.head() == 1  # only the sharded worker recorded its start; the rotation ignores it
+        worker = Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig(bucket_total=4, bucket_id=3))
+        owned = worker.ownership
+        assert owned is not None and (owned.scope.bucket_id, owned.scope.bucket_total) == (3, 4)
+        assert Orchestrator(db, Graph([]), warehouse="w", bucketing=BucketingConfig()).ownership is None
+        assert Orchestrator(db, Graph([]), warehouse="w").ownership is None
+        assert log.head() == 1  # only the worker with a bucket recorded its start; the rotation ignores it
         (stored,) = log.read(0, 10)
         start = stored.to_event()
         assert start.bucket_run_start.static_bucket and start.bucket_run_start.bucket.bucket_id == 3
@@ -464,8 +465,8 @@ def test_round_robin_workers_take_the_next_bucket_from_the_log(sqlite_url: str) 
         log = db.log
         for _ in range(5):
             orchestrator = Orchestrator(db, Graph([]), warehouse="w", bucketing=config)
-            assert orchestrator.shard is not None
-            chosen.append(orchestrator.shard.scope.bucket_id)
+            assert orchestrator.ownership is not None
+            chosen.append(orchestrator.ownership.scope.bucket_id)
             orchestrator.close()
         state, _ = load_state(log)
     assert chosen == [2, 3, 5, 2, 3]

@@ -38,7 +38,7 @@ CASES = [
     *standard_cases(secrets=(SECRET,)),
     ConformanceCase("one-day", Budgets(2, 900), KeyRange(key("clicks/date=2026-01-05"), key("clicks/date=2026-01-06"))),
     ConformanceCase("from-day-10", Budgets(4, 1500), KeyRange(key("clicks/date=2026-01-10"))),
-    ConformanceCase("empty-shard", Budgets(4, 1500), KeyRange(key("zzz"))),
+    ConformanceCase("empty-range", Budgets(4, 1500), KeyRange(key("zzz"))),
 ]
 
 # The reference passes every check on every case, with and without tokens.
@@ -65,11 +65,11 @@ class Wrapper:
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities()
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        return self.inner.fill_page(shard, cursor, budgets)
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        return self.inner.fill_page(key_range, cursor, budgets)
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
-        return self.inner.choose_split_point(shard, cursor, budgets)
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+        return self.inner.choose_split_point(key_range, cursor, budgets)
 
     def open(self, item_ref: ItemRef, budgets: Budgets):  # type: ignore[no-untyped-def]
         return self.inner.open(item_ref, budgets)
@@ -83,41 +83,41 @@ class RestartsEveryOtherPage(Wrapper):
 
     calls = 0
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
         self.calls += 1
-        return super().fill_page(shard, Cursor() if self.calls % 2 == 0 else cursor, budgets)
+        return super().fill_page(key_range, Cursor() if self.calls % 2 == 0 else cursor, budgets)
 
 
 class IgnoresMaxItems(Wrapper):
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        return super().fill_page(shard, cursor, dataclasses.replace(budgets, max_items=budgets.max_items + 2))
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        return super().fill_page(key_range, cursor, dataclasses.replace(budgets, max_items=budgets.max_items + 2))
 
 
 class IgnoresMaxBytes(Wrapper):
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        return super().fill_page(shard, cursor, dataclasses.replace(budgets, max_bytes=1 << 40))
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        return super().fill_page(key_range, cursor, dataclasses.replace(budgets, max_bytes=1 << 40))
 
 
-class IgnoresShardEnd(Wrapper):
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        return super().fill_page(KeyRange(shard.start), cursor, budgets)
+class IgnoresKeyRangeEnd(Wrapper):
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        return super().fill_page(KeyRange(key_range.start), cursor, budgets)
 
 
 class TrustsTokensOnly(Wrapper):
     """Resumes from a token it cannot read at the very start, instead of from the last key."""
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
         if cursor.token is not None and cursor.token.raw_bytes().startswith(b"\xff"):
             cursor = Cursor()
-        return super().fill_page(shard, cursor, budgets)
+        return super().fill_page(key_range, cursor, budgets)
 
 
 class SplitsAtTheCursor(Wrapper):
     def capabilities(self) -> Capabilities:
         return dataclasses.replace(self.inner.capabilities(), split_hints=True)
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
-        return cursor.last_key or self.inner.fill_page(shard, cursor, budgets).items[0].key  # type: ignore[union-attr]
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+        return cursor.last_key or self.inner.fill_page(key_range, cursor, budgets).items[0].key  # type: ignore[union-attr]
 
 
 class ReadsPastTheBudget(Wrapper):
@@ -128,9 +128,9 @@ class ReadsPastTheBudget(Wrapper):
 class Endless(Wrapper):
     """Makes up a new key after every page: never done."""
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
         number = 0 if cursor.last_key is None else int(cursor.last_key.raw_bytes()) + 1
-        return InMemoryConnector([MemoryItem(ItemKey(b"%09d" % number), b"x")]).fill_page(shard, Cursor(), budgets)
+        return InMemoryConnector([MemoryItem(ItemKey(b"%09d" % number), b"x")]).fill_page(key_range, Cursor(), budgets)
 
 
 _instances = itertools.count()
@@ -159,11 +159,11 @@ BROKEN = [
         Rule.MAX_BYTES,
     ),
     (
-        "ignores the shard end",
-        lambda: IgnoresShardEnd(InMemoryConnector(ITEMS)),
+        "ignores the key range end",
+        lambda: IgnoresKeyRangeEnd(InMemoryConnector(ITEMS)),
         check_drain,
-        ConformanceCase("shard", Budgets(3, 1 << 40), KeyRange(None, key("clicks/date=2026-01-02"))),
-        Rule.IN_SHARD,
+        ConformanceCase("key-range", Budgets(3, 1 << 40), KeyRange(None, key("clicks/date=2026-01-02"))),
+        Rule.IN_KEY_RANGE,
     ),
     (
         "endless",
@@ -238,8 +238,8 @@ def test_locations_are_checked_too() -> None:
     leaky = InMemoryConnector(ITEMS)
     original = leaky.fill_page
 
-    def fill_page(shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        page = original(shard, cursor, budgets)
+    def fill_page(key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        page = original(key_range, cursor, budgets)
         if page is None:
             return None
         where = Location("raw file", url="file://" + os.getcwd() + "/x")

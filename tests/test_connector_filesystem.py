@@ -60,7 +60,7 @@ CASES = [
     ConformanceCase("one-day", Budgets(2, 900), KeyRange(key("clicks/date=2026-01-05"), key("clicks/date=2026-01-06"))),
     ConformanceCase("from-day-10", Budgets(4, 1500), KeyRange(key("clicks/date=2026-01-10"))),
     ConformanceCase("inside-a-name", Budgets(3, BIG), KeyRange(key("a/"), key("clicks/date=2026-01-02/part"))),
-    ConformanceCase("empty-shard", Budgets(4, 1500), KeyRange(key("zzz"))),
+    ConformanceCase("empty-range", Budgets(4, 1500), KeyRange(key("zzz"))),
     ConformanceCase("deadline-far", Budgets(5, 2000, deadline=time.monotonic() + 3600)),
 ]
 
@@ -109,7 +109,7 @@ def _as_tree(paths: list[bytes]) -> list[bytes]:
 
 @settings(max_examples=40, deadline=None)
 @given(paths=_PATHS, probes=st.lists(_PROBES, min_size=1, max_size=4))
-def test_any_tree_drains_in_sorted_order_and_resumes_or_shards_at_any_key(
+def test_any_tree_drains_in_sorted_order_and_resumes_or_splits_at_any_key(
     paths: list[bytes], probes: list[bytes]
 ) -> None:
     tree = _as_tree(paths)
@@ -122,9 +122,9 @@ def test_any_tree_drains_in_sorted_order_and_resumes_or_shards_at_any_key(
                 assert drain_keys(connector, Budgets(2, BIG), Cursor(ItemKey(probe))) == [k for k in tree if k > probe]
             lower, upper = sorted((probe or b"\x00", probes[0] + b"\xff"))
             if lower < upper:
-                shard = KeyRange(ItemKey(lower), ItemKey(upper))
+                key_range = KeyRange(ItemKey(lower), ItemKey(upper))
                 got, cursor = [], Cursor()
-                while (page := connector.fill_page(shard, cursor, Budgets(2, BIG))) is not None:
+                while (page := connector.fill_page(key_range, cursor, Budgets(2, BIG))) is not None:
                     got += [i.key.raw_bytes() for i in page.items]
                     cursor = page.cursor
                 assert got == [k for k in tree if lower <= k < upper]

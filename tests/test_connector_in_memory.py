@@ -15,9 +15,9 @@ from tests.connectorkit import clicks_items, key
 BIG = 1 << 40
 
 
-def drain_keys(connector: InMemoryConnector, budgets: Budgets, shard: KeyRange | None = None) -> list[bytes]:
+def drain_keys(connector: InMemoryConnector, budgets: Budgets, key_range: KeyRange | None = None) -> list[bytes]:
     cursor, keys = Cursor(), []
-    while (page := connector.fill_page(shard or KeyRange(), cursor, budgets)) is not None:
+    while (page := connector.fill_page(key_range or KeyRange(), cursor, budgets)) is not None:
         keys += [item.key.raw_bytes() for item in page.items]
         cursor = page.cursor
     return keys
@@ -31,7 +31,7 @@ def test_items_come_sorted_by_key_in_pages() -> None:
     assert drain_keys(connector, Budgets(2, BIG)) == [b"a", b"b", b"c", b"d", b"e"]
 
 
-def test_shards_are_half_open() -> None:
+def test_key_ranges_are_half_open() -> None:
     connector = InMemoryConnector([MemoryItem(key(k), b"x") for k in "abcdef"])
     assert drain_keys(connector, Budgets(10, BIG), KeyRange(key("b"), key("e"))) == [b"b", b"c", b"d"]
     assert drain_keys(connector, Budgets(10, BIG), KeyRange(key("bb"), key("dd"))) == [b"c", b"d"]

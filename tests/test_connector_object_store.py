@@ -1,6 +1,6 @@
 """The object-store connector against a real S3-compatible server (moto in server mode, a child process).
 
-Conformance (budget shapes, tokens, a prefix, shards), versions from ETags,
+Conformance (budget shapes, tokens, a prefix, key ranges), versions from ETags,
 error classes with clean messages, secrets kept out of every message and log
 line, and resume from a persisted cursor on a fresh connector.
 """
@@ -98,7 +98,7 @@ CASES = [
     ConformanceCase("from-day-5", Budgets(2, BIG), KeyRange(key("clicks/date=2026-01-05")), SECRETS),
     ConformanceCase("inside-a-name", Budgets(3, BIG), KeyRange(key("b"), key("clicks/date=2026-01-02/part"))),
     ConformanceCase("not-utf8-bounds", Budgets(2, BIG), KeyRange(key(b"clicks/date=2026-01-05\xff"), key(b"u\xc3"))),
-    ConformanceCase("empty-shard", Budgets(4, 1500), KeyRange(key("zzz"))),
+    ConformanceCase("empty-range", Budgets(4, 1500), KeyRange(key("zzz"))),
     ConformanceCase("deadline-far", Budgets(5, 2000, deadline=time.monotonic() + 3600)),
 ]
 
@@ -106,7 +106,7 @@ TestObjectStoreConformance = conformance_suite(_prefixed, CASES)
 
 UNPREFIXED_CASES = [
     ConformanceCase("whole-bucket", Budgets(4, BIG), secrets=SECRETS),
-    ConformanceCase("raw-shard", Budgets(3, 4096), KeyRange(key("raw/clicks/date=2026-01-02"), key("raw/u"))),
+    ConformanceCase("raw-range", Budgets(3, 4096), KeyRange(key("raw/clicks/date=2026-01-02"), key("raw/u"))),
 ]
 
 TestUnprefixedConformance = conformance_suite(_unprefixed, UNPREFIXED_CASES)
@@ -360,7 +360,7 @@ def test_secrets_never_show_in_repr_errors_or_logs(caplog: pytest.LogCaptureFixt
 def test_throttling_and_server_faults_are_retryable_others_permanent() -> None:
     from botocore.exceptions import ClientError
 
-    from partbuild.orchestrator.connectors.s3_errors import as_error
+    from partbuild.orchestrator.connectors.s3_errors import s3_error
 
     def client_error(code: str, status: int, headers: dict[str, str] | None = None) -> ClientError:
         response: dict[str, Any] = {
@@ -369,19 +369,19 @@ def test_throttling_and_server_faults_are_retryable_others_permanent() -> None:
         }
         return ClientError(response, "ListObjectsV2")  # type: ignore[arg-type]
 
-    slow = as_error(EnumerateError, "listing", client_error("SlowDown", 503, {"retry-after": "7"}))
+    slow = s3_error(EnumerateError, "listing", client_error("SlowDown", 503, {"retry-after": "7"}))
     assert slow.is_retryable and slow.retry_after == 7.0
-    limited = as_error(EnumerateError, "listing", client_error("RequestLimitExceeded", 400))
+    limited = s3_error(EnumerateError, "listing", client_error("RequestLimitExceeded", 400))
     assert limited.is_retryable and limited.retry_after == 1.0
-    plain_503 = as_error(EnumerateError, "listing", client_error("ServiceUnavailable", 503))
+    plain_503 = s3_error(EnumerateError, "listing", client_error("ServiceUnavailable", 503))
     assert plain_503.is_retryable and plain_503.retry_after is not None
-    fault = as_error(ReadError, "reading", client_error("InternalError", 500))
+    fault = s3_error(ReadError, "reading", client_error("InternalError", 500))
     assert fault.is_retryable and fault.retry_after is None
     for code, status in (("AccessDenied", 403), ("NoSuchBucket", 404), ("InvalidAccessKeyId", 403)):
-        error = as_error(EnumerateError, "listing", client_error(code, status))
+        error = s3_error(EnumerateError, "listing", client_error(code, status))
         assert not error.is_retryable, code
         assert "secret/key" not in error.message
-    forged = as_error(EnumerateError, "listing", client_error("Evil\ncode <b>\u202e" + "x" * 200, 418))
+    forged = s3_error(EnumerateError, "listing", client_error("Evil\ncode <b>\u202e" + "x" * 200, 418))
     assert "\n" not in forged.message and "<b>" not in forged.message and len(forged.message) < 120
 
 

@@ -637,9 +637,9 @@ def test_stale_run_of_an_unknown_job_fails_permanently() -> None:
     assert event.job_run_failure.error_class == pb.ERROR_CLASS_PERMANENT
 
 
-def test_a_sharded_worker_fails_only_stale_runs_of_its_own_bucket() -> None:
+def test_a_worker_with_a_bucket_fails_only_stale_runs_of_its_own_bucket() -> None:
     """Another bucket's owner may just be slow: only it (or its successor) fails its runs."""
-    from partbuild.orchestrator.sharding import Shard
+    from partbuild.orchestrator.buckets import StaticBucket
     from partbuild.state.rules.bucketing import bucket
 
     s = Story()
@@ -647,8 +647,8 @@ def test_a_sharded_worker_fails_only_stale_runs_of_its_own_bucket() -> None:
     s.buffer("gone-1", "gone/1", label="removed_job")
     own = bucket("partbuild", "gone/1", 4)
     other = own % 4 + 1
-    assert stale_runs(s.state, make_graph(), s.clock_ms + 2, 1, alive=[], shard=Shard(other, 4)) == []
-    (event,) = stale_runs(s.state, make_graph(), s.clock_ms + 2, 1, alive=[], shard=Shard(own, 4))
+    assert stale_runs(s.state, make_graph(), s.clock_ms + 2, 1, alive=[], ownership=StaticBucket(other, 4)) == []
+    (event,) = stale_runs(s.state, make_graph(), s.clock_ms + 2, 1, alive=[], ownership=StaticBucket(own, 4))
     assert event.job_run_failure.job_run_id == "gone-1"
 
 

@@ -349,7 +349,7 @@ def test_filters_and_orderings(env: Rig) -> None:
 def delivery_rows(env: Rig, key: str) -> tuple[Any, ...]:
     """What the database holds of a subscription's deliveries (offsets, waiting groups, queue sizes)."""
     store = env.db.deliveries
-    return (store.offsets(key), store.waiting_groups(key), store.counts(key))
+    return (store.offsets(key), store.waiting_keys(key), store.counts(key))
 
 
 def test_pause_resume_and_delete(env: Rig) -> None:

@@ -35,7 +35,7 @@ from receiverkit import Answer, Received, Receiver, failing_groups
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
-from partbuild.state.rules.topics import group_hash, route
+from partbuild.state.rules.topics import key_hash, route
 
 pytest.importorskip("standardwebhooks", reason="needs pip install -e '.[dev]'")
 
@@ -218,7 +218,7 @@ def committed(db: str, sub: dict[str, Any]) -> Callable[[Message], bool]:
         floor = database.deliveries.control(key, sub["start_after_seq"]).main_floor
         offsets = database.deliveries.offsets(key)
     assert {topic for topic, _ in offsets} <= {0}, f"one main storage topic expected: {offsets}"
-    return lambda message: message[0] <= offsets.get((0, route(group_hash(message[1]), PARTITIONS, 1)), floor)
+    return lambda message: message[0] <= offsets.get((0, route(key_hash(message[1]), PARTITIONS, 1)), floor)
 
 
 def kill_mid_step(db: str, sub: dict[str, Any], receiver: Receiver, process: subprocess.Popen[bytes]) -> None:

@@ -161,8 +161,8 @@ def test_the_scans_golden_log_replays_with_exactly_its_rejections() -> None:
     assert "moved past where this slice began" in state.rejections[0].reason
     scan = state.sources["raw"]
     assert (scan.pass_number, scan.done, scan.passes_done) == (3, False, 1)
-    (shard,) = scan.shards
-    assert (shard.last_key, shard.resume_token) == (b"date=2026-01-01/x", b"t")
+    (key_range,) = scan.ranges
+    assert (key_range.last_key, key_range.resume_token) == (b"date=2026-01-01/x", b"t")
     assert (scan.items_total, scan.partitions_total, scan.errors_total) == (10, 4, 1)
     assert (scan.last_pass_items, scan.last_pass_partitions) == (5, 2)
     assert (scan.last_error, scan.last_error_retryable) == ("SlowDown (503)", True)
@@ -177,7 +177,7 @@ def test_the_scan_shards_golden_log_replays_with_exactly_its_rejections() -> Non
     assert [r.seq for r in state.rejections] == [5, 8, 10, 11]
     scan = state.sources["raw"]
     assert (scan.done, scan.passes_done, scan.rescan_requested) == (True, 1, True)
-    bounds = [(shard.start, shard.end, shard.bytes, shard.split_hint) for shard in scan.last_pass_shards]
+    bounds = [(done.start, done.end, done.bytes, done.split_hint) for done in scan.last_pass_ranges]
     assert bounds == [(b"", b"d=4/", 40, b"d=2/"), (b"d=4/", b"d=7/", 20, b"d=5/"), (b"d=7/", b"", 40, b"d=9/")]
     assert (scan.items_total, scan.partitions_total, scan.last_pass_done_ms) == (10, 3, 1_797_000_000_008)
 

@@ -486,9 +486,9 @@ def test_idle_steps_do_not_decide_again_or_look_for_sources_before_due(
     )
     decisions: list[int] = []
 
-    def counting_decide(state: BuildState, graph: Graph, now_ms: int, shard: Any = None) -> Any:
+    def counting_decide(state: BuildState, graph: Graph, now_ms: int, ownership: Any = None) -> Any:
         decisions.append(state.head_seq)
-        return decide(state, graph, now_ms, shard)
+        return decide(state, graph, now_ms, ownership)
 
     monkeypatch.setattr(loop_module, "decide", counting_decide)
     clock = [wall_clock_ms()]

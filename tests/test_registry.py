@@ -257,9 +257,9 @@ def test_every_class_a_state_holds_is_listed_and_snapshots_round_trip() -> None:
 
 
 def test_an_unlisted_record_class_is_named() -> None:
-    without_shards = tuple(cls for cls in registry.RECORD_CLASSES if cls.__name__ != "ScanShard")
-    assert class_problems(list(corpus()), without_shards) == [
-        "a state holds partbuild.state.fold.records.ScanShard, which RECORD_CLASSES lacks"
+    without_ranges = tuple(cls for cls in registry.RECORD_CLASSES if cls.__name__ != "ScanRange")
+    assert class_problems(list(corpus()), without_ranges) == [
+        "a state holds partbuild.state.fold.records.ScanRange, which RECORD_CLASSES lacks"
     ]
 
 
@@ -281,7 +281,7 @@ def test_an_undeclared_attribute_and_uncovered_fields_are_named() -> None:
     problems = slot_problems(states, registry.RECORD_CLASSES, partial(state_digest, layout=layout))
     for field in ("GroupState.epoch_id", "TaskState.data", "Subscription.endpoint", "SourceScan.pass_number"):
         assert f"changing {field} does not change the digest" in problems
-    assert "changing ScanShard.last_key does not change the digest" in problems
+    assert "changing ScanRange.last_key does not change the digest" in problems
     assert not [problem for problem in problems if "Instance." in problem or "Want." in problem]
 
 

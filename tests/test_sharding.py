@@ -1,4 +1,4 @@
-"""Sharded orchestrators: decisions per bucket, job runs carrying their bucket, the fold as judge."""
+"""Workers split by bucket (orchestrator/buckets.py): decisions per bucket, runs carry it, the fold judges."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from partbuild.orchestrator.buckets import BucketRejected, StaticBucket
 from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
-from partbuild.orchestrator.sharding import Shard, ShardRejected
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.records import JobRunState, WantState
@@ -37,21 +37,21 @@ def _story_with_wants() -> Story:
     return story
 
 
-def test_decisions_of_three_shards_split_the_wanted_refs_exactly() -> None:
+def test_decisions_of_three_buckets_split_the_wanted_refs_exactly() -> None:
     state = _story_with_wants().state
     built: Counter[str] = Counter()
     for bucket_id in (1, 2, 3):
-        shard = Shard(bucket_id, 3)
-        decision = decide(state, GRAPH, now_ms=0, shard=shard)
+        owned = StaticBucket(bucket_id, 3)
+        decision = decide(state, GRAPH, now_ms=0, ownership=owned)
         for event in decision.events:
             buffer = event.job_run_buffer
-            assert buffer.bucket == shard.scope and f"-b{bucket_id}-" in buffer.job_run_id
+            assert buffer.bucket == owned.scope and f"-b{bucket_id}-" in buffer.job_run_id
             refs = [state.instances[uuid].ref for uuid in buffer.instance_uuids]
             assert all(bucket("partbuild", ref, 3) == bucket_id for ref in refs)
             built.update(refs)
     assert sorted(built) == sorted(REFS) and set(built.values()) == {1}
-    unsharded = decide(state, GRAPH, now_ms=0)
-    assert all(not event.job_run_buffer.HasField("bucket") for event in unsharded.events)
+    unscoped = decide(state, GRAPH, now_ms=0)
+    assert all(not event.job_run_buffer.HasField("bucket") for event in unscoped.events)
 
 
 def test_the_fold_rejects_a_run_naming_a_partition_of_another_bucket() -> None:
@@ -121,7 +121,7 @@ def test_a_worker_with_an_overlapping_bucket_is_refused_at_start(sqlite_url: str
     with Database.open(sqlite_url) as db:
         log = db.log
         Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 1)).close()
-        with pytest.raises(ShardRejected, match="namespace 'partbuild' is split into 3 buckets"):
+        with pytest.raises(BucketRejected, match="namespace 'partbuild' is split into 3 buckets"):
             Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(2, 1))
         state, _ = load_state(log)
     (rejected,) = state.rejections
@@ -136,7 +136,7 @@ def test_a_worker_left_on_the_old_total_after_a_reshard_stops_with_its_runs_reje
         log.append([envelope(pb.BucketLayout(namespace="partbuild", bucket_total=2), source=manual("ops"))])
         log.append([envelope(pb.WantCreate(want_id="w", partition_refs=REFS), source=manual("t"))])
         try:
-            with pytest.raises(ShardRejected, match="bucket 1/3 overlaps other buckets"):
+            with pytest.raises(BucketRejected, match="bucket 1/3 overlaps other buckets"):
                 worker.step()
         finally:
             worker.close()
@@ -153,7 +153,7 @@ TWO_LEVELS = Graph(
 )
 
 
-def test_a_sharded_worker_is_idle_once_its_bucket_waits_only_for_other_buckets(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_bucket_worker_is_idle_once_its_bucket_waits_only_for_other_buckets(sqlite_url: str, tmp_path: Path) -> None:
     """--until-idle with a bucket: exit once nothing of ours can progress without the other workers."""
     top = next(
         f"top/{n}" for n in range(100) if bucket("partbuild", f"top/{n}", 2) != bucket("partbuild", f"leaf/{n}", 2)
@@ -179,7 +179,9 @@ def workers(db_url: str, tmp_path: Path) -> Iterator[list[Orchestrator]]:
     """Three orchestrators owning buckets 1/3, 2/3 and 3/3, each with its own connection, as processes would."""
     dbs = [Database.open(db_url, auto_upgrade=True) for _ in range(3)]
     made = [
-        Orchestrator(db, GRAPH, warehouse=str(tmp_path), spark=None, shard=Shard(n, 3), heartbeat_interval_s=0.2)
+        Orchestrator(
+            db, GRAPH, warehouse=str(tmp_path), spark=None, ownership=StaticBucket(n, 3), heartbeat_interval_s=0.2
+        )
         for n, db in zip((1, 2, 3), dbs, strict=True)
     ]
     yield made
@@ -188,7 +190,7 @@ def workers(db_url: str, tmp_path: Path) -> Iterator[list[Orchestrator]]:
         db.close()
 
 
-def test_three_sharded_workers_build_every_wanted_partition_exactly_once(
+def test_three_workers_with_a_bucket_each_build_every_wanted_partition_exactly_once(
     workers: list[Orchestrator], db_url: str
 ) -> None:
     with Database.open(db_url) as db:
@@ -236,5 +238,5 @@ def test_cli_reshard_and_buckets(capsys: pytest.CaptureFixture[str], sqlite_url:
     with Database.open(sqlite_url) as db:
         log = db.log
         assert log.head() == 2  # bad input recorded nothing
-        with pytest.raises(ShardRejected, match="split into 4 buckets"):
+        with pytest.raises(BucketRejected, match="split into 4 buckets"):
             Orchestrator(db, GRAPH, warehouse="w", bucketing=BucketingConfig(3, 2))

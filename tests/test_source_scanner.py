@@ -1,4 +1,4 @@
-"""Discovering source partitions by scanning a connector: grouping, cursors in the log, versions, re-wants.
+"""Discovering source partitions by scanning a connector: partitions from items, cursors in the log, versions, re-wants.
 
 Real parts: a real directory tree read by the `FilesystemConnector`, a real event log
 (SQLite, and PostgreSQL where the backend matters), the real fold, and a real process
@@ -31,14 +31,14 @@ from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.graph import Graph, GraphError, Job, PartitionPattern, SourceDataset
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery
-from partbuild.orchestrator.sources.partitions import PartitionGrouper
+from partbuild.orchestrator.sources.key_ranges import next_split_keys
+from partbuild.orchestrator.sources.partitions import PartitionAssembler
 from partbuild.orchestrator.sources.scanner import SourceScanner
-from partbuild.orchestrator.sources.shards import next_split_keys
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState as I
-from partbuild.state.fold.records import ScanShard
+from partbuild.state.fold.records import ScanRange
 from partbuild.state.log.events import envelope, from_job_run, manual
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import EventLog, parse_event
@@ -108,7 +108,7 @@ def new_pass(log: EventLog, live: LiveState) -> None:
     live.catch_up()
 
 
-# ----------------------------------------------------------------- grouping items into partitions
+# ----------------------------------------------------------------- items assembled into partitions
 
 
 def memory_items(*keys: str, data: bytes = b"x") -> list[Any]:
@@ -118,8 +118,8 @@ def memory_items(*keys: str, data: bytes = b"x") -> list[Any]:
     return list(page.items)
 
 
-def test_items_group_into_partition_directories_with_marker_version_and_settled_key() -> None:
-    grouper = PartitionGrouper(PartitionPattern(KEYS), PartitionPattern(RAW), "_SUCCESS")
+def test_items_assemble_into_partition_directories_with_marker_version_and_settled_key() -> None:
+    assembler = PartitionAssembler(PartitionPattern(KEYS), PartitionPattern(RAW), "_SUCCESS")
     items = memory_items(
         "README",  # outside every partition
         "date=2026-01-01/_SUCCESS",
@@ -129,20 +129,20 @@ def test_items_group_into_partition_directories_with_marker_version_and_settled_
         "date=2026-01-03/sub/part-1",
         "date=2026-13-01/part-0",  # not a date: outside
     )  # (listed in key order)
-    closed = grouper.feed(items[:4])
+    closed = assembler.feed(items[:4])
     assert [(p.ref, p.items, p.complete) for p in closed] == [(raw_ref(1), 2, True)]
-    assert grouper.settled_key == b"date=2026-01-01/part-0"  # the open partition (day 2) is not settled yet
-    closed = grouper.feed(items[4:]) + grouper.finish()
+    assert assembler.settled_key == b"date=2026-01-01/part-0"  # the open partition (day 2) is not settled yet
+    closed = assembler.feed(items[4:]) + assembler.finish()
     assert [(p.ref, p.items, p.complete) for p in closed] == [(raw_ref(2), 1, False), (raw_ref(3), 2, False)]
-    assert grouper.settled_key == b"date=2026-13-01/part-0" and grouper.unmatched == 2
+    assert assembler.settled_key == b"date=2026-13-01/part-0" and assembler.unmatched == 2
     assert closed[1].directory == "date=2026-01-03" and closed[1].bytes == 2 and closed[1].strong
 
 
 def test_a_partition_version_changes_with_any_file_and_only_then() -> None:
     def version_of(*keys: str, data: bytes = b"x") -> str:
-        grouper = PartitionGrouper(PartitionPattern(KEYS), PartitionPattern(RAW), None)
-        grouper.feed(memory_items(*keys, data=data))
-        (found,) = grouper.finish()
+        assembler = PartitionAssembler(PartitionPattern(KEYS), PartitionPattern(RAW), None)
+        assembler.feed(memory_items(*keys, data=data))
+        (found,) = assembler.finish()
         return found.version
 
     base = version_of("date=2026-01-01/a", "date=2026-01-01/b")
@@ -247,7 +247,7 @@ def test_a_restarted_scanner_resumes_from_the_recorded_cursor(log: EventLog, roo
     for _ in range(4):  # 4 pages of 3 items: part of the way
         first.step()
     live.catch_up()
-    cursor = live.state.sources["raw"].shards[0].last_key
+    cursor = live.state.sources["raw"].ranges[0].last_key
     assert cursor.startswith(b"date=2026-01-0") and not live.state.sources["raw"].done
     # A new process: its own state, replayed from the log.
     second, second_live = scanner(log, source(root))
@@ -284,11 +284,11 @@ class FlakyConnector(InMemoryConnector):
         self.calls = 0
         self.failures = failures
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
         self.calls += 1
         if self.calls >= 2 and self.failures:
             raise self.failures.pop(0)
-        return super().fill_page(shard, cursor, budgets)
+        return super().fill_page(key_range, cursor, budgets)
 
 
 def test_connector_errors_are_recorded_and_the_scan_goes_on_after_them(
@@ -390,8 +390,8 @@ SCAN_SCRIPT = textwrap.dedent(
     from partbuild.orchestrator.graph import SourceDataset
     from partbuild.orchestrator.sources.discovery import filesystem_discovery
     from partbuild.orchestrator.sources.scanner import SourceScanner
+    from partbuild.state.database import Database
     from partbuild.state.log.live import LiveState
-    from partbuild.state.log.store import EventLog
 
     url, root = sys.argv[1], sys.argv[2]
     source = SourceDataset("raw", "raw/n={n:int}", discovery=filesystem_discovery(root, "n={n:int}", page_items=7))
@@ -434,31 +434,31 @@ def test_a_scan_killed_mid_pass_resumes_without_repeating_or_skipping_a_partitio
     assert live.state.rejections == [] and live.state.sources["raw"].passes_done == 1
 
 
-# ----------------------------------------------------------------- passes split into shards
+# ----------------------------------------------------------------- passes split into key ranges
 
 
-def shards(*loads: tuple[bytes, int, bytes]) -> list[ScanShard]:
-    """Finished shards from (start, bytes, split hint); ends follow from the next start."""
+def ranges(*loads: tuple[bytes, int, bytes]) -> list[ScanRange]:
+    """Finished key ranges from (start, bytes, split hint); ends follow from the next start."""
     made = []
     for index, (start, size, hint) in enumerate(loads):
         end = loads[index + 1][0] if index + 1 < len(loads) else b""
-        shard = ScanShard(start, end)
-        shard.bytes, shard.split_hint, shard.done = size, hint, True
-        made.append(shard)
+        key_range = ScanRange(start, end)
+        key_range.bytes, key_range.split_hint, key_range.done = size, hint, True
+        made.append(key_range)
     return made
 
 
 def test_split_keys_grow_to_the_wanted_count_and_move_towards_equal_bytes() -> None:
-    assert next_split_keys([], 4) == [] and next_split_keys(shards((b"", 100, b"m")), 1) == []
-    assert next_split_keys(shards((b"", 100, b"m")), 4) == [b"m"]  # each shard splits once per pass
-    assert next_split_keys(shards((b"", 50, b"f"), (b"m", 50, b"t")), 4) == [b"f", b"m", b"t"]
-    assert next_split_keys(shards((b"", 50, b"f"), (b"m", 50, b"t")), 3) == [b"f", b"m"]
+    assert next_split_keys([], 4) == [] and next_split_keys(ranges((b"", 100, b"m")), 1) == []
+    assert next_split_keys(ranges((b"", 100, b"m")), 4) == [b"m"]  # each key range splits once per pass
+    assert next_split_keys(ranges((b"", 50, b"f"), (b"m", 50, b"t")), 4) == [b"f", b"m", b"t"]
+    assert next_split_keys(ranges((b"", 50, b"f"), (b"m", 50, b"t")), 3) == [b"f", b"m"]
     # At the wanted count: the two lightest neighbours merge so the heaviest can split.
-    loads = shards((b"", 10, b"b"), (b"c", 10, b"d"), (b"e", 80, b"p"))
+    loads = ranges((b"", 10, b"b"), (b"c", 10, b"d"), (b"e", 80, b"p"))
     assert next_split_keys(loads, 3) == [b"e", b"p"]
-    balanced = shards((b"", 30, b"b"), (b"c", 35, b"d"), (b"e", 35, b"p"))
+    balanced = ranges((b"", 30, b"b"), (b"c", 35, b"d"), (b"e", 35, b"p"))
     assert next_split_keys(balanced, 3) == [b"c", b"e"]  # a trade would not lower the heaviest load
-    assert next_split_keys(shards((b"", 50, b""), (b"m", 50, b"")), 2) == [b"m"]  # no hints: kept
+    assert next_split_keys(ranges((b"", 50, b""), (b"m", 50, b"")), 2) == [b"m"]  # no hints: kept
     assert next_split_keys(balanced, 2) == [b"e"]  # fewer wanted: the lightest neighbours (30 + 35) merge
 
 
@@ -468,7 +468,7 @@ def fold(*slices: pb.SourceScanProgress) -> tuple[BuildState, list[str | None]]:
     return state, reasons
 
 
-def test_the_fold_keeps_a_cursor_per_shard_and_ends_the_pass_when_every_shard_is_done() -> None:
+def test_the_fold_keeps_a_cursor_per_key_range_and_ends_the_pass_when_every_range_is_done() -> None:
     def slice_of(shard: int, after: bytes, last: bytes, **fields: Any) -> pb.SourceScanProgress:
         return pb.SourceScanProgress(source="raw", pass_number=1, shard=shard, after_key=after, last_key=last, **fields)
 
@@ -478,11 +478,11 @@ def test_the_fold_keeps_a_cursor_per_shard_and_ends_the_pass_when_every_shard_is
         slice_of(1, b"", b"g", items=1, bytes=7),
         slice_of(1, b"g", b"h", done=True, split_hint=b"g/"),
         slice_of(0, b"a", b"b", done=True),
-        slice_of(3, b"", b"z"),  # no such shard
+        slice_of(3, b"", b"z"),  # no such key range
         slice_of(2, b"q", b"e"),  # before where it began
-        slice_of(2, b"q", b"zz", done=True, split_hint=b"a"),  # the hint lies outside the shard
+        slice_of(2, b"q", b"zz", done=True, split_hint=b"a"),  # the hint lies outside the key range
         slice_of(2, b"q", b"zz", split_keys=[b"x"]),  # only a pass's first slice splits it
-        slice_of(1, b"h", b"i"),  # shard 1 is done
+        slice_of(1, b"h", b"i"),  # key range 1 is done
         slice_of(0, b"b", b"c"),  # so is shard 0
     )
     assert reasons[:5] == [None] * 5
@@ -495,14 +495,14 @@ def test_the_fold_keeps_a_cursor_per_shard_and_ends_the_pass_when_every_shard_is
         "shard 0 of pass 1 of source 'raw' is done",
     ]
     scan = state.sources["raw"]
-    assert not scan.done and [(s.start, s.end, s.last_key, s.done) for s in scan.shards] == [
+    assert not scan.done and [(s.start, s.end, s.last_key, s.done) for s in scan.ranges] == [
         (b"", b"f", b"b", True),
         (b"f", b"p", b"h", True),
         (b"p", b"", b"q", False),
     ]
-    assert (scan.pass_items, scan.shards[1].bytes, scan.shards[1].split_hint) == (4, 7, b"g/")
+    assert (scan.pass_items, scan.ranges[1].bytes, scan.ranges[1].split_hint) == (4, 7, b"g/")
     assert state.apply(12, envelope(slice_of(2, b"q", b"z", done=True), timestamp_ms=12)) is None
-    assert scan.done and scan.passes_done == 1 and scan.last_pass_shards == scan.shards
+    assert scan.done and scan.passes_done == 1 and scan.last_pass_ranges == scan.ranges
     _, bad = fold(slice_of(0, b"", b"g", split_keys=[b"f"]), slice_of(0, b"", b"", split_keys=[b"p", b"f"]))
     assert bad == ["the slice's last key is outside shard 0", "split keys must increase"]
 
@@ -517,27 +517,27 @@ def day_tree(root: Path, days: int, files: int = 3) -> None:
         (directory / "_SUCCESS").write_bytes(b"")
 
 
-def test_passes_split_into_balanced_shards_over_a_few_passes(log: EventLog, root: Path) -> None:
+def test_passes_split_into_balanced_key_ranges_over_a_few_passes(log: EventLog, root: Path) -> None:
     day_tree(root, 48)
     scan, live = scanner(log, source(root, shards=4, page_items=10))
     counts = []
     for _ in range(4):
         drain(scan, live)
-        counts.append(len(live.state.sources["raw"].last_pass_shards))
+        counts.append(len(live.state.sources["raw"].last_pass_ranges))
         new_pass(log, live)
         live.catch_up()
     assert counts == [1, 2, 4, 4]
-    finished = live.state.sources["raw"].last_pass_shards
-    loads = [shard.bytes for shard in finished]
+    finished = live.state.sources["raw"].last_pass_ranges
+    loads = [key_range.bytes for key_range in finished]
     assert sum(loads) == 48 * 300 and max(loads) <= 1.5 * min(loads), loads
-    for shard in finished:  # every boundary is the start of a partition directory
-        assert shard.start == b"" or (shard.start.startswith(b"date=") and shard.start.endswith(b"/"))
+    for key_range in finished:  # every boundary is the start of a partition directory
+        assert key_range.start == b"" or (key_range.start.startswith(b"date=") and key_range.start.endswith(b"/"))
     refs = [e.partition_observed.partition_ref for e in events(log, "partition_observed")]
     assert len(refs) == len(set(refs)) == 48  # nothing observed twice, whatever the split
     assert live.state.rejections == []
 
 
-def test_workers_owning_different_shards_scan_one_pass_between_them(log: EventLog, root: Path) -> None:
+def test_workers_owning_different_key_ranges_scan_one_pass_between_them(log: EventLog, root: Path) -> None:
     day_tree(root, 40)
     first, live = scanner(log, source(root, shards=2, page_items=10))
     drain(first, live)
@@ -559,7 +559,7 @@ def test_workers_owning_different_shards_scan_one_pass_between_them(log: EventLo
         if even_live.state.sources["raw"].passes_done == 3:
             break
     record = even_live.state.sources["raw"]
-    assert record.passes_done == 3 and len(record.last_pass_shards) == 2
+    assert record.passes_done == 3 and len(record.last_pass_ranges) == 2
     writers = {
         (e.source_scan_progress.shard, e.source.system.worker, e.source.system.component)
         for e in events(log, "source_scan_progress")[-6:]

@@ -14,7 +14,7 @@ from partbuild.state.rules.topics import (
     CompositeTopic,
     StorageTopic,
     divisors,
-    group_hash,
+    key_hash,
     next_k,
     partition_count_problem,
     route,
@@ -70,39 +70,39 @@ def test_partition_counts_that_are_not_ints_are_refused(value: object, shown: st
 # ----------------------------------------------------------------- group hash
 
 
-def test_group_hash_is_pinned() -> None:
+def test_key_hash_is_pinned() -> None:
     """Existing subscriptions' ordering depends on these values: they must never change."""
-    assert group_hash("a") == 1482137955
-    assert group_hash("b") == 62559716
-    assert group_hash("") == 627458821
-    assert group_hash("partition/2024-01-01") == 2024461584
+    assert key_hash("a") == 1482137955
+    assert key_hash("b") == 62559716
+    assert key_hash("") == 627458821
+    assert key_hash("partition/2024-01-01") == 2024461584
 
 
-def test_group_hash_is_blake3_key_derivation_truncated_to_31_bits() -> None:
+def test_key_hash_is_blake3_key_derivation_truncated_to_31_bits() -> None:
     context = "partbuild subscription ordering group v1"
     for key in ["a", "ключ", "run/42"]:
         digest = blake3.blake3(key.encode("utf-8"), derive_key_context=context).digest()
-        assert group_hash(key) == int.from_bytes(digest[:4], "big") % 2**31
-    assert group_hash("a") != int.from_bytes(blake3.blake3(b"a").digest()[:4], "big") % 2**31  # keyed, not plain
+        assert key_hash(key) == int.from_bytes(digest[:4], "big") % 2**31
+    assert key_hash("a") != int.from_bytes(blake3.blake3(b"a").digest()[:4], "big") % 2**31  # keyed, not plain
 
 
 @given(st.text())
-def test_group_hash_is_deterministic_and_31_bits(key: str) -> None:
+def test_key_hash_is_deterministic_and_31_bits(key: str) -> None:
     try:
-        h = group_hash(key)
+        h = key_hash(key)
     except ValueError:  # lone surrogates have no UTF-8 bytes
         with pytest.raises(UnicodeEncodeError):
             key.encode("utf-8")
         return
     assert 0 <= h < 2**31
-    assert group_hash(key) == h
+    assert key_hash(key) == h
 
 
-def test_group_hash_refuses_non_text() -> None:
+def test_key_hash_refuses_non_text() -> None:
     with pytest.raises(TypeError):
-        group_hash(b"a")  # type: ignore[arg-type]
+        key_hash(b"a")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="surrogate"):
-        group_hash("a\udc80")
+        key_hash("a\udc80")
 
 
 # ----------------------------------------------------------------- K and routing

@@ -82,7 +82,7 @@ class Built:
             message_id=MESSAGE_ID,
             seq=seq,
             event=event,
-            group_key=GROUP,
+            ordering_key=GROUP,
             state=self.story.state,
         )
         return event, rendered
@@ -180,7 +180,7 @@ def _scan_event(**extra: Any) -> pb.Event:
 def _assert_no_raw_bytes(event: pb.Event) -> None:
     for format in ("partbuild", "cloudevents"):
         rendered = render(
-            format, subscription="s", message_id="m", seq=9, event=event, group_key="clicks", state=Story().state
+            format, subscription="s", message_id="m", seq=9, event=event, ordering_key="clicks", state=Story().state
         )
         assert rendered is not None
         for secret in SECRETS:
@@ -304,7 +304,7 @@ def test_openlineage_keeps_a_job_run_id_that_is_already_a_uuid() -> None:
     run_id = str(uuid.UUID(int=0x1234))
     s.buffer(run_id, "out/z")
     rendered = render(
-        "openlineage", subscription="s", message_id="m", seq=2, event=s.events[-1], group_key="g", state=s.state
+        "openlineage", subscription="s", message_id="m", seq=2, event=s.events[-1], ordering_key="g", state=s.state
     )
     assert rendered is not None and json.loads(rendered.body)["run"]["runId"] == run_id
 
@@ -344,7 +344,7 @@ def test_openlineage_validation_rejects_broken_payloads(built: Built, breakage: 
 def test_unknown_format_names_the_allowed_ones(built: Built) -> None:
     _, event = built.event("want_create")
     with pytest.raises(ValueError, match="partbuild, cloudevents, openlineage"):
-        render("xml", subscription="s", message_id="m", seq=1, event=event, group_key="g", state=built.story.state)
+        render("xml", subscription="s", message_id="m", seq=1, event=event, ordering_key="g", state=built.story.state)
     with pytest.raises(ValueError, match="unknown payload format 'xml'"):
         renders("xml", "want_create")
 
@@ -360,7 +360,7 @@ def test_an_event_without_payload_renders_nothing() -> None:
     for format in FORMATS:
         assert (
             render(
-                format, subscription="s", message_id="m", seq=1, event=pb.Event(), group_key="g", state=Story().state
+                format, subscription="s", message_id="m", seq=1, event=pb.Event(), ordering_key="g", state=Story().state
             )
             is None
         )

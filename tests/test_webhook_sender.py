@@ -43,7 +43,7 @@ def send_all(
                     body=b'{"seq": %d}' % n,
                     content_type="application/json",
                     message_id=f"msg_{n}",
-                    group_key=group,
+                    ordering_key=group,
                     secret=SECRET,
                     timeout_s=timeout_s,
                 )
@@ -144,7 +144,7 @@ async def _long_then_short(url: str) -> list[Outcome]:
     try:
         kwargs = {"content_type": "application/json", "secret": SECRET, "timeout_s": 5.0, "body": b"{}"}
         return [
-            await sender.send(url, message_id=f"m{n}", group_key=group, **kwargs)  # type: ignore[arg-type]
+            await sender.send(url, message_id=f"m{n}", ordering_key=group, **kwargs)  # type: ignore[arg-type]
             for n, group in enumerate(["long", "short", "short"])
         ]
     finally:

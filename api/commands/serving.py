@@ -234,11 +234,11 @@ class _Background:
 @contextmanager
 def _exit_2_if_the_bucket_is_rejected() -> Iterator[None]:
     """A bucket the log rejects (the namespace is split differently) is bad input: exit 2, one line."""
-    from partbuild.orchestrator.sharding import ShardRejected
+    from partbuild.orchestrator.buckets import BucketRejected
 
     try:
         yield
-    except ShardRejected as exc:
+    except BucketRejected as exc:
         raise BadInput(f"the log rejected this worker's bucket: {exc}") from None
 
 

@@ -25,7 +25,7 @@ from partbuild.orchestrator.graph import SourceDataset
 from partbuild.orchestrator.sources.discovery import Discovery
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import ScanShard, SourceScan
+from partbuild.state.fold.records import ScanRange, SourceScan
 from partbuild.state.rules.redact import redacted
 
 
@@ -96,15 +96,15 @@ def discovery_out(source: SourceDataset, discovery: Discovery) -> SourceDiscover
     )
 
 
-def key_range_out(shard: ScanShard) -> ScanKeyRangeOut:
+def key_range_out(key_range: ScanRange) -> ScanKeyRangeOut:
     return ScanKeyRangeOut(
-        start=redacted("ItemKey", shard.start),
-        end=redacted("ItemKey", shard.end),
-        cursor=redacted("ItemKey", shard.last_key),
-        resume_token=redacted("ResumeToken", shard.resume_token),
-        done=shard.done,
-        items=shard.items,
-        bytes=shard.bytes,
+        start=redacted("ItemKey", key_range.start),
+        end=redacted("ItemKey", key_range.end),
+        cursor=redacted("ItemKey", key_range.last_key),
+        resume_token=redacted("ResumeToken", key_range.resume_token),
+        done=key_range.done,
+        items=key_range.items,
+        bytes=key_range.bytes,
     )
 
 
@@ -117,7 +117,7 @@ def scan_out(scan: SourceScan) -> SourceScanOut:
     return SourceScanOut(
         pass_number=scan.pass_number,
         pass_done=scan.done,
-        shards=[key_range_out(shard) for shard in scan.shards],
+        shards=[key_range_out(key_range) for key_range in scan.ranges],
         rescan_requested=scan.rescan_requested,
         pass_items=scan.pass_items,
         pass_partitions=scan.pass_partitions,

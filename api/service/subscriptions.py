@@ -180,7 +180,7 @@ class SubscriptionsService(ServiceBase):
         for message in page:
             stored = events.get(message.event_seq)
             event_type = stored.event_type if stored is not None else None
-            out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.group_key), event_type))
+            out.append(dead_letter_out(message, message_id(sub, message.event_seq, message.ordering_key), event_type))
         return DeadLetterListOut(messages=out, next_after_seq=page[-1].event_seq if more else None)
 
     def replay_dead_letters(self, name: str, request: DeadLetterRequest, user: str = ANONYMOUS) -> DeadLettersMovedOut:
@@ -281,7 +281,7 @@ def subscription_out(sub: Subscription, db: Database, head: int) -> Subscription
 def dead_letter_out(message: Queued, message_id: str, event_type: str | None) -> DeadLetterOut:
     return DeadLetterOut(
         message_id=message_id,
-        group=message.group_key,
+        group=message.ordering_key,
         seq=message.event_seq,
         event_type=event_type,
         attempts=message.attempts,

@@ -1,7 +1,7 @@
-"""Connectors (issue 11): discover a source's items through a paged, resumable, redacting contract.
+"""Connectors: discover a source's items through a paged, resumable, redacting contract.
 
 - `toxic`: `ItemKey`, `ItemRef`, `ResumeToken`, bytes from a source that never print themselves
-- `paging`: `Cursor`, `Budgets`, `KeyRange` (a shard of a scan)
+- `paging`: `Cursor`, `Budgets`, `KeyRange` (a key range of a scan)
 - `items`: `ScanItem`, `Page`, `Version`, `StableItemId`, `ConnectorTag`, `Location`
 - `errors`: `EnumerateError`, `ReadError`, retryable or permanent, sanitized messages
 - `contract`: `Capabilities` and the `Connector` protocol

@@ -2,9 +2,9 @@
 
 A connector author points these at a factory that returns a fresh connector
 over the same data each call (`conformance_pytest.conformance_suite` makes the
-pytest tests). The checks drain shards through the public methods only:
+pytest tests). The checks drain key ranges through the public methods only:
 
-- drain progresses strictly monotonically by key, stays in its shard and terminates;
+- drain progresses strictly monotonically by key, stays in its key range and terminates;
 - two fresh connectors give the same sequence;
 - a corrupt or stale token falls back to resuming from the last key alone;
 - no item ref or location holds a forbidden fragment (an absolute path of this
@@ -40,7 +40,7 @@ MAX_RESUME_POINTS = 8  # resuming from every page boundary is quadratic; these a
 
 class Rule(enum.Enum):
     MONOTONIC = "drain progresses strictly monotonically by key"
-    IN_SHARD = "items stay inside the shard"
+    IN_KEY_RANGE = "items stay inside the key range"
     TERMINATES = "drain terminates"
     PAGE_SHAPE = "fill_page returns a Page or None"
     DETERMINISTIC = "two fresh connectors give the same sequence"
@@ -63,18 +63,18 @@ class ConformanceFailure(AssertionError):
 
 @dataclass(frozen=True)
 class ConformanceCase:
-    """One shape of scan to check: budgets, shard, secrets no ref may contain, and a bound on pages."""
+    """One shape of scan to check: budgets, key range, secrets no ref may contain, and a bound on pages."""
 
     name: str
     budgets: Budgets
-    shard: KeyRange = field(default_factory=KeyRange)
+    key_range: KeyRange = field(default_factory=KeyRange)
     secrets: tuple[bytes, ...] = ()
     max_pages: int = 100_000
 
 
-def standard_cases(secrets: tuple[bytes, ...] = (), shard: KeyRange | None = None) -> list[ConformanceCase]:
+def standard_cases(secrets: tuple[bytes, ...] = (), key_range: KeyRange | None = None) -> list[ConformanceCase]:
     """Budget shapes worth checking for any connector: one item a page, few, many, a tiny byte budget."""
-    whole = shard or KeyRange()
+    whole = key_range or KeyRange()
     shapes = [("one-item", 1, 1 << 40), ("three-items", 3, 1 << 40), ("byte-starved", 1000, 1), ("mixed", 7, 4096)]
     return [ConformanceCase(name, Budgets(items, size), whole, secrets) for name, items, size in shapes]
 
@@ -93,17 +93,17 @@ def _check_page(page: Page, case: ConformanceCase, after: ItemKey | None, number
     for item in page.items:
         if after is not None and not item.key > after:
             raise ConformanceFailure(Rule.MONOTONIC, f"page {number}: {item.key!r} does not come after {after!r}")
-        if item.key not in case.shard:
-            raise ConformanceFailure(Rule.IN_SHARD, f"page {number}: {item.key!r} is outside the shard")
+        if item.key not in case.key_range:
+            raise ConformanceFailure(Rule.IN_KEY_RANGE, f"page {number}: {item.key!r} is outside the key range")
         after = item.key
 
 
 def drain(connector: Connector, case: ConformanceCase, cursor: Cursor | None = None) -> list[Page]:
-    """Every page from `cursor` (the start) to done, each checked against the case's budgets and shard."""
+    """Every page from `cursor` (the start) to done, each checked against the case's budgets and key range."""
     cursor = cursor or Cursor.initial()
     pages: list[Page] = []
     while True:
-        page = connector.fill_page(case.shard, cursor, case.budgets)
+        page = connector.fill_page(case.key_range, cursor, case.budgets)
         if page is None:
             return pages
         if not isinstance(page, Page):
@@ -130,7 +130,7 @@ def _first_difference(got: Sequence[ScanItem], expected: Sequence[ScanItem]) -> 
 
 
 def check_drain(factory: ConnectorFactory, case: ConformanceCase) -> list[Page]:
-    """Monotonic, in-shard, within budgets, terminating; returns the pages for further checks."""
+    """Monotonic, in the key range, within budgets, terminating; returns the pages for further checks."""
     return drain(factory(), case)
 
 
@@ -233,19 +233,20 @@ def check_forbidden_fragments(factory: ConnectorFactory, case: ConformanceCase) 
 
 
 def _check_split_at(connector: Connector, factory: ConnectorFactory, case: ConformanceCase, cursor: Cursor) -> None:
-    split = connector.choose_split_point(case.shard, cursor, case.budgets)
+    split = connector.choose_split_point(case.key_range, cursor, case.budgets)
     if split is None:
         return
     where = f"split point {split!r} after {cursor.last_key!r}"
     if not isinstance(split, ItemKey):
         raise ConformanceFailure(Rule.SPLIT_POINT, f"got {type(split).__name__}, not ItemKey")
-    if split not in case.shard or (case.shard.start is not None and split == case.shard.start):
-        raise ConformanceFailure(Rule.SPLIT_POINT, f"{where} is not strictly inside the shard")
+    bounds = case.key_range
+    if split not in bounds or (bounds.start is not None and split == bounds.start):
+        raise ConformanceFailure(Rule.SPLIT_POINT, f"{where} is not strictly inside the key range")
     if cursor.last_key is not None and not split > cursor.last_key:
         raise ConformanceFailure(Rule.SPLIT_POINT, f"{where} does not come after the cursor")
     whole = _items(drain(factory(), case, cursor))
-    lower = ConformanceCase(case.name, case.budgets, KeyRange(case.shard.start, split), case.secrets, case.max_pages)
-    upper = ConformanceCase(case.name, case.budgets, KeyRange(split, case.shard.end), case.secrets, case.max_pages)
+    lower = ConformanceCase(case.name, case.budgets, KeyRange(bounds.start, split), case.secrets, case.max_pages)
+    upper = ConformanceCase(case.name, case.budgets, KeyRange(split, bounds.end), case.secrets, case.max_pages)
     low, high = _items(drain(factory(), lower, cursor)), _items(drain(factory(), upper, cursor))
     if not low or not high:
         raise ConformanceFailure(Rule.SPLIT_POINT, f"{where} leaves a half empty ({len(low)} + {len(high)} items)")

@@ -1,4 +1,4 @@
-"""The connector contract: what a connector can do (capabilities) and the methods it offers.
+"""The connector contract: what a connector can do (`Capabilities`, all false by default) and the methods it offers.
 
 An ordered connector lists a source's items in strictly increasing key order,
 a page at a time, within budgets, and can resume from the last key it
@@ -45,14 +45,14 @@ class Connector(Protocol):
 
     def capabilities(self) -> Capabilities: ...
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        """The next items of `shard` after `cursor`, or None when none are left."""
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        """The next items of `key_range` after `cursor`, or None when none are left."""
         ...
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
-        """A key splitting what remains of `shard` after `cursor` into two halves of about equal bytes.
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+        """A key splitting what remains of `key_range` after `cursor` into two halves of about equal bytes.
 
-        The key is above the cursor's last key and the shard's start, below its end; None when the
+        The key is above the cursor's last key and the key range's start, below its end; None when the
         remainder cannot be split (fewer than two items) or the connector has no split hints.
         """
         ...

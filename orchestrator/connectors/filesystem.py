@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 from partbuild.orchestrator.connectors.contract import Capabilities
 from partbuild.orchestrator.connectors.errors import EnumerateError, ReadError
-from partbuild.orchestrator.connectors.fs_errors import as_error
+from partbuild.orchestrator.connectors.fs_errors import fs_error
 from partbuild.orchestrator.connectors.fs_read import bounded_reader, open_confined, pread_exactly
 from partbuild.orchestrator.connectors.fs_walk import SkipHook, Walk, WalkStats
 from partbuild.orchestrator.connectors.items import (
@@ -89,14 +89,14 @@ class FilesystemConnector:
 
     # -- enumeration
 
-    def _walk_from(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> tuple[Walk, bytes | None]:
-        """A walk positioned at the first key of `shard` after `cursor`, and the shard's end."""
-        _check("shard", shard, KeyRange)
+    def _walk_from(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> tuple[Walk, bytes | None]:
+        """A walk positioned at the first key of `key_range` after `cursor`, and the key range's end."""
+        _check("key_range", key_range, KeyRange)
         _check("cursor", cursor, Cursor)
         _check("budgets", budgets, Budgets)
         if budgets.expired(self._clock()):
             raise EnumerateError.retryable("deadline passed before the call started")
-        lower = b"" if shard.start is None else shard.start.raw_bytes()
+        lower = b"" if key_range.start is None else key_range.start.raw_bytes()
         if cursor.last_key is not None:
             lower = max(lower, _successor(cursor.last_key.raw_bytes()))
         walk = Walk(self._root, self.stats, self._on_skip)
@@ -105,15 +105,15 @@ class FilesystemConnector:
         except BaseException:
             walk.close()
             raise
-        return walk, None if shard.end is None else shard.end.raw_bytes()
+        return walk, None if key_range.end is None else key_range.end.raw_bytes()
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        """The next files of `shard` after `cursor`, within budgets; None when none are left.
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        """The next files of `key_range` after `cursor`, within budgets; None when none are left.
 
         A deadline ends a page early but never before its first item: a long run
-        of skipped entries is walked through until one file is found or the shard ends.
+        of skipped entries is walked through until one file is found or the key range ends.
         """
-        walk, end = self._walk_from(shard, cursor, budgets)
+        walk, end = self._walk_from(key_range, cursor, budgets)
         taken: list[ScanItem] = []
         used = 0
         with walk:
@@ -146,7 +146,7 @@ class FilesystemConnector:
             return None
         return Location(display, url if len(url) <= MAX_LOCATION_CHARS else None)
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
         """The byte-weighted median key of the next `max_items` files after the cursor (all of them if fewer).
 
         The files are fed to a `SplitEstimator`, so memory stays fixed however
@@ -154,7 +154,7 @@ class FilesystemConnector:
         covers the whole remainder this splits it about in half by bytes; when
         it does not, it splits the walked part (the upper half is then larger).
         """
-        walk, end = self._walk_from(shard, cursor, budgets)
+        walk, end = self._walk_from(key_range, cursor, budgets)
         estimator = SplitEstimator(min(DEFAULT_CAPACITY, max(2, budgets.max_items)))
         with walk:
             while estimator.observations < budgets.max_items and not budgets.expired(self._clock()):
@@ -187,6 +187,6 @@ class FilesystemConnector:
         try:
             return pread_exactly(fd, offset, min(length, budgets.max_bytes))
         except OSError as error:
-            raise as_error(ReadError, "reading the item", error) from None
+            raise fs_error(ReadError, "reading the item", error) from None
         finally:
             os.close(fd)

@@ -68,7 +68,7 @@ def skip_reason(error: OSError) -> str | None:
     return None
 
 
-def as_error(kind: type[E], action: str, error: OSError) -> E:
+def fs_error(kind: type[E], action: str, error: OSError) -> E:
     """`kind` (EnumerateError or ReadError) classed retryable or permanent by the errno."""
     message = f"{action} failed: {describe(error)}"
     if error.errno in TRANSIENT:

@@ -21,7 +21,7 @@ import stat
 from typing import BinaryIO, cast
 
 from partbuild.orchestrator.connectors.errors import ReadError
-from partbuild.orchestrator.connectors.fs_errors import SYMLINK, VANISHED, as_error
+from partbuild.orchestrator.connectors.fs_errors import SYMLINK, VANISHED, fs_error
 from partbuild.orchestrator.connectors.toxic import ItemRef
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -48,7 +48,7 @@ def _open_error(error: OSError, action: str = "opening the item") -> ReadError:
         return ReadError.permanent(f"{action}: refused a symlink on the path (symlinks are never followed)")
     if error.errno in VANISHED:
         return ReadError.permanent(f"{action}: not found (deleted, or a component is not a directory)")
-    return as_error(ReadError, action, error)
+    return fs_error(ReadError, action, error)
 
 
 def open_dir(name: bytes, parent: int | None) -> int:
@@ -125,7 +125,7 @@ class _BoundedFile(io.RawIOBase):
         try:
             got = os.readv(self._fd, [window])
         except OSError as error:
-            raise as_error(ReadError, "reading the item", error) from None
+            raise fs_error(ReadError, "reading the item", error) from None
         self._count += got
         if self._count > self._limit:
             raise ReadError.permanent(f"the item grew past max_bytes={self._limit} while being read")

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from partbuild.orchestrator.connectors.errors import EnumerateError
-from partbuild.orchestrator.connectors.fs_errors import SYMLINK, as_error, skip_reason
+from partbuild.orchestrator.connectors.fs_errors import SYMLINK, fs_error, skip_reason
 from partbuild.orchestrator.connectors.fs_read import file_kind, open_dir
 from partbuild.orchestrator.connectors.toxic import MAX_ITEM_KEY_BYTES
 
@@ -92,7 +92,7 @@ class Walk:
         except OSError as error:
             if error.errno in SYMLINK:
                 raise EnumerateError.permanent("opening the root directory: refused, it is now a symlink") from None
-            raise as_error(EnumerateError, "opening the root directory", error) from None
+            raise fs_error(EnumerateError, "opening the root directory", error) from None
         self._push(fd, b"")
 
     def __enter__(self) -> Walk:
@@ -115,7 +115,7 @@ class Walk:
             names, odd = _list(fd)
         except OSError as error:
             os.close(fd)
-            raise as_error(EnumerateError, "listing a directory", error) from None
+            raise fs_error(EnumerateError, "listing a directory", error) from None
         self._stats.dirs_listed += 1
         self._stack.append(_Frame(fd, prefix, names, odd))
 
@@ -130,7 +130,7 @@ class Walk:
         except OSError as error:
             reason = skip_reason(error)  # a symlink swapped in, deleted, or not ours to read
             if reason is None:
-                raise as_error(EnumerateError, "opening a directory", error) from None
+                raise fs_error(EnumerateError, "opening a directory", error) from None
             self._skip(path, reason)
             return False
         self._push(fd, path)
@@ -183,7 +183,7 @@ class Walk:
         except OSError as error:
             reason = skip_reason(error)
             if reason is None:
-                raise as_error(EnumerateError, "reading a file's metadata", error) from None
+                raise fs_error(EnumerateError, "reading a file's metadata", error) from None
             self._skip(path, reason)
             return None
         self._stats.files_statted += 1

@@ -83,9 +83,9 @@ class InMemoryConnector:
 
     # -- enumeration
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        """The next items of `shard` after `cursor`, within budgets; None when none are left."""
-        start, end = self._remaining(shard, cursor)
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        """The next items of `key_range` after `cursor`, within budgets; None when none are left."""
+        start, end = self._remaining(key_range, cursor)
         if start >= end:
             return None
         budgets = _check_budgets(budgets)
@@ -102,10 +102,10 @@ class InMemoryConnector:
             used += item.size
         return Page(taken, self._token_after(start + len(taken)))
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
         """The key nearest the byte midpoint of what remains; it starts the upper half."""
         _check_budgets(budgets)
-        start, end = self._remaining(shard, cursor)
+        start, end = self._remaining(key_range, cursor)
         if end - start < 2:
             return None
         prefix = self._prefix
@@ -116,13 +116,13 @@ class InMemoryConnector:
         best = min((lower, upper), key=lambda s: (abs(prefix[s] - target), s))
         return self._keys[best]
 
-    def _remaining(self, shard: KeyRange, cursor: Cursor) -> tuple[int, int]:
-        if not isinstance(shard, KeyRange):
-            raise TypeError(f"shard must be KeyRange, not {type(shard).__name__}")
+    def _remaining(self, key_range: KeyRange, cursor: Cursor) -> tuple[int, int]:
+        if not isinstance(key_range, KeyRange):
+            raise TypeError(f"key_range must be KeyRange, not {type(key_range).__name__}")
         if not isinstance(cursor, Cursor):
             raise TypeError(f"cursor must be Cursor, not {type(cursor).__name__}")
-        start = 0 if shard.start is None else bisect.bisect_left(self._keys, shard.start)
-        end = len(self._keys) if shard.end is None else bisect.bisect_left(self._keys, shard.end)
+        start = 0 if key_range.start is None else bisect.bisect_left(self._keys, key_range.start)
+        end = len(self._keys) if key_range.end is None else bisect.bisect_left(self._keys, key_range.end)
         if cursor.last_key is not None:
             start = max(start, self._resume_index(cursor))
         return start, end

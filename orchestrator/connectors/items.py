@@ -1,4 +1,10 @@
-"""What a scan emits: items (key, ref, stable id, version, size, location) in non-empty pages."""
+"""What a scan emits: items (key, ref, stable id, version, size, location) in non-empty pages.
+
+`ScanItem`: an `ItemKey`, an `ItemRef`, a `StableItemId` (BLAKE3 keyed by its
+`ConnectorTag`'s derived key: the same key under two connectors gives two ids), a
+strong or weak `Version`, a size hint and an optional `Location`. `Page`: never
+empty, keys strictly increasing, with the cursor to resume from (an optional token).
+"""
 
 from __future__ import annotations
 
@@ -171,7 +177,7 @@ class Page:
     def __init__(self, items: Iterable[ScanItem], token: ResumeToken | None = None) -> None:
         held = tuple(items)
         if not held:
-            raise ValueError("a Page is never empty: return None when the shard is done")
+            raise ValueError("a Page is never empty: return None when the key range is done")
         for item in held:
             if not isinstance(item, ScanItem):
                 raise TypeError(f"a Page holds ScanItems, not {type(item).__name__}")

@@ -18,9 +18,9 @@ model, async).
 - Resume: StartAfter = prefix + the cursor's last key (key-authoritative). A
   page that ends where an S3 response ended carries S3's continuation token,
   bound to its last key, bucket and prefix (`s3_keys`); it is used only when it
-  checks out and the shard does not start above the cursor; a corrupt, stale or
+  checks out and the key range does not start above the cursor; a corrupt, stale or
   server-rejected token falls back to the key.
-- Shards [start, end): StartAfter just below the start (`s3_keys.start_after`),
+- Key ranges [start, end): StartAfter just below the start (`s3_keys.start_after`),
   stop at the first key at or past the end. Every listed key is also filtered
   against both bounds and the cursor.
 - Versions are strong, from the ETag without its quotes. A multipart upload's
@@ -62,7 +62,7 @@ from partbuild.orchestrator.connectors.items import (
 )
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
-from partbuild.orchestrator.connectors.s3_errors import as_error, is_invalid_range, is_missing, is_server_answer
+from partbuild.orchestrator.connectors.s3_errors import is_invalid_range, is_missing, is_server_answer, s3_error
 from partbuild.orchestrator.connectors.s3_keys import make_token, read_token, start_after, valid_utf8_prefix
 from partbuild.orchestrator.connectors.s3_logging import withhold_wire_logs
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
@@ -176,26 +176,26 @@ class ObjectStoreConnector:
 
     # -- listing
 
-    def _bounds(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> tuple[bytes | None, bool, bytes | None]:
+    def _bounds(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> tuple[bytes | None, bool, bytes | None]:
         """(lower bound, whether it is inclusive, upper bound exclusive) of what remains."""
-        _check("shard", shard, KeyRange)
+        _check("key_range", key_range, KeyRange)
         _check("cursor", cursor, Cursor)
         _check("budgets", budgets, Budgets)
         if budgets.expired(self._clock()):
             raise EnumerateError.retryable("deadline passed before the call started")
-        start = None if shard.start is None else shard.start.raw_bytes()
-        end = None if shard.end is None else shard.end.raw_bytes()
+        start = None if key_range.start is None else key_range.start.raw_bytes()
+        end = None if key_range.end is None else key_range.end.raw_bytes()
         last = None if cursor.last_key is None else cursor.last_key.raw_bytes()
         if last is not None and (start is None or last >= start):
             return last, False, end
         return start, True, end
 
-    def _continuation(self, shard: KeyRange, cursor: Cursor) -> str | None:
+    def _continuation(self, key_range: KeyRange, cursor: Cursor) -> str | None:
         """S3's continuation token from the cursor, when it is valid here; else None (resume by key)."""
         if cursor.token is None or cursor.last_key is None:
             return None
-        if shard.start is not None and shard.start > cursor.last_key:
-            return None  # the token resumes at the cursor, below the shard
+        if key_range.start is not None and key_range.start > cursor.last_key:
+            return None  # the token resumes at the cursor, below the key range
         return read_token(self._config.bucket, self._prefix, cursor.last_key, cursor.token)
 
     def _list(self, start: str | None, token: str | None, max_keys: int) -> dict[str, Any]:
@@ -213,7 +213,7 @@ class ObjectStoreConnector:
                 # from S3 (a 500 from moto). Retried once by key, which is authoritative: retrying the token
                 # could fail forever, and if the keyed request fails too its error is the real one.
                 return self._list(start, None, max_keys)
-            raise as_error(EnumerateError, "listing the bucket", error) from None
+            raise s3_error(EnumerateError, "listing the bucket", error) from None
 
     def _walk(
         self, lower: bytes | None, inclusive: bool, end: bytes | None, token: str | None, state: _Listing
@@ -247,15 +247,15 @@ class ObjectStoreConnector:
             if token is None:
                 return
 
-    def fill_page(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
-        """The next objects of `shard` after `cursor`, within budgets; None when none are left.
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        """The next objects of `key_range` after `cursor`, within budgets; None when none are left.
 
         The page carries a resume token only when it ends exactly where an S3
         response ended (a budget cut mid-response resumes by key, which is as cheap).
         """
-        lower, inclusive, end = self._bounds(shard, cursor, budgets)
+        lower, inclusive, end = self._bounds(key_range, cursor, budgets)
         state = _Listing(want=budgets.max_items)
-        listing = self._walk(lower, inclusive, end, self._continuation(shard, cursor), state)
+        listing = self._walk(lower, inclusive, end, self._continuation(key_range, cursor), state)
         taken: list[ScanItem] = []
         used = 0
         ends_response = False
@@ -298,9 +298,9 @@ class ObjectStoreConnector:
         url = f"s3://{self._config.bucket}/{self._prefix}{rel.decode('utf-8')}"
         return Location(url, url) if len(url) <= MAX_LOCATION_CHARS else None
 
-    def choose_split_point(self, shard: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
+    def choose_split_point(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> ItemKey | None:
         """The byte-weighted median key of the next `max_items` objects after the cursor (all if fewer)."""
-        lower, inclusive, end = self._bounds(shard, cursor, budgets)
+        lower, inclusive, end = self._bounds(key_range, cursor, budgets)
         estimator = SplitEstimator(min(DEFAULT_CAPACITY, max(2, budgets.max_items)))
         state = _Listing(want=budgets.max_items)
         listing = self._walk(lower, inclusive, end, None, state)
@@ -353,7 +353,7 @@ class ObjectStoreConnector:
         except ReadError:
             raise
         except Exception as error:
-            raise as_error(ReadError, "reading the object", error) from None
+            raise s3_error(ReadError, "reading the object", error) from None
         if len(data) > budgets.max_bytes:
             raise ReadError.permanent(f"item exceeds max_bytes={budgets.max_bytes}")
         return io.BytesIO(data)
@@ -377,4 +377,4 @@ class ObjectStoreConnector:
         except Exception as error:
             if is_invalid_range(error):
                 return b""  # the range starts at or past the end (an empty object has no valid range)
-            raise as_error(ReadError, "reading a range of the object", error) from None
+            raise s3_error(ReadError, "reading a range of the object", error) from None

@@ -4,6 +4,10 @@ The cursor's last key is the only durable resume point. A token is a
 connector's shortcut (a continuation marker of its own) and may be lost,
 stale or corrupt: the connector must then resume from the last key alone.
 That is why a token without a last key cannot be built.
+
+`Cursor` (last key, optional token), `Budgets` (max items, max bytes, an optional
+monotonic deadline; strict ints, zero refused), `KeyRange` (a key range of a scan:
+`[start, end)`, either end open).
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ class Budgets:
 
 @dataclass(frozen=True, slots=True)
 class KeyRange:
-    """A shard of a scan: the keys in [start, end); `None` leaves that end open."""
+    """A key range of a scan: the keys in [start, end); `None` leaves that end open."""
 
     start: ItemKey | None = None
     end: ItemKey | None = None

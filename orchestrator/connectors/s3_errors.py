@@ -83,7 +83,7 @@ def is_server_answer(error: BaseException) -> bool:
     return isinstance(error, ClientError)
 
 
-def as_error(kind: type[E], action: str, error: BaseException) -> E:
+def s3_error(kind: type[E], action: str, error: BaseException) -> E:
     """`kind` (EnumerateError or ReadError) for a botocore error, classed by code and status."""
     from botocore import exceptions as bx  # boto3 is the optional `s3` extra
 

@@ -1,11 +1,11 @@
-"""Where an S3 listing starts (StartAfter) for a cursor and a shard, and the resume tokens handed out.
+"""Where an S3 listing starts (StartAfter) for a cursor and a key range, and the resume tokens handed out.
 
 S3 lists keys in ascending UTF-8 binary order, which is the byte order of
 `ItemKey` (the relative key's UTF-8 bytes; the prefix every key shares does
 not change their order). `StartAfter` is exclusive, so:
 
 - after a cursor's last key: StartAfter = prefix + last key, exactly;
-- from a shard's (inclusive) start: the greatest string below the start is
+- from a key range's (inclusive) start: the greatest string below the start is
   infinite ("...y\\U0010FFFF\\U0010FFFF..."), so StartAfter is the start with
   its last character decremented and `_PAD` appended; the few keys that could
   fall between (ones starting with exactly that) are dropped by the caller,

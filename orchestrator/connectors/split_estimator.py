@@ -1,7 +1,7 @@
 """`SplitEstimator`: the key that splits observed bytes about in half, in fixed memory.
 
-Used to split a large scan between workers (`orchestrator/sources/shards.py`
-rebalances each pass's shards from the half-way keys of the last pass's, and
+Used to split a large scan between workers (`orchestrator/sources/key_ranges.py`
+rebalances each pass's key ranges from the half-way keys of the last pass's, and
 connectors answer `choose_split_point` with it): the observations are (key,
 size) pairs seen while scanning, far too many to keep. (Batches of a job's
 partitions by input bytes, `Job.batch_bytes`, are few enough to pack exactly.)

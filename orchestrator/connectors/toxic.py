@@ -8,6 +8,9 @@ and nothing more. The bytes come out only through `raw_bytes()`, a call a
 reviewer can grep for. Pickling is refused (a pickle would carry the bytes
 silently); `json.dumps` already refuses unknown objects, and pydantic
 serializes these types as their redacted form.
+
+`ItemKey` (ordered, up to 4,096 bytes), `ItemRef`, `ResumeToken` (up to 16,384
+bytes): non-empty and immutable.
 """
 
 from __future__ import annotations

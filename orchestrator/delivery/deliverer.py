@@ -1,12 +1,14 @@
 """The shards this process runs: one thread per (subscription, shard), started and stopped as the log says.
 
 `Deliverer` watches the live state's subscriptions. Each active subscription's
-shards that this process's `ShardSelector` picks get a `ShardRunner`: a thread with
+shards that this process's `ShardSelector` picks (`all`, a list `0,2`, or every
+n-th from k, `k/n`) get a `ShardRunner`: a thread with
 its own event loop and HTTP client, stepping until its subscription is paused,
 deleted or resharded (then a runner for the new layout takes over: its offsets,
-queues and group state are the subscription's, not the shard's, so nothing moves).
+queues and ordering-key state are the subscription's, not the shard's, so nothing moves).
 A runner first applies the subscription's resets it finds unapplied, in log order,
-once (the database's fence decides which runner does).
+once (the database's fence decides which runner does). Deleted subscriptions'
+delivery rows are dropped once their runners have stopped.
 """
 
 from __future__ import annotations

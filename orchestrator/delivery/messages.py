@@ -1,10 +1,12 @@
-"""Which messages an event makes for a subscription: one per ordering group it touches, filtered.
+"""Which messages an event makes for a subscription: one per ordering key it touches, filtered.
 
-The ordering group is what keeps its order at the receiver: a partition ref (an
+The ordering key is what keeps its order at the receiver: a partition ref (an
 event about three refs is three messages), a job run, or a root want. An event
 with nothing of the subscription's ordering kind (a want event under job-run
 ordering) makes no message. Which refs, wants and job run an event names is its
-row of the event registry (state/fold/registry.py).
+row of the event registry (state/fold/registry.py). Each message carries its
+key's hash (`key_hash`), the main storage topic its event was produced to, and
+its topic partition there.
 """
 
 from __future__ import annotations
@@ -17,19 +19,19 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.registry import BY_NAME, EventType
 from partbuild.state.rules.subscriptions import Subscription
-from partbuild.state.rules.topics import group_hash
+from partbuild.state.rules.topics import key_hash
 
 
 @dataclass(frozen=True)
 class Message:
-    """One event for one ordering group of one subscription."""
+    """One event for one ordering key of one subscription."""
 
     seq: int
     event_type: str
-    group_key: str
-    group_hash: int
+    ordering_key: str
+    key_hash: int
     main_topic: int  # the main storage topic the event was produced to (by its seq)
-    partition: int  # its virtual partition there
+    topic_partition: int  # its virtual partition there
 
 
 def messages_for(sub: Subscription, seq: int, event: pb.Event, state: BuildState) -> list[Message]:
@@ -59,7 +61,7 @@ def messages_for(sub: Subscription, seq: int, event: pb.Event, state: BuildState
     topic = sub.main.storage_topics[topic_index]
     found = []
     for key in keys:
-        h = group_hash(key)
+        h = key_hash(key)
         found.append(Message(seq, event_type, key, h, topic_index, topic.partition_for(h)))
     return found
 

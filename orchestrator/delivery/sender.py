@@ -7,6 +7,10 @@
 
 Errors say what happened (status and reason phrase, or the transport error's kind),
 never the receiver's body: it is outside bytes and may echo anything.
+
+`Sender` posts over a pooled aiohttp client with the Standard Webhooks headers and
+the message's ordering key in `partbuild-group`; no redirects are followed, and the
+answer is drained up to 64 KiB so its connection is reused.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import aiohttp
 from standardwebhooks import Webhook
 
 USER_AGENT = "partbuild-webhooks/1"
-GROUP_HEADER = "partbuild-group"
+ORDERING_KEY_HEADER = "partbuild-group"  # the name receivers read: it stays
 MAX_RETRY_AFTER_MS = 3600 * 1000
 # A receiver's body is read (so the connection can be reused) up to this much; a longer one
 # closes the connection instead: nobody reads it, and a hostile receiver must not fill memory.
@@ -69,7 +73,7 @@ class Sender:
         body: bytes,
         content_type: str,
         message_id: str,
-        group_key: str,
+        ordering_key: str,
         secret: str,
         timeout_s: float,
     ) -> Outcome:
@@ -81,7 +85,7 @@ class Sender:
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": self._signer(secret).sign(message_id, now, body.decode()),
             # Refs are ASCII in practice; anything else is percent-encoded so the header stays valid.
-            GROUP_HEADER: quote(group_key, safe="/=:,.-_~@+*"),
+            ORDERING_KEY_HEADER: quote(ordering_key, safe="/=:,.-_~@+*"),
         }
         try:
             # One deadline for the whole exchange: connect, send, answer and drain.

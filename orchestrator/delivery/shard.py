@@ -1,20 +1,24 @@
-"""One shard of one subscription: its slice of the main topic, then its groups in the retry queue.
+"""One shard of one subscription: its slice of the main topic, then its ordering keys in the retry queue.
 
-A step reads the next events after the shard's offsets (only up to what the live
-state has folded), turns them into messages of the partitions it owns, and:
+A shard is a subscription's slice of its topic partitions (`ShardStep`: one
+step of one shard). A step reads the next events after the shard's offsets
+(only up to what the live state has folded), turns them into messages of the
+topic partitions it owns, and:
 
-- delivers each group's messages in order, groups concurrently; a group with
+- delivers each ordering key's messages in order, keys concurrently; a key with
   messages waiting in the RQ or the DLQ gets its new ones queued behind them;
 - a failed message goes to the RQ (retryable: with backoff, honouring Retry-After)
-  or the DLQ (permanent), and the rest of its group's messages of the step follow
+  or the DLQ (permanent), and the rest of its key's messages of the step follow
   it there;
-- retries the due heads of its waiting RQ groups, in each group's order: after
-  the policy's attempts or age a message is dead-lettered, and its group's later
+- retries the due heads of its waiting RQ keys, in each key's order: after the
+  policy's attempts or age a message is dead-lettered, and its key's later
   messages with it (they must wait behind it anyway);
 
 and then commits all of it in one transaction (`DeliveryStore.commit`): offsets,
 queue changes, counters. A crash before the commit delivers the step again:
-at-least-once, duplicates only of what was in flight.
+at-least-once, duplicates only of what was in flight. The payload renderer is
+injected (`Render`, `api/webhook_payloads.py`): this layer cannot import the
+API's shapes.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from partbuild.state.rules.topics import CompositeTopic, route, shard_of_partiti
 log = logging.getLogger(__name__)
 M = TypeVar("M", NewMessage, Queued)
 BATCH_EVENTS = 1000
-RQ_GROUP_PAGE = 50
+RQ_KEY_PAGE = 50
 
 
 class RenderedBody(Protocol):
@@ -61,7 +65,7 @@ class Render(Protocol):
         message_id: str,
         seq: int,
         event: pb.Event,
-        group_key: str,
+        ordering_key: str,
         state: BuildState,
     ) -> RenderedBody | None: ...
 
@@ -71,14 +75,14 @@ class Delivery:
     """A message ready to post."""
 
     message_id: str
-    group_key: str
+    ordering_key: str
     body: bytes
     content_type: str
 
 
-def message_id(sub: Subscription, seq: int, group_key: str) -> str:
-    """`webhook-id`: the same for every attempt of one event to one group of one subscription."""
-    digest = blake3.blake3(group_key.encode()).hexdigest()[:16]
+def message_id(sub: Subscription, seq: int, ordering_key: str) -> str:
+    """`webhook-id`: the same for every attempt of one event to one ordering key of one subscription."""
+    digest = blake3.blake3(ordering_key.encode()).hexdigest()[:16]
     return f"pb_{sub.created_seq}_{seq}_{digest}"
 
 
@@ -92,16 +96,16 @@ def _layout(topic: CompositeTopic) -> Layout:
     return Layout(topic.produce_pointer, produce.partitions, produce.k)
 
 
-def owned_partitions(sub: Subscription, shard_id: int, topic_index: int) -> list[int]:
-    """The partitions of a main storage topic this shard reads (the seed's contiguous ranges)."""
+def owned_topic_partitions(sub: Subscription, shard_id: int, topic_index: int) -> list[int]:
+    """The topic partitions of a main storage topic this shard reads: a contiguous range each."""
     partitions = sub.main.storage_topics[topic_index].partitions
     return [p for p in range(partitions) if shard_of_partition(p, partitions, sub.shard_count) == shard_id]
 
 
-def owns_group(sub: Subscription, shard_id: int, group_hash: int) -> bool:
-    """Whether this shard handles a group's queued messages: it owns the group's partition now."""
+def owns_key(sub: Subscription, shard_id: int, key_hash: int) -> bool:
+    """Whether this shard handles an ordering key's queued messages: it owns the key's topic partition now."""
     produce = sub.main.produce_topic
-    partition = route(group_hash, produce.partitions, produce.k)
+    partition = route(key_hash, produce.partitions, produce.k)
     return shard_of_partition(partition, produce.partitions, sub.shard_count) == shard_id
 
 
@@ -136,21 +140,21 @@ class ShardStep:
         self.now_ms = now_ms
         self._limit = asyncio.Semaphore(concurrency)
         self.commit: Commit | None = None
-        self.moved: set[str] = set()  # groups this step moved from the RQ to the DLQ
+        self.moved: set[str] = set()  # ordering keys this step moved from the RQ to the DLQ
         self.events: dict[int, StoredEvent] = {}  # the events of the RQ messages this step retries, by seq
 
     async def run(self, control: Control) -> bool:
         sub = self.sub
         self.commit = commit = Commit(sub.key, control.applied_seq)
-        # Offsets before waiting groups: a commit landing in between then makes this step see a group
-        # waiting with offsets still before its queued message, never offsets past it with the group free.
+        # Offsets before waiting keys: a commit landing in between then makes this step see a key
+        # waiting with offsets still before its queued message, never offsets past it with the key free.
         main = self._read_main(control)
         waiting = {
             key: queue
-            for key, (queue, group_hash) in self.store.waiting_groups(sub.key).items()
-            if owns_group(sub, self.shard_id, group_hash)
+            for key, (queue, hashed) in self.store.waiting_keys(sub.key).items()
+            if owns_key(sub, self.shard_id, hashed)
         }
-        due = self.store.due_pages(sub.key, self.now_ms(), RQ_GROUP_PAGE) if "rq" in waiting.values() else {}
+        due = self.store.due_pages(sub.key, self.now_ms(), RQ_KEY_PAGE) if "rq" in waiting.values() else {}
         retries = {key: page for key, page in due.items() if waiting.get(key) == "rq"}
         await asyncio.gather(self._deliver_main(main, waiting), self._retry(retries))
         _follow_to_dlq(commit, self.moved)
@@ -185,7 +189,7 @@ class ShardStep:
         for index in range(sub.main.produce_pointer + 1):
             end = topics[index + 1].start_seq - 1 if index < sub.main.produce_pointer else head
             floor = max(control.main_floor, topics[index].start_seq - 1)
-            mine = {p: offsets.get((index, p)) for p in owned_partitions(sub, self.shard_id, index)}
+            mine = {p: offsets.get((index, p)) for p in owned_topic_partitions(sub, self.shard_id, index)}
             at = {p: floor if seq is None else seq for p, seq in mine.items()}
             start = min(at.values(), default=end)
             if start >= min(end, head):
@@ -212,39 +216,39 @@ class ShardStep:
                     continue
                 event = stored.to_event()
                 for message in messages_for(self.sub, stored.seq, event, state):
-                    if message.main_topic == index and at.get(message.partition, stored.seq) < stored.seq:
-                        delivery = self._delivery(state, message.seq, event, message.group_key)
+                    if message.main_topic == index and at.get(message.topic_partition, stored.seq) < stored.seq:
+                        delivery = self._delivery(state, message.seq, event, message.ordering_key)
                         if delivery is not None:
                             found.append((message, delivery))
         return found
 
-    def _delivery(self, state: BuildState, seq: int, event: pb.Event, group_key: str) -> Delivery | None:
-        mid = message_id(self.sub, seq, group_key)
+    def _delivery(self, state: BuildState, seq: int, event: pb.Event, ordering_key: str) -> Delivery | None:
+        mid = message_id(self.sub, seq, ordering_key)
         rendered = self.render(
             self.sub.format,
             subscription=self.sub.name,
             message_id=mid,
             seq=seq,
             event=event,
-            group_key=group_key,
+            ordering_key=ordering_key,
             state=state,
         )
-        return None if rendered is None else Delivery(mid, group_key, rendered.body, rendered.content_type)
+        return None if rendered is None else Delivery(mid, ordering_key, rendered.body, rendered.content_type)
 
     async def _deliver_main(self, found: list[tuple[Message, Delivery]], waiting: dict[str, str]) -> None:
-        by_group: dict[str, list[tuple[Message, Delivery]]] = defaultdict(list)
+        by_key: dict[str, list[tuple[Message, Delivery]]] = defaultdict(list)
         for message, delivery in found:
-            by_group[message.group_key].append((message, delivery))
-        await asyncio.gather(*(self._deliver_group(items, waiting.get(key)) for key, items in by_group.items()))
+            by_key[message.ordering_key].append((message, delivery))
+        await asyncio.gather(*(self._deliver_key(items, waiting.get(key)) for key, items in by_key.items()))
 
-    async def _deliver_group(self, items: list[tuple[Message, Delivery]], queue: str | None) -> None:
-        """One group's new messages in order; from the first failure on (or if it waits already), queued."""
+    async def _deliver_key(self, items: list[tuple[Message, Delivery]], queue: str | None) -> None:
+        """One ordering key's new messages in order; from the first failure on (or if it waits already), queued."""
         commit = self.commit
         assert commit is not None
         if queue is not None:
-            commit.behind.add((queue, items[0][0].group_key))
+            commit.behind.add((queue, items[0][0].ordering_key))
         for message, delivery in items:
-            new = NewMessage(message.group_key, message.group_hash, message.seq, message.main_topic)
+            new = NewMessage(message.ordering_key, message.key_hash, message.seq, message.main_topic)
             if queue is not None:
                 commit.produce.append((queue, new))
                 continue
@@ -267,7 +271,7 @@ class ShardStep:
                 body=delivery.body,
                 content_type=delivery.content_type,
                 message_id=delivery.message_id,
-                group_key=delivery.group_key,
+                ordering_key=delivery.ordering_key,
                 secret=self.secret,
                 timeout_s=self.sub.timeout_ms / 1000,
             )
@@ -275,12 +279,12 @@ class ShardStep:
     # ----------------------------------------------------------------- the retry queue
 
     async def _retry(self, pages: dict[str, list[Queued]]) -> None:
-        # One log read for every due message's event; a group stops at its first failure, so some go unused.
+        # One log read for every due message's event; a key stops at its first failure, so some go unused.
         self.events = self.live.log.read_seqs(m.event_seq for page in pages.values() for m in page)
-        await asyncio.gather(*(self._retry_group(key, page) for key, page in pages.items()))
+        await asyncio.gather(*(self._retry_key(key, page) for key, page in pages.items()))
 
-    async def _retry_group(self, group_key: str, waiting: list[Queued]) -> None:
-        """Deliver a due group's first RQ messages (`waiting`) in order while they are due and succeed."""
+    async def _retry_key(self, ordering_key: str, waiting: list[Queued]) -> None:
+        """Deliver a due ordering key's first RQ messages (`waiting`) in order while they are due and succeed."""
         commit = self.commit
         assert commit is not None
         for index, message in enumerate(waiting):
@@ -301,17 +305,17 @@ class ShardStep:
                 commit.update.append(_failed(message, attempts, first, now, outcome, sub))
                 commit.retried += 1
                 return
-            # The whole group goes, not just this page of it: what stayed would pass it.
-            rest = self.store.messages(sub.key, "rq", group=group_key, limit=1 << 62)[index + 1 :]
+            # The whole key's messages go, not just this page of them: what stayed would pass them.
+            rest = self.store.messages(sub.key, "rq", ordering_key=ordering_key, limit=1 << 62)[index + 1 :]
             self._dead_letter([_failed(message, attempts, first, now, outcome, sub), *rest])
             return
 
     def _dead_letter(self, messages: list[Queued]) -> None:
-        """Move a group's failed head and everything behind it from the RQ to the DLQ, in order."""
+        """Move an ordering key's failed head and everything behind it from the RQ to the DLQ, in order."""
         commit = self.commit
         assert commit is not None
         commit.dead_lettered += 1
-        self.moved.add(messages[0].group_key)
+        self.moved.add(messages[0].ordering_key)
         for message in messages:
             commit.consume.append(message)
             commit.produce.append(("dlq", message.as_new()))
@@ -322,15 +326,15 @@ class ShardStep:
         if stored is None:
             return None
         with self.live.read() as state:
-            return self._delivery(state, message.event_seq, stored.to_event(), message.group_key)
+            return self._delivery(state, message.event_seq, stored.to_event(), message.ordering_key)
 
 
 def _follow_to_dlq(commit: Commit, moved: set[str]) -> None:
-    """New messages queued behind an RQ group that this step dead-lettered (`moved`) go after it, to
-    the DLQ: a group must never wait in both queues (its newer messages would pass its older ones)."""
-    behind = [new for queue, new in commit.produce if queue == "rq" and new.group_key in moved]
+    """New messages queued behind an RQ ordering key that this step dead-lettered (`moved`) go after it,
+    to the DLQ: a key must never wait in both queues (its newer messages would pass its older ones)."""
+    behind = [new for queue, new in commit.produce if queue == "rq" and new.ordering_key in moved]
     if behind:
-        kept = [(queue, new) for queue, new in commit.produce if not (queue == "rq" and new.group_key in moved)]
+        kept = [(queue, new) for queue, new in commit.produce if not (queue == "rq" and new.ordering_key in moved)]
         commit.produce = kept + [("dlq", new) for new in behind]
 
 

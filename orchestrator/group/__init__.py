@@ -1,4 +1,4 @@
-"""Worker groups: orchestrators that share buckets through a leader (issue 10).
+"""Worker groups: orchestrators that share buckets through a leader (`run --group`, docs/worker-group.md).
 
 `membership`: joining, heartbeats, leaving, the live members and the reaper; the
 leader is whoever holds the group's lock (`Group.leader_lock`), taken from a

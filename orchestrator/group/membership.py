@@ -32,22 +32,14 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
 from partbuild.state.database import Database
+from partbuild.state.log.events import Clock, wall_clock_ms
 from partbuild.state.ops.leader_lock import LeaderLock, LockHolder, task_digest
 from partbuild.state.ops.members import Heartbeat, Member, check_group_name
-
-Clock = Callable[[], int]
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch, from the system clock."""
-    return time.time_ns() // 1_000_000
 
 
 def new_task_id() -> str:

@@ -1,8 +1,8 @@
 """What a group member decides about: the buckets it owns in the fold's current epoch.
 
-The decider's one filter (`orchestrator.sharding.Scope`), for a worker group:
+The decider's one filter (`orchestrator.buckets.Scope`), for a worker group:
 `GroupOwnership.at(state)` reads the group's record in the fold (its owners
-map, `state.group.GroupState.owners`) and answers "does this task own
+map, `state.rules.group.GroupState.owners`) and answers "does this task own
 bucket(namespace, ref, total)" for every ref; every decision it stamps carries
 the fence (epoch, task) the fold checks against the same rule. A task that is
 not a member of the current epoch (not joined yet, or declared dead) owns nothing.

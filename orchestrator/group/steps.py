@@ -1,10 +1,10 @@
-"""The group messages a worker appends, as pure functions of the fold's state.
+"""The group messages a worker appends, as pure functions of the fold's state; `GroupConfig` (`run --group`).
 
 - `epoch_event` (the leader): a new epoch when the live members differ from the
-  current epoch's, built on the current epoch with `state.group.next_epoch`.
+  current epoch's, built on the current epoch with `state.rules.group.next_epoch`.
 - `task_event` (every task): its first message in an epoch restates its state
-  unchanged (the seed's "new epoch seen"); only after that does it take share
-  steps (`state.group.share_step`). So sharing is disabled after a rebalance
+  unchanged (the share protocol's "new epoch seen"); only after that does it take share
+  steps (`state.rules.group.share_step`). So sharing is disabled after a rebalance
   until the task has seen the new epoch: the fold records which event last set
   each state, and a state last set by the epoch itself has not been seen.
 

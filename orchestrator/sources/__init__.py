@@ -1,2 +1,2 @@
-"""Source datasets discovered by scanning a connector (issue 11): the spec, the grouping of items
+"""Source datasets discovered by scanning a connector: the spec, the assembly of items
 into partitions, and the scanner thread that records observations and its cursor in the log."""

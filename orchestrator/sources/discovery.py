@@ -5,7 +5,9 @@ maps to a partition (`keys`: the partition's directory under the connector's
 root, a pattern with the same fields as the source's ref pattern), where readers
 find that directory (`base_location`), and when a partition is complete (a marker
 item in it, by default Spark's `_SUCCESS`; None: complete as soon as the scan has
-listed all of it).
+listed all of it). Also: `rescan_every_s`, `rewant_tainted` (late data re-wants what
+it tainted), page size and slice time, and `shards` (how many key ranges a pass is
+split into). `filesystem_discovery` and `object_store_discovery` build one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from partbuild.orchestrator.connectors.contract import Connector
-from partbuild.state.fold.sources import MAX_SHARDS
+from partbuild.state.fold.sources import MAX_KEY_RANGES
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig
@@ -38,7 +40,8 @@ class Discovery:
     slice_s: float = 0.05  # the longest a connector call may take when the connector honours deadlines
     # Split each pass into up to this many key ranges of about equal bytes (rebalanced every pass from
     # the last one's split estimates), each scanned by the worker that owns it: for sources too big
-    # for one worker's scan. 1: one range.
+    # for one worker's scan. 1: one range. Named `shards` where graphs declare it (and in the API's
+    # JSON): the declared name stays, like a CLI flag; everywhere else a pass's slice is a key range.
     shards: int = 1
 
     def __post_init__(self) -> None:
@@ -55,8 +58,9 @@ class Discovery:
                 raise ValueError(f"Discovery.{name} must be a positive number of seconds")
         if isinstance(self.page_items, bool) or not isinstance(self.page_items, int) or self.page_items < 1:
             raise ValueError("Discovery.page_items must be an int of at least 1")
-        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"Discovery.shards must be an int from 1 to {MAX_SHARDS}")
+        ranges = self.shards
+        if isinstance(ranges, bool) or not isinstance(ranges, int) or not 1 <= ranges <= MAX_KEY_RANGES:
+            raise ValueError(f"Discovery.shards must be an int from 1 to {MAX_KEY_RANGES}")
         if type(self.rewant_tainted) is not bool:
             raise TypeError("Discovery.rewant_tainted must be a bool")
 

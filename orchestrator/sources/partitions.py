@@ -5,6 +5,10 @@ A partition is a directory under the connector's root (`Discovery.keys`, e.g.
 contiguous in key order, so a partition is complete as soon as the scan lists a
 key outside it, and only the open partition is held, as a running digest: memory
 does not grow with the number of files in a partition or of partitions.
+
+`PartitionAssembler` folds items into `FoundPartition`s (ref, directory, files, bytes,
+a digest of every file's name, version and size; strong only if every file's
+version is; complete if the marker was there); `settled_key` is the cursor to record.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def _framed(data: bytes) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-class PartitionGrouper:
+class PartitionAssembler:
     """Feed items in key order; get each partition once the scan has moved past it.
 
     `settled_key` is the last key everything up to which is accounted for (in a
@@ -114,7 +118,7 @@ class PartitionGrouper:
     def partition_start(self, key: bytes) -> bytes:
         """The least key of the partition holding `key` (its directory and a slash); `key` itself outside one.
 
-        A shard boundary there never cuts a partition in two.
+        A key range boundary there never cuts a partition in two.
         """
         split = self._split(key)
         if split is None or self._keys.match(split[0]) is None:
@@ -132,19 +136,19 @@ class PartitionGrouper:
         self.settled_key = raw
 
     def _close(self, closed: list[FoundPartition]) -> None:
-        group = self._open
-        if group is None:
+        partition = self._open
+        if partition is None:
             return
         self._open = None
-        self.settled_key = group.last_key
+        self.settled_key = partition.last_key
         closed.append(
             FoundPartition(
-                ref=self._refs.format(**group.fields),
-                directory=group.directory,
-                items=group.items,
-                bytes=group.bytes,
-                version=group.digest.hexdigest()[:32],
-                strong=group.strong,
-                complete=self._marker is None or group.marked,
+                ref=self._refs.format(**partition.fields),
+                directory=partition.directory,
+                items=partition.items,
+                bytes=partition.bytes,
+                version=partition.digest.hexdigest()[:32],
+                strong=partition.strong,
+                complete=self._marker is None or partition.marked,
             )
         )

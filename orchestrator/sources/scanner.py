@@ -19,11 +19,14 @@ is observed twice (unchanged versions are never appended). A finished pass is
 followed by the next one `rescan_every_s` later, or as soon as someone asks
 (`SourceScanRequest`, `partbuild sources scan NAME`).
 
-A pass may be split into shards (`Discovery.shards`), key ranges fixed by the
+A pass may be split into key ranges (`Discovery.shards`), fixed by the
 slice that begins it and rebalanced from the last pass's split estimates
-(`shards.py`); each shard has its own cursor, and in a sharded or grouped set
-of workers the owner of `source:<name>/<shard>` scans it (the owner of shard 0
-begins passes). A worker owning several shards scans them one after another.
+(`key_ranges.py`); each key range has its own cursor, and in a set of workers
+split by bucket or in a worker group, the owner of `source:<name>/<index>` scans range
+`index` (the owner of range 0 begins passes: when `rescan_every_s` has passed,
+or at once after a `SourceScanRequest`). A worker owning several key ranges
+scans them one after another. Only slices that settled something are recorded,
+so two scanners of one key range cannot keep restarting each other.
 
 Resumption is by key (key-authoritative connectors; the recorded cursor is the
 end of a partition, where a page's token would not apply). Item counts are of
@@ -49,8 +52,8 @@ from partbuild.orchestrator.connectors.toxic import ItemKey
 from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
 from partbuild.orchestrator.identity import WORKER_ID
 from partbuild.orchestrator.sources.discovery import Discovery
-from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionGrouper
-from partbuild.orchestrator.sources.shards import next_split_keys
+from partbuild.orchestrator.sources.key_ranges import next_split_keys
+from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, SourceScan
@@ -68,27 +71,27 @@ MAX_PAGE_BYTES = 1 << 62  # listing is bounded by items and time; bytes are for 
 BACKOFF_S = (1.0, 60.0)  # after errors: doubling from the first, up to the second
 
 
-def source_scope_key(name: str, shard: int) -> str:
-    """What a sharded or grouped worker asks its scope about: the one owner of this key scans that shard."""
-    return f"source:{name}/{shard}"
+def source_scope_key(name: str, index: int) -> str:
+    """What a worker with a scope asks it about: the one owner of this key scans key range `index`."""
+    return f"source:{name}/{index}"
 
 
 @dataclass
 class _Scan:
-    """One source's scan as this process runs it: a shard of a pass in memory, ahead of the log's cursor."""
+    """One source's scan as this process runs it: a key range of a pass in memory, ahead of the log's cursor."""
 
     source: SourceDataset
     discovery: Discovery
-    active: bool = False  # a shard is being scanned here (begun or adopted)
+    active: bool = False  # a key range is being scanned here (begun or adopted)
     pass_number: int = 0
-    shard: int = 0
+    range_index: int = 0  # which of the pass's key ranges (the proto's `shard`)
     key_range: KeyRange = field(default_factory=KeyRange.everything)
     new_pass: bool = False  # the next append begins the pass in the log, with these split keys
     split_keys: list[bytes] = field(default_factory=list)
     cursor: Cursor = field(default_factory=Cursor.initial)  # where the next page starts (with a token)
-    logged_key: bytes = b""  # the shard's cursor in the log: the next slice's `after_key`
-    expected_seq: int = -1  # the updated_seq (of the shard; of the record for a new pass) we are in step with
-    grouper: PartitionGrouper | None = None
+    logged_key: bytes = b""  # the key range's cursor in the log: the next slice's `after_key`
+    expected_seq: int = -1  # the updated_seq (of the key range; of the record for a new pass) we are in step with
+    assembler: PartitionAssembler | None = None
     estimator: SplitEstimator = field(default_factory=SplitEstimator)
     items: int = 0  # listed since the last append
     bytes: int = 0
@@ -101,15 +104,15 @@ class _Scan:
     def name(self) -> str:
         return self.source.name
 
-    def start(self, pass_number: int, shard: int, start: bytes, end: bytes, key: bytes) -> None:
-        """Scan shard `shard` = [start, end) of pass `pass_number` from after `key` (b"": its start)."""
+    def start(self, pass_number: int, range_index: int, start: bytes, end: bytes, key: bytes) -> None:
+        """Scan key range `range_index` = [start, end) of pass `pass_number` from after `key` (b"": its start)."""
         keys = PartitionPattern(self.discovery.keys) if self.discovery.keys else self.source.pattern
-        self.grouper = PartitionGrouper(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
-        self.grouper.settled_key = key  # everything up to the cursor was accounted for before
+        self.assembler = PartitionAssembler(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
+        self.assembler.settled_key = key  # everything up to the cursor was accounted for before
         self.estimator = SplitEstimator()
         self.active = True
         self.pass_number = pass_number
-        self.shard = shard
+        self.range_index = range_index
         self.key_range = KeyRange(ItemKey(start) if start else None, ItemKey(end) if end else None)
         self.new_pass = False
         self.split_keys = []
@@ -122,17 +125,17 @@ class _Scan:
         """The log's updated_seq of what this scan continues (-2: the log has moved to another pass)."""
         if self.new_pass:
             return record.updated_seq if record is not None else 0
-        if record is None or record.pass_number != self.pass_number or self.shard >= len(record.shards):
+        if record is None or record.pass_number != self.pass_number or self.range_index >= len(record.ranges):
             return -2
-        return record.shards[self.shard].updated_seq
+        return record.ranges[self.range_index].updated_seq
 
     def split_hint(self) -> bytes:
-        """Where the bytes listed in this shard split in half, moved to the start of its partition; or b""."""
-        assert self.grouper is not None
+        """Where the bytes listed in this key range split in half, moved to the start of its partition; or b""."""
+        assert self.assembler is not None
         hint = self.estimator.split_point()
         if hint is None:
             return b""
-        key = self.grouper.partition_start(hint.raw_bytes())
+        key = self.assembler.partition_start(hint.raw_bytes())
         start = self.key_range.start.raw_bytes() if self.key_range.start is not None else b""
         return key if key > start and ItemKey(key) in self.key_range else b""
 
@@ -200,8 +203,8 @@ class SourceScanner:
         with self.live.read() as state:
             record = state.sources.get(scan.name)
             in_step = scan.active and scan.position(record) == scan.expected_seq
-            if in_step and not self.owns(state, source_scope_key(scan.name, scan.shard)):
-                in_step = scan.active = False  # the shard has moved to another worker
+            if in_step and not self.owns(state, source_scope_key(scan.name, scan.range_index)):
+                in_step = scan.active = False  # the key range has moved to another worker
             if not in_step and not self._begin(state, scan, record):
                 return
         discovery = scan.discovery
@@ -211,20 +214,20 @@ class SourceScanner:
         except EnumerateError as error:
             self._failed(scan, error.message, error)
             return
-        assert scan.grouper is not None
+        assert scan.assembler is not None
         if page is None:
-            scan.found += scan.grouper.finish()
+            scan.found += scan.assembler.finish()
         else:
             for item in page.items:
                 scan.estimator.observe(item.key, item.size)
             scan.items += len(page)
             scan.bytes += page.total_size
-            scan.found += scan.grouper.feed(page.items)
+            scan.found += scan.assembler.feed(page.items)
             scan.cursor = page.cursor
         done = page is None
         # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
-        # only move the log's position, and a second scanner of the shard would then start over, and so on.
-        moved = scan.grouper.settled_key != scan.logged_key
+        # only move the log's position, and a second scanner of the key range would then start over, and so on.
+        moved = scan.assembler.settled_key != scan.logged_key
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
         if (done or scan.found or due or scan.new_pass) and not self._append(scan, done=done):
             return
@@ -232,20 +235,20 @@ class SourceScanner:
         scan.next_due = time.monotonic()
 
     def _begin(self, state: BuildState, scan: _Scan, record: SourceScan | None) -> bool:
-        """Take up a shard: one of the log's unfinished pass that we own, or shard 0 of the next pass when due."""
+        """Take up a key range: one of the log's unfinished pass that we own, or range 0 of the next pass when due."""
         name = scan.name
         if record is not None and record.pass_number and not record.done:
-            for index, shard in enumerate(record.shards):
-                if not shard.done and self.owns(state, source_scope_key(name, index)):
-                    scan.start(record.pass_number, index, shard.start, shard.end, shard.last_key)
-                    scan.expected_seq = shard.updated_seq
+            for index, key_range in enumerate(record.ranges):
+                if not key_range.done and self.owns(state, source_scope_key(name, index)):
+                    scan.start(record.pass_number, index, key_range.start, key_range.end, key_range.last_key)
+                    scan.expected_seq = key_range.updated_seq
                     return True
             return self._idle(scan, POLL_S)
         due_ms = record.last_pass_done_ms + int(scan.discovery.rescan_every_s * 1000) if record else 0
         wait_s = 0.0 if record is None or record.rescan_requested else (due_ms - self.clock()) / 1000
         if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
             return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
-        split = next_split_keys(record.last_pass_shards, scan.discovery.shards) if record else []
+        split = next_split_keys(record.last_pass_ranges, scan.discovery.shards) if record else []
         scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
         scan.new_pass, scan.split_keys = True, split
         scan.expected_seq = scan.position(record)
@@ -316,15 +319,15 @@ class SourceScanner:
         self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
     ) -> tuple[list[pb.Event], pb.SourceScanProgress]:
         now = self.clock()
-        assert scan.grouper is not None
+        assert scan.assembler is not None
         complete = [found for found in scan.found if found.complete]
         progress = pb.SourceScanProgress(
             source=scan.name,
             pass_number=scan.pass_number,
-            shard=scan.shard,
+            shard=scan.range_index,
             split_keys=scan.split_keys if scan.new_pass else [],
             after_key=b"" if scan.new_pass else scan.logged_key,
-            last_key=scan.grouper.settled_key,
+            last_key=scan.assembler.settled_key,
             done=done,
             items=scan.items,
             bytes=scan.bytes,

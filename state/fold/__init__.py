@@ -35,7 +35,7 @@ Modules:
   SubscriptionOffsetReset (webhook subscriptions and their topics' layouts).
 - validation: pure helpers of the check phases (id and ref rules, quoting).
 - records: the records a state holds (`Instance`, `Want`, `JobRun`, `Rejection`,
-  `SourceScan`, `ScanShard`) and the state enums.
+  `SourceScan`, `ScanRange`) and the state enums.
 - layout: how each `BuildState` attribute is declared for the digest (`BuildState.LAYOUT`).
 - registry: one row per event type (`EventType`: handler, refs, wants, job run,
   build event, fence, run phase) and the list of record classes a state may hold;

@@ -293,7 +293,7 @@ MAX_SCAN_KEY_BYTES = 4096
 MAX_SCAN_TOKEN_BYTES = 16384
 
 
-class ScanShard(_Record):
+class ScanRange(_Record):
     """One key range of a source scan's pass, with its own cursor; `start`/`end` b"": open ends.
 
     Keys are a connector's bytes: the repr shows them redacted.
@@ -321,7 +321,7 @@ class ScanShard(_Record):
             f"{name}={redacted('ItemKey', getattr(self, name))}" for name in ("start", "end", "last_key", "split_hint")
         )
         return (
-            f"ScanShard({keys}, token={redacted('ResumeToken', self.resume_token)}, done={self.done}, "
+            f"ScanRange({keys}, token={redacted('ResumeToken', self.resume_token)}, done={self.done}, "
             f"items={self.items}, bytes={self.bytes}, updated_seq={self.updated_seq})"
         )
 
@@ -329,12 +329,14 @@ class ScanShard(_Record):
 class SourceScan(_Record):
     """How far the scans of one source dataset have got (SourceScanProgress events).
 
-    A pass is one or more shards (key ranges), each with its own cursor; it is done when
-    every shard is. `last_pass_shards` are the finished pass's shards, from which the next
-    pass rebalances its split.
+    A pass is one or more key ranges, each with its own cursor; it is done when every
+    range is. `last_pass_ranges` are the finished pass's ranges, from which the next pass
+    rebalances its split.
     """
 
-    __slots__ = (
+    # Sorted but for `ranges`, which keeps the place its old name ("shards") had: `state.log.digest`
+    # hashes the fields in slot order, and the digests of existing logs must not move.
+    __slots__ = (  # noqa: RUF023
         "done",
         "errors_total",
         "items_total",
@@ -344,7 +346,7 @@ class SourceScan(_Record):
         "last_pass_done_ms",
         "last_pass_items",
         "last_pass_partitions",
-        "last_pass_shards",
+        "last_pass_ranges",
         "name",
         "partitions_total",
         "pass_items",
@@ -353,7 +355,7 @@ class SourceScan(_Record):
         "pass_started_ms",
         "passes_done",
         "rescan_requested",
-        "shards",
+        "ranges",
         "updated_ms",
         "updated_seq",
     )
@@ -361,7 +363,7 @@ class SourceScan(_Record):
     def __init__(self, name: str) -> None:
         self.name = name
         self.pass_number = 0  # no pass yet
-        self.shards: list[ScanShard] = []  # the current pass's
+        self.ranges: list[ScanRange] = []  # the current pass's
         self.done = False
         self.pass_started_ms = 0
         self.pass_items = 0  # this pass so far
@@ -370,7 +372,7 @@ class SourceScan(_Record):
         self.last_pass_done_ms = 0  # when the latest finished pass ended (0: none has)
         self.last_pass_items = 0
         self.last_pass_partitions = 0
-        self.last_pass_shards: list[ScanShard] = []
+        self.last_pass_ranges: list[ScanRange] = []
         self.rescan_requested = False  # a SourceScanRequest since the current pass began
         self.items_total = 0  # every pass
         self.partitions_total = 0
@@ -382,9 +384,9 @@ class SourceScan(_Record):
         self.updated_ms = 0
 
     def digest_values(self) -> tuple[Any, ...]:
-        """Its fields with its shards' fields in full (a shard's repr is redacted, so not that)."""
+        """Its fields with its key ranges' fields in full (a range's repr is redacted, so not that)."""
         return tuple(
-            [shard.digest_values() for shard in value] if isinstance(value, list) else value
+            [key_range.digest_values() for key_range in value] if isinstance(value, list) else value
             for value in self.__getstate__()
         )
 

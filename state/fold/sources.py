@@ -1,13 +1,14 @@
 """Source scans: SourceScanProgress, the cursors of a connector's scan of a source dataset.
 
-A pass lists a source from its first key to its last, possibly split into shards
-(key ranges, fixed by the slice that begins the pass), each listed in slices by
-whoever owns it. A slice continues exactly where the previous slice of its shard
-ended: it is accepted only when it names the current pass, a shard not yet done,
-and that shard's cursor as where it began. Or it begins a new pass (the next
-number, from the start of shard 0; an operator may begin one at any time). A
-second scanner of a shard, or a stale one, names a cursor that has moved on and
-is rejected: nothing it found is counted twice.
+A pass lists a source from its first key to its last, possibly split into key
+ranges (fixed by the slice that begins the pass; the proto calls one a "shard"),
+each listed in slices by whoever owns it. A slice continues exactly where the
+previous slice of its key range ended: it is accepted only when it names the
+current pass, a key range not yet done, and that range's cursor as where it
+began. Or it begins a new pass (the next number, from the start of range 0; an
+operator may begin one at any time). A second scanner of a key range, or a stale
+one, names a cursor that has moved on and is rejected: nothing it found is
+counted twice.
 
 SourceScanRequest (an operator's "scan it again now") makes the next pass due.
 """
@@ -19,23 +20,23 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanShard, SourceScan
+from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanRange, SourceScan
 from partbuild.state.fold.validation import id_problem, short
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
 MAX_ERROR_CHARS = 1024
-MAX_SHARDS = 256
+MAX_KEY_RANGES = 256
 
-# (the source's record, or None for its first event; the shards of a new pass, or None to continue)
-ScanPlan = tuple[SourceScan | None, list[ScanShard] | None]
+# (the source's record, or None for its first event; the key ranges of a new pass, or None to continue)
+ScanPlan = tuple[SourceScan | None, list[ScanRange] | None]
 
 
 def check_source_scan_progress(
     state: BuildState, seq: int, msg: pb.SourceScanProgress, event: pb.Event
 ) -> str | ScanPlan:
-    """Validate a slice: bounds, then whether it begins the next pass or continues its shard's cursor."""
+    """Validate a slice: bounds, then whether it begins the next pass or continues its key range's cursor."""
     problem = id_problem("source name", msg.source) or _bounds_problem(msg)
     if problem:
         return problem
@@ -45,43 +46,44 @@ def check_source_scan_progress(
     if msg.pass_number == current + 1:
         if msg.after_key or msg.shard != 0:
             return f"pass {msg.pass_number} of source {name} must begin at the start of shard 0"
-        shards = _split(list(msg.split_keys))
-        if isinstance(shards, str):
-            return shards
-        return _slice_problem(msg, shards[0]) or (scan, shards)
+        ranges = _split(list(msg.split_keys))
+        if isinstance(ranges, str):
+            return ranges
+        return _slice_problem(msg, ranges[0]) or (scan, ranges)
     if msg.split_keys:
         return "only the slice that begins a pass may split it"
     if msg.pass_number != current:
         return f"source {name} is at pass {current}; a slice of pass {msg.pass_number} is stale"
     assert scan is not None  # current >= 1 here, since pass_number >= 1
-    if msg.shard >= len(scan.shards):
-        return f"pass {current} of source {name} has {len(scan.shards)} shard(s), not a shard {msg.shard}"
-    shard = scan.shards[msg.shard]
-    if shard.done:
+    # The rejection reasons below keep the proto's word "shard": they are recorded in the state.
+    if msg.shard >= len(scan.ranges):
+        return f"pass {current} of source {name} has {len(scan.ranges)} shard(s), not a shard {msg.shard}"
+    key_range = scan.ranges[msg.shard]
+    if key_range.done:
         return f"shard {msg.shard} of pass {current} of source {name} is done"
-    if msg.after_key != shard.last_key:
+    if msg.after_key != key_range.last_key:
         # Keys are a connector's bytes: the reason says that they differ, not what they are.
         return f"source {name} has moved past where this slice began (another scanner, or a stale one)"
-    return _slice_problem(msg, shard) or (scan, None)
+    return _slice_problem(msg, key_range) or (scan, None)
 
 
-def _split(keys: list[bytes]) -> list[ScanShard] | str:
-    """The shards `keys` split the key space into, or why they cannot."""
-    if len(keys) >= MAX_SHARDS:
-        return f"a pass has at most {MAX_SHARDS} shards"
+def _split(keys: list[bytes]) -> list[ScanRange] | str:
+    """The key ranges `keys` split the key space into, or why they cannot."""
+    if len(keys) >= MAX_KEY_RANGES:
+        return f"a pass has at most {MAX_KEY_RANGES} shards"
     if any(not key or len(key) > MAX_SCAN_KEY_BYTES for key in keys):
         return f"a split key is 1..{MAX_SCAN_KEY_BYTES} bytes"
     if any(a >= b for a, b in pairwise(keys)):
         return "split keys must increase"
     bounds = [b"", *keys, b""]
-    return [ScanShard(start, end) for start, end in pairwise(bounds)]
+    return [ScanRange(start, end) for start, end in pairwise(bounds)]
 
 
-def _slice_problem(msg: pb.SourceScanProgress, shard: ScanShard) -> str | None:
-    """Why a slice's keys do not fit its shard, or None."""
-    if msg.last_key and not shard.contains(msg.last_key):
+def _slice_problem(msg: pb.SourceScanProgress, key_range: ScanRange) -> str | None:
+    """Why a slice's keys do not fit its key range, or None."""
+    if msg.last_key and not key_range.contains(msg.last_key):
         return f"the slice's last key is outside shard {msg.shard}"
-    if msg.split_hint and not (msg.done and shard.contains(msg.split_hint)):
+    if msg.split_hint and not (msg.done and key_range.contains(msg.split_hint)):
         return "a split hint comes with the slice that ends a shard, inside the shard"
     return None
 
@@ -105,26 +107,26 @@ def _bounds_problem(msg: pb.SourceScanProgress) -> str | None:
 
 
 def apply_source_scan_progress(state: BuildState, seq: int, plan: ScanPlan, event: pb.Event) -> None:
-    """Move the shard's cursor; count what the slice listed and found; close the shard, and the pass."""
-    scan, new_shards = plan
+    """Move the key range's cursor; count what the slice listed and found; close the range, and the pass."""
+    scan, new_ranges = plan
     msg = event.source_scan_progress
     now = event.timestamp_ms
     if scan is None:
         scan = state.sources[intern(msg.source)] = SourceScan(intern(msg.source))
-    if new_shards is not None:
+    if new_ranges is not None:
         scan.rescan_requested = False
         scan.pass_number = msg.pass_number
-        scan.shards = new_shards
+        scan.ranges = new_ranges
         scan.pass_started_ms = now
         scan.pass_items = scan.pass_partitions = 0
         scan.done = False
-    shard = scan.shards[msg.shard]
+    key_range = scan.ranges[msg.shard]
     if msg.last_key:  # a slice that found nothing after the cursor leaves it where it was
-        shard.last_key = msg.last_key
-        shard.resume_token = msg.resume_token
-    shard.items += msg.items
-    shard.bytes += msg.bytes
-    shard.updated_seq = seq
+        key_range.last_key = msg.last_key
+        key_range.resume_token = msg.resume_token
+    key_range.items += msg.items
+    key_range.bytes += msg.bytes
+    key_range.updated_seq = seq
     scan.pass_items += msg.items
     scan.pass_partitions += msg.partitions
     scan.items_total += msg.items
@@ -135,15 +137,15 @@ def apply_source_scan_progress(state: BuildState, seq: int, plan: ScanPlan, even
         scan.last_error_retryable = msg.error_retryable
         scan.last_error_ms = now
     if msg.done:
-        shard.done = True
-        shard.split_hint = msg.split_hint
-        if all(each.done for each in scan.shards):
+        key_range.done = True
+        key_range.split_hint = msg.split_hint
+        if all(each.done for each in scan.ranges):
             scan.done = True
             scan.passes_done += 1
             scan.last_pass_done_ms = now
             scan.last_pass_items = scan.pass_items
             scan.last_pass_partitions = scan.pass_partitions
-            scan.last_pass_shards = scan.shards
+            scan.last_pass_ranges = scan.ranges
     scan.updated_seq = seq
     scan.updated_ms = now
 

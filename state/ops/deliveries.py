@@ -1,16 +1,18 @@
-"""Where each subscription's deliveries stand: main-topic offsets, the RQ and the DLQ, group state.
+"""Where each subscription's deliveries stand: main-topic offsets, the RQ and the DLQ, ordering-key state.
 
 Each subscription's delivery structures, in the project's database (SQLite or
 PostgreSQL) so every change is one transaction with the offsets it moves past:
 
-- main-topic offsets: per storage topic and virtual partition, the last seq handled
-  (a partition without a row is at the subscription's floor);
-- the RQ and the DLQ: messages at (storage topic, partition, offset), offsets
-  increasing per partition;
-- group state: per queue and group, `p` (the position of the group's last message
-  produced to the queue: main topic index and seq, internal topic index and offset)
-  and `c` (of its last consumed). A group has messages waiting while p != c; rows
-  are deleted once caught up, so the table holds only waiting groups.
+- main-topic offsets: per storage topic and topic partition, the last seq handled
+  (a topic partition without a row is at the subscription's floor);
+- the RQ and the DLQ: messages at (storage topic, topic partition, offset), offsets
+  increasing per topic partition;
+- ordering-key state (table `delivery_groups`): per queue
+  and ordering key, `p` (the position of the key's last message produced to the
+  queue: main topic index and seq, internal topic index and offset) and `c` (of its
+  last consumed). A key has messages waiting while p != c; rows are deleted once
+  caught up, so the table holds only waiting keys. The columns keep their first
+  names (`group_key`, `group_hash`): `_COLUMNS` maps the fields onto them.
 
 A delivery shard changes all of it in one `commit`, fenced by the last reset the
 subscription applied (`applied_seq`) and by compare-and-set offsets: a shard that
@@ -47,7 +49,7 @@ _IN_LIST_LIMIT = 1_000  # values per IN list: far below every driver's bound on 
 _POSITION_FIELDS = ("queue", "topic", "partition", "offset")  # a message's row, with its subscription
 _ATTEMPT_FIELDS = ("attempts", "not_before_ms", "first_failed_ms", "last_status", "last_error")
 _HEAD_FIELDS = ("queue", "topic", "partition", "next_offset")
-_NONE = (-1, -1, -1, -1)  # the `c` of a group nothing of which was consumed yet
+_NONE = (-1, -1, -1, -1)  # the `c` of an ordering key nothing of which was consumed yet
 _DROPPED = -1  # the applied_seq of a deleted subscription's control row: it fences every write
 
 
@@ -64,8 +66,8 @@ class Layout:
 class NewMessage:
     """A message to produce to the RQ or the DLQ."""
 
-    group_key: str
-    group_hash: int
+    ordering_key: str
+    key_hash: int
     event_seq: int
     main_topic: int
     attempts: int = 0
@@ -115,7 +117,7 @@ class Commit:
     produce: list[tuple[str, NewMessage]] = field(default_factory=list)  # (queue, message), in order
     consume: list[Queued] = field(default_factory=list)  # delivered, skipped or moved: removed
     update: list[Queued] = field(default_factory=list)  # a failed attempt's bookkeeping
-    behind: set[tuple[str, str]] = field(default_factory=set)  # (queue, group) new messages were queued behind
+    behind: set[tuple[str, str]] = field(default_factory=set)  # (queue, ordering key) new messages were queued behind
     delivered: int = 0
     retried: int = 0
     dead_lettered: int = 0
@@ -139,6 +141,14 @@ class Fenced(Exception):
 
 _MESSAGE_FIELDS = [f.name for f in fields(Queued)]
 _NEW_FIELDS = [f.name for f in fields(NewMessage)]
+# Field -> column where they differ: the columns were named before the words "ordering key" and "key hash".
+_COLUMNS = {"ordering_key": "group_key", "key_hash": "group_hash"}
+_MESSAGE_COLUMNS = [_COLUMNS.get(name, name) for name in _MESSAGE_FIELDS]
+
+
+def _row(message: Queued) -> dict[str, object]:
+    """A message's `delivery_messages` values (without its subscription), by column name."""
+    return {_COLUMNS.get(name, name): value for name, value in vars(message).items()}
 
 
 class DeliveryStore:
@@ -203,24 +213,24 @@ class DeliveryStore:
             assert control is not None  # rows are only ever replaced by a tombstone, never removed
             return Standing(control, self._offsets(conn, subscription), self._counts(conn, subscription))
 
-    def waiting_groups(self, subscription: str) -> dict[str, tuple[str, int]]:
-        """Groups with messages waiting: group key -> (queue, group hash)."""
+    def waiting_keys(self, subscription: str) -> dict[str, tuple[str, int]]:
+        """Ordering keys with messages waiting: ordering key -> (queue, key hash)."""
         c = delivery_groups.c
         with self._engine.connect() as conn:
             rows = conn.execute(sa.select(c.group_key, c.queue, c.group_hash).where(c.subscription == subscription))
-            return {key: (queue, group_hash) for key, queue, group_hash in rows}
+            return {key: (queue, key_hash) for key, queue, key_hash in rows}
 
     def due_pages(self, subscription: str, now_ms: int, page: int) -> dict[str, list[Queued]]:
-        """The first `page` RQ messages, in order, of every group whose first one is due by `now_ms`.
+        """The first `page` RQ messages, in order, of every ordering key whose first one is due by `now_ms`.
 
-        One query however many groups wait: a backlog of groups backing off must not
+        One query however many keys wait: a backlog of keys backing off must not
         cost a query each per step.
         """
         c = delivery_messages.c
         order = {"partition_by": c.group_key, "order_by": (c.topic, c.offset)}
         ranked = (
             sa.select(
-                *(c[name] for name in _MESSAGE_FIELDS),
+                *(c[name] for name in _MESSAGE_COLUMNS),
                 sa.func.row_number().over(**order).label("place"),
                 sa.func.first_value(c.not_before_ms).over(**order).label("head_due_ms"),
             )
@@ -228,7 +238,7 @@ class DeliveryStore:
             .subquery()
         )
         query = (
-            sa.select(*(ranked.c[name] for name in _MESSAGE_FIELDS))
+            sa.select(*(ranked.c[name] for name in _MESSAGE_COLUMNS))
             .where(ranked.c.place <= page, ranked.c.head_due_ms <= now_ms)
             .order_by(ranked.c.group_key, ranked.c.place)
         )
@@ -236,26 +246,34 @@ class DeliveryStore:
         with self._engine.connect() as conn:
             for row in conn.execute(query):
                 message = Queued(*row)
-                pages[message.group_key].append(message)
+                pages[message.ordering_key].append(message)
         return dict(pages)
 
     def messages(
-        self, subscription: str, queue: str, *, group: str | None = None, limit: int = 1000, after_seq: int = -1
+        self,
+        subscription: str,
+        queue: str,
+        *,
+        ordering_key: str | None = None,
+        limit: int = 1000,
+        after_seq: int = -1,
     ) -> list[Queued]:
-        """Waiting messages of a queue, by group then in order; one group's with `group`."""
+        """Waiting messages of a queue, by ordering key then in order; one key's with `ordering_key`."""
         with self._engine.connect() as conn:
-            return self._messages(conn, subscription, queue, group=group, limit=limit, after_seq=after_seq)
+            return self._messages(
+                conn, subscription, queue, ordering_key=ordering_key, limit=limit, after_seq=after_seq
+            )
 
     @staticmethod
     def _messages(
-        conn: Connection, subscription: str, queue: str, *, group: str | None, limit: int, after_seq: int = -1
+        conn: Connection, subscription: str, queue: str, *, ordering_key: str | None, limit: int, after_seq: int = -1
     ) -> list[Queued]:
         c = delivery_messages.c
-        query = sa.select(*(c[name] for name in _MESSAGE_FIELDS)).where(
+        query = sa.select(*(c[name] for name in _MESSAGE_COLUMNS)).where(
             c.subscription == subscription, c.queue == queue
         )
-        if group is not None:
-            query = query.where(c.group_key == group).order_by(c.topic, c.offset)
+        if ordering_key is not None:
+            query = query.where(c.group_key == ordering_key).order_by(c.topic, c.offset)
         else:
             query = query.where(c.event_seq > after_seq).order_by(c.event_seq, c.group_key)
         return [Queued(*row) for row in conn.execute(query.limit(limit))]
@@ -299,16 +317,16 @@ class DeliveryStore:
 
     @staticmethod
     def _check_behind(conn: Connection, commit: Commit) -> None:
-        """The groups the step queued behind still wait there (a DLQ replay or purge may have moved them).
+        """The ordering keys the step queued behind still wait there (a DLQ replay or purge may have moved them).
 
-        One query per queue and thousand groups, not one per group: a step of a subscription with many
-        failing groups queues behind all of them.
+        One query per queue and thousand keys, not one per key: a step of a subscription with many
+        failing keys queues behind all of them.
         """
         g = delivery_groups.c
         for queue in QUEUE_NAMES:
-            groups = sorted(group for named, group in commit.behind if named == queue)
-            for start in range(0, len(groups), _IN_LIST_LIMIT):
-                chunk = groups[start : start + _IN_LIST_LIMIT]
+            keys = sorted(key for named, key in commit.behind if named == queue)
+            for start in range(0, len(keys), _IN_LIST_LIMIT):
+                chunk = keys[start : start + _IN_LIST_LIMIT]
                 where = (g.subscription == commit.subscription, g.queue == queue, g.group_key.in_(chunk))
                 if len(conn.execute(sa.select(g.group_key).where(*where)).all()) != len(chunk):
                     raise Fenced
@@ -348,7 +366,7 @@ class DeliveryStore:
         if conn.execute(sa.delete(delivery_messages).where(*_at(subscription, message))).rowcount != 1:
             raise Fenced  # consumed already (a DLQ purge or replay, or another process)
         g = delivery_groups.c
-        where = (g.subscription == subscription, g.queue == message.queue, g.group_key == message.group_key)
+        where = (g.subscription == subscription, g.queue == message.queue, g.group_key == message.ordering_key)
         row = conn.execute(sa.select(g.p_main_topic, g.p_main_offset, g.p_topic, g.p_offset).where(*where)).first()
         if row is not None and tuple(row) == message.position:
             conn.execute(sa.delete(delivery_groups).where(*where))  # caught up
@@ -375,13 +393,13 @@ class DeliveryStore:
         messages = []
         for queue, new in produce:
             layout = layouts[queue]
-            partition = route(new.group_hash, layout.partitions, layout.k)
+            partition = route(new.key_hash, layout.partitions, layout.k)
             offset = heads.get((queue, layout.topic, partition), 0)
             heads[(queue, layout.topic, partition)] = offset + 1
             messages.append(Queued(**vars(new), queue=queue, topic=layout.topic, partition=partition, offset=offset))
         self._move_heads(conn, subscription, known, heads)
-        conn.execute(sa.insert(delivery_messages), [{"subscription": subscription, **vars(m)} for m in messages])
-        self._point_groups(conn, subscription, messages)
+        conn.execute(sa.insert(delivery_messages), [{"subscription": subscription, **_row(m)} for m in messages])
+        self._point_keys(conn, subscription, messages)
 
     @staticmethod
     def _move_heads(conn: Connection, subscription: str, known: dict[HeadKey, int], heads: dict[HeadKey, int]) -> None:
@@ -400,14 +418,14 @@ class DeliveryStore:
             ]
             conn.execute(statement.values(next_offset=sa.bindparam("b_next_offset")), binds)
 
-    def _point_groups(self, conn: Connection, subscription: str, messages: list[Queued]) -> None:
-        """Each group's `p` becomes its last message produced; a group new to its queue starts with `c` unset."""
-        last = {(m.queue, m.group_key): m for m in messages}
+    def _point_keys(self, conn: Connection, subscription: str, messages: list[Queued]) -> None:
+        """Each ordering key's `p` becomes its last message produced; a key new to its queue starts with `c` unset."""
+        last = {(m.queue, m.ordering_key): m for m in messages}
         rows = []
         for m in last.values():
             main_topic, main_offset, topic, at = m.position
             rows.append(
-                {"subscription": subscription, "queue": m.queue, "group_key": m.group_key, "group_hash": m.group_hash}
+                {"subscription": subscription, "queue": m.queue, "group_key": m.ordering_key, "group_hash": m.key_hash}
                 | {"p_main_topic": main_topic, "p_main_offset": main_offset, "p_topic": topic, "p_offset": at}
                 | dict(zip(("c_main_topic", "c_main_offset", "c_topic", "c_offset"), _NONE, strict=True))
             )
@@ -445,8 +463,8 @@ class DeliveryStore:
         return True
 
     def _skip(self, conn: Connection, subscription: str, queue: str, to_seq: int) -> None:
-        """Fast-forward: consume every waiting message of events up to `to_seq`, in order per group."""
-        for message in self._messages(conn, subscription, queue, group=None, limit=1 << 62):
+        """Fast-forward: consume every waiting message of events up to `to_seq`, in order per ordering key."""
+        for message in self._messages(conn, subscription, queue, ordering_key=None, limit=1 << 62):
             if message.event_seq <= to_seq:
                 self._consume(conn, subscription, message)
 
@@ -455,31 +473,33 @@ class DeliveryStore:
         c = delivery_control.c
         conn.execute(sa.update(delivery_control).where(c.subscription == subscription).values(**values))
 
-    def replay(self, subscription: str, fence: int, layouts: dict[str, Layout], group: str | None = None) -> int:
-        """Move the DLQ's messages (one group's with `group`) back to the RQ in order, attempts reset."""
-        return self._drain_dlq(subscription, fence, group, layouts)
+    def replay(self, subscription: str, fence: int, layouts: dict[str, Layout], ordering_key: str | None = None) -> int:
+        """Move the DLQ's messages (one ordering key's with `ordering_key`) back to the RQ in order, attempts reset."""
+        return self._drain_dlq(subscription, fence, ordering_key, layouts)
 
-    def purge(self, subscription: str, fence: int, group: str | None = None) -> int:
-        """Drop the DLQ's messages (one group's with `group`)."""
-        return self._drain_dlq(subscription, fence, group, None)
+    def purge(self, subscription: str, fence: int, ordering_key: str | None = None) -> int:
+        """Drop the DLQ's messages (one ordering key's with `ordering_key`)."""
+        return self._drain_dlq(subscription, fence, ordering_key, None)
 
-    def _drain_dlq(self, subscription: str, fence: int, group: str | None, layouts: dict[str, Layout] | None) -> int:
+    def _drain_dlq(
+        self, subscription: str, fence: int, ordering_key: str | None, layouts: dict[str, Layout] | None
+    ) -> int:
         with self._transaction(subscription, fence) as conn:
-            waiting = self._group_order(conn, subscription, group)
+            waiting = self._key_order(conn, subscription, ordering_key)
             for message in waiting:
                 self._consume(conn, subscription, message)
             if layouts is not None:
                 # Replayed messages start afresh: no attempts, due at once.
-                fresh = [NewMessage(m.group_key, m.group_hash, m.event_seq, m.main_topic) for m in waiting]
+                fresh = [NewMessage(m.ordering_key, m.key_hash, m.event_seq, m.main_topic) for m in waiting]
                 self._produce(conn, subscription, [("rq", message) for message in fresh], layouts)
             return len(waiting)
 
-    def _group_order(self, conn: Connection, subscription: str, group: str | None) -> list[Queued]:
-        """The DLQ's messages, each group's in its order."""
-        if group is not None:
-            return self._messages(conn, subscription, "dlq", group=group, limit=1 << 62)
-        found = self._messages(conn, subscription, "dlq", group=None, limit=1 << 62)
-        return sorted(found, key=lambda m: (m.group_key, m.topic, m.offset))
+    def _key_order(self, conn: Connection, subscription: str, ordering_key: str | None) -> list[Queued]:
+        """The DLQ's messages, each ordering key's in its order."""
+        if ordering_key is not None:
+            return self._messages(conn, subscription, "dlq", ordering_key=ordering_key, limit=1 << 62)
+        found = self._messages(conn, subscription, "dlq", ordering_key=None, limit=1 << 62)
+        return sorted(found, key=lambda m: (m.ordering_key, m.topic, m.offset))
 
     def drop(self, subscription: str) -> None:
         """Forget a deleted subscription's deliveries; its control row stays as a tombstone that fences

@@ -4,7 +4,7 @@ Pure structures and arithmetic, no I/O. The event log (the "main topic") and a
 subscription's retry and dead-letter queues are each a `CompositeTopic`: an
 append-only sequence of `StorageTopic`s, one of which (the produce pointer)
 receives new messages. A message goes to the partition `route(h, P, K)` of that
-storage topic, `h` being `group_hash` of its ordering key. Shards of a
+storage topic, `h` being `key_hash` of its ordering key. Shards of a
 subscription each own a contiguous range of partitions (`shard_partitions`);
 routing keeps a key on the same shard across storage topics whose K factors
 chain from one another, which is what lets a subscription rewind into older
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 import blake3
 
 MAX_PARTITIONS = 1024
-GROUP_HASH_CONTEXT = "partbuild subscription ordering group v1"  # changing it reorders every subscription
+KEY_HASH_CONTEXT = "partbuild subscription ordering group v1"  # changing it reorders every subscription
 _HASH_MASK = 2**31 - 1  # 31 bits: K * h stays far inside a signed 64-bit SQL integer
 
 
@@ -51,7 +51,7 @@ def valid_partition_count(partitions: int) -> bool:
 # ----------------------------------------------------------------- hashing and routing
 
 
-def group_hash(key: str) -> int:
+def key_hash(key: str) -> int:
     """The ordering hash of `key`: the first 31 bits of BLAKE3 in key-derivation mode over its UTF-8.
 
     Stable forever: partition and shard of every stored message follow from it.
@@ -63,7 +63,7 @@ def group_hash(key: str) -> int:
         raw = key.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"ordering key has a lone surrogate at position {exc.start}; it has no UTF-8 bytes") from None
-    digest = blake3.blake3(raw, derive_key_context=GROUP_HASH_CONTEXT).digest(length=4)
+    digest = blake3.blake3(raw, derive_key_context=KEY_HASH_CONTEXT).digest(length=4)
     return int.from_bytes(digest, "big") & _HASH_MASK
 
 

@@ -1,14 +1,22 @@
-"""Sharded orchestrators: a worker decides only for the refs of its bucket.
+"""Workers split by bucket: what a worker decides about, and the static bucket of `run --bucket-*`.
+
+`Ownership`/`Scope` are the decider's one filter: `owns(ref)`, `owns_run`,
+`batch_key`, and `stamp` (a decision marked with its scope: a bucket or a group
+fence). Two implementations: a `StaticBucket` (here) or a worker group's
+`GroupOwnership` (`orchestrator.group.ownership`: the buckets a task owns in the
+fold's current epoch).
 
 A worker started with a bucket (`--bucket-total N --bucket-id K`, or a bucket
-chosen round-robin) owns the refs whose `bucket(namespace, ref, N)` is K. Its
-decisions consider only those refs (`decide(..., shard=...)`), its job runs carry
-the bucket, and the fold rejects a run naming a partition of another bucket.
+chosen round-robin) owns the refs whose `bucket(namespace, ref, N)` is K
+(`state/rules/bucketing.py`: HMAC-MD5, the same everywhere). Its decisions
+consider only those refs (`decide(..., ownership=...)`), its `JobRunBuffer`s
+carry the bucket, and the fold rejects a run naming a partition of another
+bucket (`state/fold/buckets.py`, against the namespace's layout).
 
-A worker records its start (`BucketRunStart`). The fold rejects it, and later any
-of its job runs, when the namespace is split into another number of buckets (the
-buckets would overlap); the worker then stops with the fold's reason
-(`ShardRejected`) rather than deciding again and again in vain.
+A worker records its start (`BucketRunStart`, `start_bucket`). The fold rejects
+it, and later any of its job runs, when the namespace is split into another
+number of buckets (the buckets would overlap); the worker then stops with the
+fold's reason (`BucketRejected`) rather than deciding again and again in vain.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, BucketingConfig, 
 class Scope(Protocol):
     """What a worker decides about at one state, and how its decisions say so.
 
-    The decider's one filter: a static `Shard` (one fixed bucket) or a worker
+    The decider's one filter: a `StaticBucket` (one fixed bucket) or a worker
     group's view (`orchestrator.group.ownership`: the buckets this task owns in
     the fold's current epoch).
     """
@@ -63,11 +71,11 @@ class Ownership(Protocol):
         ...
 
 
-class ShardRejected(Exception):
+class BucketRejected(Exception):
     """The fold refused this worker's bucket: the namespace is split differently (the reason says how)."""
 
 
-class Shard:
+class StaticBucket:
     """The bucket a worker owns, with each ref's verdict remembered (refs are decided about again and again)."""
 
     def __init__(self, bucket_id: int, bucket_total: int, namespace: str = DEFAULT_NAMESPACE) -> None:
@@ -100,27 +108,27 @@ class Shard:
         if isinstance(payload, pb.JobRunBuffer):
             payload.bucket.CopyFrom(self.scope)
 
-    def at(self, state: BuildState) -> Shard:
+    def at(self, state: BuildState) -> StaticBucket:
         """A static bucket does not change with the log."""
         return self
 
     def check_layout(self, state: BuildState) -> None:
-        """Raise `ShardRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""
+        """Raise `BucketRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""
         problem = layout_problem(state, self.scope)
         if problem:
-            raise ShardRejected(problem)
+            raise BucketRejected(problem)
 
     def __repr__(self) -> str:
-        return f"Shard({self.scope.bucket_id}/{self.scope.bucket_total}, namespace={self.scope.namespace!r})"
+        return f"StaticBucket({self.scope.bucket_id}/{self.scope.bucket_total}, namespace={self.scope.namespace!r})"
 
 
-def start_shard(config: BucketingConfig, live: LiveState, log: EventLog, clock: Clock) -> Shard | None:
-    """The shard a worker configured with `config` owns for this run (None: one bucket, all refs).
+def start_bucket(config: BucketingConfig, live: LiveState, log: EventLog, clock: Clock) -> StaticBucket | None:
+    """The bucket a worker configured with `config` owns for this run (None: one bucket, all refs).
 
     With round-robin execution the bucket is the one after the last the log records for
-    the namespace (`BucketRunStart`, kept by the fold). Every sharded worker appends its
+    the namespace (`BucketRunStart`, kept by the fold). Every worker with a bucket appends its
     start, so restarts, replays and audits agree on who worked on which bucket, and a
-    start the fold rejects (another layout) raises `ShardRejected` with the fold's reason.
+    start the fold rejects (another layout) raises `BucketRejected` with the fold's reason.
     """
     round_robin = config.round_robin_bucket_execution
     if round_robin:
@@ -130,12 +138,12 @@ def start_shard(config: BucketingConfig, live: LiveState, log: EventLog, clock: 
         config, _ = apply_round_robin_bucketing(config, last)
     elif config.bucket_total == 1:
         return None
-    shard = Shard(config.bucket_id, config.bucket_total)
-    start = pb.BucketRunStart(bucket=shard.scope, static_bucket=not round_robin)
+    owned = StaticBucket(config.bucket_id, config.bucket_total)
+    start = pb.BucketRunStart(bucket=owned.scope, static_bucket=not round_robin)
     appended = log.append([envelope(start, source=ORCHESTRATOR, clock=clock)])
     live.read_at_least(appended.last_seq)
     with live.read() as state:
         rejected = state.rejection_between(appended.first_seq, appended.last_seq)
     if rejected:
-        raise ShardRejected(rejected)
-    return shard
+        raise BucketRejected(rejected)
+    return owned

@@ -1,20 +1,22 @@
-"""How a pass of a source scan is split into shards: rebalanced from the previous pass.
+"""How a pass of a source scan is split into key ranges: rebalanced from the previous pass.
 
-Each finished shard reports the bytes it listed and the key splitting them about
-in half (a `SplitEstimator`'s, moved to the first key of a partition). The next
-pass starts from the previous pass's boundaries, splits the heaviest shard at its
-hint while there are fewer than `wanted` shards, and, at `wanted`, trades a merge
-of the lightest adjacent pair for a split of the heaviest shard while that
-lowers the heaviest load. Every shard can be split once per pass (after a split
-only its halves' total is known), so a source grows from one shard to `wanted` in
-about log2(wanted) passes and follows later shifts of its bytes the same way.
+`next_split_keys` gives the next pass's boundaries from the last pass's key ranges
+(`ScanRange`: bytes listed, and the `SplitEstimator`'s half-way key moved to a
+partition's start). Each finished key range reports the bytes it listed and the
+key splitting them about in half. The next pass starts from the previous pass's
+boundaries, splits the heaviest range at its hint while there are fewer than
+`wanted` (`Discovery.shards`), and, at `wanted`, trades a merge of the
+lightest adjacent pair for a split of the heaviest range while that lowers the
+heaviest load. Every range can be split once per pass (after a split only its
+halves' total is known), so a source grows from one range to `wanted` in about
+log2(wanted) passes and follows later shifts of its bytes the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partbuild.state.fold.records import ScanShard
+from partbuild.state.fold.records import ScanRange
 
 
 @dataclass
@@ -24,12 +26,12 @@ class _Segment:
     hint: bytes  # b"": cannot be split (no hint, or already split this time)
 
 
-def next_split_keys(previous: list[ScanShard], wanted: int) -> list[bytes]:
-    """The split keys of the next pass, from the shards of the last finished one (see the module docstring)."""
+def next_split_keys(previous: list[ScanRange], wanted: int) -> list[bytes]:
+    """The split keys of the next pass, from the key ranges of the last finished one (see the module docstring)."""
     if wanted <= 1 or not previous:
         return []
-    segments = [_Segment(shard.start, float(shard.bytes), shard.split_hint) for shard in previous]
-    while len(segments) > wanted:  # asked for fewer shards than last time: merge the lightest pairs
+    segments = [_Segment(done.start, float(done.bytes), done.split_hint) for done in previous]
+    while len(segments) > wanted:  # asked for fewer key ranges than last time: merge the lightest pairs
         _merge_lightest_pair(segments)
     for _ in range(2 * wanted):  # each round splits one segment: a bound, not a tuning knob
         heaviest = max(range(len(segments)), key=lambda i: segments[i].bytes)
