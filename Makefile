@@ -78,7 +78,7 @@ bench: $(BIN)/.installed
 
 ## Retake the web UI's screenshots in docs/screenshots/ (a real W1 state, the distribution's Chromium).
 screenshots: $(BIN)/.installed
-	$(BIN)/python tests/browser_screenshots.py
+	$(BIN)/python tests/kits/browser_screenshots.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

@@ -24,8 +24,6 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_START, ApiServer, graphless_api_server, serve_service
-from groupapikit import GROUP, append_group_history
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples.clicks.pipeline import (
@@ -41,6 +39,10 @@ from partbuild.api.service import Service
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope
+
+from groupapikit import GROUP, append_group_history
+from serverkit import ApiServer, graphless_api_server, serve_service
+from sparkkit import CLICKS_DAYS, CLICKS_START
 
 API = "/api/v1"
 WANTS = f"{API}/wants"

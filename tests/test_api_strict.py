@@ -25,8 +25,10 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
-from conftest import ApiServer, graphless_api_server
-from test_api_http import head_seq, ok, problem
+
+from tests.test_api_http import head_seq, ok, problem  # until tests/kits/httpkit.py (the API split)
+
+from serverkit import ApiServer, graphless_api_server
 
 API = "/api/v1"
 WANTS = f"{API}/wants"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
 
 from partbuild.orchestrator.spark import bucket_column
+
+from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
 
 
 def _strings_frame(spark: Any, values: list[str | None]) -> Any:

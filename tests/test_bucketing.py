@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bucketkit import GITHUB_KEY, SPEC_VECTORS, reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import run_cli
 
 from partbuild.api.cli import main
 from partbuild.orchestrator.identity import WORKER_ID
@@ -30,6 +28,9 @@ from partbuild.state.rules.bucketing import (
     config_json_schema,
     next_bucket_id,
 )
+
+from bucketkit import GITHUB_KEY, SPEC_VECTORS, reference
+from clikit import run_cli
 
 reference_bucket = reference
 KEY = GITHUB_KEY

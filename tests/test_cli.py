@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from partbuild.api.cli import main
 from partbuild.state.log.store import EventLog
 
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
+from clikit import run_cli
 
 
 def test_demo_then_replay_verify_json(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:

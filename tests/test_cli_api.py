@@ -25,8 +25,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from conftest import CLICKS_DAYS, CLICKS_START
-from groupapikit import GROUP, append_group_history
 
 from partbuild.api import models as m
 from partbuild.api.app import create_app
@@ -38,6 +36,9 @@ from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.orchestrator.graph import Graph, Job, load_graph
 from partbuild.state.database import Database
 from partbuild.state.log.store import EventLog
+
+from groupapikit import GROUP, append_group_history
+from sparkkit import CLICKS_DAYS, CLICKS_START
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = REPO_ROOT / "examples/clicks/pipeline.py"

@@ -29,8 +29,9 @@ from partbuild.orchestrator.connectors.filesystem import FILESYSTEM_TAG, Filesys
 from partbuild.orchestrator.connectors.items import StableItemId
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
 from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef, ResumeToken
-from tests import fskit
-from tests.fskit import BIG, clicks_tree, drain_keys, empty_files, walk_order, write_tree
+
+import fskit
+from fskit import BIG, clicks_tree, drain_keys, empty_files, walk_order, write_tree
 
 SECRET = b"hunter2-api-key"
 
@@ -404,7 +405,7 @@ def test_split_point_is_the_byte_median_of_the_walked_files(tmp_path: Path) -> N
 
 def _start_child(root: Path, state: Path, page_items: int, pause: float) -> subprocess.Popen[bytes]:
     command = [sys.executable, fskit.__file__, str(root), str(state), str(page_items), str(pause)]
-    return subprocess.Popen(command, cwd=Path(fskit.__file__).parent.parent)
+    return subprocess.Popen(command, cwd=Path(fskit.__file__).parents[2])  # the repo root
 
 
 def test_resume_after_a_kill_mid_scan_skips_nothing_and_repeats_at_most_the_page_in_flight(tmp_path: Path) -> None:

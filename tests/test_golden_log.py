@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.rules.group import verify
+
 from golden_log import (
     GOLDEN,
     GOLDEN_BUCKETS,
@@ -12,12 +18,6 @@ from golden_log import (
     GOLDEN_VERSIONS,
     read,
 )
-
-from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import InstanceState, JobRunState, WantState
-from partbuild.state.log.digest import state_digest
-from partbuild.state.rules.group import verify
 
 
 def replayed(payloads: list[bytes]) -> BuildState:

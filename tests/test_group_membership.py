@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from conftest import PgServer
-from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, MemberDeclaredDead
 from partbuild.state.database import Database
 from partbuild.state.db import create_engine_for
 from partbuild.state.ops.leader_lock import FileLeaderLock, PostgresLeaderLock, advisory_key
 from partbuild.state.ops.members import Heartbeat, MemberExists
+
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, first_leader, pause, wait_until
+from pgkit import PgServer
 
 GROUP = "builders"
 HEARTBEAT_MS = 100

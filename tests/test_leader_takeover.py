@@ -26,8 +26,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy as sa
-from conftest import PgServer
-from memberkit import DECLARED_DEAD_EXIT, MemberProcess, pause, wait_until
 
 from partbuild.orchestrator.group.membership import Group, holds_for_one_of
 from partbuild.orchestrator.group.steps import GroupConfig
@@ -45,6 +43,9 @@ from partbuild.state.ops.leader_lock import (
     task_digest,
 )
 from partbuild.state.ops.members import Member
+
+from memberkit import DECLARED_DEAD_EXIT, MemberProcess, pause, wait_until
+from pgkit import PgServer
 
 GROUP = "builders"
 TIMEOUT_MS = 1000

@@ -18,11 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from conftest import graphless_api_server
 
 from partbuild.api.cli import main
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import TOKEN_PREFIX, Role, TokenExists, UnknownToken, token_hash
+
+from serverkit import graphless_api_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, week_days_in_range, weekly_ref, weeks_in_range
 from partbuild.examples.clicks.isoweek import IsoWeek
@@ -23,6 +22,8 @@ from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 from partbuild.state.rules.queries import lineage, ref_history
+
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 WEEKS = weeks_in_range(CLICKS_DAYS, CLICKS_START)
 

@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from conftest import CLICKS_START
 
 from examples.clicks.generate import generate_raw
 from examples.clicks.pipeline import (
@@ -44,6 +43,8 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
+
+from sparkkit import CLICKS_START
 
 DAYS = 10  # 2026-01-01 (a Thursday) .. 01-10: 2026-W01 has 4 days, 2026-W02 6
 ROWS = 200

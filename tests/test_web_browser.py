@@ -22,8 +22,6 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
-from browserkit import Tab, mark_document, same_document, visit
-from conftest import CLICKS_START, ApiServer, graphless_api_server, orchestrated_api
 from playwright.sync_api import expect
 
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
@@ -35,6 +33,10 @@ from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 from partbuild.state.ops.tokens import Role
+
+from browserkit import Tab, mark_document, same_document, visit
+from serverkit import ApiServer, graphless_api_server, orchestrated_api
+from sparkkit import CLICKS_START
 
 DAYS = 6  # 2026-01-01..06: week 2026-W01 has 4 days, 2026-W02 has 2
 WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START))

@@ -1,12 +1,12 @@
 """The golden event logs: every event type as the schema wrote it when it was added, kept as bytes forever.
 
-`python tests/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/golden_log.py buckets`
-writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/golden_log.py group`
-writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/golden_log.py
+`python tests/kits/golden_log.py` writes `tests/data/golden_log_v1.bin`, `python tests/kits/golden_log.py buckets`
+writes `tests/data/golden_log_buckets.bin` (bucketing events, 2026-11), `python tests/kits/golden_log.py group`
+writes `tests/data/golden_log_group.bin` (worker groups and fenced decisions, 2026-11), `python tests/kits/golden_log.py
 versions` writes `tests/data/golden_log_versions.bin` (versioned source observations, 2026-11), `python
-tests/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11), `python
-tests/golden_log.py shards` writes `tests/data/golden_log_scan_shards.bin` (scans split into shards, scan requests,
-2026-11), `python tests/golden_log.py subscriptions` writes `tests/data/golden_log_subscriptions.bin`
+tests/kits/golden_log.py scans` writes `tests/data/golden_log_scans.bin` (source scan cursors, 2026-11), `python
+tests/kits/golden_log.py shards` writes `tests/data/golden_log_scan_shards.bin` (scans split into shards, scan requests,
+2026-11), `python tests/kits/golden_log.py subscriptions` writes `tests/data/golden_log_subscriptions.bin`
 (webhook subscriptions and their changes, 2026-11). Each is written only
 once: a file must never be regenerated when the schema changes, it is what old logs look like.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
@@ -24,13 +24,14 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
-GOLDEN = Path(__file__).parent / "data" / "golden_log_v1.bin"
-GOLDEN_BUCKETS = Path(__file__).parent / "data" / "golden_log_buckets.bin"
-GOLDEN_GROUP = Path(__file__).parent / "data" / "golden_log_group.bin"
-GOLDEN_VERSIONS = Path(__file__).parent / "data" / "golden_log_versions.bin"
-GOLDEN_SCANS = Path(__file__).parent / "data" / "golden_log_scans.bin"
-GOLDEN_SCAN_SHARDS = Path(__file__).parent / "data" / "golden_log_scan_shards.bin"
-GOLDEN_SUBSCRIPTIONS = Path(__file__).parent / "data" / "golden_log_subscriptions.bin"
+DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data
+GOLDEN = DATA / "golden_log_v1.bin"
+GOLDEN_BUCKETS = DATA / "golden_log_buckets.bin"
+GOLDEN_GROUP = DATA / "golden_log_group.bin"
+GOLDEN_VERSIONS = DATA / "golden_log_versions.bin"
+GOLDEN_SCANS = DATA / "golden_log_scans.bin"
+GOLDEN_SCAN_SHARDS = DATA / "golden_log_scan_shards.bin"
+GOLDEN_SUBSCRIPTIONS = DATA / "golden_log_subscriptions.bin"
 
 
 def golden_events() -> list[pb.Event]:
