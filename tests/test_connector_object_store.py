@@ -34,6 +34,8 @@ from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef, ResumeToke
 
 from s3kit import SECRETS, MotoServer, config_for, drain_keys, fill_bucket, free_port
 
+pytestmark = pytest.mark.process  # moto's S3 server, one per module
+
 BIG = 1 << 40
 _SERVER: MotoServer | None = None
 

@@ -38,6 +38,8 @@ from partbuild.state.rules.topics import group_hash, route
 
 from receiverkit import Answer, Received, Receiver, failing_groups
 
+pytestmark = pytest.mark.process
+
 pytest.importorskip("standardwebhooks", reason="needs pip install -e '.[dev]'")
 
 SECRET = "whsec_" + base64.b64encode(b"partbuild-delivery-process-tests").decode()

@@ -37,6 +37,8 @@ from groupworkerkit import (
 from memberkit import writes_blocked
 from w1kit import Processes, finished, output, processes, want_weeklies
 
+pytestmark = pytest.mark.process
+
 # The locks every writer needs (appends take the log head, heartbeats the members' rows): a process
 # stopped inside a transaction holding one would block the whole group, however leadership is handled.
 EVERY_WRITER_LOCKS = ("SELECT 1 FROM log_head FOR UPDATE", "SELECT 1 FROM group_members FOR UPDATE")

@@ -38,6 +38,8 @@ from groupworkerkit import (
 )
 from w1kit import Processes, finished, output, processes, want_weeklies
 
+pytestmark = pytest.mark.process
+
 
 # One backend per case where the other adds no code path of its own (CI time): the leader's loss keeps
 # both, since its lock is a different mechanism on each (an advisory lock; a file lock).

@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
@@ -24,6 +26,8 @@ from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, bucket
 
 from sparkkit import CLICKS_DAYS, CLICKS_START
 from w1kit import WEEKS, finished, replay, start_orchestrator, wait_for_event, want_weeklies
+
+pytestmark = pytest.mark.process
 
 CHOSEN = re.compile(r"Using round robin bucket execution\. Bucket id: (\d+)")
 MAX_CYCLES = 5  # W1 needs about three: each level's refs are spread over the buckets

@@ -44,6 +44,8 @@ from w1kit import (
     start_orchestrator,
 )
 
+pytestmark = pytest.mark.process
+
 NAMESPACE = "partbuild"
 TOTAL = 3
 WORKERS = {f"worker-{bucket_id}": bucket_id for bucket_id in range(1, TOTAL + 1)}

@@ -30,6 +30,8 @@ from partbuild.state.log.store import EventLog
 from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
 from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
+pytestmark = pytest.mark.process
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTUP_TIMEOUT_S = 180
 

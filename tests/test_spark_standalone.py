@@ -28,6 +28,8 @@ from partbuild.state.fold.records import InstanceState, WantState
 from sparkkit import CLICKS_DAYS, CLICKS_START
 from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
+pytestmark = pytest.mark.process
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 STARTUP_TIMEOUT_S = 120

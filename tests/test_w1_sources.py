@@ -255,6 +255,7 @@ def upload_day(client: Any, local_day: Path, key_prefix: str) -> None:
     client.put_object(Bucket=BUCKET, Key=f"{key_prefix}/_SUCCESS", Body=b"")
 
 
+@pytest.mark.process  # moto's S3 server
 def test_w1_from_an_s3_compatible_server_rebuilds_a_rewritten_day(
     spark: Any, tmp_path: Path, moto: Any, closing: list[Orchestrator]
 ) -> None:
@@ -304,22 +305,6 @@ def test_w1_from_an_s3_compatible_server_rebuilds_a_rewritten_day(
         expected_location=lambda directory: f"s3a://{BUCKET}/raw/clicks/{directory}",
         local_raw_day=lambda day: local / raw_ref(day),
     )
-
-
-def test_the_env_configured_graph_discovers_raw_clicks_on_request(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from partbuild.orchestrator.graph import load_graph
-
-    pipeline = Path(__file__).resolve().parents[1] / "examples" / "clicks" / "pipeline.py"
-    (tmp_path / "raw" / "clicks").mkdir(parents=True)
-    monkeypatch.setenv("PARTBUILD_CLICKS_ROOT", str(tmp_path))
-    assert load_graph(pipeline).sources["raw_clicks"].discovery is None  # by default: located when wanted
-    monkeypatch.setenv("PARTBUILD_CLICKS_DISCOVER", "1")
-    source = load_graph(pipeline).sources["raw_clicks"]
-    assert source.locate is None and source.discovery is not None
-    assert source.discovery.keys == RAW_KEYS
-    assert source.discovery.location_of("date=2026-01-01") == f"{tmp_path.absolute()}/raw/clicks/date=2026-01-01"
 
 
 # --- found while writing these tests -------------------------------------------------------------

@@ -38,6 +38,8 @@ from browserkit import Tab, mark_document, same_document, visit
 from serverkit import ApiServer, graphless_api_server, orchestrated_api
 from sparkkit import CLICKS_START
 
+pytestmark = pytest.mark.browser
+
 DAYS = 6  # 2026-01-01..06: week 2026-W01 has 4 days, 2026-W02 has 2
 WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START))
 TAINTED_DAILY = daily_ref(CLICKS_START)
