@@ -40,6 +40,7 @@ from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery, object_store_discovery
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
 from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
@@ -105,10 +106,10 @@ def read_counts(spark: Any, location: str) -> dict[str, int]:
 
 
 def run_w1(spark: Any, tmp_path: Path, discovery: Discovery, **graph_options: Any) -> Orchestrator:
-    log = EventLog.open(f"sqlite:///{tmp_path / 'w1.db'}")
+    db = Database.open(f"sqlite:///{tmp_path / 'w1.db'}")
     graph = build_graph(tmp_path / "data", days=DAYS, start=START, raw_discovery=discovery, **graph_options)
     return Orchestrator(
-        log, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
+        db, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
     )
 
 
@@ -209,7 +210,7 @@ def closing() -> Iterator[list[Orchestrator]]:
     yield opened
     for orchestrator in opened:
         orchestrator.close()
-        orchestrator.log.close()
+        orchestrator.db.close()
 
 
 # --- the tests -----------------------------------------------------------------------------------
