@@ -31,7 +31,6 @@ from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
-from partbuild.state.log.store import EventLog
 from partbuild.state.ops.tokens import Role
 
 from browserkit import Tab, mark_document, same_document, visit
@@ -133,8 +132,8 @@ def world(browser: Any, spark: Any, clicks_root: Path, tmp_path_factory: pytest.
     graph = _gated_w1(clicks_root, gate)
     url = f"sqlite:///{folder / 'partbuild.db'}"
     with (
-        EventLog.open(url, auto_upgrade=True) as log,
-        orchestrated_api(log, graph, folder / "warehouse", spark, stop_timeout_s=BUILD_TIMEOUT_S) as api,
+        Database.open(url, auto_upgrade=True) as db,
+        orchestrated_api(db, graph, folder / "warehouse", spark, stop_timeout_s=BUILD_TIMEOUT_S) as api,
     ):
         try:
             yield World(api, gate, *_story(api.service))
