@@ -35,7 +35,8 @@ from groupworkerkit import (
     wait_for,
 )
 from memberkit import writes_blocked
-from w1kit import Processes, finished, output, processes, want_weeklies
+from w1kit import finished, want_weeklies
+from w1workerkit import Processes, output, processes
 
 pytestmark = pytest.mark.process
 

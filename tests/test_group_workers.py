@@ -36,7 +36,8 @@ from groupworkerkit import (
     victim_with_a_run,
     wait_for,
 )
-from w1kit import Processes, finished, output, processes, want_weeklies
+from w1kit import finished, want_weeklies
+from w1workerkit import Processes, output, processes
 
 pytestmark = pytest.mark.process
 

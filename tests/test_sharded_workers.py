@@ -30,19 +30,8 @@ from partbuild.state.rules.bucketing import bucket
 from pgkit import PgServer
 from serverkit import serve_service
 from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
-from w1kit import (
-    WEEKS,
-    Processes,
-    assert_built_once_each,
-    assert_running,
-    built_refs,
-    finished,
-    output,
-    processes,
-    read_counts,
-    replay,
-    start_orchestrator,
-)
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
+from w1workerkit import Processes, assert_built_once_each, assert_running, built_refs, output, processes
 
 pytestmark = pytest.mark.process
 

@@ -15,7 +15,8 @@ from partbuild.state.fold.records import JobRunState
 from partbuild.state.log.store import EventLog
 from partbuild.state.rules.group import GroupState, owned_sets
 
-from w1kit import Processes, assert_built_once_each, assert_running, finished, output, start_orchestrator
+from w1kit import finished, start_orchestrator
+from w1workerkit import Processes, assert_built_once_each, assert_running, output
 
 GROUP = "w1"
 BUCKETS = 12
