@@ -90,4 +90,7 @@ def test_run_loop_reacts_to_a_new_want_without_waiting_out_its_timeout(db_url: s
         finally:
             stop.set()
             orchestrator.wake()
+            if log.backend != "sqlite":  # the idle loop waits in LISTEN, which wake() does not end: a notification does
+                with EventLog.open(db_url) as writer:
+                    writer.append([_want("after-stop", "noop/2")])
             loop.join(timeout=40)
