@@ -6,7 +6,7 @@ building W1 over 6 days of clicks with the shared SparkSession. Set-up: want the
 instances), observe a partition whose ref holds `<script>`. The weekly job is gated, so the test of
 live refresh sees the build in flight and then done, whatever the machine's speed. A second server,
 over a database with tokens, tests sign-in and roles. Every page a test opens fails the test on a
-console error, an uncaught exception, a CSP violation or a dialog (tests/browserkit.py).
+console error, an uncaught exception, a CSP violation or a dialog (tests/kits/browserkit.py).
 """
 
 from __future__ import annotations
