@@ -9,7 +9,7 @@ export PARTBUILD_CLICKS_ROOT ?= $(CURDIR)/clicks-data
 export PARTBUILD_CLICKS_DAYS ?= 28
 PROTO_SRC := proto/partbuild/v1/events.proto
 
-.PHONY: up run test lint proto proto-check bench screenshots clean
+.PHONY: up run test test-fast lint proto proto-check bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -37,6 +37,11 @@ run: $(BIN)/.installed
 ## The whole test suite, as CI runs it.
 test: $(BIN)/.installed proto-check lint
 	$(BIN)/python -m pytest -q --durations=20
+
+## The tests that start no process, JVM or browser (PostgreSQL ones included): the check while changing code.
+## The markers (pyproject.toml) say which tests are end to end; tests/conftest.py keeps them honest.
+test-fast: $(BIN)/.installed lint
+	$(BIN)/python -m pytest -q -m "not process and not spark and not browser" --durations=10
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -78,7 +83,7 @@ bench: $(BIN)/.installed
 
 ## Retake the web UI's screenshots in docs/screenshots/ (a real W1 state, the distribution's Chromium).
 screenshots: $(BIN)/.installed
-	$(BIN)/python tests/browser_screenshots.py
+	$(BIN)/python tests/kits/browser_screenshots.py
 
 clean:
 	rm -rf $(VENV) $(DB_FILE)* clicks-data warehouse

@@ -87,7 +87,7 @@ def fresh_log(backend: str, workdir: Path) -> Iterator[str]:
     """The URL of an empty, migrated log: a SQLite file in `workdir`, or a new PostgreSQL schema (dropped after).
 
     PostgreSQL: `PARTBUILD_BENCH_PG_URL` (default the test server's `test` database); the schema
-    is selected through `search_path` in the URL, as tests/conftest.py does, so child
+    is selected through `search_path` in the URL, as tests/kits/pgkit.py does, so child
     processes given the URL see the same tables.
     """
     if backend == "sqlite":

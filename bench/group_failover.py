@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> list[Kill]:
             buckets=args.buckets,
             member_timeout_s=args.member_timeout,
             env=env,
-            # A dead worker's runs are failed as stale and retried soon, as in tests/w1kit.py.
+            # A dead worker's runs are failed as stale and retried soon, as in tests/kits/w1kit.py.
             heartbeat_interval_s=0.3,
             heartbeat_timeout_s=3,
             count_conflicts=args.count_conflicts,

@@ -1,21 +1,22 @@
-"""Shared fixtures: storage backends (real SQLite files and real PostgreSQL) and one SparkSession.
+"""Shared fixtures: storage backends (real SQLite files and real PostgreSQL), one SparkSession, API
+servers; the test markers, applied from the fixtures a test uses, and a guard that keeps them honest.
 
-Storage: every storage test runs on a real SQLite file and real PostgreSQL.
+Storage: every storage test runs on a real SQLite file and real PostgreSQL (tests/kits/pgkit.py): each
+test gets a fresh schema. When the server is unreachable the postgres cases skip, or fail if
+`PARTBUILD_REQUIRE_POSTGRES=1` (CI).
 
-PostgreSQL: `PARTBUILD_TEST_PG_URL` (default `postgresql+psycopg://127.0.0.1:5432/test`).
-Each test gets a fresh schema, selected through `search_path` in the URL's
-connection options, so tables and Alembic's `alembic_version` land there and
-child processes given the URL string see the same schema. When the server is
-unreachable the postgres cases skip, or fail if `PARTBUILD_REQUIRE_POSTGRES=1` (CI).
+Markers (registered in pyproject.toml): `postgres` (applied here to the `postgres` case of `db_url` and
+to users of `pg_server`), `spark` (applied here to users of the `spark` fixture; set by hand on a test
+that starts a SparkSession itself), `process` and `browser` (set by hand). `make test-fast` runs what has
+none of `process`, `spark`, `browser`.
 """
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
-import secrets
+import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +27,19 @@ from partbuild.state.database import Database
 from partbuild.state.db import normalize_url
 from partbuild.state.log.store import EventLog
 
-# tests/browserkit.py holds fixtures (loaded with `pytest_plugins`) and asserts: rewrite them too.
+from pgkit import PgServer, pg_base_url, postgres_url
+from serverkit import ApiServer, graphless_api_server, orchestrated_api
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, TEST_SPARK_CONF
+
+# tests/kits/browserkit.py holds fixtures (loaded with `pytest_plugins`) and asserts: rewrite them too.
 pytest.register_assert_rewrite("browserkit")
 
-DEFAULT_PG_URL = "postgresql+psycopg://127.0.0.1:5432/test"
 BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
-
-
-def _pg_base_url() -> str:
-    return os.environ.get("PARTBUILD_TEST_PG_URL", DEFAULT_PG_URL)
-
-
-@dataclass(frozen=True)
-class PgServer:
-    """The test PostgreSQL server: an autocommit admin engine, or why there is none."""
-
-    engine: sa.Engine | None
-    unreachable: str = ""
 
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    url = normalize_url(_pg_base_url())
+    url = normalize_url(pg_base_url())
     engine = sa.create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
     try:
         with engine.connect() as conn:
@@ -65,22 +57,6 @@ def pg_server() -> Iterator[PgServer]:
     yield PgServer(None, reason)
 
 
-def _postgres_url(server: PgServer) -> Iterator[str]:
-    if server.engine is None:
-        pytest.skip(f"{server.unreachable}; set PARTBUILD_TEST_PG_URL, or PARTBUILD_REQUIRE_POSTGRES=1 to fail")
-    schema = f"pbtest_{secrets.token_hex(6)}"
-    with server.engine.connect() as conn:
-        conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
-    url = normalize_url(_pg_base_url()).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with server.engine.connect() as conn:
-            # A leaked idle-in-transaction connection must fail the teardown, not hang it.
-            conn.execute(sa.text("SET lock_timeout = '10s'"))
-            conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
-
-
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A URL of a fresh SQLite file."""
@@ -93,7 +69,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'partbuild.db'}"
     else:
-        yield from _postgres_url(request.getfixturevalue("pg_server"))
+        yield from postgres_url(request.getfixturevalue("pg_server"))
 
 
 @pytest.fixture
@@ -119,16 +95,6 @@ def db(db_url: str) -> Iterator[str]:
 
 # --- Spark: one local[2] session per test process, started on first use ----------------------------
 
-# Tiny test data: two shuffle partitions, no UI.
-TEST_SPARK_CONF: dict[str, str] = {
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-}
-CLICKS_DAYS = 10
-CLICKS_ROWS = 1000
-CLICKS_START = date(2026, 1, 1)
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
@@ -153,83 +119,7 @@ def clicks_root(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-# --- HTTP: a real uvicorn server ---------------------------------------------------------------------
-# Fixtures for tests/test_api_*.py: the FastAPI app on a real
-# uvicorn server in a thread, on a free port (a socket bound to port 0 and handed to uvicorn, so no
-# other process can take the port in between), with an httpx client. Imports are local so modules
-# that do not serve HTTP do not pay for FastAPI at collection.
-# Appended after the fixtures above, so this section's imports sit here rather than at the top.
-import socket  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-
-
-@dataclass
-class ApiServer:
-    """A running API server: its base URL, a client for it, and the log and service it serves."""
-
-    url: str
-    client: Any  # httpx.Client(base_url=url, timeout=30)
-    log: EventLog
-    service: Any  # partbuild.api.service.Service
-
-
-@contextmanager
-def serve_app(app: Any, *, startup_timeout_s: float = 15.0) -> Iterator[str]:
-    """Run the ASGI `app` on a real uvicorn server in a thread; yields its base URL, stops it on exit."""
-    import uvicorn
-
-    # proto=IPPROTO_TCP, not the default 0: asyncio disables Nagle only on sockets that say they are
-    # TCP, and accepted sockets inherit it. With 0, every response stalls ~40 ms on delayed ACKs.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    # log_config=None: uvicorn leaves logging alone, so its error log (with the traceback of any 500)
-    # goes to pytest's log capture and shows in the report of the test that caused it.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", log_config=None)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError(f"uvicorn on port {port} exited during start-up")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"uvicorn on port {port} did not start within {startup_timeout_s} s")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
-        assert not thread.is_alive(), f"uvicorn on port {port} did not stop"
-
-
-@contextmanager
-def serve_service(service: Any, *, tail_interval_s: float = 0.05) -> Iterator[ApiServer]:
-    """Serve `service` through `create_app` (which tails its log while it runs); yields the server."""
-    import httpx
-
-    from partbuild.api.app import create_app
-
-    app = create_app(service, tail_interval_s=tail_interval_s)
-    with serve_app(app) as url, httpx.Client(base_url=url, timeout=30) as client:
-        yield ApiServer(url=url, client=client, log=service.log, service=service)
-
-
-@contextmanager
-def graphless_api_server(url: str, *, tail_interval_s: float = 0.05) -> Iterator[ApiServer]:
-    """A graph-less Service over a log at `url` (schema migrated), served over HTTP."""
-    from partbuild.api.service import Service
-
-    with (
-        Database.open(url, auto_upgrade=True) as db,
-        serve_service(Service(db), tail_interval_s=tail_interval_s) as api,
-    ):
-        yield api
+# --- HTTP: a real uvicorn server (tests/kits/serverkit.py) ---------------------------------------------
 
 
 @pytest.fixture
@@ -281,25 +171,96 @@ def w1_api_server(sqlite_url: str, clicks_root: Path, spark: Any, tmp_path: Path
         yield api
 
 
-@contextmanager
-def orchestrated_api(
-    db: Database, graph: Any, warehouse: Path, spark: Any, *, stop_timeout_s: float = 180.0
-) -> Iterator[ApiServer]:
-    """The API served over `db` with an orchestrator of `graph` running in a thread; the service wakes it
-    on every append, so a want made over HTTP is acted on at once. The orchestrator stops on exit."""
-    from partbuild.api.service import Service
-    from partbuild.orchestrator.loop import Orchestrator
+# --- Markers: applied from fixtures, kept honest by a guard on process starts ----------------------------
 
-    orchestrator = Orchestrator(
-        db, graph, warehouse=str(warehouse), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=orchestrator.run, args=(stop,), name="w1-orchestrator", daemon=True)
-    thread.start()
+_current: list[pytest.Item] = []  # the test being run (setup, call and teardown), if any
+_violations = pytest.StashKey[str]()
+END_TO_END = ("process", "spark", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kinds: dict[str, set[bool]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("db_url") == "postgres"
+        if on_postgres or "pg_server" in item.fixturenames:
+            item.add_marker(pytest.mark.postgres)
+        if "spark" in item.fixturenames:
+            item.add_marker(pytest.mark.spark)
+        module = item.path.relative_to(config.rootpath).as_posix()
+        kinds.setdefault(module, set()).add(any(item.get_closest_marker(m) for m in END_TO_END))
+    mixed = sorted(module for module, seen in kinds.items() if len(seen) == 2)
+    if mixed:
+        raise pytest.UsageError(
+            f"{', '.join(mixed)} mix fast tests with tests marked {'/'.join(END_TO_END)}: move the end-to-end ones "
+            "to a module of their own (test_<name>_processes.py, or _spark, _browser)"
+        )
+
+
+def _kind(args: Any) -> tuple[str, str]:
+    """The marker a child process needs (`spark` for PySpark's JVM, `browser` for Playwright's driver,
+    else `process`) and its command line, shortened for a message."""
+    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+    words = [os.fsdecode(a) if isinstance(a, bytes | os.PathLike) else str(a) for a in argv]
+    command = " ".join(words)
+    if "pyspark-shell" in words:
+        kind = "spark"
+    elif "playwright" in " ".join(words[:2]):
+        kind = "browser"
+    else:
+        kind = "process"
+    return kind, command if len(command) <= 80 else command[:77] + "..."
+
+
+def _check_start(what: str, kind: str) -> None:
+    """Fail the running test when it starts a child of `kind` (a marker's name) without that marker."""
+    if not _current:
+        return
+    item = _current[-1]
+    if item.get_closest_marker(kind) is not None:
+        return
+    message = f"{item.nodeid} starts {what} but is not marked `{kind}` (add @pytest.mark.{kind})"
+    item.stash[_violations] = message
+    pytest.fail(message, pytrace=False)
+
+
+_popen_init = subprocess.Popen.__init__
+_process_start = multiprocessing.process.BaseProcess.start
+
+
+def _guarded_popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    kind, command = _kind(args)
+    _check_start(f"a child process (`{command}`)", kind)
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def _guarded_process_start(self: multiprocessing.process.BaseProcess) -> None:
+    _check_start(f"a multiprocessing child ({self.name})", "process")
+    _process_start(self)
+
+
+subprocess.Popen.__init__ = _guarded_popen_init  # type: ignore[method-assign]
+multiprocessing.process.BaseProcess.start = _guarded_process_start  # type: ignore[method-assign]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _current.append(item)
     try:
-        with serve_service(Service(db, graph=graph, on_append=orchestrator.wake)) as api:
-            yield api
+        return (yield)
     finally:
-        stop.set()
-        thread.join(timeout=stop_timeout_s)
-        assert not thread.is_alive(), f"the orchestrator did not stop within {stop_timeout_s:g} s"
+        _current.pop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A start caught in another thread (where its failure was swallowed) still fails the test, once."""
+    report = yield
+    message = item.stash.get(_violations, None)
+    if message is not None:
+        del item.stash[_violations]
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = message
+    return report

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 
-from conftest import ApiServer
 from httpkit import API, PARTITIONS, head_seq, observe, ok, problem, want
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
+
+from serverkit import ApiServer
 
 
 def test_audit_digest_is_stable_and_lists_rejected_events(api_server: ApiServer) -> None:

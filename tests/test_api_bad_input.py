@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_START, ApiServer, serve_service
 from httpkit import (
     API,
     JSON,
@@ -29,6 +28,9 @@ from httpkit import (
 from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, weekly_ref, weeks_in_range
 from partbuild.api.service import Service
 from partbuild.state.database import Database
+
+from serverkit import ApiServer, serve_service
+from sparkkit import CLICKS_DAYS, CLICKS_START
 
 BEYOND = 10**6  # a seq after any head these tests reach
 

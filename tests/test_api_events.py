@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import ApiServer
 from httpkit import API, WANTS, events, head_seq, observe, ok, want
+
+from serverkit import ApiServer
 
 
 def test_events_are_the_raw_log_paged_by_seq(db_api_server: ApiServer) -> None:

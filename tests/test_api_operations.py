@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from conftest import ApiServer
 from httpkit import API, WANTS, head_seq, observe, ok, problem, want
 from prometheus_client.parser import text_string_to_metric_families
+
+from serverkit import ApiServer
 
 
 def test_reshard_then_bucket_layouts_as_of_any_seq(api_server: ApiServer) -> None:

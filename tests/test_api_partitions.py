@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import ApiServer
 from httpkit import (
     API,
     PARTITIONS,
@@ -21,6 +20,8 @@ from httpkit import (
     walk,
     want,
 )
+
+from serverkit import ApiServer
 
 
 def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: ApiServer) -> None:

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import ApiServer, serve_service
 from httpkit import PARTITIONS, WANTS, canonical, head_seq, listed, observe, ok, problem, want
 
 from partbuild.api.service import Service
 from partbuild.state.database import Database
+
+from serverkit import ApiServer, serve_service
 
 
 @contextmanager

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from conftest import ApiServer
 from httpkit import API, canonical, head_seq, ok, problem, want
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
+
+from serverkit import ApiServer
 
 
 def test_cancel_job_run_then_cancel_again_conflicts(api_server: ApiServer) -> None:

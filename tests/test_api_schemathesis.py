@@ -35,13 +35,14 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from conftest import ApiServer, graphless_api_server
-from groupapikit import append_group_history
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
+
+from groupapikit import append_group_history
+from serverkit import ApiServer, graphless_api_server
 
 API = "/api/v1"
 EXAMPLE_REF = "agg/daily_clicks/date=2026-01-01"  # the Ref example of the document's request bodies

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ApiServer, serve_service
 from httpkit import API, ok, problem
 
 from partbuild.api.cli import main
@@ -30,6 +29,8 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, system
 from partbuild.state.rules.redact import redacted
+
+from serverkit import ApiServer, serve_service
 
 SOURCES = "/api/v1/sources"
 KEY_1 = b"/etc/secret-path/x"

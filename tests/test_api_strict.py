@@ -25,8 +25,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
-from conftest import ApiServer, graphless_api_server
 from httpkit import head_seq, ok, problem
+
+from serverkit import ApiServer, graphless_api_server
 
 API = "/api/v1"
 WANTS = f"{API}/wants"

@@ -7,10 +7,12 @@ import time
 from typing import Any
 
 import httpx
-from conftest import CLICKS_DAYS, CLICKS_START, ApiServer
 from httpkit import API, PARTITIONS, WANTS, canonical, events, head_seq, history, listed, ok, walk, want
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref, weeks_in_range
+
+from serverkit import ApiServer
+from sparkkit import CLICKS_DAYS, CLICKS_START
 
 
 def wait_for_want(client: httpx.Client, want_id: str, timeout_s: float = 120.0) -> dict[str, Any]:

@@ -6,8 +6,9 @@ import re
 import time
 from typing import Any
 
-from conftest import ApiServer
 from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
+
+from serverkit import ApiServer
 
 
 def test_create_want_and_get_it(db_api_server: ApiServer) -> None:

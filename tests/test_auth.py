@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import graphless_api_server, serve_app
 from fastapi import Response, params
 from httpkit import api_routes
 from starlette.requests import Request
@@ -41,6 +40,8 @@ from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS, Operation
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import Role
+
+from serverkit import graphless_api_server, serve_app
 
 PROBLEM_JSON = "application/problem+json"
 ROLES = {"reader": Role.READER, "writer": Role.WRITER, "admin": Role.ADMIN}

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from partbuild.api.cli import main
 from partbuild.state.log.store import EventLog
 
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exited.value.code or 0), out, err
+from clikit import run_cli
 
 
 def test_demo_then_replay_verify_json(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
@@ -104,14 +94,3 @@ def test_db_upgrade_creates_schema(capsys: pytest.CaptureFixture[str], db_url: s
     assert code == 0 and "log head seq 0" in out
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)  # idempotent
     assert code == 0
-
-
-def test_console_script_is_installed(tmp_path: Path) -> None:
-    """The real entry point, as a user runs it."""
-    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    demo = subprocess.run([exe, "demo", "--db", url, "--weeks", "2", "--sites", "1"], capture_output=True, text=True)
-    assert demo.returncode == 0, demo.stderr
-    bad = subprocess.run([exe, "replay", "--db", url, "--as-of", "x"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

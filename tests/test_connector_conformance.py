@@ -30,7 +30,8 @@ from partbuild.orchestrator.connectors.in_memory import InMemoryConnector, Memor
 from partbuild.orchestrator.connectors.items import Location, Page
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
 from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef
-from tests.connectorkit import clicks_items, key, with_refs
+
+from connectorkit import clicks_items, key, with_refs
 
 SECRET = b"hunter2-api-key"
 ITEMS = clicks_items(days=12)

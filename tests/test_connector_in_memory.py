@@ -10,7 +10,8 @@ from partbuild.orchestrator.connectors.errors import EnumerateError, ReadError
 from partbuild.orchestrator.connectors.in_memory import InMemoryConnector, MemoryItem
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
 from partbuild.orchestrator.connectors.toxic import ItemRef, ResumeToken
-from tests.connectorkit import clicks_items, key
+
+from connectorkit import clicks_items, key
 
 BIG = 1 << 40
 

@@ -31,7 +31,10 @@ from partbuild.orchestrator.connectors.object_store import OBJECT_STORE_TAG, Obj
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
 from partbuild.orchestrator.connectors.s3_config import ObjectStoreConfig, Secret
 from partbuild.orchestrator.connectors.toxic import ItemKey, ItemRef, ResumeToken
-from tests.s3kit import SECRETS, MotoServer, config_for, drain_keys, fill_bucket, free_port
+
+from s3kit import SECRETS, MotoServer, config_for, drain_keys, fill_bucket, free_port
+
+pytestmark = pytest.mark.process  # moto's S3 server, one per module
 
 BIG = 1 << 40
 _SERVER: MotoServer | None = None

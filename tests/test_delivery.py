@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 from google.protobuf.message import Message
-from receiverkit import Answer, Received, Receiver, Rule, always, by_group
-from test_webhook_payloads import openlineage_errors
 
 from partbuild.api.errors import Conflict
 from partbuild.api.models.subscriptions import (
@@ -47,6 +45,9 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, from_job_run
 from partbuild.state.log.live import LiveState
+
+from openlineagekit import openlineage_errors
+from receiverkit import Answer, Received, Receiver, Rule, always, by_group
 
 WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
 FAST_RETRY = RetryPolicyRequest(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)

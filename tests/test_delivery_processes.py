@@ -30,12 +30,15 @@ from types import TracebackType
 from typing import Any
 
 import pytest
-from receiverkit import Answer, Received, Receiver, failing_groups
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.rules.topics import key_hash, route
+
+from receiverkit import Answer, Received, Receiver, failing_groups
+
+pytestmark = pytest.mark.process
 
 pytest.importorskip("standardwebhooks", reason="needs pip install -e '.[dev]'")
 

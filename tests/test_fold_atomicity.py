@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from golden_log import GOLDEN_LOGS, read
 from google.protobuf.message import Message
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -50,6 +49,7 @@ from partbuild.state.rules.bucketing import bucket
 from partbuild.state.rules.group import share_step
 
 from foldkit import Story, subscription
+from golden_log import GOLDEN_LOGS, read
 from groupkit import NAMESPACE, epoch, fenced, group_of, message, start, step, with_state
 
 

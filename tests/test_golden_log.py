@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from golden_log import GOLDEN_LOGS, GoldenLog, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.group_verify import verify
+
+from golden_log import GOLDEN_LOGS, GoldenLog, read
 
 
 def replayed(payloads: list[bytes]) -> BuildState:

@@ -19,21 +19,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from groupworkerkit import Tail, task_of, wait_for
-from memberkit import writes_blocked
-from test_group_workers import (
+
+from partbuild.state.fold.records import JobRunState
+
+from groupworkerkit import (
     DECLARED_DEAD_EXIT,
+    Tail,
     assert_stale_run_retried,
     epochs_without,
     finish,
     form_group,
     leader_name,
+    task_of,
     victim_with_a_run,
+    wait_for,
 )
-from test_sharded_workers import Processes, output, processes
+from memberkit import writes_blocked
 from w1kit import finished, want_weeklies
+from w1workerkit import Processes, output, processes
 
-from partbuild.state.fold.records import JobRunState
+pytestmark = pytest.mark.process
 
 # The locks every writer needs (appends take the log head, heartbeats the members' rows): a process
 # stopped inside a transaction holding one would block the whole group, however leadership is handled.

@@ -128,7 +128,7 @@ def test_unparseable_payloads_are_replayed_as_rejections() -> None:
 
 
 def test_cli_group_verify(capsys: pytest.CaptureFixture[str], sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_cli import run_cli
+    from clikit import run_cli
 
     story = grouped()
     with EventLog.open(sqlite_url, auto_upgrade=True) as log:

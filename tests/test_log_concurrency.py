@@ -16,8 +16,12 @@ from collections import Counter
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as MpEvent
 
+import pytest
+
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.store import EventLog
+
+pytestmark = pytest.mark.process
 
 WRITERS = 4
 BATCHES_PER_WRITER = 50

@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("standardwebhooks", reason="needs pip install -e '.[dev]'")
 
+from standardwebhooks import Webhook
+
 from receiverkit import (
     Answer,
     Receiver,
@@ -23,7 +25,6 @@ from receiverkit import (
     schedule,
     timeout,
 )
-from standardwebhooks import Webhook
 
 SECRET = "whsec_" + base64.b64encode(b"partbuild-receiver-kit-test-key!").decode()
 

@@ -15,7 +15,6 @@ from functools import cache, partial
 from typing import Any
 
 import pytest
-from golden_log import GOLDEN_LOGS, read
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import registry
@@ -28,6 +27,7 @@ from partbuild.state.log.events import from_job_run, manual, system
 from partbuild.state.log.snapshot import decode_state, encode_state
 
 from foldkit import Story, subscription
+from golden_log import GOLDEN_LOGS, read
 
 PAYLOAD = pb.Event.DESCRIPTOR.oneofs_by_name["payload"]
 RUN_PHASES = {"START", "COMPLETE", "FAIL", "ABORT"}

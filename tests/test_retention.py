@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fold_properties import Step, materialize, replay, steps_strategy
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
@@ -28,6 +27,7 @@ from partbuild.state.rules.queries import attempts_for, builder_of, lineage, ref
 from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 
 from foldkit import Story
+from stepkit import Step, materialize, replay, steps_strategy
 
 
 @dataclass

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli import run_cli
 
 from partbuild.orchestrator.graph import Graph, Job
 from partbuild.orchestrator.loop import Orchestrator
@@ -16,6 +15,8 @@ from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual, wall_clock_ms
 from partbuild.state.log.replay import load_state
 from partbuild.state.log.store import EventLog
+
+from clikit import run_cli
 
 GRAPH = Graph([Job("noop", ["noop/{n:int}"], lambda ctx: None)])
 

@@ -14,8 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import CLICKS_DAYS, CLICKS_START
-from w1kit import WEEKS, finished, replay, start_orchestrator, wait_for_event, want_weeklies
+import pytest
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
@@ -24,6 +23,11 @@ from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 from partbuild.state.rules.bucketing import DEFAULT_NAMESPACE, bucket
+
+from sparkkit import CLICKS_DAYS, CLICKS_START
+from w1kit import WEEKS, finished, replay, start_orchestrator, wait_for_event, want_weeklies
+
+pytestmark = pytest.mark.process
 
 CHOSEN = re.compile(r"Using round robin bucket execution\. Bucket id: (\d+)")
 MAX_CYCLES = 5  # W1 needs about three: each level's refs are spread over the buckets

@@ -15,21 +15,25 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, PgServer, serve_service
-from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
 
-from examples.clicks.pipeline import build_graph, daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref
+from examples.clicks.pipeline import build_graph, week_days_in_range, weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.rules.bucketing import bucket
+
+from pgkit import PgServer
+from serverkit import serve_service
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator
+from w1workerkit import Processes, assert_built_once_each, assert_running, built_refs, output, processes
+
+pytestmark = pytest.mark.process
 
 NAMESPACE = "partbuild"
 TOTAL = 3
@@ -40,32 +44,6 @@ WANT_IDS = [f"w-{week}" for week in WEEKS]
 START_TIMEOUT_S = 240.0  # a JVM per process; four share two cores, often with other test runs
 BUILD_TIMEOUT_S = 420.0
 
-Processes = dict[str, subprocess.Popen[bytes]]
-
-
-def wanted_refs() -> list[str]:
-    """The weeklies, their dailies and the raw sources: every ref the wants need Live."""
-    days = days_in_range(CLICKS_DAYS, CLICKS_START)
-    return [weekly_ref(w) for w in WEEKS] + [daily_ref(d) for d in days] + [raw_ref(d) for d in days]
-
-
-def built_refs() -> list[str]:
-    """The wanted refs job runs build (raw sources are observed, not built)."""
-    return [ref for ref in wanted_refs() if not ref.startswith("raw/")]
-
-
-@contextmanager
-def processes() -> Iterator[Processes]:
-    """A name -> process table; whatever is still running on the way out is killed."""
-    table: Processes = {}
-    try:
-        yield table
-    finally:
-        for process in table.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-
 
 def start_worker(
     db: str, clicks_root: Path, tmp_path: Path, name: str, total: int, bucket_id: int
@@ -73,18 +51,6 @@ def start_worker(
     """`partbuild run --bucket-total T --bucket-id K` without --until-idle; output in `<name>.log`."""
     options = ("--bucket-total", str(total), "--bucket-id", str(bucket_id))
     return start_orchestrator(db, clicks_root, tmp_path, name, *options)
-
-
-def output(tmp_path: Path, name: str) -> str:
-    """What process `name` printed so far."""
-    return (tmp_path / f"{name}.log").read_text(errors="replace")
-
-
-def assert_running(procs: Processes, names: list[str], tmp_path: Path) -> None:
-    """Fail with its output if one of `names` has exited."""
-    for name in names:
-        code = procs[name].poll()
-        assert code is None, f"{name} exited ({code}):\n{output(tmp_path, name)[-3000:]}"
 
 
 @pytest.fixture(scope="session")
@@ -176,23 +142,6 @@ def accepted(state: BuildState, events: dict[int, pb.Event], kind: str | None = 
         for seq, event in events.items()
         if seq not in rejected and (kind is None or event.WhichOneof("payload") == kind)
     }
-
-
-def assert_built_once_each(state: BuildState) -> None:
-    """Every want successful; one Live instance per wanted ref; nothing built by two succeeded runs."""
-    assert all(want.state == WantState.SUCCESSFUL for want in state.wants.values())
-    assert not state.active_run_ids
-    live = Counter(i.ref for i in state.instances.values() if i.state == InstanceState.LIVE)
-    for ref in wanted_refs():
-        canonical = state.canonical_instance(ref)
-        assert canonical is not None and canonical.state == InstanceState.LIVE, ref
-        assert live[ref] == 1, f"{ref} has {live[ref]} Live instances"
-    succeeded = [run for run in state.job_runs.values() if run.state == JobRunState.SUCCEEDED]
-    built = Counter(uuid for run in succeeded for uuid in run.instance_uuids)
-    assert [uuid for uuid, runs in built.items() if runs > 1] == []
-    refs = Counter(state.instances[uuid].ref for uuid in built)
-    assert [ref for ref, times in refs.items() if times > 1] == []
-    assert set(refs) == set(built_refs())
 
 
 def intruder_id(state: BuildState, events: dict[int, pb.Event]) -> str:

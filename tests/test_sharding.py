@@ -215,7 +215,7 @@ def test_three_workers_with_a_bucket_each_build_every_wanted_partition_exactly_o
 
 def test_cli_reshard_and_buckets(capsys: pytest.CaptureFixture[str], sqlite_url: str) -> None:
     """`partbuild reshard` records a layout, `partbuild buckets` shows it; bad input is exit 2 with one line."""
-    from test_cli import run_cli
+    from clikit import run_cli
 
     with Database.open(sqlite_url) as db:
         log = db.log

@@ -1,19 +1,15 @@
 """Discovering source partitions by scanning a connector: partitions from items, cursors in the log, versions, re-wants.
 
 Real parts: a real directory tree read by the `FilesystemConnector`, a real event log
-(SQLite, and PostgreSQL where the backend matters), the real fold, and a real process
-killed with SIGKILL in the middle of a scan. `SourceScanner.step()` is driven directly
-(one slice of each due source), so the tests decide when slices happen.
+(SQLite, and PostgreSQL where the backend matters) and the real fold. `SourceScanner.step()`
+is driven directly (one slice of each due source), so the tests decide when slices happen.
+A scanning process killed in the middle of a scan: tests/test_source_scanner_processes.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -33,7 +29,6 @@ from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery
 from partbuild.orchestrator.sources.key_ranges import next_split_keys
 from partbuild.orchestrator.sources.partitions import PartitionAssembler
-from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -41,8 +36,10 @@ from partbuild.state.fold.records import InstanceState as I
 from partbuild.state.fold.records import ScanRange
 from partbuild.state.log.events import envelope, from_job_run, manual
 from partbuild.state.log.live import LiveState
-from partbuild.state.log.store import EventLog, parse_event
+from partbuild.state.log.store import EventLog
 from partbuild.state.rules.ids import instance_uuid
+
+from scankit import drain, events, scanner
 
 RAW = "raw/clicks/date={date:date}"
 KEYS = "date={date:date}"
@@ -78,28 +75,6 @@ def log(db_url: str) -> Iterator[EventLog]:
 def source(root: Path, **options: Any) -> SourceDataset:
     options.setdefault("page_items", 3)
     return SourceDataset("raw", RAW, discovery=filesystem_discovery(root, KEYS, **options))
-
-
-def scanner(log: EventLog, *sources: SourceDataset, **options: Any) -> tuple[SourceScanner, LiveState]:
-    live = LiveState(log)
-    options.setdefault("checkpoint_every_s", 0.0)
-    return SourceScanner(log, live, list(sources), **options), live
-
-
-def drain(scan: SourceScanner, live: LiveState, passes: int = 1, limit: int = 500) -> None:
-    """Step until `passes` more passes of every source are done."""
-    live.catch_up()
-    goal = {name: record.passes_done + passes for name, record in live.state.sources.items()}
-    for _ in range(limit):
-        scan.step()
-        records = live.state.sources
-        if records and all(records[name].passes_done >= goal.get(name, passes) for name in records):
-            return
-    raise AssertionError(f"no pass finished in {limit} slices: {live.state.sources}")
-
-
-def events(log: EventLog, kind: str) -> list[pb.Event]:
-    return [parse_event(row.payload) for row in log.read(0, 10_000) if row.event_type == kind]
 
 
 def new_pass(log: EventLog, live: LiveState) -> None:
@@ -382,56 +357,6 @@ def test_the_orchestrator_builds_from_partitions_its_scanner_discovers(
     finally:
         orchestrator.close()
     assert built == [str(root / "date=2026-01-01")]
-
-
-SCAN_SCRIPT = textwrap.dedent(
-    """
-    import sys, time
-    from partbuild.orchestrator.graph import SourceDataset
-    from partbuild.orchestrator.sources.discovery import filesystem_discovery
-    from partbuild.orchestrator.sources.scanner import SourceScanner
-    from partbuild.state.database import Database
-    from partbuild.state.log.live import LiveState
-
-    url, root = sys.argv[1], sys.argv[2]
-    source = SourceDataset("raw", "raw/n={n:int}", discovery=filesystem_discovery(root, "n={n:int}", page_items=7))
-    with Database.open(url) as db:
-        log = db.log
-        scanner = SourceScanner(log, LiveState(log), [source], checkpoint_every_s=0.0)
-        while True:
-            scanner.step()
-            time.sleep(0.002)
-    """
-)
-
-
-def test_a_scan_killed_mid_pass_resumes_without_repeating_or_skipping_a_partition(
-    db_url: str, log: EventLog, tmp_path: Path
-) -> None:
-    root = tmp_path / "tree"
-    for n in range(300):
-        directory = root / f"n={n}"
-        directory.mkdir(parents=True)
-        for name in ("part-0", "part-1", "_SUCCESS"):
-            (directory / name).write_bytes(b"x")
-    process = subprocess.Popen([sys.executable, "-c", SCAN_SCRIPT, db_url, str(root)])
-    try:
-        deadline = time.monotonic() + 60
-        while len(events(log, "partition_observed")) < 40:
-            assert time.monotonic() < deadline and process.poll() is None, "the scanner made no progress"
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-    finally:
-        process.kill()
-    before = len(events(log, "partition_observed"))
-    assert before < 300, "the scan finished before the kill: make the tree bigger"
-    source_set = SourceDataset("raw", "raw/n={n:int}", discovery=filesystem_discovery(root, "n={n:int}", page_items=7))
-    scan, live = scanner(log, source_set)
-    drain(scan, live)
-    refs = Counter(e.partition_observed.partition_ref for e in events(log, "partition_observed"))
-    assert refs == Counter(f"raw/n={n}" for n in range(300))
-    assert live.state.rejections == [] and live.state.sources["raw"].passes_done == 1
 
 
 # ----------------------------------------------------------------- passes split into key ranges

@@ -235,7 +235,7 @@ def test_the_api_observes_versions_and_refuses_the_same_version_without_appendin
 def test_the_cli_refuses_a_bad_version_with_one_line(
     args: list[str], capsys: pytest.CaptureFixture[str], sqlite_url: str
 ) -> None:
-    from test_cli import run_cli
+    from clikit import run_cli
 
     code, _, err = run_cli(capsys, "observe", "raw/a", "--location", "/d/a", "--db", sqlite_url, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err

@@ -20,14 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
-from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
 from examples.clicks.pipeline import weekly_ref
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
+
+from bucketkit import GITHUB_KEY, KEYS, SPEC_VECTORS, TOTALS, reference, sample_strings
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
+
+pytestmark = pytest.mark.process
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTUP_TIMEOUT_S = 180

@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_START
-from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
 
 from examples.clicks.pipeline import raw_ref, week_days_in_range, weekly_ref
 from partbuild.state.fold.records import InstanceState, WantState
+
+from sparkkit import CLICKS_DAYS, CLICKS_START
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, want_weeklies
+
+pytestmark = pytest.mark.process
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
-from receiverkit import Receiver, failing_groups
 
 from partbuild.api.models.subscriptions import SubscriptionRequest
 from partbuild.api.models.wants import WantRequest
@@ -15,6 +14,8 @@ from partbuild.api.service import Service
 from partbuild.api.webhook_payloads import render
 from partbuild.orchestrator.delivery.deliverer import Deliverer
 from partbuild.state.database import Database
+
+from receiverkit import Receiver, failing_groups
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQ="
 

@@ -11,18 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, week_days_in_range, weekly_ref, weeks_in_range
 from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 from partbuild.state.rules.queries import lineage, ref_history
+
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 WEEKS = weeks_in_range(CLICKS_DAYS, CLICKS_START)
 
@@ -44,14 +46,14 @@ def want(log: EventLog, want_id: str, *refs: str) -> None:
 
 @pytest.fixture
 def orchestrator(spark: Any, clicks_root: Path, tmp_path: Path) -> Any:
-    log = EventLog.open(f"sqlite:///{tmp_path / 'w1.db'}")
+    db = Database.open(f"sqlite:///{tmp_path / 'w1.db'}")
     graph = build_graph(clicks_root, days=CLICKS_DAYS, start=CLICKS_START)
     orch = Orchestrator(
-        log, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
+        db, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
     )
     yield orch
     orch.close()
-    log.close()
+    db.close()
 
 
 def test_weekly_wants_build_w1_with_lineage(spark: Any, orchestrator: Orchestrator) -> None:

@@ -7,11 +7,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from conftest import CLICKS_DAYS, CLICKS_START
-from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, wait_for_event, want_weeklies
+import pytest
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, weekly_ref
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+
+from sparkkit import CLICKS_DAYS, CLICKS_START
+from w1kit import WEEKS, finished, read_counts, replay, start_orchestrator, wait_for_event, want_weeklies
+
+pytestmark = pytest.mark.process
 
 
 def test_killed_mid_run_then_restart_completes_every_want(spark: Any, clicks_root: Path, tmp_path: Path) -> None:

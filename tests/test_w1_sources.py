@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from conftest import CLICKS_START
 
 from examples.clicks.generate import generate_raw
 from examples.clicks.pipeline import (
@@ -41,9 +40,12 @@ from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery, object_store_discovery
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
 from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
+
+from sparkkit import CLICKS_START
 
 DAYS = 10  # 2026-01-01 (a Thursday) .. 01-10: 2026-W01 has 4 days, 2026-W02 6
 ROWS = 200
@@ -104,10 +106,10 @@ def read_counts(spark: Any, location: str) -> dict[str, int]:
 
 
 def run_w1(spark: Any, tmp_path: Path, discovery: Discovery, **graph_options: Any) -> Orchestrator:
-    log = EventLog.open(f"sqlite:///{tmp_path / 'w1.db'}")
+    db = Database.open(f"sqlite:///{tmp_path / 'w1.db'}")
     graph = build_graph(tmp_path / "data", days=DAYS, start=START, raw_discovery=discovery, **graph_options)
     return Orchestrator(
-        log, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
+        db, graph, warehouse=str(tmp_path / "warehouse"), spark=spark, source_check_interval_s=0, poll_interval_s=0.01
     )
 
 
@@ -208,7 +210,7 @@ def closing() -> Iterator[list[Orchestrator]]:
     yield opened
     for orchestrator in opened:
         orchestrator.close()
-        orchestrator.log.close()
+        orchestrator.db.close()
 
 
 # --- the tests -----------------------------------------------------------------------------------
@@ -254,6 +256,7 @@ def upload_day(client: Any, local_day: Path, key_prefix: str) -> None:
     client.put_object(Bucket=BUCKET, Key=f"{key_prefix}/_SUCCESS", Body=b"")
 
 
+@pytest.mark.process  # moto's S3 server
 def test_w1_from_an_s3_compatible_server_rebuilds_a_rewritten_day(
     spark: Any, tmp_path: Path, moto: Any, closing: list[Orchestrator]
 ) -> None:
@@ -303,22 +306,6 @@ def test_w1_from_an_s3_compatible_server_rebuilds_a_rewritten_day(
         expected_location=lambda directory: f"s3a://{BUCKET}/raw/clicks/{directory}",
         local_raw_day=lambda day: local / raw_ref(day),
     )
-
-
-def test_the_env_configured_graph_discovers_raw_clicks_on_request(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from partbuild.orchestrator.graph import load_graph
-
-    pipeline = Path(__file__).resolve().parents[1] / "examples" / "clicks" / "pipeline.py"
-    (tmp_path / "raw" / "clicks").mkdir(parents=True)
-    monkeypatch.setenv("PARTBUILD_CLICKS_ROOT", str(tmp_path))
-    assert load_graph(pipeline).sources["raw_clicks"].discovery is None  # by default: located when wanted
-    monkeypatch.setenv("PARTBUILD_CLICKS_DISCOVER", "1")
-    source = load_graph(pipeline).sources["raw_clicks"]
-    assert source.locate is None and source.discovery is not None
-    assert source.discovery.keys == RAW_KEYS
-    assert source.discovery.location_of("date=2026-01-01") == f"{tmp_path.absolute()}/raw/clicks/date=2026-01-01"
 
 
 # --- found while writing these tests -------------------------------------------------------------

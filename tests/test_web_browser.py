@@ -6,7 +6,7 @@ building W1 over 6 days of clicks with the shared SparkSession. Set-up: want the
 instances), observe a partition whose ref holds `<script>`. The weekly job is gated, so the test of
 live refresh sees the build in flight and then done, whatever the machine's speed. A second server,
 over a database with tokens, tests sign-in and roles. Every page a test opens fails the test on a
-console error, an uncaught exception, a CSP violation or a dialog (tests/browserkit.py).
+console error, an uncaught exception, a CSP violation or a dialog (tests/kits/browserkit.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
-from browserkit import Tab, mark_document, same_document, visit
-from conftest import CLICKS_START, ApiServer, graphless_api_server, orchestrated_api
 from playwright.sync_api import expect
 
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
@@ -34,8 +32,13 @@ from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
-from partbuild.state.log.store import EventLog
 from partbuild.state.ops.tokens import Role
+
+from browserkit import Tab, mark_document, same_document, visit
+from serverkit import ApiServer, graphless_api_server, orchestrated_api
+from sparkkit import CLICKS_START
+
+pytestmark = pytest.mark.browser
 
 DAYS = 6  # 2026-01-01..06: week 2026-W01 has 4 days, 2026-W02 has 2
 WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START))
@@ -130,8 +133,8 @@ def world(browser: Any, spark: Any, clicks_root: Path, tmp_path_factory: pytest.
     graph = _gated_w1(clicks_root, gate)
     url = f"sqlite:///{folder / 'partbuild.db'}"
     with (
-        EventLog.open(url, auto_upgrade=True) as log,
-        orchestrated_api(log, graph, folder / "warehouse", spark, stop_timeout_s=BUILD_TIMEOUT_S) as api,
+        Database.open(url, auto_upgrade=True) as db,
+        orchestrated_api(db, graph, folder / "warehouse", spark, stop_timeout_s=BUILD_TIMEOUT_S) as api,
     ):
         try:
             yield World(api, gate, *_story(api.service))

@@ -7,13 +7,10 @@ import copy
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from cloudevents.core.formats.json import JSONFormat
-from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
 from partbuild.api.service.events import event_out
 from partbuild.api.webhook_payloads import (
@@ -27,15 +24,8 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
 
 from foldkit import Story
+from openlineagekit import RUN_EVENT_URL, openlineage_errors
 
-SCHEMAS = Path(__file__).parent / "data" / "openlineage"
-CORE_ID = "https://openlineage.io/spec/2-0-2/OpenLineage.json"
-RUN_EVENT_URL = CORE_ID + "#/$defs/RunEvent"
-# The facet files $ref older cores by URL; the vendored 2-0-2 core answers for them (see the README).
-OLDER_CORE_IDS = (
-    "https://openlineage.io/spec/1-0-1/OpenLineage.json",
-    "https://openlineage.io/spec/1-0-2/OpenLineage.json",
-)
 SUBSCRIPTION = "lineage hook/1"
 MESSAGE_ID = "msg-0001"
 GROUP = "out/x"
@@ -91,40 +81,6 @@ class Built:
 @pytest.fixture(scope="module")
 def built() -> Built:
     return Built()
-
-
-def _registry() -> Registry:
-    core = Resource.from_contents(json.loads((SCHEMAS / "OpenLineage.json").read_text()))
-    resources = [(CORE_ID, core), *((uri, core) for uri in OLDER_CORE_IDS)]
-    for path in (SCHEMAS / "facets").glob("*.json"):
-        facet = Resource.from_contents(json.loads(path.read_text()))
-        resources.append((facet.id(), facet))
-    return Registry().with_resources(resources)
-
-
-REGISTRY = _registry()
-
-
-def _validator(ref: str) -> Draft202012Validator:
-    # FORMAT_CHECKER: "uuid" (runId) and "date-time" (eventTime) are asserted, not just annotations.
-    return Draft202012Validator({"$ref": ref}, registry=REGISTRY, format_checker=Draft202012Validator.FORMAT_CHECKER)
-
-
-RUN_EVENT = _validator(RUN_EVENT_URL)
-PARENT_FACET = _validator("https://openlineage.io/spec/1-0-1/ParentRunFacet.json")
-ERROR_FACET = _validator("https://openlineage.io/spec/facets/1-0-0/ErrorMessageRunFacet.json")
-VERSION_FACET = _validator("https://openlineage.io/spec/facets/1-0-0/DatasetVersionDatasetFacet.json")
-
-
-def openlineage_errors(payload: dict[str, Any]) -> list[str]:
-    """Every way `payload` breaks the RunEvent schema or the schemas of the facets it carries."""
-    errors = [error.message for error in RUN_EVENT.iter_errors(payload)]
-    run_facets = payload.get("run", {}).get("facets", {})
-    for validator in (PARENT_FACET, ERROR_FACET):  # each checks only its own key ("parent", "errorMessage")
-        errors += [error.message for error in validator.iter_errors(run_facets)]
-    for dataset in payload.get("inputs", []) + payload.get("outputs", []):
-        errors += [error.message for error in VERSION_FACET.iter_errors(dataset.get("facets", {}))]
-    return errors
 
 
 def _time_ms(text: str) -> int:

@@ -9,8 +9,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from receiverkit import Answer, Receiver, always, schedule, timeout
-from s3kit import free_port
 
 from partbuild.orchestrator.delivery.sender import (
     MAX_ANSWER_BYTES,
@@ -19,6 +17,9 @@ from partbuild.orchestrator.delivery.sender import (
     Sender,
     parse_retry_after,
 )
+
+from receiverkit import Answer, Receiver, always, schedule, timeout
+from s3kit import free_port
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"  # base64 of a 27-byte key
 

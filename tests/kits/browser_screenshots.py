@@ -1,11 +1,11 @@
 """Take the README's screenshots of the web UI (docs/screenshots/*.png) against a real W1 state.
 
-Run: `make screenshots` (or `.venv/bin/python tests/browser_screenshots.py [OUT_DIR]`). Builds W1 over
+Run: `make screenshots` (or `.venv/bin/python tests/kits/browser_screenshots.py [OUT_DIR]`). Builds W1 over
 14 days of generated clicks in a temporary folder with local Spark and the real orchestrator (every
 weekly wanted; one daily tainted and rebuilt, so the overview shows a tainted instance), serves it on
 a free port, and photographs the lineage graph of week 2026-W02's instance, the want tree, and the
 overview while a weekly rebuild is held in flight, in the distribution's headless Chromium
-(tests/browserkit.py) at 1280x800. Takes about a minute.
+(tests/kits/browserkit.py) at 1280x800. Takes about a minute.
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run as a script: the examples and the test kits
-
-from browserkit import LAUNCH_ARGS, chromium_path, new_tab  # noqa: E402
-from conftest import TEST_SPARK_CONF, serve_service  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "kits")]  # run as a script: the examples and the test kits
 
 from examples.clicks.generate import generate_raw  # noqa: E402
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range  # noqa: E402
@@ -34,6 +31,10 @@ from partbuild.orchestrator.graph import Graph  # noqa: E402
 from partbuild.orchestrator.loop import Orchestrator  # noqa: E402
 from partbuild.orchestrator.spark import spark_session  # noqa: E402
 from partbuild.state.database import Database  # noqa: E402
+
+from browserkit import LAUNCH_ARGS, chromium_path, new_tab  # noqa: E402
+from serverkit import serve_service  # noqa: E402
+from sparkkit import TEST_SPARK_CONF  # noqa: E402
 
 DAYS = 14
 START = date(2026, 1, 1)

@@ -1,6 +1,6 @@
 """A worker-group member as a real process, for tests that stop and kill it with real signals.
 
-As a script: `python tests/memberkit.py DB_URL GROUP TASK_ID [--heartbeat-ms N] [--timeout-ms N]`
+As a script: `python tests/kits/memberkit.py DB_URL GROUP TASK_ID [--heartbeat-ms N] [--timeout-ms N]`
 joins the group, heartbeats, takes the leader lock when it is free and, while
 leading, reaps dead members. It prints one JSON line per happening: joined,
 leader, lost_leadership, reaped, declared_dead (then exits 3), left (on SIGTERM,

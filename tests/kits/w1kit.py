@@ -10,15 +10,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import CLICKS_DAYS, CLICKS_START
-
 from examples.clicks.pipeline import weekly_ref, weeks_in_range
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from sparkkit import CLICKS_DAYS, CLICKS_START
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 WEEKS = weeks_in_range(CLICKS_DAYS, CLICKS_START)
 
 

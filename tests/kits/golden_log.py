@@ -2,7 +2,7 @@
 
 `GOLDEN_LOGS` lists them, one entry each: its name, its file (`tests/data/`), the generator that wrote it
 once, and the digest its strict replay pins (`tests/test_golden_log.py` checks every entry). A new event
-type (or a new rule of an old one) gets a new entry: write a generator, run `python tests/golden_log.py
+type (or a new rule of an old one) gets a new entry: write a generator, run `python tests/kits/golden_log.py
 <name>` once to write its file, and pin the digest the test reports. A file is never regenerated when
 the schema changes, it is what old logs look like: the script refuses to overwrite one.
 Format: each event as a varint length followed by the serialized `partbuild.v1.Event`.
@@ -22,7 +22,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data
 
 
 def golden_events() -> list[pb.Event]:
@@ -298,7 +298,7 @@ def subscription_events() -> list[pb.Event]:
 
 @dataclass(frozen=True)
 class GoldenLog:
-    """One golden log: `python tests/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
+    """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
 
     name: str
     file: str

@@ -2,7 +2,7 @@
 
 Run as a script it is the child of the kill-and-resume test:
 
-    python tests/fskit.py ROOT STATE_DIR PAGE_ITEMS PAUSE_SECONDS
+    python tests/kits/fskit.py ROOT STATE_DIR PAGE_ITEMS PAUSE_SECONDS
 
 It resumes from STATE_DIR/cursor.json when present, and for each page first
 appends the page's keys (hex, one line per page) to STATE_DIR/emitted.log, then

@@ -1,0 +1,34 @@
+"""Driving a `SourceScanner` in tests: one over a log, stepped until passes are done, and the events of one
+kind the scans appended."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from partbuild.orchestrator.graph import SourceDataset
+from partbuild.orchestrator.sources.scanner import SourceScanner
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog, parse_event
+
+
+def scanner(log: EventLog, *sources: SourceDataset, **options: Any) -> tuple[SourceScanner, LiveState]:
+    live = LiveState(log)
+    options.setdefault("checkpoint_every_s", 0.0)
+    return SourceScanner(log, live, list(sources), **options), live
+
+
+def drain(scan: SourceScanner, live: LiveState, passes: int = 1, limit: int = 500) -> None:
+    """Step until `passes` more passes of every source are done."""
+    live.catch_up()
+    goal = {name: record.passes_done + passes for name, record in live.state.sources.items()}
+    for _ in range(limit):
+        scan.step()
+        records = live.state.sources
+        if records and all(records[name].passes_done >= goal.get(name, passes) for name in records):
+            return
+    raise AssertionError(f"no pass finished in {limit} slices: {live.state.sources}")
+
+
+def events(log: EventLog, kind: str) -> list[pb.Event]:
+    return [parse_event(row.payload) for row in log.read(0, 10_000) if row.event_type == kind]
