@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-from httpkit import API, PARTITIONS, head_seq, observe, ok, problem, want
-
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
 
+from httpkit import API, PARTITIONS, head_seq, observe, ok, problem, want
 from serverkit import ApiServer
 
 

@@ -8,6 +8,11 @@ from typing import Any
 
 import httpx
 import pytest
+
+from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, weekly_ref, weeks_in_range
+from partbuild.api.service import Service
+from partbuild.state.database import Database
+
 from httpkit import (
     API,
     JSON,
@@ -24,11 +29,6 @@ from httpkit import (
     observe,
     want,
 )
-
-from examples.clicks.pipeline import build_graph, daily_ref, raw_ref, weekly_ref, weeks_in_range
-from partbuild.api.service import Service
-from partbuild.state.database import Database
-
 from serverkit import ApiServer, serve_service
 from sparkkit import CLICKS_DAYS, CLICKS_START
 

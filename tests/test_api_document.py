@@ -11,12 +11,12 @@ import ast
 from pathlib import Path
 
 import httpx
-from httpkit import api_routes, ok
 
 from partbuild.api.app import create_app
 from partbuild.api.routes import METRICS_RESOURCE, resource_routers
 from partbuild.api.surface import OPERATIONS, RESOURCES
 
+from httpkit import api_routes, ok
 from serverkit import ApiServer
 
 HERE = Path(__file__).resolve().parent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from httpkit import API, WANTS, events, head_seq, observe, ok, want
-
 from serverkit import ApiServer
 
 

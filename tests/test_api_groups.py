@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from httpkit import API, head_seq, ok, problem
 from prometheus_client.parser import text_string_to_metric_families
 
 from partbuild.proto.v1 import events_pb2 as pb
 
 from groupapikit import GROUP, append_group_history
+from httpkit import API, head_seq, ok, problem
 from serverkit import ApiServer
 
 GROUPS = f"{API}/groups"

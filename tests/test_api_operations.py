@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from httpkit import API, WANTS, head_seq, observe, ok, problem, want
 from prometheus_client.parser import text_string_to_metric_families
 
+from httpkit import API, WANTS, head_seq, observe, ok, problem, want
 from serverkit import ApiServer
 
 

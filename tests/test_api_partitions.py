@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from httpkit import (
     API,
     PARTITIONS,
@@ -20,7 +21,6 @@ from httpkit import (
     walk,
     want,
 )
-
 from serverkit import ApiServer
 
 

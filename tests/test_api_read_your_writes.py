@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from httpkit import PARTITIONS, WANTS, canonical, head_seq, listed, observe, ok, problem, want
 
 from partbuild.api.service import Service
 from partbuild.state.database import Database
 
+from httpkit import PARTITIONS, WANTS, canonical, head_seq, listed, observe, ok, problem, want
 from serverkit import ApiServer, serve_service
 
 

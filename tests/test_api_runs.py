@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from httpkit import API, canonical, head_seq, ok, problem, want
-
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
 
+from httpkit import API, canonical, head_seq, ok, problem, want
 from serverkit import ApiServer
 
 

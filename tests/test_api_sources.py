@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from httpkit import API, ok, problem
 
 from partbuild.api.cli import main
 from partbuild.api.service import Service
@@ -30,6 +29,7 @@ from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, system
 from partbuild.state.rules.redact import redacted
 
+from httpkit import API, ok, problem
 from serverkit import ApiServer, serve_service
 
 SOURCES = "/api/v1/sources"

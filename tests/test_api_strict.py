@@ -25,8 +25,8 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
-from httpkit import head_seq, ok, problem
 
+from httpkit import head_seq, ok, problem
 from serverkit import ApiServer, graphless_api_server
 
 API = "/api/v1"

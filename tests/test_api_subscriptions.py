@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+
 from httpkit import API, events, ok, problem
 
 SUBS = f"{API}/subscriptions"

@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import httpx
-from httpkit import API, PARTITIONS, WANTS, canonical, events, head_seq, history, listed, ok, walk, want
 
 from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, week_days_in_range, weekly_ref, weeks_in_range
 
+from httpkit import API, PARTITIONS, WANTS, canonical, events, head_seq, history, listed, ok, walk, want
 from serverkit import ApiServer
 from sparkkit import CLICKS_DAYS, CLICKS_START
 

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
-
 from serverkit import ApiServer
 
 

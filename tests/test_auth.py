@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import Response, params
-from httpkit import api_routes
 from starlette.requests import Request
 
 from partbuild.api.app import create_app
@@ -41,6 +40,7 @@ from partbuild.api.surface import OPERATIONS, Operation
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import Role
 
+from httpkit import api_routes
 from serverkit import graphless_api_server, serve_app
 
 PROBLEM_JSON = "application/problem+json"

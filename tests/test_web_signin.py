@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from httpkit import api_routes
 
 from partbuild.api.app import create_app
 from partbuild.api.auth import SESSION_COOKIE, Authenticator
@@ -21,6 +20,8 @@ from partbuild.api.service import Service
 from partbuild.api.web.signin import safe_next
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import Role
+
+from httpkit import api_routes
 
 
 @dataclass
