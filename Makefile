@@ -41,7 +41,7 @@ test: $(BIN)/.installed proto-check lint
 ## The tests that start no process, JVM or browser (PostgreSQL ones included): the check while changing code.
 ## The markers (pyproject.toml) say which tests are end to end; tests/conftest.py keeps them honest.
 test-fast: $(BIN)/.installed lint
-	$(BIN)/python -m pytest -q -m "not process and not spark and not browser" --durations=10
+	$(BIN)/python -m pytest -q -m "not process and not spark and not browser" -n auto --dist loadfile --durations=10
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

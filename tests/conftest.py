@@ -176,6 +176,7 @@ def w1_api_server(sqlite_url: str, clicks_root: Path, spark: Any, tmp_path: Path
 _current: list[pytest.Item] = []  # the test being run (setup, call and teardown), if any
 _violations = pytest.StashKey[str]()
 END_TO_END = ("process", "spark", "browser")
+E2E_FOLDER = "tests/e2e/"
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -190,11 +191,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.spark)
         module = item.path.relative_to(config.rootpath).as_posix()
         kinds.setdefault(module, set()).add(any(item.get_closest_marker(m) for m in END_TO_END))
-    mixed = sorted(module for module, seen in kinds.items() if len(seen) == 2)
-    if mixed:
+    # tests/e2e/ holds the end-to-end tests, every other folder the fast ones: a module is one or the other.
+    misplaced = sorted(
+        module for module, seen in kinds.items() if seen != ({True} if module.startswith(E2E_FOLDER) else {False})
+    )
+    if misplaced:
         raise pytest.UsageError(
-            f"{', '.join(mixed)} mix fast tests with tests marked {'/'.join(END_TO_END)}: move the end-to-end ones "
-            "to a module of their own (test_<name>_processes.py, or _spark, _browser)"
+            f"{', '.join(misplaced)}: tests marked {'/'.join(END_TO_END)} belong in {E2E_FOLDER}, and only they "
+            "do; move them to a module of their own there (test_<name>_processes.py, or _spark, _browser)"
         )
 
 

@@ -49,7 +49,7 @@ The dispatch, the subscription filters, the delivery messages' ordering keys,
 the payload formats' event sets and the group checker's fences follow from the
 row. A new entity also needs its record class (in `records` or beside its
 rules, listed in `registry.RECORD_CLASSES`) and its `BuildState` attribute (set
-in `__init__`, declared in `BuildState.LAYOUT`); tests/test_registry.py fails
+in `__init__`, declared in `BuildState.LAYOUT`); tests/state/fold/test_registry.py fails
 until both are. Snapshots pick up any change by themselves: their format
 fingerprints every module of this package and of `state/rules/`.
 """

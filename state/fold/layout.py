@@ -5,7 +5,7 @@ group, a table of records, a map of pointers, a list of records, items or
 records that count only once there are some) or left out (an index derived
 from the digested sections, or a setting of how the state runs). The state
 digest (`state/log/digest.py`) walks the sections in order, each feeding its
-bytes to the hash; tests/test_registry.py checks that every attribute of a
+bytes to the hash; tests/state/fold/test_registry.py checks that every attribute of a
 state is declared and that changing any slot of any record changes the digest.
 
 The encodings are the digest's format: audits compare digests across versions,

@@ -16,7 +16,7 @@ Everything that must know every event type is derived from the rows:
 - the worker-group checker's fenced decisions (state/log/group_verify.py).
 
 `RECORD_CLASSES` is what a snapshot may contain (state/log/snapshot.py) and what
-tests walk replayed states against. tests/test_registry.py fails when an
+tests walk replayed states against. tests/state/fold/test_registry.py fails when an
 `Event.payload` member has no row (or a row no member), when a state holds a
 class that is not listed, or when a record's field is not covered by the digest.
 """

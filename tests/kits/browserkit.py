@@ -46,7 +46,7 @@ def chromium_path() -> str | None:
 
 # Module scope, not session: while Playwright's sync API is started, its event loop stays marked as
 # running in the main thread, so `asyncio.run` fails in every later test of the session
-# (tests/test_webhook_sender.py did). Stopping it when the module ends gives the loop back.
+# (tests/orchestrator/delivery/test_sender.py did). Stopping it when the module ends gives the loop back.
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """One headless Chromium for a test module (starting it costs about a second)."""

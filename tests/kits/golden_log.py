@@ -1,7 +1,7 @@
 """The golden event logs: every event type as the schema wrote it when it was added, kept as bytes forever.
 
 `GOLDEN_LOGS` lists them, one entry each: its name, its file (`tests/data/`), the generator that wrote it
-once, and the digest its strict replay pins (`tests/test_golden_log.py` checks every entry). A new event
+once, and the digest its strict replay pins (`tests/state/log/test_golden_logs.py` checks every entry). A new event
 type (or a new rule of an old one) gets a new entry: write a generator, run `python tests/kits/golden_log.py
 <name>` once to write its file, and pin the digest the test reports. A file is never regenerated when
 the schema changes, it is what old logs look like: the script refuses to overwrite one.

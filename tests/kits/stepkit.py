@@ -1,5 +1,5 @@
-"""Symbolic steps of an event log, for the fold's property tests (tests/test_fold_properties.py,
-tests/test_retention.py).
+"""Symbolic steps of an event log, for the fold's property tests (tests/state/fold/test_properties.py,
+tests/state/rules/test_retention.py).
 
 Hypothesis draws a list of *symbolic* steps (act on want #2, buffer run #1 for
 refs #0 and #3, taint ref #5, feed garbage bytes, ...) from small pools so
