@@ -1,4 +1,4 @@
-"""API tokens and the session-signing key (access control, issue 13).
+"""API tokens and the session-signing key (access control).
 
 Revision ID: 0004
 Revises: 0003

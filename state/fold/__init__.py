@@ -44,7 +44,7 @@ Modules:
 Adding an event type means: the message and its `Event.payload` oneof member in
 proto/partbuild/v1/events.proto (then `make proto`); one handler (check + apply)
 in the module of its entity; one row in `registry.ROWS`, in `Event.payload`
-order; its writer; and a golden-log entry (tests/golden_log.py) with its file.
+order; its writer; and a golden-log entry (tests/kits/golden_log.py) with its file.
 The dispatch, the subscription filters, the delivery messages' ordering keys,
 the payload formats' event sets and the group checker's fences follow from the
 row. A new entity also needs its record class (in `records` or beside its

@@ -15,15 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import AppendListener, backend, begin_write, notify_append, open_append_listener
-from partbuild.state.migrate import open_migrated_engine
+from partbuild.state.db import AppendListener, begin_write, notify_append, open_append_listener
+from partbuild.state.engine import EngineHandle
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
 
@@ -95,16 +94,17 @@ class _DriverStatement:
 _EVENT_COLUMNS = [column.name for column in events_table.columns]
 
 
-class EventLog:
+class EventLog(EngineHandle):
     """The append-only event log: gapless seqs in commit order, paged reads, fast replay.
 
     `engine` must come from `partbuild.state.db.create_engine_for` (its SQLite
     transaction handling is part of the guarantees) with the schema at head.
+    `EventLog.open(url)` opens the log alone; `Database.open(url)` the log and
+    the operational stores beside it.
     """
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._owns_engine = False
+        super().__init__(engine)
         self.snapshots = SnapshotStore(engine)
         dialect = engine.dialect
         self._insert = _DriverStatement(events_table.insert(), dialect)
@@ -123,22 +123,6 @@ class EventLog:
             .order_by(seq),
             dialect,
         )
-
-    @classmethod
-    def open(cls, url: str, *, auto_upgrade: bool | None = None) -> Self:
-        """Open only the log at `url` (`Database.open` for the operational stores too), schema checked."""
-        log = cls(open_migrated_engine(url, auto_upgrade))
-        log._owns_engine = True
-        return log
-
-    @property
-    def backend(self) -> str:
-        """The database behind the log: "sqlite" or "postgresql"."""
-        return backend(self._engine)
-
-    def describe(self) -> str:
-        """The database URL with any password hidden, for messages."""
-        return self._engine.url.render_as_string(hide_password=True)
 
     def append_listener(self) -> AppendListener | None:
         """Wakes when any process appends (PostgreSQL); None where callers must poll (SQLite)."""
@@ -255,19 +239,6 @@ class EventLog:
                     cursor.close()
             yield rows
             last = page_end
-
-    def close(self) -> None:
-        """Release the connections of an engine this log created (`open`)."""
-        if self._owns_engine:
-            self._engine.dispose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class SnapshotStore:

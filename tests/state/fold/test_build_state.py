@@ -1,4 +1,4 @@
-"""BuildState fold: seed 003's scenarios and each event's rules."""
+"""BuildState fold: the instance-identity scenarios (wants, dep misses, taints, retries) and each event's rules."""
 
 from __future__ import annotations
 

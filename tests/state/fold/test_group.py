@@ -175,7 +175,7 @@ def test_task_messages_follow_the_share_protocol_and_ownership_is_answerable_at_
 
 
 def test_a_message_restating_the_senders_state_is_accepted() -> None:
-    """The seed's first message of a task in a new epoch: its state as the epoch gave it."""
+    """The protocol's first message of a task in a new epoch: its state as the epoch gave it."""
     story = settled()
     story.ok(message(story, group_of(story).states["b"]), source=as_task("b"))
 

@@ -1,4 +1,4 @@
-"""The fold's rules for subscriptions: settings, status changes, reshards by the seed's procedure, resets."""
+"""The fold's rules for subscriptions: settings, status changes, reshards (new storage topics), resets."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_a_reshard_grows_the_rq_and_dlq_only_where_the_count_does_not_divide_the
     s.ok(pb.SubscriptionReshard(name="hooks", shard_count=8, main_partitions=48))
     sub = s.state.subscriptions["hooks"]
     main = [(t.partitions, t.k, t.start_seq) for t in sub.main.storage_topics]
-    assert (main, sub.main.produce_pointer) == ([(12, 1, 2), (48, 4, 6)], 1)  # the seed's K rule: 48 = 12 * 4
+    assert (main, sub.main.produce_pointer) == ([(12, 1, 2), (48, 4, 6)], 1)  # the K rule: 48 = 12 * 4
     assert [t.partitions for t in sub.rq.storage_topics] == [12, 16] and sub.rq.produce_pointer == 1
     assert [t.partitions for t in sub.dlq.storage_topics] == [24]  # 8 divides 24
     s.rejected(pb.SubscriptionReshard(name="hooks", shard_count=2, rq_partitions=10), "not 10")

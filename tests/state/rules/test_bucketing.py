@@ -1,4 +1,4 @@
-"""Bucketing (issue 9): the bucket function, its configuration, round-robin selection, and the CLI commands."""
+"""Bucketing: the bucket function, its configuration, round-robin selection, and the CLI commands."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from clikit import run_cli
 
 reference_bucket = reference
 KEY = GITHUB_KEY
-VECTORS = SPEC_VECTORS  # the seed's test vectors: (data, bucket_total, bucket)
+VECTORS = SPEC_VECTORS  # the Bucketing spec v1.0's test vectors: (data, bucket_total, bucket)
 
 
 # ----------------------------------------------------------------- the bucket function
@@ -218,7 +218,7 @@ def test_round_robin_refuses_a_bad_last_bucket(last: Any) -> None:
 
 # ----------------------------------------------------------------- the JSON Schema
 
-# The seed's spec.json excerpt, verbatim; bucket_ranges also carries the seed's examples.
+# The Bucketing spec's spec.json excerpt, verbatim; bucket_ranges also carries the spec's examples.
 SEED_SCHEMA = {
     "type": "object",
     "properties": {
@@ -263,7 +263,7 @@ SEED_SCHEMA = {
 def test_schema_matches_the_seed_field_by_field() -> None:
     schema = config_json_schema()
     assert schema.keys() == SEED_SCHEMA.keys() and schema["type"] == "object"
-    assert list(schema["properties"]) == list(SEED_SCHEMA["properties"])  # the seed's order
+    assert list(schema["properties"]) == list(SEED_SCHEMA["properties"])  # the spec's order
     for name, expected in SEED_SCHEMA["properties"].items():
         found = dict(schema["properties"][name])
         if name == "bucket_ranges":
