@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from partbuild.api.models.common import MAX_SAFE_INT, JsonInt, NonNegative, StrictRequest, WrittenOut
+from partbuild.state.fold.registry import EVENT_TYPES
 from partbuild.state.rules.subscriptions import (
-    EVENT_TYPES,
     FORMATS,
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,

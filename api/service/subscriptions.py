@@ -37,9 +37,10 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.delivery.shard import layouts, message_id
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.fold.registry import BUILD_EVENT_TYPES
 from partbuild.state.ops.deliveries import QUEUE_NAMES, Fenced, Queued, Standing
 from partbuild.state.rules.retention import cutoff_seq_before
-from partbuild.state.rules.subscriptions import BUILD_EVENT_TYPES, QUEUES, Subscription
+from partbuild.state.rules.subscriptions import QUEUES, Subscription
 from partbuild.state.rules.topics import CompositeTopic
 
 _QUEUES = {name: queue for queue, name in QUEUES.items()}  # "main" -> SUBSCRIPTION_QUEUE_MAIN, ...

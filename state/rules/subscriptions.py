@@ -6,8 +6,8 @@ what the fold keeps of them (`Subscription`, the record of `BuildState.subscript
 settings, status, the layouts of its main topic, retry queue (RQ) and dead-letter
 queue (DLQ), the resets to apply, keyed `name@created_seq`) and the pure validation
 of their settings. `FORMATS` is the one list of payload formats. The event types a
-filter may name (`EVENT_TYPES`) and the default filter (`BUILD_EVENT_TYPES`) come
-from the event registry (state/fold/registry.py). Where deliveries stand (offsets,
+filter may name and the default filter come from the event registry
+(state/fold/registry.py: `EVENT_TYPES`, `BUILD_EVENT_TYPES`). Where deliveries stand (offsets,
 the RQ and the DLQ) is not here: it changes with every delivery and lives in the
 database (`state/ops/deliveries.py`), beside the offsets that move past it.
 """
@@ -40,13 +40,6 @@ def _registry() -> ModuleType:
     from partbuild.state.fold import registry
 
     return registry
-
-
-def __getattr__(name: str) -> tuple[str, ...]:
-    """`EVENT_TYPES` (every event type, in `Event.payload` order) and `BUILD_EVENT_TYPES` (the default filter)."""
-    if name in ("EVENT_TYPES", "BUILD_EVENT_TYPES"):
-        return getattr(_registry(), name)  # type: ignore[no-any-return]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Subscription(_Record):
