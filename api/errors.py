@@ -48,6 +48,13 @@ class Conflict(ApiError):
     title = "Conflict"
 
 
+class Gone(ApiError, LookupError):
+    """A read of the past that needs what retention dropped (its history went with it)."""
+
+    status = 410
+    title = "Gone"
+
+
 class InvalidInput(ApiError, ValueError):
     """Input that can never be accepted (unknown producer, a negative seq, a ref twice in a want, ...)."""
 
@@ -81,6 +88,7 @@ DOMAIN_ERRORS: tuple[type[ApiError], ...] = (
     Unauthorized,
     Forbidden,
     NotFound,
+    Gone,
     Conflict,
     TooLarge,
     MethodNotAllowed,

@@ -42,6 +42,7 @@ _DESCRIPTIONS = {
     404: "No such want, partition, instance, job run, worker group or source to scan; or a cursor no page gave",
     405: "The path exists but not with this method; `Allow` lists the methods it has",
     409: "Valid, but not in the current state: not a valid next step, or a seq after the log head",
+    410: "A read of the past that needs an instance retention dropped, and its history with it",
     413: "A batch over the limits",
     422: "Invalid input: the detail says what was wrong",
 }

@@ -23,13 +23,14 @@ from typing import Any
 from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
-from partbuild.api.errors import Conflict, InvalidInput, NotFound
+from partbuild.api.errors import Conflict, Gone, InvalidInput, NotFound
 from partbuild.api.metrics import Metrics
 from partbuild.api.models.common import MAX_PAGE, CancelRequest, PageOut
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.past import HistoryDropped
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
@@ -155,21 +156,26 @@ class ServiceBase:
 
     @contextmanager
     def _reading(self, min_seq: int | None = None, as_of_seq: int | None = None) -> Iterator[BuildState]:
-        """The state to answer from: caught up to `min_seq`, or as it was right after `as_of_seq`."""
-        try:
-            self.live.read_at_least(min_seq)
-            # The past we are asked about may be our future: another process may have appended since.
-            self.live.read_at_least(as_of_seq, "as_of_seq")
-        except SeqAfterHead as exc:
-            raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
+        """The state to answer from: caught up to `min_seq`, or as it was right after `as_of_seq`.
+
+        The past is read from the live state's histories (state/fold/past.py: the same reads), under
+        the read lock; a read that needs what retention dropped is a 410.
+        """
         if as_of_seq is not None and as_of_seq < 0:
             raise InvalidInput("as_of_seq must not be negative")
-        with self.live.read() as state:
-            # Decided under the lock: the live state cannot move past `as_of_seq` before it is read.
-            if as_of_seq is None or as_of_seq == state.head_seq:
-                yield state
+        try:
+            self.live.read_at_least(min_seq)
+            if as_of_seq is None:
+                with self.live.read() as state:
+                    yield state
                 return
-        yield self.live.as_of(as_of_seq)  # a past state never changes: read without the lock
+            # The past we are asked about may be our future: another process may have appended since.
+            with self.live.read_as_of(as_of_seq) as past:
+                yield past  # type: ignore[misc]  # a PastState answers the reads a BuildState answers
+        except SeqAfterHead as exc:
+            raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
+        except HistoryDropped as exc:
+            raise Gone(str(exc)) from None
 
     def reading(self, as_of_seq: int | None = None) -> AbstractContextManager[BuildState]:
         """The state as of `as_of_seq` (None: now), for views of their own (the web pages); the lock as above."""

@@ -24,7 +24,19 @@ from typing import ClassVar
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.layout import Index, Items, Pointers, RecordLog, Records, Scalars, Section, Setting, Table
+from partbuild.state.fold.history import CLOCK_MARK_EVERY, mark_clock
+from partbuild.state.fold.layout import (
+    History,
+    Index,
+    Items,
+    Pointers,
+    RecordLog,
+    Records,
+    Scalars,
+    Section,
+    Setting,
+    Table,
+)
 from partbuild.state.fold.records import (
     Instance,
     InstanceState,
@@ -76,6 +88,7 @@ class BuildState:
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
+        History(("fields", "versions", "clock_marks")),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -110,6 +123,11 @@ class BuildState:
         self.sources: dict[str, SourceScan] = {}
         # subscription name -> its settings and topics (state/fold/subscriptions.py); deleted ones stay.
         self.subscriptions: dict[str, Subscription] = {}
+        # What reads as of a past seq need (state/fold/history.py): field changes by record key,
+        # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
+        self.fields: dict[str, tuple[object, ...]] = {}
+        self.versions: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
+        self.clock_marks: list[int] = []
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 
@@ -141,6 +159,8 @@ class BuildState:
                 plan = f"internal error while applying: {exc!r}"
             if type(plan) is not str:
                 self.head_seq = seq
+                if seq >= (len(self.clock_marks) + 1) * CLOCK_MARK_EVERY:  # before the clock moves
+                    mark_clock(self, seq)
                 # Inline, not a helper: this is the replay hot path (one call less per event).
                 try:
                     mutate(self, seq, plan, event)

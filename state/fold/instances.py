@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.group import fenced_decision_problem
+from partbuild.state.fold.history import ENTRY_BITS, entry
 from partbuild.state.fold.records import BUILDABLE_INSTANCE_STATES, Instance
 from partbuild.state.fold.transitions import (
     BUILDING,
@@ -19,6 +20,7 @@ from partbuild.state.fold.transitions import (
     move_instance,
     move_instance_and_waiters,
     new_canonical,
+    set_note,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
@@ -85,7 +87,7 @@ def apply_partition_taint(state: BuildState, seq: int, plan: TaintPlan, event: p
     for old in tainted:
         new_canonical(state, seq, old.ref, old)
         move_instance(state, old, TAINTED, seq)
-        old.note = reason if old is current else f"upstream {ref} tainted: {reason}"
+        set_note(state, old, reason if old is current else f"upstream {ref} tainted: {reason}", seq)
 
 
 # ----------------------------------------------------------------- PartitionObserved
@@ -165,6 +167,7 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     version = (msg.version, msg.version_strong) if msg.version else None
     if reused is not None and reused.state == LIVE:  # only its version was learned
         reused.version = version
+        reused.history = reused.history << ENTRY_BITS | entry(reused.updated_seq, LIVE)  # Live before, and after
         reused.updated_seq = seq
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
@@ -177,7 +180,7 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     for old in stale:
         new_canonical(state, seq, old.ref, old)
         move_instance(state, old, TAINTED, seq)
-        old.note = f"upstream {ref} has new data (observed at seq {seq})"
+        set_note(state, old, f"upstream {ref} has new data (observed at seq {seq})", seq)
 
 
 # ----------------------------------------------------------------- InstanceRetention
@@ -224,13 +227,13 @@ def _drop(state: BuildState, instance: Instance) -> None:
     instances = state.instances
     uuid = instance.uuid
     del instances[uuid]
+    state.fields.pop(uuid, None)  # retention drops the history of what it drops
     state.instance_counts[instance.state] -= 1
     for input_uuid in instance.inputs:
         upstream = instances.get(input_uuid)  # None: dropped earlier (this event or before)
         if upstream is not None and upstream.consumers and uuid in upstream.consumers:
-            upstream.consumers.remove(uuid)
-            if not upstream.consumers:
-                upstream.consumers = None
+            kept = [consumer for consumer in upstream.consumers if consumer != uuid]
+            upstream.consumers = kept if len(kept) > 1 else tuple(kept) or None
     state.dropped_instances += 1
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
 from partbuild.state.fold.group import fenced_decision_problem
+from partbuild.state.fold.history import HEARTBEAT, RUN_ENTRY_BITS, run_entry
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.transitions import (
     BUILDING,
@@ -22,6 +23,7 @@ from partbuild.state.fold.transitions import (
     move_instance,
     move_instance_and_waiters,
     new_canonical,
+    set_note,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
@@ -69,6 +71,9 @@ def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event:
     """Move a job run to `new`, keeping the per-state counts and the active index."""
     state.run_counts[run.state] -= 1
     state.run_counts[new] += 1
+    old = run.state
+    if old or run.updated_seq != run.created_seq:  # else the change it replaces is its creation: nothing to keep
+        run.history = run.history << RUN_ENTRY_BITS | run_entry(run.updated_seq, old, run.updated_ms)
     run.state = new
     run.updated_seq = seq
     run.updated_ms = event.timestamp_ms
@@ -143,9 +148,12 @@ def check_job_run_heartbeat(state: BuildState, seq: int, msg: pb.JobRunHeartbeat
 
 def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.Event) -> None:
     """The first heartbeat moves a queued run to Running; every one records when it was alive."""
-    if run.state == _QUEUED:
+    ms = event.timestamp_ms
+    if run.state == _QUEUED:  # the change to Running says when this heartbeat came
         _move_run(state, run, _RUNNING, seq, event)
-    run.last_heartbeat_ms = event.timestamp_ms
+    else:
+        run.history = run.history << RUN_ENTRY_BITS | run_entry(seq, HEARTBEAT, ms)
+    run.last_heartbeat_ms = ms
 
 
 # ----------------------------------------------------------------- JobRunSuccess
@@ -222,17 +230,21 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
         instance.built_by = run_id
         uuid = instance.uuid
         for upstream in inputs[1]:
-            if upstream.consumers is None:
-                upstream.consumers = [uuid]
+            consumers = upstream.consumers
+            if consumers is None:
+                upstream.consumers = (uuid,)  # most inputs feed one build: a tuple is 16 bytes less than a list
+            elif type(consumers) is tuple:
+                upstream.consumers = [*consumers, uuid]
             else:
-                upstream.consumers.append(uuid)
+                consumers.append(uuid)
         changed = _changed_input(state, inputs[1])
         if changed is None:
             move_instance_and_waiters(state, instance, LIVE, seq)
         else:  # built from data replaced while it ran: recorded, never Live; a fresh instance is wanted instead
             new_canonical(state, seq, instance.ref, instance)
             move_instance(state, instance, TAINTED, seq)
-            instance.note = f"input {changed.ref} changed while it was built (it read instance {changed.uuid})"
+            note = f"input {changed.ref} changed while it was built (it read instance {changed.uuid})"
+            set_note(state, instance, note, seq)
 
 
 def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | None:
@@ -284,7 +296,7 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
     target = FAILED if permanent else UP_FOR_RETRY
     note = msg.message or None
     for instance in instances:
-        instance.note = note
+        instance.note = note  # not kept: a read of the past finds it in the run (state/fold/past.py)
         move_instance_and_waiters(state, instance, target, seq)
 
 
@@ -330,5 +342,6 @@ def apply_job_run_missing_deps(state: BuildState, seq: int, plan: MissingDepsPla
     run, instances, missing, still_missing = plan
     _move_run(state, run, JobRunState.DEP_MISS, seq, event)
     run.missing_refs = missing
+    # Not kept: a read of the past finds the refs a wait began with in the run's missing_refs.
     for instance in instances:
-        wait_for_upstream(state, instance, still_missing, seq)
+        wait_for_upstream(state, instance, still_missing, seq, keep=False)

@@ -120,6 +120,16 @@ class Index(Section):
 
 
 @dataclass(frozen=True)
+class History(Section):
+    """What reads of the past need (state/fold/history.py): derived from the log, left out of the digest."""
+
+    digested = False
+
+    def digest(self, state: object, update: Update) -> None:
+        return None
+
+
+@dataclass(frozen=True)
 class Setting(Section):
     """How the state runs, not what it holds (strictness, where it broke): left out of the digest."""
 

@@ -82,16 +82,21 @@ class _Record:
 
     __slots__ = ()
     added_later: ClassVar[tuple[str, ...]] = ()
-    # Slots the digest leaves out because they follow from the others (none here; see GroupState).
+    # Slots the digest leaves out: they follow from the log and the other slots (a record's `history`).
     digest_leaves_out: ClassVar[tuple[str, ...]] = ()
+    # Slot -> the attribute the digest reads in its place (the same value in the form the digest always hashed).
+    digest_reads: ClassVar[dict[str, str]] = {}
     _fields_getter: Callable[[Any], tuple[Any, ...]]
+    _digest_getter: Callable[[Any], tuple[Any, ...]]
 
     def __init_subclass__(cls) -> None:
         later = cls.added_later
-        if later and cls.__slots__[-len(later) :] != later:
-            raise TypeError(f"{cls.__name__}.added_later must be the last slots, in order: {later}")
+        digested = tuple(name for name in cls.__slots__ if name not in cls.digest_leaves_out)
+        if later and digested[-len(later) :] != later:
+            raise TypeError(f"{cls.__name__}.added_later must be the last digested slots, in order: {later}")
         # attrgetter reads every field in C: snapshots of a million records encode 3x faster.
         cls._fields_getter = attrgetter(*cls.__slots__)
+        cls._digest_getter = attrgetter(*(cls.digest_reads.get(name, name) for name in digested))
         # One unpacking assignment instead of a setattr loop: snapshots decode ~20% faster.
         cls.__setstate__ = _slots_setter(cls.__slots__)  # type: ignore[method-assign]
 
@@ -103,7 +108,7 @@ class _Record:
 
     def digest_values(self) -> tuple[Any, ...]:
         """What the state digest hashes of this record: its slots, without unset trailing `added_later` ones."""
-        values = self._fields_getter(self)
+        values = self._digest_getter(self)
         for _ in self.added_later:
             if values[-1] is not None:
                 break
@@ -137,8 +142,11 @@ class Instance(_Record):
         "uuid",
         "waiting_on",
         "version",
+        "history",
     )
     added_later = ("version",)
+    digest_leaves_out = ("history",)
+    digest_reads: ClassVar[dict[str, str]] = {"consumers": "consumer_list"}
 
     def __init__(self, uuid: str, ref: str, state: InstanceState, seq: int, previous_uuid: str | None) -> None:
         self.uuid = uuid
@@ -151,8 +159,8 @@ class Instance(_Record):
         self.built_by: str | None = None  # job run id whose success made it Live
         self.attempts: tuple[str, ...] = ()  # job run ids buffered for it, oldest first
         self.inputs: tuple[str, ...] = ()  # instance UUIDs it was computed from (provenance)
-        # Instances computed from this one (the downstream index), in build order.
-        self.consumers: list[str] | None = None
+        # Instances computed from this one (the downstream index), in build order: a tuple of one, a list of more.
+        self.consumers: tuple[str] | list[str] | None = None
         self.location: str | None = None
         self.row_count = 0
         self.byte_count = 0
@@ -162,12 +170,20 @@ class Instance(_Record):
         self.note: str | None = None  # why it failed or was tainted
         # (version, strong) of observed source data whose source reports versions; None otherwise.
         self.version: tuple[str, bool] | None = None
+        # Its state changes before the latest (which is `state` at `updated_seq`), for reads of the past:
+        # packed entries, the newest in the low bits (state/fold/history.py). 0: none.
+        self.history = 0
+
+    @property
+    def consumer_list(self) -> list[str] | None:
+        """`consumers` as the digest hashes it (a list, as the fold kept it before single ones became tuples)."""
+        return None if self.consumers is None else list(self.consumers)
 
 
 class Want(_Record):
     """A request for partition refs to be Live."""
 
-    __slots__ = (
+    __slots__ = (  # noqa: RUF023 (sorted, but `history`, left out of the digest, comes last)
         "cancel_reason",
         "children",
         "comment",
@@ -185,7 +201,9 @@ class Want(_Record):
         "ttl_seconds",
         "updated_seq",
         "want_id",
+        "history",
     )
+    digest_leaves_out = ("history",)
 
     def __init__(
         self,
@@ -219,6 +237,7 @@ class Want(_Record):
         self.tally: list[int] | None = None
         self.satisfied_by: tuple[str, ...] = ()  # the instance UUIDs that made it Successful
         self.cancel_reason: str | None = None
+        self.history = 0  # its state changes before the latest, as an Instance's
 
     @property
     def expires_at_ms(self) -> int | None:
@@ -238,7 +257,7 @@ class Want(_Record):
 class JobRun(_Record):
     """One attempt of a job to build a set of partition instances."""
 
-    __slots__ = (
+    __slots__ = (  # noqa: RUF023 (sorted, but `history`, left out of the digest, comes last)
         "cancel_reason",
         "created_ms",
         "created_seq",
@@ -254,7 +273,9 @@ class JobRun(_Record):
         "state",
         "updated_ms",
         "updated_seq",
+        "history",
     )
+    digest_leaves_out = ("history",)
 
     def __init__(
         self, job_run_id: str, job_label: str, instance_uuids: tuple[str, ...], seq: int, created_ms: int
@@ -274,6 +295,9 @@ class JobRun(_Record):
         self.retry_after_ms = 0
         self.missing_refs: tuple[str, ...] = ()  # on dep miss
         self.cancel_reason: str | None = None
+        # Its state changes before the latest and its heartbeats (but the one that made it Running), with
+        # their event times, packed as an Instance's history is (state/fold/history.py).
+        self.history = 0
 
 
 class Rejection(_Record):

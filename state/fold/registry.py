@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets, clock, group, instances, job_runs, sources, subscriptions, wants
+from partbuild.state.fold.history import VERSIONED, versioned
 from partbuild.state.fold.records import (
     Instance,
     InstanceState,
@@ -116,6 +117,9 @@ class EventType:
     fence_refs: RefsOf | None = None
     # The step of a job run's life it records, a payload format's run state: "START", "COMPLETE", "FAIL", "ABORT".
     run_phase: str | None = None
+    # The small records it may change (BuildState attributes, state/fold/history.py VERSIONED): a version of
+    # each is kept whenever it changed, for reads as of a past seq.
+    versions: tuple[str, ...] = ()
 
     def message(self, event: pb.Event) -> Any:
         """The payload message of `event`, an event of this type."""
@@ -153,6 +157,7 @@ ROWS: tuple[EventType, ...] = (
         phase="START",
         build=True,
         fence_refs=_buffered_refs,
+        versions=("bucket_layouts",),  # a scoped decision fixes its namespace's layout
     ),
     _run_event("job_run_heartbeat", job_runs.check_job_run_heartbeat, job_runs.apply_job_run_heartbeat, phase=None),
     _run_event(
@@ -196,21 +201,52 @@ ROWS: tuple[EventType, ...] = (
         fence_refs=_waiting_refs,
     ),
     EventType("clock_tick", clock.check_clock_tick, clock.apply_clock_tick),
-    EventType("bucket_run_start", buckets.check_bucket_run_start, buckets.apply_bucket_run_start),
-    EventType("bucket_layout", buckets.check_bucket_layout, buckets.apply_bucket_layout),
-    EventType("group_epoch", group.check_group_epoch, group.apply_group_epoch),
-    EventType("group_task_message", group.check_group_task_message, group.apply_group_task_message),
-    EventType("source_scan_progress", sources.check_source_scan_progress, sources.apply_source_scan_progress),
-    EventType("source_scan_request", sources.check_source_scan_request, sources.apply_source_scan_request),
-    EventType("subscription_create", subscriptions.check_subscription_create, subscriptions.apply_subscription_create),
-    EventType("subscription_change", subscriptions.check_subscription_change, subscriptions.apply_subscription_change),
     EventType(
-        "subscription_reshard", subscriptions.check_subscription_reshard, subscriptions.apply_subscription_reshard
+        "bucket_run_start",
+        buckets.check_bucket_run_start,
+        buckets.apply_bucket_run_start,
+        versions=("bucket_layouts", "bucket_runs"),
+    ),
+    EventType("bucket_layout", buckets.check_bucket_layout, buckets.apply_bucket_layout, versions=("bucket_layouts",)),
+    EventType("group_epoch", group.check_group_epoch, group.apply_group_epoch, versions=("groups", "bucket_layouts")),
+    EventType(
+        "group_task_message", group.check_group_task_message, group.apply_group_task_message, versions=("groups",)
+    ),
+    EventType(
+        "source_scan_progress",
+        sources.check_source_scan_progress,
+        sources.apply_source_scan_progress,
+        versions=("sources",),
+    ),
+    EventType(
+        "source_scan_request",
+        sources.check_source_scan_request,
+        sources.apply_source_scan_request,
+        versions=("sources",),
+    ),
+    EventType(
+        "subscription_create",
+        subscriptions.check_subscription_create,
+        subscriptions.apply_subscription_create,
+        versions=("subscriptions",),
+    ),
+    EventType(
+        "subscription_change",
+        subscriptions.check_subscription_change,
+        subscriptions.apply_subscription_change,
+        versions=("subscriptions",),
+    ),
+    EventType(
+        "subscription_reshard",
+        subscriptions.check_subscription_reshard,
+        subscriptions.apply_subscription_reshard,
+        versions=("subscriptions",),
     ),
     EventType(
         "subscription_offset_reset",
         subscriptions.check_subscription_offset_reset,
         subscriptions.apply_subscription_offset_reset,
+        versions=("subscriptions",),
     ),
 )
 
@@ -233,8 +269,12 @@ RECORD_CLASSES: tuple[type, ...] = (
 )
 
 BY_NAME: dict[str, EventType] = {row.name: row for row in ROWS}
+assert all(set(row.versions) <= set(VERSIONED) for row in ROWS), "a row names an attribute that is not versioned"
 # Event.payload field name -> (check, apply): the fold's dispatch, read once per event.
-HANDLERS: dict[str, tuple[Check, Apply]] = {row.name: (row.check, row.apply) for row in ROWS}
+# An event type that changes small records keeps their versions after its apply (state/fold/history.py).
+HANDLERS: dict[str, tuple[Check, Apply]] = {
+    row.name: (row.check, versioned(row.apply, row.versions) if row.versions else row.apply) for row in ROWS
+}
 EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in ROWS)
 # What a subscription without event types gets; other types (heartbeats, ticks, groups, scans) on request.
 BUILD_EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in ROWS if row.build)

@@ -18,8 +18,10 @@ functions keep attribute lookups off the hot path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from partbuild.state.fold.history import ENTRY_BITS, STATE_BITS, keep_field
 from partbuild.state.fold.records import Instance, InstanceState, Want, WantState
 from partbuild.state.rules.ids import instance_uuid
 
@@ -92,6 +94,11 @@ def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq
     """Move an instance to `new`, keeping counts and want tallies; what waits for its ref is not told
     (`move_instance_and_waiters` tells it)."""
     old = instance.state
+    updated = instance.updated_seq
+    # The change this one follows goes to the history, but for its creation (Missing at created_seq) and
+    # Building (always at the created_seq of its newest attempt): reads of the past know those.
+    if old != BUILDING and (old or updated != instance.created_seq):
+        instance.history = instance.history << ENTRY_BITS | updated << STATE_BITS | old
     instance.state = new
     instance.updated_seq = seq
     counts = state.instance_counts
@@ -113,11 +120,19 @@ def move_instance_and_waiters(state: BuildState, instance: Instance, new: Instan
         upstream_failed(state, instance.ref, seq)
 
 
-def wait_for_upstream(state: BuildState, instance: Instance, still_missing: list[str], seq: int) -> None:
-    """Make `instance` wait (UpstreamBuilding) for `still_missing` (refs not Live); Missing if none."""
+def wait_for_upstream(
+    state: BuildState, instance: Instance, still_missing: Sequence[str], seq: int, *, keep: bool = True
+) -> None:
+    """Make `instance` wait (UpstreamBuilding) for `still_missing` (refs not Live); Missing if none.
+
+    What it waits for as of any later seq follows from the refs it began with and when each became
+    Live: `keep` them, unless a read of the past finds them elsewhere (a run's missing refs).
+    """
     if not still_missing:
         move_instance(state, instance, MISSING, seq)
         return
+    if keep:
+        keep_field(state, instance.uuid, seq, "waits", tuple(still_missing))
     instance.waiting_on = dict.fromkeys(still_missing)
     all_waiters = state.waiters
     for ref in still_missing:
@@ -156,7 +171,7 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
         for uuid in waiters:
             instance = state.instances[uuid]
             _stop_waiting(state, instance, except_ref=failed_ref)
-            instance.note = f"upstream {failed_ref} failed"
+            set_note(state, instance, f"upstream {failed_ref} failed", seq)
             move_instance(state, instance, UPSTREAM_FAILED, seq)
             pending.append(instance.ref)
 
@@ -172,6 +187,12 @@ def _stop_waiting(state: BuildState, instance: Instance, except_ref: str) -> Non
         if not waiters:
             del all_waiters[other]
     instance.waiting_on = None
+
+
+def set_note(state: BuildState, instance: Instance, note: str | None, seq: int) -> None:
+    """Say why `instance` failed or was tainted; kept with its seq for reads of the past."""
+    keep_field(state, instance.uuid, seq, "note", note)
+    instance.note = note
 
 
 # ----------------------------------------------------------------- wants
@@ -203,6 +224,8 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
             continue
         counts[want.state] -= 1
         counts[derived] += 1
+        if want.state or want.updated_seq != want.created_seq:  # its creation (Idle) is known: not kept
+            want.history = want.history << ENTRY_BITS | want.updated_seq << STATE_BITS | want.state
         want.state = derived
         want.updated_seq = seq
         if derived == _SUCCESSFUL:
@@ -217,6 +240,8 @@ def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
     """Move an active want to a terminal state set by an event (canceled, expired)."""
     state.want_counts[want.state] -= 1
     state.want_counts[new] += 1
+    if want.state or want.updated_seq != want.created_seq:  # its creation (Idle) is known: not kept
+        want.history = want.history << ENTRY_BITS | want.updated_seq << STATE_BITS | want.state
     want.state = new
     want.updated_seq = seq
     retire_want(state, want)

@@ -10,9 +10,9 @@ while they append or do I/O. Folding is done page by page, so a large tail
 never blocks readers for long, and events are read from the database before
 the write lock is taken.
 
-Past states (`as_of`) are built from the newest snapshot before that seq plus
-a replay, cached a few at a time; they never change once built, so they are
-read without the lock.
+Reads of the past (`read_as_of`) are answered from the same state's histories
+(state/fold/past.py), under the same read lock: no past state is built, kept
+or replayed. A replay up to a seq is for audits only (`replay.state_as_of`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -28,6 +28,8 @@ import fasteners
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState, FoldError
+from partbuild.state.fold.history import clock_mark
+from partbuild.state.fold.past import PastState
 from partbuild.state.log.collector import collector_paused, settle_loaded_state
 from partbuild.state.log.replay import Progress, checkpoint, load_state
 from partbuild.state.log.store import EventLog
@@ -36,7 +38,6 @@ logger = logging.getLogger("partbuild.state")
 
 # Called under the write lock after events were folded: (state, events folded, seconds it took).
 FoldListener = Callable[[BuildState, int, float], None]
-AS_OF_CACHED = 4
 
 
 class SeqAfterHead(ValueError):
@@ -72,8 +73,6 @@ class LiveState:
         self._lock = fasteners.ReaderWriterLock()
         self._fold_lock = threading.Lock()  # one folder at a time, so events are applied once and in order
         self._listeners: list[FoldListener] = []
-        self._as_of: OrderedDict[int, BuildState] = OrderedDict()
-        self._as_of_lock = threading.Lock()
         self._stop = threading.Event()
         self._tailer: threading.Thread | None = None
         # Servers (not one-shot CLI reads, which may have read-only access) snapshot at start and stop.
@@ -104,25 +103,32 @@ class LiveState:
             if min_seq > self._state.head_seq:
                 raise SeqAfterHead(what, min_seq, self._state.head_seq)
 
-    def as_of(self, seq: int) -> BuildState:
-        """The state exactly as it was after the event at `seq`: built from a snapshot and the log, cached."""
+    @contextmanager
+    def read_as_of(self, seq: int) -> Iterator[BuildState | PastState]:
+        """The state exactly as it was right after the event at `seq`, read from the live state's histories.
+
+        Held still like `read()`; the present itself when `seq` is the head.
+        """
         if seq < 0:
             raise ValueError("as_of_seq must not be negative")
         self.read_at_least(seq, "as_of_seq")
-        with self._as_of_lock:
-            past = self._as_of.get(seq)
-            if past is None:
-                past, _ = load_state(self.log, self.snapshots, upto_seq=seq)
-                self._as_of[seq] = past
-                while len(self._as_of) > AS_OF_CACHED:
-                    self._as_of.popitem(last=False)
-                # A past state is as big as the live one: left to the collector, every full pass would
-                # rescan it (about 1 s per million-instance state, for nothing: it holds no cycles, and
-                # reference counting frees it when evicted). Exempt it like the state loaded at start.
-                settle_loaded_state()
-            else:
-                self._as_of.move_to_end(seq)
-            return past
+        with self._lock.read_lock():
+            state = self._state
+            yield state if seq == state.head_seq else PastState(state, seq, lambda: self._clock_at(state, seq))
+
+    def _clock_at(self, state: BuildState, seq: int) -> int:
+        """The log's clock as of `seq`: the kept mark at or before it, then the applied events after the mark."""
+        mark_seq, clock = clock_mark(state, seq)
+        rejections = state.rejections
+        for page in self.log.iter_payload_pages(after_seq=mark_seq, upto_seq=seq):
+            for event_seq, payload in page:
+                index = bisect_right(rejections, event_seq, key=_rejection_seq) - 1
+                if index >= 0 and rejections[index].seq == event_seq:
+                    continue  # a rejected event does not move the clock
+                event = pb.Event()
+                event.ParseFromString(payload)
+                clock = max(clock, event.timestamp_ms)
+        return clock
 
     # ----------------------------------------------------------------- folding (the one writer)
 
@@ -186,3 +192,7 @@ class LiveState:
         """Stop tailing and checkpoint: called once, by whoever created this live state."""
         self.stop_tailing()
         self.checkpoint()
+
+
+def _rejection_seq(rejection: object) -> int:
+    return rejection.seq  # type: ignore[attr-defined]

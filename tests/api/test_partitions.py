@@ -172,5 +172,7 @@ def test_retention_previews_then_drops_superseded_instances(api_server: ApiServe
     assert (done["dropped"], done["instances"], done["seq"]) == (1, [old], before + 1)
     problem(client.get(f"{API}/instances/{old}", params={"min_seq": done["seq"]}), 404, old)
     assert [i["uuid"] for i in ok(client.get(f"{PARTITIONS}/history/r/1"))] == [new]
-    assert ok(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}))["uuid"] == old  # the past keeps it
+    # Retention drops the history of what it drops: the past no longer knows the instance, nor the ref's pointer.
+    problem(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}), 404, old)
+    problem(client.get(f"{PARTITIONS}/canonical/r/1", params={"as_of_seq": before - 1}), 410, "dropped by retention")
     problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")

@@ -232,7 +232,7 @@ def test_weekly_want_builds_the_whole_graph_with_lineage(
         raw_instance = canonical(state, raw(day))
         assert raw_instance.location == str(tmp_path / "raw" / day.isoformat())
         assert instance.inputs == (raw_instance.uuid,)
-        assert raw_instance.consumers == [instance.uuid]
+        assert list(raw_instance.consumers or ()) == [instance.uuid]
         assert instance.metadata == {"note": "daily"}
     assert state.wants["w"].satisfied_by == (weekly.uuid,)
 

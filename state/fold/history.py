@@ -1,0 +1,175 @@
+"""What the live state keeps so that a read as of any seq it has folded needs no replay.
+
+Three kinds of history, each as small as the question it answers:
+
+- **State changes** of instances, wants and job runs, packed into one Python int
+  per record (`Instance.history`, ...): each change before the latest (which is
+  the record's own `state` at `updated_seq`) is a fixed-width entry
+  `seq << 4 | state` (a job run's also carries the event time), the newest in
+  the low bits. No object per change, and nothing for a record changed once: an
+  observed instance (Live when created) keeps 0, an instance built once keeps
+  its Building in a 2-digit int. `entries()` walks them newest first, so "the
+  state as of N" stops at the first entry at or before N.
+- **Field changes** (`BuildState.fields`): the few fields that can change again
+  after they were set and cannot be told from the state changes (an instance's
+  `note`; the refs a wait began with, from which what it still waits for as of
+  any seq follows) keep each value they took with its seq, per record, flat
+  `(seq, field, value, ...)`. Most records never have one.
+- **Versions of the small records** (`BuildState.versions`): groups, bucket
+  layouts and rotations, sources and subscriptions are few and change seldom;
+  every change keeps a pickled copy with its seq, found again by bisection.
+
+Everything else a past read needs follows from these and from what never
+changes once set (an instance's ref, inputs and location; a want's refs; a
+run's instances): see state/fold/past.py. Histories are derived from the log,
+not new facts: the digest leaves them out, snapshots carry them.
+"""
+
+from __future__ import annotations
+
+import pickle
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partbuild.state.fold.build_state import BuildState
+
+# An entry of an instance's or a want's history: seq << 4 | state (states fit in 4 bits).
+STATE_BITS = 4
+STATE_MASK = (1 << STATE_BITS) - 1
+SEQ_BITS = 44  # seqs up to 17.6e12: far beyond any log
+ENTRY_BITS = STATE_BITS + SEQ_BITS
+ENTRY_MASK = (1 << ENTRY_BITS) - 1
+# A job run's entry adds the event time (ms since epoch, 44 bits: until the year 2527) above it.
+MS_BITS = 44
+RUN_ENTRY_BITS = ENTRY_BITS + MS_BITS
+RUN_ENTRY_MASK = (1 << RUN_ENTRY_BITS) - 1
+MS_MASK = (1 << MS_BITS) - 1
+# A job run's heartbeat is an entry too, with this in place of a state (JobRunState has 6).
+HEARTBEAT = STATE_MASK
+
+
+def entry(seq: int, state: int) -> int:
+    """One state change, packed."""
+    return seq << STATE_BITS | state
+
+
+def entries(history: int) -> Iterator[tuple[int, int]]:
+    """(seq, state) of every entry of an instance's or want's history, newest first."""
+    while history:
+        packed = history & ENTRY_MASK
+        yield packed >> STATE_BITS, packed & STATE_MASK
+        history >>= ENTRY_BITS
+
+
+def newest_seq(history: int, default: int) -> int:
+    """The seq of the newest entry (`default` when there is none)."""
+    return (history & ENTRY_MASK) >> STATE_BITS if history else default
+
+
+def state_at(history: int, seq: int, initial: int) -> tuple[int, int]:
+    """(state, seq of the change that set it) as of `seq`; (`initial`, 0) before the first entry."""
+    while history:
+        packed = history & ENTRY_MASK
+        at = packed >> STATE_BITS
+        if at <= seq:
+            return packed & STATE_MASK, at
+        history >>= ENTRY_BITS
+    return initial, 0
+
+
+def run_entry(seq: int, state: int, ms: int) -> int:
+    """One change of a job run (a state, or HEARTBEAT), with the event's time."""
+    return (ms & MS_MASK) << ENTRY_BITS | seq << STATE_BITS | state
+
+
+def run_entries(history: int) -> Iterator[tuple[int, int, int]]:
+    """(seq, state or HEARTBEAT, event ms) of every entry of a job run's history, newest first."""
+    while history:
+        packed = history & RUN_ENTRY_MASK
+        yield (packed & ENTRY_MASK) >> STATE_BITS, packed & STATE_MASK, packed >> ENTRY_BITS
+        history >>= RUN_ENTRY_BITS
+
+
+# ----------------------------------------------------------------- field changes
+
+
+def keep_field(state: BuildState, key: str, seq: int, field: str, value: Any) -> None:
+    """Keep that `field` of record `key` took `value` at `seq` (share `value` between records where it can)."""
+    fields = state.fields
+    fields[key] = (*fields.get(key, ()), seq, field, value)
+
+
+def field_at(state: BuildState, key: str, field: str, seq: int) -> tuple[Any, int] | None:
+    """(the value `field` of record `key` took last at or before `seq`, when): None if it took none."""
+    kept = state.fields.get(key)
+    if kept:
+        for index in range(len(kept) - 3, -1, -3):
+            if kept[index] <= seq and kept[index + 1] == field:
+                return kept[index + 2], kept[index]
+    return None
+
+
+# ----------------------------------------------------------------- versions of small records
+
+# BuildState attributes whose values are versioned whole (a dict of name -> small record or value).
+VERSIONED = ("groups", "bucket_layouts", "bucket_runs", "sources", "subscriptions")
+
+
+def keep_versions(state: BuildState, seq: int, names: tuple[str, ...]) -> None:
+    """Keep a copy of every value of the named attributes that differs from its newest version."""
+    for name in names:
+        kept = state.versions.setdefault(name, {})
+        for key, value in getattr(state, name).items():
+            copy = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            versions = kept.get(key)
+            if versions is None:
+                kept[key] = [(seq, copy)]
+            elif versions[-1][1] != copy:
+                versions.append((seq, copy))
+
+
+def versioned(apply: Callable[..., None], names: tuple[str, ...]) -> Callable[..., None]:
+    """`apply`, then keep the versions of the named attributes it may have changed."""
+
+    def apply_and_keep(state: BuildState, seq: int, plan: Any, event: Any) -> None:
+        apply(state, seq, plan, event)
+        keep_versions(state, seq, names)
+
+    apply_and_keep.__doc__ = apply.__doc__
+    return apply_and_keep
+
+
+def versions_at(state: BuildState, name: str, seq: int) -> dict[Any, Any]:
+    """The attribute `name` (one of VERSIONED) as it was as of `seq`: fresh copies, in first-creation order."""
+    found = {}
+    for key, versions in state.versions.get(name, {}).items():
+        index = bisect_right(versions, seq, key=_seq_of) - 1
+        if index >= 0:
+            found[key] = pickle.loads(versions[index][1])
+    return found
+
+
+def _seq_of(version: tuple[int, bytes]) -> int:
+    return version[0]
+
+
+# ----------------------------------------------------------------- the clock
+
+CLOCK_MARK_EVERY = 64  # the clock is kept every this many seqs; a past clock reads the few events after the mark
+
+
+def mark_clock(state: BuildState, seq: int) -> None:
+    """Before folding `seq`: keep the clock as of each multiple of CLOCK_MARK_EVERY (minus one) passed."""
+    marks = state.clock_marks
+    while len(marks) < seq // CLOCK_MARK_EVERY:
+        marks.append(state.clock_ms)
+
+
+def clock_mark(state: BuildState, seq: int) -> tuple[int, int]:
+    """(a seq at or before `seq`, the clock as of it): a past clock is this and the applied events after it."""
+    index = min((seq + 1) // CLOCK_MARK_EVERY, len(state.clock_marks)) - 1
+    if index < 0:
+        return 0, 0
+    return (index + 1) * CLOCK_MARK_EVERY - 1, state.clock_marks[index]

@@ -1,0 +1,503 @@
+"""The state as it was right after any seq the live state has folded, read from its histories: no replay.
+
+`PastState(live, seq, clock_ms)` answers the reads a `BuildState` answers (the same
+attributes and methods the API, the web pages and `state/rules/queries.py` use),
+each record rebuilt on demand as of `seq` from what the live record holds and its
+history (state/fold/history.py). It copies nothing up front and holds nothing
+after the read: a read as of N costs the records it touches, not a past state.
+
+How each field of a record is found as of N:
+- Its state and `updated_seq`: the record's own if its latest change is at or before
+  N, else the newest history entry at or before N; an instance's Building entries
+  are its attempts' created seqs, and the creation (Missing, Idle, Queued) is implied.
+- Fields set once, with the state change that set them (an instance's location,
+  inputs, builder and sizes; a want's satisfiers; a run's outcome): set as of N iff
+  that change is.
+- Growing lists (attempts, consumers, derivative wants): the entries whose own
+  record existed (or was built) by N.
+- A note and what an instance waits for: the kept field changes, a run's error
+  message and missing refs, and when each waited-for ref became Live.
+
+Retention drops the history of what it drops: a read that needs a dropped
+instance raises `HistoryDropped` (the API's 410).
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
+
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.history import HEARTBEAT, entries, field_at, run_entries, versions_at
+from partbuild.state.fold.records import (
+    ACTIVE_RUN_STATES,
+    TERMINAL_WANT_STATES,
+    Instance,
+    InstanceState,
+    JobRun,
+    JobRunState,
+    Rejection,
+    Want,
+    WantState,
+)
+
+_BUILDING = InstanceState.BUILDING
+_LIVE = InstanceState.LIVE
+_UPSTREAM_BUILDING = InstanceState.UPSTREAM_BUILDING
+_FAILED_RUN = JobRunState.FAILED
+_RUNNING = JobRunState.RUNNING
+
+R = TypeVar("R")
+
+
+class HistoryDropped(LookupError):
+    """A read of the past needs an instance that retention dropped (and its history with it)."""
+
+    def __init__(self, what: str, seq: int) -> None:
+        super().__init__(f"{what} as of seq {seq} was dropped by retention, and its history with it")
+        self.seq = seq
+
+
+# ----------------------------------------------------------------- records as of a seq
+
+
+def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[InstanceState, int]:
+    """(state, seq it was entered at) of a live instance as of `seq` (at or after its creation)."""
+    if instance.updated_seq <= seq:
+        return instance.state, instance.updated_seq
+    best_state, best_seq = InstanceState.MISSING, instance.created_seq
+    for at, old in entries(instance.history):
+        if at <= seq:
+            best_state, best_seq = InstanceState(old), at
+            break
+    runs = state.job_runs
+    for run_id in instance.attempts:  # a job run's buffer made it Building at the run's created seq
+        created = runs[run_id].created_seq
+        if best_seq < created <= seq:
+            best_state, best_seq = _BUILDING, created
+    return best_state, best_seq
+
+
+def _changes(instance: Instance) -> list[tuple[int, int]]:
+    """(seq, state) of its kept changes and its latest, oldest first (Building entries are not kept)."""
+    kept = list(entries(instance.history))
+    kept.reverse()
+    kept.append((instance.updated_seq, instance.state))
+    return kept
+
+
+def became_live_seq(instance: Instance) -> int | None:
+    """When it became Live (None if it never did)."""
+    return next((at for at, state in _changes(instance) if state == _LIVE), None)
+
+
+def built_seq(state: BuildState, instance: Instance) -> int | None:
+    """When its data was set (its location, inputs, sizes): its builder's success, or its observation."""
+    if instance.built_by is not None:
+        return state.job_runs[instance.built_by].updated_seq
+    return became_live_seq(instance)
+
+
+def _version_learned_after(instance: Instance, seq: int) -> bool:
+    """Whether its version was learned after `seq` (a change from Live to Live: state/fold/instances.py)."""
+    changes = _changes(instance)
+    return any(
+        before == _LIVE and after == _LIVE and at > seq for (_, before), (at, after) in itertools.pairwise(changes)
+    )
+
+
+def instance_at(state: BuildState, instance: Instance, seq: int) -> Instance:
+    """A fresh copy of a live instance as it was as of `seq` (at or after its creation)."""
+    now, entered = instance_state_at(state, instance, seq)
+    past = Instance(instance.uuid, instance.ref, now, instance.created_seq, instance.previous_uuid)
+    past.updated_seq = entered
+    superseded = instance.superseded_seq
+    past.superseded_seq = superseded if superseded <= seq else 0
+    runs = state.job_runs
+    past.attempts = tuple(run_id for run_id in instance.attempts if runs[run_id].created_seq <= seq)
+    built = built_seq(state, instance)
+    if built is not None and built <= seq:
+        past.built_by = instance.built_by
+        past.inputs = instance.inputs
+        past.location = instance.location
+        past.row_count = instance.row_count
+        past.byte_count = instance.byte_count
+        past.metadata = instance.metadata
+        past.version = None if instance.version is None or _version_learned_after(instance, seq) else instance.version
+    if instance.consumers:
+        consumers = [uuid for uuid in instance.consumers if _built_by_then(state, uuid, seq)]
+        past.consumers = (consumers[0],) if len(consumers) == 1 else consumers or None
+    past.note = _note_at(state, instance, past.attempts, seq)
+    if now == _UPSTREAM_BUILDING:
+        past.waiting_on = dict.fromkeys(_waiting_at(state, instance, entered, seq))
+    return past
+
+
+def _built_by_then(state: BuildState, uuid: str, seq: int) -> bool:
+    consumer = state.instances.get(uuid)
+    if consumer is None:
+        return False
+    built = built_seq(state, consumer)
+    return built is not None and built <= seq
+
+
+def _note_at(state: BuildState, instance: Instance, attempts: tuple[str, ...], seq: int) -> str | None:
+    """Its note as of `seq`: the newest kept note, or its newest failed run's message if that came later."""
+    kept = field_at(state, instance.uuid, "note", seq)
+    note, noted = kept if kept is not None else (None, 0)
+    for run_id in attempts:
+        run = state.job_runs[run_id]
+        if run.state == _FAILED_RUN and noted < run.updated_seq <= seq:
+            note, noted = run.error_message or None, run.updated_seq
+    return note
+
+
+def _waiting_at(state: BuildState, instance: Instance, began: int, seq: int) -> list[str]:
+    """The refs an instance Upstream-building since `began` still waited for as of `seq`."""
+    kept = field_at(state, instance.uuid, "waits", seq)
+    if kept is not None and kept[1] == began:
+        refs: Sequence[str] = kept[0]
+    else:  # its job run found them missing: those not Live then
+        runs = (state.job_runs[run_id] for run_id in instance.attempts)
+        run = next((r for r in runs if r.updated_seq == began and r.state == JobRunState.DEP_MISS), None)
+        refs = [] if run is None else [ref for ref in run.missing_refs if not _live_at(state, ref, began)]
+    return [ref for ref in refs if not _became_live(state, ref, began, seq)]
+
+
+def _live_at(state: BuildState, ref: str, seq: int) -> bool:
+    uuid = canonical_at(state, ref, seq)
+    return uuid is not None and instance_state_at(state, state.instances[uuid], seq)[0] == _LIVE
+
+
+def _became_live(state: BuildState, ref: str, after: int, seq: int) -> bool:
+    """Whether an instance of `ref` became Live while canonical, after `after` and at or before `seq`."""
+    uuid = state.canonical.get(ref)
+    while uuid is not None:
+        instance = state.instances.get(uuid)
+        if instance is None:  # dropped by retention: it and older ones are beyond what can be told
+            return False
+        if instance.created_seq <= seq:
+            became = became_live_seq(instance)
+            superseded = instance.superseded_seq
+            if became is not None and after < became <= seq and (not superseded or became <= superseded):
+                return True
+        if instance.created_seq <= after:
+            return False
+        uuid = instance.previous_uuid
+    return False
+
+
+def canonical_at(state: BuildState, ref: str, seq: int) -> str | None:
+    """The UUID of the canonical instance of `ref` as of `seq` (None: it had none)."""
+    uuid = state.canonical.get(ref)
+    while uuid is not None:
+        instance = state.instances.get(uuid)
+        if instance is None:
+            raise HistoryDropped(f"the instance of {ref!r} canonical", seq)
+        if instance.created_seq <= seq:
+            return uuid
+        uuid = instance.previous_uuid
+    return None
+
+
+def want_state_at(want: Want, seq: int) -> tuple[WantState, int]:
+    """(state, seq it was entered at) of a want as of `seq` (at or after its creation)."""
+    if want.updated_seq <= seq:
+        return want.state, want.updated_seq
+    for at, old in entries(want.history):
+        if at <= seq:
+            return WantState(old), at
+    return WantState.IDLE, want.created_seq
+
+
+def want_at(state: BuildState, want: Want, seq: int) -> Want:
+    """A fresh copy of a want as it was as of `seq` (at or after its creation)."""
+    past = Want.__new__(Want)
+    past.__setstate__(want.__getstate__())
+    past.history = 0
+    past.state, past.updated_seq = want_state_at(want, seq)
+    past.tally = None  # the fold's bookkeeping, not a read
+    if past.state != WantState.SUCCESSFUL:
+        past.satisfied_by = ()
+    if past.state != WantState.CANCELED:
+        past.cancel_reason = None
+    if want.children:
+        wants = state.wants
+        past.children = [child for child in want.children if wants[child].created_seq <= seq] or None
+    return past
+
+
+def run_at(run: JobRun, seq: int) -> JobRun:
+    """A fresh copy of a job run as it was as of `seq` (at or after its creation)."""
+    past = JobRun.__new__(JobRun)
+    past.__setstate__(run.__getstate__())
+    past.history = 0
+    if run.updated_seq > seq:
+        past.state, past.updated_seq, past.updated_ms = JobRunState.QUEUED, run.created_seq, run.created_ms
+        for at, kind, ms in run_entries(run.history):
+            if at <= seq and kind != HEARTBEAT:
+                past.state, past.updated_seq, past.updated_ms = JobRunState(kind), at, ms
+                break
+    past.last_heartbeat_ms = _heartbeat_at(run, seq)
+    state = past.state
+    if state != JobRunState.SUCCEEDED:
+        past.inputs = ()
+    if state != _FAILED_RUN:
+        past.error_class = past.error_message = None
+        past.retry_after_ms = 0
+    if state != JobRunState.DEP_MISS:
+        past.missing_refs = ()
+    if state != JobRunState.CANCELED:
+        past.cancel_reason = None
+    return past
+
+
+def _heartbeat_at(run: JobRun, seq: int) -> int:
+    """When a job run's newest heartbeat by `seq` came (0: none): heartbeats and the change to Running, which
+    the first heartbeat made, are kept in its history in the order they came, among its other changes."""
+    newest, when = 0, 0
+    if run.state == _RUNNING and run.updated_seq <= seq:
+        newest, when = run.updated_seq, run.updated_ms
+    for at, kind, ms in run_entries(run.history):
+        if (kind in (HEARTBEAT, _RUNNING)) and newest < at <= seq:
+            newest, when = at, ms
+    return when
+
+
+# ----------------------------------------------------------------- the tables as of a seq
+
+
+class _PastTable(Mapping[str, R]):
+    """A table of the live state (instances, wants, job runs) as of a seq: records rebuilt when read."""
+
+    def __init__(self, past: PastState, table: dict[str, Any]) -> None:
+        self._past = past
+        self._table = table
+        self._seq = past.head_seq
+
+    def _rebuild(self, record: Any) -> R:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> R:
+        record = self._table[key]
+        if record.created_seq > self._seq:
+            raise KeyError(key)
+        return self._rebuild(record)
+
+    def __contains__(self, key: object) -> bool:
+        record = self._table.get(key)  # type: ignore[call-overload]
+        return record is not None and record.created_seq <= self._seq
+
+    def __iter__(self) -> Iterator[str]:
+        seq = self._seq
+        for key, record in self._table.items():  # creation order: stop at the first one created later
+            if record.created_seq > seq:
+                return
+            yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _PastInstances(_PastTable[Instance]):
+    def _rebuild(self, record: Instance) -> Instance:
+        return instance_at(self._past.live, record, self._seq)
+
+
+class _PastWants(_PastTable[Want]):
+    def _rebuild(self, record: Want) -> Want:
+        return want_at(self._past.live, record, self._seq)
+
+
+class _PastRuns(_PastTable[JobRun]):
+    def _rebuild(self, record: JobRun) -> JobRun:
+        return run_at(record, self._seq)
+
+
+class _PastCanonical(Mapping[str, str]):
+    """ref -> UUID of its canonical instance as of a seq."""
+
+    def __init__(self, past: PastState) -> None:
+        self._live = past.live
+        self._seq = past.head_seq
+
+    def __getitem__(self, ref: str) -> str:
+        uuid = canonical_at(self._live, ref, self._seq)
+        if uuid is None:
+            raise KeyError(ref)
+        return uuid
+
+    def __contains__(self, ref: object) -> bool:
+        return (
+            isinstance(ref, str)
+            and ref in self._live.canonical
+            and canonical_at(self._live, ref, self._seq) is not None
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        for ref in self._live.canonical:
+            if ref in self:
+                yield ref
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _PastWantsByRef(Mapping[str, list[str]]):
+    """ref -> every want naming it by a seq, in creation order."""
+
+    def __init__(self, past: PastState) -> None:
+        self._live = past.live
+        self._seq = past.head_seq
+
+    def __getitem__(self, ref: str) -> list[str]:
+        wants, seq = self._live.wants, self._seq
+        listed = [want_id for want_id in self._live.wants_by_ref[ref] if wants[want_id].created_seq <= seq]
+        if not listed:
+            raise KeyError(ref)
+        return listed
+
+    def __iter__(self) -> Iterator[str]:
+        for ref in self._live.wants_by_ref:
+            if ref in self:
+                yield ref
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _PastRejections(Sequence[Rejection]):
+    """The rejections up to a seq: a prefix of the live list, not a copy."""
+
+    def __init__(self, rejections: list[Rejection], seq: int) -> None:
+        self._rejections = rejections
+        self._len = bisect_right(rejections, seq, key=_rejection_seq)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._rejections[: self._len][index] if isinstance(index, slice) else self._item(index)
+
+    def _item(self, index: int) -> Rejection:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        return self._rejections[index]
+
+
+def _rejection_seq(rejection: Rejection) -> int:
+    return rejection.seq
+
+
+class PastState:
+    """The reads of a BuildState as of `head_seq`, answered from the live state `live` (see the module)."""
+
+    broken = False
+
+    def __init__(self, live: BuildState, seq: int, clock: Callable[[], int]) -> None:
+        """As of `seq` (at most the live head); `clock()` tells the log's clock then, asked only if read."""
+        if seq > live.head_seq:
+            raise ValueError(f"seq {seq} is after the live state's head {live.head_seq}")
+        self.live = live
+        self.head_seq = seq
+        self._clock = clock
+        self.instances: Mapping[str, Instance] = _PastInstances(self, live.instances)
+        self.wants: Mapping[str, Want] = _PastWants(self, live.wants)
+        self.job_runs: Mapping[str, JobRun] = _PastRuns(self, live.job_runs)
+        self.canonical: Mapping[str, str] = _PastCanonical(self)
+        self.wants_by_ref: Mapping[str, list[str]] = _PastWantsByRef(self)
+        self.rejections: Sequence[Rejection] = _PastRejections(live.rejections, seq)
+
+    @cached_property
+    def clock_ms(self) -> int:
+        """The log's clock as of the seq: the largest timestamp of an event applied by then."""
+        return self._clock()
+
+    # The small records, as of the seq (versions: state/fold/history.py).
+    @cached_property
+    def groups(self) -> dict[str, Any]:
+        return versions_at(self.live, "groups", self.head_seq)
+
+    @cached_property
+    def sources(self) -> dict[str, Any]:
+        return versions_at(self.live, "sources", self.head_seq)
+
+    @cached_property
+    def subscriptions(self) -> dict[str, Any]:
+        return versions_at(self.live, "subscriptions", self.head_seq)
+
+    @cached_property
+    def bucket_layouts(self) -> dict[str, tuple[int, int]]:
+        return versions_at(self.live, "bucket_layouts", self.head_seq)
+
+    @cached_property
+    def bucket_runs(self) -> dict[str, int]:
+        return versions_at(self.live, "bucket_runs", self.head_seq)
+
+    @property
+    def active_run_ids(self) -> dict[str, None]:
+        """Job runs queued or running as of the seq, oldest first (a scan of the runs created by then)."""
+        return {
+            run_id: None
+            for run_id, run in _created_by(self.live.job_runs, self.head_seq)
+            if _active(run, self.head_seq)
+        }
+
+    @property
+    def active_wants_by_ref(self) -> dict[str, dict[str, None]]:
+        """ref -> wants naming it not yet terminal as of the seq (a scan: use `active_wants_for_ref` for one ref)."""
+        active: dict[str, dict[str, None]] = {}
+        for want in self.wants.values():
+            if want.state not in TERMINAL_WANT_STATES:
+                for ref in want.refs:
+                    active.setdefault(ref, {})[want.want_id] = None
+        return active
+
+    def canonical_instance(self, ref: str) -> Instance | None:
+        uuid = canonical_at(self.live, ref, self.head_seq)
+        return None if uuid is None else self.instances[uuid]
+
+    def active_wants_for_ref(self, ref: str) -> Iterator[Want]:
+        for want_id in self.wants_by_ref.get(ref, ()):
+            want = self.wants[want_id]
+            if want.state not in TERMINAL_WANT_STATES:
+                yield want
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """How many instances, wants and job runs were in each state (a scan of every record)."""
+        seq, live = self.head_seq, self.live
+        instances = [0] * len(InstanceState)
+        for _, instance in _created_by(live.instances, seq):
+            instances[instance_state_at(live, instance, seq)[0]] += 1
+        wants = [0] * len(WantState)
+        for _, want in _created_by(live.wants, seq):
+            wants[want_state_at(want, seq)[0]] += 1
+        runs = [0] * len(JobRunState)
+        for _, run in _created_by(live.job_runs, seq):
+            runs[run_at(run, seq).state] += 1
+        return {
+            "instances": {s.name.lower(): instances[s] for s in InstanceState},
+            "wants": {s.name.lower(): wants[s] for s in WantState},
+            "job_runs": {s.name.lower(): runs[s] for s in JobRunState},
+        }
+
+    def rejection_between(self, first: int, last: int) -> str | None:
+        return self.live.rejection_between(first, min(last, self.head_seq))
+
+
+def _created_by(table: dict[str, R], seq: int) -> Iterator[tuple[str, R]]:
+    for key, record in table.items():
+        if record.created_seq > seq:  # type: ignore[attr-defined]
+            return
+        yield key, record
+
+
+def _active(run: JobRun, seq: int) -> bool:
+    if run.updated_seq <= seq:
+        return run.state in ACTIVE_RUN_STATES
+    return run_at(run, seq).state in ACTIVE_RUN_STATES
