@@ -22,8 +22,8 @@ from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
 
-BLOCK = 64  # refs per block of the as-of skip list; a super block is BLOCK blocks
-SUPER = BLOCK * BLOCK
+FANOUT = 16  # the as-of skip lists: blocks of 16 refs, of 16 blocks, of 256 blocks, of 4096 blocks
+LEVELS = 4
 
 
 class _CreationOrder:
@@ -63,7 +63,7 @@ class _SortedRefs:
         self.firsts = array("q")
         self._pending: list[str] = []
         self._pending_firsts = array("q")
-        self._skips: tuple[array[int], array[int]] | None = None  # min first of each block, of each super block
+        self._skips: list[array[int]] | None = None  # per level, the least first of each of its blocks
         self._lock = threading.Lock()
 
     def add(self, refs: list[str], firsts: list[int]) -> None:
@@ -78,17 +78,17 @@ class _SortedRefs:
                 self._merge()
             return self.refs, self.firsts
 
-    def with_skips(self) -> tuple[list[str], array[int], array[int], array[int]]:
+    def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
         with self._lock:
             if self._pending:
                 self._merge()
             if self._skips is None:
-                firsts = self.firsts
-                blocks = array("q", (min(firsts[i : i + BLOCK]) for i in range(0, len(firsts), BLOCK)))
-                supers = array("q", (min(blocks[i : i + BLOCK]) for i in range(0, len(blocks), BLOCK)))
-                self._skips = blocks, supers
-            return self.refs, self.firsts, *self._skips
+                below, self._skips = self.firsts, []
+                for _ in range(LEVELS):
+                    below = array("q", (min(below[i : i + FANOUT]) for i in range(0, len(below), FANOUT)))
+                    self._skips.append(below)
+            return self.refs, self.firsts, self._skips
 
     def _merge(self) -> None:
         pending, pending_firsts = self._pending, self._pending_firsts
@@ -131,15 +131,23 @@ class ListingIndex:
         if new_refs > 0:
             # `canonical` keeps its refs in the order of their first instances (the fold never removes one).
             fresh = [ref for ref, _ in zip(reversed(state.canonical), range(new_refs), strict=False)][::-1]
-            firsts = []
-            for ref in fresh:
-                first = _first_seq(state, ref)
-                if first is None:  # retention dropped its first instance: the newest exact first before it bounds it
-                    first = self._first_floor
-                self._first_floor = max(self._first_floor, first)
-                firsts.append(first)
-            self._refs.add(fresh, firsts)
+            self._refs.add(fresh, self._firsts(state, fresh))
             self._known_refs = len(state.canonical)
+
+    def _firsts(self, state: BuildState, fresh: list[str]) -> list[int]:
+        """The created seq of each ref's first instance, following `previous_uuid` (once per ref: at start, a
+        ref's whole history); where retention dropped it, the newest first known before it, a lower bound."""
+        canonical, instances, floor = state.canonical, state.instances, self._first_floor
+        firsts = []
+        for ref in fresh:
+            instance = instances.get(canonical[ref])
+            while instance is not None and instance.previous_uuid is not None:
+                instance = instances.get(instance.previous_uuid)
+            if instance is not None and instance.created_seq > floor:
+                floor = instance.created_seq
+            firsts.append(floor if instance is None else instance.created_seq)
+        self._first_floor = floor
+        return firsts
 
     def refs(self) -> list[str]:
         """Every ref with an instance, sorted."""
@@ -156,22 +164,23 @@ class ListingIndex:
         Every ref that had one is yielded; a ref whose first instance retention dropped may be
         yielded although it came later: the caller asks the state as of `seq`.
         """
-        refs, firsts, blocks, supers = self._refs.with_skips()
+        refs, firsts, skips = self._refs.with_skips()
+        # The largest block starting at i whose refs all came after `seq` is skipped whole.
+        levels = [(FANOUT ** (level + 1), mins) for level, mins in reversed(list(enumerate(skips)))]
         i, end = _start(refs, prefix, after), len(refs)
         while i < end:
-            if not i % SUPER and supers[i // SUPER] > seq:
-                i += SUPER
-            elif not i % BLOCK and blocks[i // BLOCK] > seq:
-                i += BLOCK
+            for size, mins in levels:
+                if not i % size and mins[i // size] > seq:
+                    i += size
+                    if i < end and not refs[i].startswith(prefix):
+                        return  # refs under a prefix are contiguous: a skip landed past them
+                    break
             else:
                 if firsts[i] <= seq:
                     yield refs[i]
                 elif not refs[i].startswith(prefix):
                     return
                 i += 1
-                continue
-            if i < end and not refs[i].startswith(prefix):
-                return  # refs under a prefix are contiguous: a skip landed past them
 
 
 def _start(refs: list[str], prefix: str, after: str | None) -> int:
@@ -179,13 +188,3 @@ def _start(refs: list[str], prefix: str, after: str | None) -> int:
     if after is not None:
         start = max(start, bisect_right(refs, after))
     return start
-
-
-def _first_seq(state: BuildState, ref: str) -> int | None:
-    """The created seq of `ref`'s first instance, following `previous_uuid`; None where retention broke the chain."""
-    instance = state.instances.get(state.canonical[ref])
-    while instance is not None:
-        if instance.previous_uuid is None:
-            return instance.created_seq
-        instance = state.instances.get(instance.previous_uuid)
-    return None
