@@ -246,6 +246,7 @@ def test_time_travel_reads_runs_wants_and_subscriptions_through_the_service(worl
     assert 'data-want-id="want-child"' not in before_child and 'data-testid="want-tree"' in before_child
     assert 'data-want-id="want-child"' in _get(world, f"/wants/want-root?as_of={child}")
     assert 'data-want-id="want-child"' not in _get(world, f"/wants?as_of={child - 1}")
+    assert re.findall(r'data-testid="partition-row" data-ref="([^"]+)"', _get(world, "/partitions?as_of=1")) == [RAW]
 
     created = service.create_subscription(SubscriptionRequest(name="web-hooks", endpoint="http://127.0.0.1:9/h")).seq
     service.pause_subscription("web-hooks")
