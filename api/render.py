@@ -27,7 +27,7 @@ from partbuild.api.models.common import PageOut
 from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
 from partbuild.api.models.operations import BucketLayoutOut
 from partbuild.api.models.partitions import InstanceOut, LineageNodeOut, LineageOut, RetentionReportOut
-from partbuild.api.models.runs import JobRunOut
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
 from partbuild.state.log.audit import AuditReport
@@ -128,6 +128,7 @@ def want_detail(want: WantDetailOut) -> Group:
             ("root", want.root_want_id if want.root_want_id != want.want_id else None),
             ("satisfied by", _joined(want.satisfied_by)),
             ("cancel reason", want.cancel_reason),
+            ("as of seq", str(want.as_of_seq)),
         ]
     )
     refs = Tree(Text("refs", style="bold"))
@@ -297,7 +298,7 @@ def _run_error(run: JobRunOut) -> str:
     return run.cancel_reason or ""
 
 
-def run_grid(run: JobRunOut) -> Table:
+def run_grid(run: JobRunDetailOut) -> Table:
     return _grid(
         [
             ("job run", run.job_run_id),
@@ -314,6 +315,7 @@ def run_grid(run: JobRunOut) -> Table:
             ("retry after", when(run.retry_after_ms) if run.retry_after_ms else None),
             ("missing inputs", _joined(run.missing_refs)),
             ("cancel reason", run.cancel_reason),
+            ("as of seq", str(run.as_of_seq)),
         ]
     )
 
@@ -497,16 +499,27 @@ def emit(value: BaseModel | list[Any], as_json: bool, human: Callable[[], Render
         console.print(human())
 
 
-def emit_page(page: PageOut[Any], as_json: bool, table: Callable[[list[Any]], Table], noun: str) -> None:
-    """A page as JSON, or as a table with a hint for the next page."""
+def noted(shown: RenderableType, note: str) -> RenderableType:
+    """`shown`, with a dim note in parentheses under it when there is one."""
+    return Group(shown, Text(f"({note})", style="dim")) if note else shown
+
+
+def emit_page(
+    page: PageOut[Any], as_json: bool, table: Callable[[list[Any]], Table], noun: str, as_of: int | None = None
+) -> None:
+    """A page as JSON, or as a table with a hint for the next page (and the seq, when asked as of one)."""
+    when = f" as of seq {page.as_of_seq}" if as_of is not None else ""
     if as_json:
         emit(page, True, str)
     elif not page.items:
-        console.print(f"no {noun}")
+        console.print(f"no {noun}{when}")
     else:
         console.print(table(page.items))
         if page.next_cursor is not None:
-            console.print(f"(more: --cursor {page.next_cursor}, or --all)", style="dim", highlight=False)
+            more = f" --as-of {as_of}" if as_of is not None else ""
+            console.print(f"(more: --cursor {page.next_cursor}{more}, or --all)", style="dim", highlight=False)
+        if when:
+            console.print(f"({noun}{when})", style="dim", highlight=False)
 
 
 @contextmanager

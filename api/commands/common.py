@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import getpass
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 
 from partbuild.api import render
 from partbuild.api.client import HttpClient
-from partbuild.api.models.common import MAX_PAGE
+from partbuild.api.models.common import MAX_PAGE, MAX_SAFE_INT
 from partbuild.api.service import Service
 from partbuild.api.surface import Client
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
@@ -25,6 +26,7 @@ from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
 from partbuild.state.migrate import SchemaNotReady
 
 DEFAULT_DB = "sqlite:///partbuild.db"
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
 db_option = click.option(
     "--db",
@@ -48,8 +50,26 @@ server_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
 user_option = click.option("--user", default=getpass.getuser, show_default="current user", help="Who asks.")
+
+
+class SeqType(click.ParamType):
+    """A seq of the log: ASCII digits only (`int()` would also take "+5", " 5" and "1_0"), at most 2^53 - 1."""
+
+    name = "seq"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SAFE_INT:
+            return value
+        # At most 16 digits before int(): a very long string would take int() a while, or be refused by it.
+        if isinstance(value, str) and len(value) <= 16 and _DIGITS.fullmatch(value) and int(value) <= MAX_SAFE_INT:
+            return int(value)
+        self.fail(f"{str(value)[:40]!r} is not a seq (an integer from 0 to {MAX_SAFE_INT})", param, ctx)
+
+
+SEQ = SeqType()
+# Every read of the state takes it; a seq after the log's head is bad input (exit 2), like an unknown id.
 as_of_option = click.option(
-    "--as-of", "as_of", type=click.IntRange(min=0), metavar="SEQ", help="Answer as of this seq of the log."
+    "--as-of", "as_of", type=SEQ, metavar="SEQ", help="Answer as of this seq of the log (right after that event)."
 )
 limit_option = click.option(
     "--limit",

@@ -11,6 +11,7 @@ from partbuild.api import render
 from partbuild.api.commands.common import (
     Target,
     all_option,
+    as_of_option,
     connect,
     cursor_option,
     json_option,
@@ -54,14 +55,19 @@ def listing_group(
 ) -> click.Group:
     """A group that lists when called bare (or as `NAME list`); subcommands are added to it.
 
-    `fetch(client, cursor=..., limit=..., **filters)` reads one page.
+    `fetch(client, cursor=..., limit=..., as_of_seq=..., **filters)` reads one page; with `--as-of`, every
+    page of `--all` is as of that seq.
     """
-    options = [target_options, *filters, limit_option, all_option, cursor_option, json_option]
+    options = [target_options, *filters, limit_option, all_option, cursor_option, as_of_option, json_option]
 
-    def list_items(target: Target, limit: int, follow: bool, cursor: str | None, as_json: bool, **chosen: Any) -> None:
+    def list_items(
+        target: Target, limit: int, follow: bool, cursor: str | None, as_of: int | None, as_json: bool, **chosen: Any
+    ) -> None:
         with connect(target) as client:
-            page = _collect(lambda after: fetch(client, cursor=after, limit=limit, **chosen), cursor, follow)
-        render.emit_page(page, as_json, table, noun)
+            page = _collect(
+                lambda after: fetch(client, cursor=after, limit=limit, as_of_seq=as_of, **chosen), cursor, follow
+            )
+        render.emit_page(page, as_json, table, noun, as_of)
 
     @click.pass_context
     def group(ctx: click.Context, /, **listing: Any) -> None:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from partbuild.api import render
 from partbuild.api.commands.common import (
+    SEQ,
     CommandFailed,
     Target,
     connect,
@@ -55,7 +56,7 @@ def db_upgrade(db_url: str) -> None:
 @click.command()
 @target_options
 @click.option("--verify", is_flag=True, help="Also replay from seq 0 without snapshots and compare digests.")
-@click.option("--as-of", "as_of", type=click.IntRange(min=0), help="Replay only up to this seq.")
+@click.option("--as-of", "as_of", type=SEQ, metavar="SEQ", help="Replay only up to this seq.")
 @click.option("--save-snapshot", is_flag=True, help="Store a snapshot of the replayed state.")
 @click.option(
     "--rejected",

@@ -7,7 +7,7 @@ from typing import get_args
 import click
 
 from partbuild.api import render
-from partbuild.api.commands.common import Target, connect, json_option, target_options
+from partbuild.api.commands.common import Target, as_of_option, connect, json_option, target_options
 from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.api.models.runs import JobRunStateName
 
@@ -27,11 +27,12 @@ runs_group = listing_group(
 @runs_group.command("show")
 @target_options
 @click.argument("run_id")
+@as_of_option
 @json_option
-def runs_show(target: Target, run_id: str, as_json: bool) -> None:
+def runs_show(target: Target, run_id: str, as_of: int | None, as_json: bool) -> None:
     """One job run: its job, state, partitions, inputs and error."""
     with connect(target) as client:
-        run = client.job_run(run_id)
+        run = client.job_run(run_id, as_of_seq=as_of)
     render.emit(run, as_json, lambda: render.run_grid(run))
 
 

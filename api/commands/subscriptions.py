@@ -15,6 +15,7 @@ from partbuild.api import render
 from partbuild.api.commands.common import (
     BadInput,
     Target,
+    as_of_option,
     configure_logging,
     connect,
     db_option,
@@ -60,17 +61,22 @@ def _table(subs: list[SubscriptionOut]) -> Table:
     return table
 
 
-def _list(target: Target, as_json: bool) -> None:
+def _as_of_note(as_of: int | None) -> str:
+    return f"settings as of seq {as_of}; lag, queues and counters now" if as_of is not None else ""
+
+
+def _list(target: Target, as_of: int | None, as_json: bool) -> None:
     with connect(target) as client:
-        found = client.list_subscriptions()
+        found = client.list_subscriptions(as_of_seq=as_of)
     if not found.subscriptions and not as_json:
-        click.echo("no subscription")
+        click.echo("no subscription" + (f" as of seq {as_of}" if as_of is not None else ""))
         return
-    render.emit(found, as_json, lambda: _table(found.subscriptions))
+    render.emit(found, as_json, lambda: render.noted(_table(found.subscriptions), _as_of_note(as_of)))
 
 
 @click.group("subscriptions", invoke_without_command=True)
 @target_options
+@as_of_option
 @json_option
 @click.pass_context
 def subscriptions_group(ctx: click.Context, /, **listing: Any) -> None:
@@ -89,10 +95,11 @@ def subscriptions_group(ctx: click.Context, /, **listing: Any) -> None:
 
 @subscriptions_group.command("list")
 @target_options
+@as_of_option
 @json_option
-def subscriptions_list(target: Target, as_json: bool) -> None:
-    """Every subscription that is not deleted."""
-    _list(target, as_json)
+def subscriptions_list(target: Target, as_of: int | None, as_json: bool) -> None:
+    """Every subscription that is not deleted (settings as of --as-of; where deliveries stand is now)."""
+    _list(target, as_of, as_json)
 
 
 @subscriptions_group.command("create")
@@ -172,12 +179,13 @@ def subscriptions_create(target: Target, user: str, as_json: bool, fmt: str, par
 @subscriptions_group.command("show")
 @click.argument("name")
 @target_options
+@as_of_option
 @json_option
-def subscriptions_show(target: Target, name: str, as_json: bool) -> None:
-    """One subscription."""
+def subscriptions_show(target: Target, name: str, as_of: int | None, as_json: bool) -> None:
+    """One subscription (settings as of --as-of; where its deliveries stand is now)."""
     with connect(target) as client:
-        sub = client.get_subscription(name)
-    render.emit(sub, as_json, lambda: _table([sub]))
+        sub = client.get_subscription(name, as_of_seq=as_of)
+    render.emit(sub, as_json, lambda: render.noted(_table([sub]), _as_of_note(as_of)))
 
 
 def _change_command(action: str, doc: str) -> click.Command:

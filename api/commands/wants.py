@@ -9,7 +9,15 @@ import click
 
 from partbuild.api import render
 from partbuild.api.client import create_wants_chunked
-from partbuild.api.commands.common import Target, connect, json_option, read_graph, target_options, user_option
+from partbuild.api.commands.common import (
+    Target,
+    as_of_option,
+    connect,
+    json_option,
+    read_graph,
+    target_options,
+    user_option,
+)
 from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName
 from partbuild.orchestrator.graph import Graph, GraphError
@@ -139,11 +147,12 @@ wants_group = listing_group(
 @wants_group.command("show")
 @target_options
 @click.argument("want_id")
+@as_of_option
 @json_option
-def wants_show(target: Target, want_id: str, as_json: bool) -> None:
+def wants_show(target: Target, want_id: str, as_of: int | None, as_json: bool) -> None:
     """A want, where each of its refs stands and what it waits for, and its derivative wants."""
     with connect(target) as client:
-        detail = client.want(want_id)
+        detail = client.want(want_id, as_of_seq=as_of)
     render.emit(detail, as_json, lambda: render.want_detail(detail))
 
 

@@ -111,6 +111,10 @@ class WrittenOut(BaseModel):
 class PageOut(BaseModel, Generic[T]):
     items: list[T]
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+    as_of_seq: int = Field(
+        description="The seq the page answers as of: `as_of_seq` when given, else the head it was read at. "
+        "Pass the same `as_of_seq` with `cursor` to page through the same list."
+    )
 
 
 class ProblemOut(BaseModel):

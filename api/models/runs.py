@@ -27,3 +27,9 @@ class JobRunOut(BaseModel):
     retry_after_ms: int
     missing_refs: list[str]
     cancel_reason: str | None
+
+
+class JobRunDetailOut(JobRunOut):
+    """One job run as of a seq."""
+
+    as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")

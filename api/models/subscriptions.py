@@ -139,7 +139,11 @@ class CompositeTopicOut(BaseModel):
 
 
 class SubscriptionOut(BaseModel):
-    """A subscription: its settings, topics and where its deliveries stand (the secret never shows)."""
+    """A subscription: its settings, topics and where its deliveries stand (the secret never shows).
+
+    Read as of a seq, its settings are as they were then; where its deliveries stand (lag, queues,
+    counters) is always now: deliveries are kept beside the log, not in it.
+    """
 
     name: str
     status: StatusName
@@ -166,6 +170,13 @@ class SubscriptionOut(BaseModel):
 
 class SubscriptionListOut(BaseModel):
     subscriptions: list[SubscriptionOut]
+    as_of_seq: int = Field(description="The seq the settings are as of: `as_of_seq` when given, else the head.")
+
+
+class SubscriptionDetailOut(SubscriptionOut):
+    """One subscription; its settings as of a seq."""
+
+    as_of_seq: int = Field(description="The seq the settings are as of: `as_of_seq` when given, else the head.")
 
 
 class SubscriptionCreatedOut(WrittenOut):

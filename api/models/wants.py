@@ -111,5 +111,8 @@ class WantTreeOut(BaseModel):
 
 
 class WantDetailOut(WantOut):
+    """A want as of a seq: its fields, where each of its refs stands, and its derivative wants."""
+
     refs_status: list[RefStatusOut]
     tree: WantTreeOut
+    as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")

@@ -11,7 +11,8 @@ from google.protobuf.message import Message
 from partbuild.api.errors import InvalidInput
 from partbuild.api.models.common import MAX_PAGE, PageOut
 from partbuild.api.models.events import StoredEventOut
-from partbuild.api.service.base import ServiceBase, page_of
+from partbuild.api.service.as_of import page_at
+from partbuild.api.service.base import ServiceBase
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.store import parse_event
 from partbuild.state.rules.redact import redacted
@@ -25,8 +26,10 @@ class EventsService(ServiceBase):
     """Reads of the raw log."""
 
     def events(self, after_seq: int = 0, limit: int = 100) -> PageOut[StoredEventOut]:
+        """Events after `after_seq`, as of the log's head when asked (events appended meanwhile wait for a page)."""
         if after_seq < 0 or not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"after_seq must be >= 0 and limit between 1 and {MAX_PAGE}")
+        head = self.log.head()
         items = [
             StoredEventOut(
                 seq=row.seq,
@@ -36,8 +39,9 @@ class EventsService(ServiceBase):
                 event=event_out(parse_event(row.payload)),
             )
             for row in self.log.read(after_seq, limit)
+            if row.seq <= head
         ]
-        return page_of(items, limit, lambda e: str(e.seq))
+        return page_at(items, limit, lambda e: str(e.seq), head)
 
 
 # ----------------------------------------------------------------- records -> models

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import islice, takewhile
 
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
@@ -19,7 +20,8 @@ from partbuild.api.models.partitions import (
     SourceVersionRequest,
     TaintRequest,
 )
-from partbuild.api.service.base import ServiceBase, check_limit, page_of, state_name, unknown_cursor
+from partbuild.api.service.as_of import as_of_suffix, page_at
+from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
 from partbuild.api.surface import ANONYMOUS
 from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
@@ -41,26 +43,34 @@ class PartitionsService(ServiceBase):
         state_filter: InstanceStateName | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        as_of_seq: int | None = None,
         min_seq: int | None = None,
     ) -> PageOut[InstanceOut]:
-        """Canonical instances ordered by ref, optionally under a prefix and in one state."""
+        """Canonical instances ordered by ref (of the refs that had one by `as_of_seq`), under a prefix, in a state."""
         check_limit(limit)
-        if cursor is not None:
+        if cursor is not None and as_of_seq is None:
             self._known_ref_cursor(cursor)
-        with self._reading(min_seq) as state:
+        with self._reading(min_seq, as_of_seq) as state:
+            if as_of_seq is None:  # the index holds what the live state holds
+                refs: Iterator[str] = self.listing.refs_from(prefix, cursor)
+            else:
+                if cursor is not None and cursor not in state.canonical:
+                    raise unknown_cursor(cursor)  # a ref that came later: no page of this list gave it
+                refs = self.listing.refs_as_of(state.head_seq, prefix, cursor)
+            under_prefix = takewhile(lambda ref: ref.startswith(prefix), refs)
+            # As of a seq, the index may offer a ref that came later: the state then has no instance of it.
+            instances = (state.canonical_instance(ref) for ref in under_prefix)
             wanted = InstanceState[state_filter.upper()] if state_filter else None
-            under_prefix = takewhile(lambda ref: ref.startswith(prefix), self.listing.refs_from(prefix, cursor))
-            instances = (state.instances[state.canonical[ref]] for ref in under_prefix)
-            matching = (instance for instance in instances if wanted is None or instance.state == wanted)
+            matching = (i for i in instances if i is not None and (wanted is None or i.state == wanted))
             items = [instance_out(instance) for instance in islice(matching, limit)]
-        return page_of(items, limit, lambda i: i.ref)
+            seq = state.head_seq
+        return page_at(items, limit, lambda i: i.ref, seq)
 
     def canonical(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> InstanceOut:
         with self._reading(min_seq, as_of_seq) as state:
             instance = state.canonical_instance(ref)
             if instance is None:
-                suffix = f" as of seq {as_of_seq}" if as_of_seq is not None else ""
-                raise NotFound(f"partition {ref!r} has no instance{suffix}")
+                raise NotFound(f"partition {ref!r} has no instance{as_of_suffix(as_of_seq)}")
             return instance_out(instance)
 
     def history(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> list[InstanceOut]:

@@ -6,8 +6,9 @@ from itertools import islice
 
 from partbuild.api.errors import Conflict, NotFound
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
-from partbuild.api.models.runs import JobRunOut, JobRunStateName
-from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, page_of, state_name
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName
+from partbuild.api.service.as_of import as_of_suffix, by, page_at
+from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, state_name
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
@@ -23,25 +24,30 @@ class RunsService(ServiceBase):
         job: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        as_of_seq: int | None = None,
         min_seq: int | None = None,
     ) -> PageOut[JobRunOut]:
+        """Job runs oldest first (those buffered by `as_of_seq`, in their states then), filtered."""
         check_limit(limit)
-        after = self._seq_cursor(cursor, self.listing.runs.has_seq)
-        with self._reading(min_seq) as state:
+        order = self.listing.runs
+        after = self._seq_cursor(cursor, lambda seq: order.has_seq(seq) and by(seq, as_of_seq))
+        with self._reading(min_seq, as_of_seq) as state:
             wanted = JobRunState[state_filter.upper()] if state_filter else None
-            runs = map(state.job_runs.__getitem__, self.listing.runs.after(after))
+            runs = map(state.job_runs.__getitem__, order.between(after, state.head_seq))
             matching = (
                 run for run in runs if (wanted is None or run.state == wanted) and (job is None or run.job_label == job)
             )
             items = [job_run_out(state, run) for run in islice(matching, limit)]
-        return page_of(items, limit, lambda r: str(r.created_seq))
+            seq = state.head_seq
+        return page_at(items, limit, lambda r: str(r.created_seq), seq)
 
-    def job_run(self, job_run_id: str, min_seq: int | None = None) -> JobRunOut:
-        with self._reading(min_seq) as state:
+    def job_run(self, job_run_id: str, as_of_seq: int | None = None, min_seq: int | None = None) -> JobRunDetailOut:
+        """One job run: what it built and what it read, as of `as_of_seq`."""
+        with self._reading(min_seq, as_of_seq) as state:
             run = state.job_runs.get(job_run_id)
             if run is None:
-                raise NotFound(f"no job run {job_run_id!r}")
-            return job_run_out(state, run)
+                raise NotFound(f"no job run {job_run_id!r}" + as_of_suffix(as_of_seq))
+            return JobRunDetailOut(**job_run_out(state, run).model_dump(), as_of_seq=state.head_seq)
 
     def cancel_job_run(
         self, job_run_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS

@@ -26,12 +26,14 @@ from partbuild.api.models.subscriptions import (
     RetryPolicyRequest,
     StorageTopicOut,
     SubscriptionCreatedOut,
+    SubscriptionDetailOut,
     SubscriptionFilterRequest,
     SubscriptionListOut,
     SubscriptionOut,
     SubscriptionRequest,
     SubscriptionWrittenOut,
 )
+from partbuild.api.service.as_of import as_of_suffix
 from partbuild.api.service.base import ServiceBase
 from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.delivery.shard import layouts, message_id
@@ -104,18 +106,43 @@ class SubscriptionsService(ServiceBase):
         seq = self._write(self._checked(msg, user))[0]
         return SubscriptionCreatedOut(seq=seq, subscription=self._shown(request.name), secret=made)
 
-    def list_subscriptions(self) -> SubscriptionListOut:
-        """Every subscription that is not deleted, by name."""
-        with self.live.read() as state:
-            subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
-            head = state.head_seq
-        return SubscriptionListOut(
-            subscriptions=[subscription_out(sub, self.db, head) for sub in sorted(subs, key=lambda s: s.name)]
-        )
+    def list_subscriptions(self, as_of_seq: int | None = None, min_seq: int | None = None) -> SubscriptionListOut:
+        """Every subscription not deleted by `as_of_seq`, by name, with its settings then and its deliveries now."""
+        with self._reading(min_seq, as_of_seq) as state:
+            subs = sorted((sub for sub in state.subscriptions.values() if sub.status != "deleted"), key=_name)
+            seq = state.head_seq
+        delivering, head = self._delivering_now(subs, as_of_seq, seq)
+        shown = [subscription_then(sub, now, self.db, head) for sub, now in zip(subs, delivering, strict=True)]
+        return SubscriptionListOut(subscriptions=shown, as_of_seq=seq)
 
-    def get_subscription(self, name: str) -> SubscriptionOut:
-        """One subscription, with its lag, queue sizes and counters."""
-        return self._shown(name)
+    def get_subscription(
+        self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
+    ) -> SubscriptionDetailOut:
+        """One subscription: its settings as of `as_of_seq`; its lag, queue sizes and counters now."""
+        with self._reading(min_seq, as_of_seq) as state:
+            sub = state.subscriptions.get(name)
+            seq = state.head_seq
+        if sub is None:
+            raise NotFound(f"no subscription {name!r}{as_of_suffix(as_of_seq)}")
+        (now,), head = self._delivering_now([sub], as_of_seq, seq)
+        return SubscriptionDetailOut(**dict(subscription_then(sub, now, self.db, head)), as_of_seq=seq)
+
+    def _delivering_now(
+        self, subs: list[Subscription], as_of_seq: int | None, seq: int
+    ) -> tuple[list[Subscription | None], int]:
+        """The records the deliveries of `subs` follow now (None: deleted since), and the head now.
+
+        Deliveries are kept beside the log, not in it: as of any seq, where they stand is now.
+        """
+        if as_of_seq is None:
+            itself: list[Subscription | None] = list(subs)
+            return itself, seq
+        with self.live.read() as state:
+            now = [state.subscriptions.get(sub.name) for sub in subs]
+            head = state.head_seq
+        # A name deleted and created again is another subscription, with deliveries of its own.
+        same = [live if live is not None and live.key == sub.key else None for sub, live in zip(subs, now, strict=True)]
+        return same, head
 
     def _change(self, name: str, action: str, user: str) -> SubscriptionWrittenOut:
         msg = pb.SubscriptionChange(name=name, action=_ACTIONS[action], reason=f"{action} asked for by {user}")
@@ -232,8 +259,16 @@ def handled_upto(sub: Subscription, standing: Standing, head: int) -> int:
 
 def subscription_out(sub: Subscription, db: Database, head: int) -> SubscriptionOut:
     """The API's subscription: settings, topics, lag, queue sizes, counters (from one snapshot)."""
-    standing = db.deliveries.standing(sub.key, sub.start_after_seq) if sub.status != "deleted" else None
-    handled = handled_upto(sub, standing, head) if standing is not None else head
+    return subscription_then(sub, sub, db, head)
+
+
+def subscription_then(sub: Subscription, now: Subscription | None, db: Database, head: int) -> SubscriptionOut:
+    """`sub`'s settings (as of some seq), and where the deliveries of `now` stand against `head`, the head now.
+
+    `now` is the same subscription's record now (`sub` itself when read now), None when it was deleted since.
+    """
+    standing = db.deliveries.standing(now.key, now.start_after_seq) if now and now.status != "deleted" else None
+    handled = handled_upto(now, standing, head) if now and standing is not None else head
     lag_seconds = 0.0
     if handled < head:
         oldest = db.log.read(handled, 1)
@@ -293,3 +328,7 @@ def dead_letter_out(message: Queued, message_id: str, event_type: str | None) ->
         partition=message.partition,
         offset=message.offset,
     )
+
+
+def _name(sub: Subscription) -> str:
+    return sub.name

@@ -22,7 +22,8 @@ from partbuild.api.models.wants import (
     WantStateName,
     WantTreeOut,
 )
-from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, page_of, state_name
+from partbuild.api.service.as_of import as_of_suffix, by, page_at
+from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, state_name
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
@@ -91,31 +92,40 @@ class WantsService(ServiceBase):
         root: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        as_of_seq: int | None = None,
         min_seq: int | None = None,
     ) -> PageOut[WantOut]:
+        """Wants oldest first (those created by `as_of_seq`, in their states then), filtered."""
         check_limit(limit)
-        after = self._seq_cursor(cursor, self.listing.wants.has_seq)
-        with self._reading(min_seq) as state:
+        order = self.listing.wants
+        after = self._seq_cursor(cursor, lambda seq: order.has_seq(seq) and by(seq, as_of_seq))
+        with self._reading(min_seq, as_of_seq) as state:
             if ref is not None:
                 ids: Iterator[str] = (i for i in state.wants_by_ref.get(ref, ()) if state.wants[i].created_seq > after)
             else:
-                ids = iter(self.listing.wants.after(after))
+                ids = order.between(after, state.head_seq)  # the index may hold wants created since
             wanted = WantState[state_filter.upper()] if state_filter else None
             matching = (
                 want
                 for want in map(state.wants.__getitem__, ids)
                 if (wanted is None or want.state == wanted) and (root is None or want.root_want_id == root)
             )
-            now = self.clock()
+            now = self._now(state, as_of_seq)
             items = [want_out(want, now) for want in islice(matching, limit)]
-        return page_of(items, limit, lambda w: str(w.created_seq))
+            seq = state.head_seq
+        return page_at(items, limit, lambda w: str(w.created_seq), seq)
 
-    def want(self, want_id: str, min_seq: int | None = None) -> WantDetailOut:
-        with self._reading(min_seq) as state:
+    def want(self, want_id: str, as_of_seq: int | None = None, min_seq: int | None = None) -> WantDetailOut:
+        """A want, where its refs stand and its derivative wants, as of `as_of_seq`."""
+        with self._reading(min_seq, as_of_seq) as state:
             want = state.wants.get(want_id)
             if want is None:
-                raise NotFound(f"no want {want_id!r}")
-            return want_detail_out(state, want, self.clock())
+                raise NotFound(f"no want {want_id!r}" + as_of_suffix(as_of_seq))
+            return want_detail_out(state, want, self._now(state, as_of_seq))
+
+    def _now(self, state: BuildState, as_of_seq: int | None) -> int:
+        """The time SLAs are judged at: now, or as of a seq the clock of the log then."""
+        return self.clock() if as_of_seq is None else state.clock_ms
 
     def cancel_want(self, want_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS) -> WrittenOut:
         def build(state: BuildState) -> list[pb.Event]:
@@ -173,11 +183,12 @@ def want_out(want: Want, now_ms: int) -> WantOut:
 
 
 def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut:
-    """A want with where each of its refs stands and its derivative-want tree."""
+    """A want with where each of its refs stands and its derivative-want tree, as of the state's seq."""
     return WantDetailOut(
         **want_out(want, now_ms).model_dump(),
         refs_status=[_ref_status(state, ref, WAITING_DEPTH, set()) for ref in want.refs],
         tree=_tree(state, want, [MAX_TREE_NODES]),
+        as_of_seq=state.head_seq,
     )
 
 

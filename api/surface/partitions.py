@@ -41,6 +41,7 @@ class PartitionsApi(Protocol):
         state_filter: InstanceStateFilter = None,
         cursor: Cursor = None,
         limit: Limit = 100,
+        as_of_seq: AsOfSeq = None,
         min_seq: MinSeq = None,
     ) -> PageOut[InstanceOut]: ...
 

@@ -7,8 +7,8 @@ from typing import Annotated, Protocol
 from fastapi import Body, Path, Query
 
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
-from partbuild.api.models.runs import JobRunOut, JobRunStateName
-from partbuild.api.surface.common import ANONYMOUS, Cursor, Limit, MinSeq, User, operation
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
 from partbuild.state.ops.tokens import Role
 
 TAG = "job runs"
@@ -24,11 +24,12 @@ class RunsApi(Protocol):
         job: Annotated[str | None, Query(max_length=256, description="Only runs of this job.")] = None,
         cursor: Cursor = None,
         limit: Limit = 100,
+        as_of_seq: AsOfSeq = None,
         min_seq: MinSeq = None,
     ) -> PageOut[JobRunOut]: ...
 
     @operation("GET", "/job-runs/{job_run_id}", "One job run: what it built and what it read", role=Role.READER)
-    def job_run(self, job_run_id: RunIdPath, min_seq: MinSeq = None) -> JobRunOut: ...
+    def job_run(self, job_run_id: RunIdPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> JobRunDetailOut: ...
 
     @operation("POST", "/job-runs/{job_run_id}/cancel", "Stop a queued or running job run", role=Role.WRITER)
     def cancel_job_run(

@@ -14,12 +14,12 @@ from partbuild.api.models.subscriptions import (
     OffsetResetRequest,
     ReshardSubscriptionRequest,
     SubscriptionCreatedOut,
+    SubscriptionDetailOut,
     SubscriptionListOut,
-    SubscriptionOut,
     SubscriptionRequest,
     SubscriptionWrittenOut,
 )
-from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, Limit, User, operation
+from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, AsOfSeq, Limit, MinSeq, User, operation
 from partbuild.state.ops.tokens import Role
 
 TAG = "subscriptions"
@@ -35,12 +35,14 @@ class SubscriptionsApi(Protocol):
     @operation(
         "GET", "/subscriptions", "Webhook subscriptions: settings, topics, lag, queues, counters", role=Role.ADMIN
     )
-    def list_subscriptions(self) -> SubscriptionListOut: ...
+    def list_subscriptions(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> SubscriptionListOut: ...
 
     @operation(
         "GET", "/subscriptions/{name}", "One subscription: settings, topics, lag, queues, counters", role=Role.ADMIN
     )
-    def get_subscription(self, name: SubscriptionNamePath) -> SubscriptionOut: ...
+    def get_subscription(
+        self, name: SubscriptionNamePath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None
+    ) -> SubscriptionDetailOut: ...
 
     @operation("POST", "/subscriptions/{name}/pause", "Stop delivering; offsets and queues stay", role=Role.ADMIN)
     def pause_subscription(self, name: SubscriptionNamePath, user: User = ANONYMOUS) -> SubscriptionWrittenOut: ...

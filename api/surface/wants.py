@@ -17,7 +17,7 @@ from partbuild.api.models.wants import (
     WantRequest,
     WantStateName,
 )
-from partbuild.api.surface.common import ANONYMOUS, Cursor, Limit, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
 from partbuild.state.ops.tokens import Role
 
 TAG = "wants"
@@ -47,11 +47,12 @@ class WantsApi(Protocol):
         root: Annotated[str | None, Query(max_length=256, description="Only wants under this root want.")] = None,
         cursor: Cursor = None,
         limit: Limit = 100,
+        as_of_seq: AsOfSeq = None,
         min_seq: MinSeq = None,
     ) -> PageOut[WantOut]: ...
 
     @operation("GET", "/wants/{want_id}", "A want, why it waits, and its derivative wants", role=Role.READER)
-    def want(self, want_id: WantIdPath, min_seq: MinSeq = None) -> WantDetailOut: ...
+    def want(self, want_id: WantIdPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> WantDetailOut: ...
 
     @operation("POST", "/wants/{want_id}/cancel", "Cancel a want (and its active derivative wants)", role=Role.WRITER)
     def cancel_want(

@@ -128,7 +128,7 @@ def wants_page(request: Request) -> HTMLResponse:
 @router.get("/wants/{want_id}", response_class=HTMLResponse)
 def want_page(request: Request, want_id: str) -> HTMLResponse:
     def build(page: PageContext, service: Service) -> HTMLResponse:
-        want = views.want_as_of(service, want_id, page.as_of)
+        want = service.want(want_id, as_of_seq=page.as_of)
         cancelable = views.active_want(want.state)
         return render_page(page, "want.html", want=want, shown_refs=REFS_SHOWN, cancelable=cancelable)
 
@@ -241,8 +241,8 @@ def system_page(request: Request) -> HTMLResponse:
             groups=service.groups(as_of_seq=page.as_of),
             buckets=service.bucket_layouts(as_of_seq=page.as_of),
             sources=service.sources(as_of_seq=page.as_of),
-            # Deliveries live in their own tables, not the log: the list is always as of now.
-            subscriptions=service.list_subscriptions().subscriptions if page.as_of is None else [],
+            # Their settings as of the page's seq; where their deliveries stand is now (not in the log).
+            subscriptions=service.list_subscriptions(as_of_seq=page.as_of).subscriptions,
         )
 
     return serve_page(request, build)

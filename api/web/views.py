@@ -18,12 +18,12 @@ from typing import Any
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.partitions import InstanceOut
-from partbuild.api.models.runs import JobRunOut
-from partbuild.api.models.wants import WantDetailOut, WantOut
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
+from partbuild.api.models.wants import WantOut
 from partbuild.api.service import Service
 from partbuild.api.service.partitions import instance_out
 from partbuild.api.service.runs import job_run_out
-from partbuild.api.service.wants import want_detail_out, want_out
+from partbuild.api.service.wants import want_out
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
 
@@ -115,7 +115,12 @@ def partitions_listing(
     """Canonical instances by ref under a prefix, in one state, as of a seq (refs in sorted order)."""
     wanted = InstanceState[state_name.upper()] if state_name else None
     with service.reading(as_of) as state:
-        refs = takewhile(lambda ref: ref.startswith(prefix), service.listing.refs_from(prefix, after or None))
+        listing = service.listing
+        after = after or None
+        offered = (
+            listing.refs_from(prefix, after) if as_of is None else listing.refs_as_of(state.head_seq, prefix, after)
+        )
+        refs = takewhile(lambda ref: ref.startswith(prefix), offered)
         # A ref the state does not know yet (time travel) is skipped: its instance came later.
         keyed = ((ref, state.canonical_instance(ref)) for ref in refs)
         page = _take(keyed, lambda i: i is not None and (wanted is None or i.state == wanted))
@@ -123,23 +128,16 @@ def partitions_listing(
     return page
 
 
-def want_as_of(service: Service, want_id: str, as_of: int | None) -> WantDetailOut:
-    """A want, its refs' states and its derivative-want tree, as of a seq."""
-    with service.reading(as_of) as state:
-        want = state.wants.get(want_id)
-        if want is None:
-            raise NotFound(f"no want {want_id!r}" + (f" as of seq {as_of}" if as_of is not None else ""))
-        return want_detail_out(state, want, service.clock() if as_of is None else state.clock_ms)
-
-
-def job_run_detail(service: Service, run_id: str, as_of: int | None) -> tuple[JobRunOut, list[InstanceOut]]:
-    """A job run and the instances it was to build, as of a seq."""
-    with service.reading(as_of) as state:
-        run = state.job_runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no job run {run_id!r}" + (f" as of seq {as_of}" if as_of is not None else ""))
-        built = [instance_out(state.instances[u]) for u in run.instance_uuids[:PAGE] if u in state.instances]
-        return job_run_out(state, run), built
+def job_run_detail(service: Service, run_id: str, as_of: int | None) -> tuple[JobRunDetailOut, list[InstanceOut]]:
+    """A job run and the instances it was to build (those still held), as of a seq."""
+    run = service.job_run(run_id, as_of_seq=as_of)
+    built = []
+    for uuid in run.instance_uuids[:PAGE]:
+        try:
+            built.append(service.instance(uuid, as_of_seq=as_of))
+        except NotFound:
+            continue  # dropped by retention
+    return run, built
 
 
 @dataclass

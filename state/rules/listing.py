@@ -3,17 +3,27 @@
 They follow a BuildState as it grows (`update` after events were folded), so a
 page starts by bisection instead of a scan. Entities are never removed from
 these tables (retention drops instances, not refs, wants or runs).
+
+They hold what the live state holds; a page as of an earlier seq N lists only
+what existed at N. Wants and runs carry their created seqs (a bisection bounds
+them), refs a lower bound of the seq their first instance was created at
+(blocks of refs all created after N are skipped), and the state as of N has the
+last word on each ref.
 """
 
 from __future__ import annotations
 
 import threading
+from array import array
 from bisect import bisect_left, bisect_right
-from heapq import merge
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
+
+FANOUT = 16  # the as-of skip lists: blocks of 16 refs, of 16 blocks, of 256 blocks, of 4096 blocks
+LEVELS = 4
 
 
 class _CreationOrder:
@@ -31,13 +41,76 @@ class _CreationOrder:
             self.ids.extend(fresh)
             self.seqs.extend(table[key].created_seq for key in fresh)
 
-    def after(self, seq: int) -> list[str]:
-        """Ids created after `seq`, oldest first."""
-        return self.ids[bisect_right(self.seqs, seq) :]
+    def between(self, after: int, upto: int) -> Iterator[str]:
+        """Ids created after `after` and at or before `upto`, oldest first (lazily: a page reads a few)."""
+        seqs = self.seqs
+        return map(self.ids.__getitem__, range(bisect_right(seqs, after), bisect_right(seqs, upto)))
 
     def has_seq(self, seq: int) -> bool:
         index = bisect_left(self.seqs, seq)
         return index < len(self.seqs) and self.seqs[index] == seq
+
+
+class _SortedRefs:
+    """Refs in sorted order, each with a lower bound of its first instance's created seq ("first").
+
+    Merging new refs in is deferred to reads (folds stay cheap) and done under a lock, since
+    several readers may merge at once; readers keep the lists they got, never changed after.
+    """
+
+    def __init__(self) -> None:
+        self.refs: list[str] = []
+        self.firsts = array("q")
+        self._pending: list[str] = []
+        self._pending_firsts = array("q")
+        self._skips: list[array[int]] | None = None  # per level, the least first of each of its blocks
+        self._lock = threading.Lock()
+
+    def add(self, refs: list[str], firsts: list[int]) -> None:
+        with self._lock:
+            self._pending.extend(refs)
+            self._pending_firsts.extend(firsts)
+
+    def sorted(self) -> tuple[list[str], array[int]]:
+        """Every ref, sorted, and their firsts."""
+        with self._lock:
+            if self._pending:
+                self._merge()
+            return self.refs, self.firsts
+
+    def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
+        """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
+        with self._lock:
+            if self._pending:
+                self._merge()
+            if self._skips is None:
+                below, self._skips = self.firsts, []
+                for _ in range(LEVELS):
+                    below = array("q", (min(below[i : i + FANOUT]) for i in range(0, len(below), FANOUT)))
+                    self._skips.append(below)
+            return self.refs, self.firsts, self._skips
+
+    def _merge(self) -> None:
+        pending, pending_firsts = self._pending, self._pending_firsts
+        order = sorted(range(len(pending)), key=pending.__getitem__)
+        old, old_firsts = self.refs, self.firsts
+        if not old:
+            refs = [pending[i] for i in order]
+            firsts = array("q", [pending_firsts[i] for i in order])
+        else:
+            # Splice each new ref in: memory copies of the runs between them, a bisection each.
+            refs, firsts, start = [], array("q"), 0
+            for i in order:
+                at = bisect_left(old, pending[i], start)
+                refs += old[start:at]
+                firsts += old_firsts[start:at]
+                refs.append(pending[i])
+                firsts.append(pending_firsts[i])
+                start = at
+            refs += old[start:]
+            firsts += old_firsts[start:]
+        self.refs, self.firsts, self._skips = refs, firsts, None
+        self._pending, self._pending_firsts = [], array("q")
 
 
 class ListingIndex:
@@ -46,10 +119,9 @@ class ListingIndex:
     def __init__(self) -> None:
         self.wants = _CreationOrder()
         self.runs = _CreationOrder()
-        self._sorted_refs: list[str] = []
-        self._pending_refs: list[str] = []
+        self._refs = _SortedRefs()
         self._known_refs = 0
-        self._refs_lock = threading.Lock()  # readers merge pending refs lazily, possibly several at once
+        self._first_floor = 0  # the newest first seq known exactly: no later ref's first is before it
 
     def update(self, state: BuildState) -> None:
         """Take in what `state` gained since the last update."""
@@ -57,23 +129,62 @@ class ListingIndex:
         self.runs.update(state.job_runs)
         new_refs = len(state.canonical) - self._known_refs
         if new_refs > 0:
-            fresh = [ref for ref, _ in zip(reversed(state.canonical), range(new_refs), strict=False)]
-            with self._refs_lock:
-                self._pending_refs.extend(fresh)
+            # `canonical` keeps its refs in the order of their first instances (the fold never removes one).
+            fresh = [ref for ref, _ in zip(reversed(state.canonical), range(new_refs), strict=False)][::-1]
+            self._refs.add(fresh, self._firsts(state, fresh))
             self._known_refs = len(state.canonical)
 
+    def _firsts(self, state: BuildState, fresh: list[str]) -> list[int]:
+        """The created seq of each ref's first instance, following `previous_uuid` (once per ref: at start, a
+        ref's whole history); where retention dropped it, the newest first known before it, a lower bound."""
+        canonical, instances, floor = state.canonical, state.instances, self._first_floor
+        firsts = []
+        for ref in fresh:
+            instance = instances.get(canonical[ref])
+            while instance is not None and instance.previous_uuid is not None:
+                instance = instances.get(instance.previous_uuid)
+            if instance is not None and instance.created_seq > floor:
+                floor = instance.created_seq
+            firsts.append(floor if instance is None else instance.created_seq)
+        self._first_floor = floor
+        return firsts
+
     def refs(self) -> list[str]:
-        """Every ref with an instance, sorted. Merging is deferred to reads: folds stay cheap."""
-        with self._refs_lock:
-            if self._pending_refs:
-                self._sorted_refs = list(merge(self._sorted_refs, sorted(self._pending_refs)))
-                self._pending_refs = []
-            return self._sorted_refs
+        """Every ref with an instance, sorted."""
+        return self._refs.sorted()[0]
 
     def refs_from(self, prefix: str, after: str | None) -> islice[str]:
         """Sorted refs at or after `prefix`, strictly after `after` when given."""
         refs = self.refs()
-        start = bisect_left(refs, prefix)
-        if after is not None:
-            start = max(start, bisect_right(refs, after))
-        return islice(refs, start, None)
+        return islice(refs, _start(refs, prefix, after), None)
+
+    def refs_as_of(self, seq: int, prefix: str, after: str | None) -> Iterator[str]:
+        """Sorted refs under `prefix`, strictly after `after`, that may have had an instance at `seq`.
+
+        Every ref that had one is yielded; a ref whose first instance retention dropped may be
+        yielded although it came later: the caller asks the state as of `seq`.
+        """
+        refs, firsts, skips = self._refs.with_skips()
+        # The largest block starting at i whose refs all came after `seq` is skipped whole.
+        levels = [(FANOUT ** (level + 1), mins) for level, mins in reversed(list(enumerate(skips)))]
+        i, end = _start(refs, prefix, after), len(refs)
+        while i < end:
+            for size, mins in levels:
+                if not i % size and mins[i // size] > seq:
+                    i += size
+                    if i < end and not refs[i].startswith(prefix):
+                        return  # refs under a prefix are contiguous: a skip landed past them
+                    break
+            else:
+                if firsts[i] <= seq:
+                    yield refs[i]
+                elif not refs[i].startswith(prefix):
+                    return
+                i += 1
+
+
+def _start(refs: list[str], prefix: str, after: str | None) -> int:
+    start = bisect_left(refs, prefix)
+    if after is not None:
+        start = max(start, bisect_right(refs, after))
+    return start

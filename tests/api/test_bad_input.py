@@ -55,8 +55,9 @@ def _beyond_head() -> list[Any]:
         f"{API}/instances/{UNKNOWN_UUID}/lineage",
         f"{API}/job-runs",
         f"{API}/job-runs/no-such-run",
+        f"{API}/subscriptions",
+        f"{API}/subscriptions/nope",
     ]
-    as_of = reads[3:7]
     return [
         bad(
             f"min_seq beyond the head on {p.removeprefix(API)}",
@@ -78,7 +79,7 @@ def _beyond_head() -> list[Any]:
             "after the log head",
             params={"as_of_seq": BEYOND},
         )
-        for p in as_of
+        for p in reads
     ]
 
 

@@ -57,8 +57,8 @@ def test_replay_save_snapshot_is_used_next_time(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["replay", "--db", "{db}", "--as-of", "-1"], "Invalid value for '--as-of': -1 is not in the range x>=0."),
-        (["replay", "--db", "{db}", "--as-of", "abc"], "'abc' is not a valid integer"),
+        (["replay", "--db", "{db}", "--as-of", "-1"], "Invalid value for '--as-of': '-1' is not a seq"),
+        (["replay", "--db", "{db}", "--as-of", "abc"], "'abc' is not a seq (an integer from 0 to 9007199254740991)"),
         (["replay", "--db", "{db}", "--as-of", "999999"], "999999 is after the log head"),
         (["replay", "--db", "{db}", "--bogus"], "No such option '--bogus'"),
         (["frobnicate"], "No such command 'frobnicate'"),

@@ -29,4 +29,10 @@ def test_events_are_the_raw_log_paged_by_seq(db_api_server: ApiServer) -> None:
     assert observed["event"]["partition_observed"] == {"partition_ref": "e/src", "location": "/data/e"}
     assert canceled["event"]["want_cancel"] == {"want_id": "e-1", "reason": "done"}
     assert canceled["event"]["source"] == {"manual": {"user": "eve"}}
-    assert ok(client.get(f"{API}/events", params={"after_seq": head})) == {"items": [], "next_cursor": None}
+    assert ok(client.get(f"{API}/events", params={"after_seq": head})) == {
+        "items": [],
+        "next_cursor": None,
+        "as_of_seq": head,
+    }
+    # A page says the head it was read as of; a full one hands on.
+    assert ok(client.get(f"{API}/events", params={"limit": 2}))["as_of_seq"] == head

@@ -1,7 +1,9 @@
 """/api/v1/partitions and /instances over HTTP: observe, canonical, history, instances as of a seq, refs in
-paths, taint, listing by prefix and state, retention."""
+paths, taint, listing by prefix and state (now and as of a seq), retention."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +23,7 @@ from httpkit import (
     walk,
     want,
 )
-from serverkit import ApiServer
+from serverkit import ApiServer, graphless_api_server
 
 
 def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: ApiServer) -> None:
@@ -176,3 +178,42 @@ def test_retention_previews_then_drops_superseded_instances(api_server: ApiServe
     problem(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}), 404, old)
     problem(client.get(f"{PARTITIONS}/canonical/r/1", params={"as_of_seq": before - 1}), 410, "dropped by retention")
     problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")
+
+
+def test_list_partitions_as_of_a_seq_lists_the_refs_and_instances_of_then(sqlite_url: str) -> None:
+    """Refs appear in the list as of the seq their first instance came; each with its canonical instance then,
+    filtered by its state then; a cursor pages the same as-of list. A server started after retention dropped
+    a ref's first instance still lists the ref as of a seq it existed at."""
+    with graphless_api_server(sqlite_url) as api:
+        client = api.client
+        first = observe(client, "src/b", "/data/b1", version={"value": "v1"})
+        wanted = want(client, ["agg/a", "src/c"])["seq"]
+        second = observe(client, "src/b", "/data/b2", version={"value": "v2"})  # a new instance of src/b
+        later = observe(client, "src/a", "/data/a")
+
+        def page(**params: Any) -> list[tuple[str, str]]:
+            found = ok(client.get(PARTITIONS, params=params))
+            assert found["as_of_seq"] == params.get("as_of_seq", later)
+            return [(i["ref"], i["state"]) for i in found["items"]]
+
+        assert page(as_of_seq=0) == []
+        assert page(as_of_seq=first) == [("src/b", "live")]
+        assert page(as_of_seq=wanted) == [("agg/a", "missing"), ("src/b", "live"), ("src/c", "missing")]
+        assert page() == [("agg/a", "missing"), ("src/a", "live"), ("src/b", "live"), ("src/c", "missing")]
+        assert page(as_of_seq=wanted, prefix="src/", state="missing") == [("src/c", "missing")]
+        assert page(as_of_seq=wanted, prefix="src/a") == []
+        old = ok(client.get(PARTITIONS, params={"as_of_seq": wanted, "prefix": "src/b"}))["items"][0]
+        assert (old["location"], old["created_seq"], old["canonical"]) == ("/data/b1", first, True)
+        new = ok(client.get(PARTITIONS, params={"as_of_seq": second, "prefix": "src/b"}))["items"][0]
+        assert (new["location"], new["previous_uuid"]) == ("/data/b2", old["uuid"])
+        assert listed(client, PARTITIONS, "ref", limit=1, as_of_seq=second) == ["agg/a", "src/b", "src/c"]
+        problem(client.get(PARTITIONS, params={"as_of_seq": second, "cursor": "src/a"}), 404, "cursor")
+        problem(client.get(PARTITIONS, params={"as_of_seq": later + 1}), 409, "is after the log head")
+        for bad in (-1, "soon", "1e3"):
+            problem(client.get(PARTITIONS, params={"as_of_seq": bad}), 422, "query.as_of_seq")
+        dropped = ok(client.post(f"{API}/retention", json={"retain_days": 0}))
+        assert dropped["instances"] == [old["uuid"]]
+    with graphless_api_server(sqlite_url) as restarted:
+        found = ok(restarted.client.get(PARTITIONS, params={"as_of_seq": first}))["items"]
+        assert [(i["ref"], i["uuid"]) for i in found] == [("src/b", old["uuid"])]
+        assert listed(restarted.client, PARTITIONS, "ref", as_of_seq=wanted) == ["agg/a", "src/b", "src/c"]

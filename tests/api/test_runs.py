@@ -1,11 +1,14 @@
-"""/api/v1/job-runs over HTTP: cancel a queued run (listing and reading runs: tests/e2e/test_api_w1.py)."""
+"""/api/v1/job-runs over HTTP: cancel a queued run; runs and their states as of a seq (listing and reading
+runs of a real build: tests/e2e/test_api_w1.py)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
 
-from httpkit import API, canonical, head_seq, ok, problem, want
+from httpkit import API, canonical, head_seq, listed, ok, problem, want
 from serverkit import ApiServer
 
 
@@ -27,3 +30,54 @@ def test_cancel_job_run_then_cancel_again_conflicts(api_server: ApiServer) -> No
     problem(client.post(f"{API}/job-runs/nope/cancel"), 404, "nope")
     problem(client.post(f"{API}/job-runs/run-1/cancel", json={"reason": 5}), 422, "body.reason")
     assert head_seq(client) == before
+
+
+def test_job_runs_as_of_a_seq_show_which_runs_existed_and_their_states_then(api_server: ApiServer) -> None:
+    """A run queued, running, then succeeded; a second one queued then canceled: the list, its filters, its
+    cursors and each run's detail as of every step are what they were then."""
+    client, log = api_server.client, api_server.log
+    want(client, ["k/1", "k/2"], want_id="k")
+    first, second = canonical(client, "k/1")["uuid"], canonical(client, "k/2")["uuid"]
+    queued = log.append([envelope(pb.JobRunBuffer(job_run_id="run-a", job_label="ja", instance_uuids=[first]))])
+    running = log.append([envelope(pb.JobRunHeartbeat(job_run_id="run-a"))]).last_seq
+    succeeded = log.append([envelope(pb.JobRunSuccess(job_run_id="run-a"))]).last_seq
+    other = log.append([envelope(pb.JobRunBuffer(job_run_id="run-b", job_label="jb", instance_uuids=[second]))])
+    canceled = ok(client.post(f"{API}/job-runs/run-b/cancel", params={"min_seq": other.last_seq}))["seq"]
+
+    def run(run_id: str, seq: int) -> dict[str, Any]:
+        return ok(client.get(f"{API}/job-runs/{run_id}", params={"as_of_seq": seq}))
+
+    then = run("run-a", queued.last_seq)
+    assert (then["state"], then["updated_seq"], then["as_of_seq"], then["refs"]) == (
+        "queued",
+        queued.last_seq,
+        queued.last_seq,
+        ["k/1"],
+    )
+    assert run("run-a", running)["state"] == "running" and run("run-a", succeeded)["state"] == "succeeded"
+    assert (run("run-b", other.last_seq)["state"], run("run-b", canceled)["state"]) == ("queued", "canceled")
+    now = ok(client.get(f"{API}/job-runs/run-a"))
+    assert (now["state"], now["as_of_seq"]) == ("succeeded", canceled)
+    problem(client.get(f"{API}/job-runs/run-a", params={"as_of_seq": queued.last_seq - 1}), 404, "as of seq")
+    assert canonical(client, "k/1", as_of_seq=running)["state"] == "building"
+
+    def runs(**params: Any) -> list[tuple[str, str]]:
+        page = ok(client.get(f"{API}/job-runs", params=params))
+        assert page["as_of_seq"] == params.get("as_of_seq", canceled)
+        return [(r["job_run_id"], r["state"]) for r in page["items"]]
+
+    assert runs(as_of_seq=queued.last_seq - 1) == []
+    assert runs(as_of_seq=running) == [("run-a", "running")]
+    assert runs(as_of_seq=other.last_seq) == [("run-a", "succeeded"), ("run-b", "queued")]
+    assert runs() == [("run-a", "succeeded"), ("run-b", "canceled")]
+    assert runs(as_of_seq=other.last_seq, state="queued") == [("run-b", "queued")]
+    assert runs(as_of_seq=running, state="queued") == []
+    assert runs(as_of_seq=other.last_seq, job="jb") == [("run-b", "queued")]
+    assert listed(client, f"{API}/job-runs", "state", limit=1, as_of_seq=other.last_seq) == ["succeeded", "queued"]
+    cursor = str(other.last_seq)  # run-b's created seq: a cursor only pages as of a seq that has run-b
+    assert runs(as_of_seq=canceled, cursor=cursor) == []
+    problem(client.get(f"{API}/job-runs", params={"as_of_seq": running, "cursor": cursor}), 404, "cursor")
+    for path in (f"{API}/job-runs", f"{API}/job-runs/run-a"):
+        problem(client.get(path, params={"as_of_seq": canceled + 1}), 409, "is after the log head")
+        for bad in (-1, "x", "2.0"):
+            problem(client.get(path, params={"as_of_seq": bad}), 422, "query.as_of_seq")

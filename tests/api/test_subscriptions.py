@@ -70,3 +70,41 @@ def test_subscription_dead_letter_routes(shared_client: httpx.Client) -> None:
     problem(shared_client.get(f"{SUBS}/http-dlq/dlq", params={"limit": "many"}), 422, "limit")
     problem(shared_client.post(f"{SUBS}/nope/dlq/purge", json={}), 404, "no subscription")
     ok(shared_client.request("DELETE", f"{SUBS}/http-dlq"))
+
+
+def test_subscription_settings_as_of_a_seq_and_deliveries_now(shared_client: httpx.Client) -> None:
+    """As of a seq: the settings then (not yet created; active, then paused; two shards, then four; deleted),
+    and where deliveries stand now, whatever the seq (deliveries are not in the log)."""
+    body = {"name": "http-past", "endpoint": "http://127.0.0.1:9/hook", "shard_count": 2}
+    created = ok(shared_client.post(SUBS, json=body), 201)["seq"]
+    paused = ok(shared_client.post(f"{SUBS}/http-past/pause"))["seq"]
+    resharded = ok(shared_client.post(f"{SUBS}/http-past/shards", json={"shard_count": 4}))["seq"]
+    # Nothing delivers here: the lag now is every event since its creation, as of any seq (as of its
+    # creation, a lag of that moment would have been none).
+    now = ok(shared_client.get(f"{SUBS}/http-past"))
+    then = ok(shared_client.get(f"{SUBS}/http-past", params={"as_of_seq": created}))
+    assert now["lag_events"] == then["lag_events"] == resharded - created
+    deleted = ok(shared_client.request("DELETE", f"{SUBS}/http-past"))["seq"]
+
+    def shown(seq: int) -> tuple[str, int, int]:
+        found = ok(shared_client.get(f"{SUBS}/http-past", params={"as_of_seq": seq}))
+        return found["status"], found["shard_count"], found["as_of_seq"]
+
+    def names(seq: int) -> list[str]:
+        found = ok(shared_client.get(SUBS, params={"as_of_seq": seq}))
+        assert found["as_of_seq"] == seq
+        return [sub["name"] for sub in found["subscriptions"]]
+
+    assert [shown(seq) for seq in (created, paused, resharded, deleted)] == [
+        ("active", 2, created),
+        ("paused", 2, paused),
+        ("paused", 4, resharded),
+        ("deleted", 4, deleted),
+    ]
+    problem(shared_client.get(f"{SUBS}/http-past", params={"as_of_seq": created - 1}), 404, f"as of seq {created - 1}")
+    assert "http-past" not in names(created - 1) and "http-past" not in names(deleted)
+    assert "http-past" in names(created) and "http-past" in names(resharded)
+    head = ok(shared_client.get("/healthz"))["head_seq"]
+    problem(shared_client.get(SUBS, params={"as_of_seq": head + 1_000}), 409, "is after the log head")
+    problem(shared_client.get(f"{SUBS}/http-past", params={"as_of_seq": "-1"}), 422, "query.as_of_seq")
+    problem(shared_client.get(SUBS, params={"as_of_seq": "1.5"}), 422, "query.as_of_seq")

@@ -6,6 +6,9 @@ import re
 import time
 from typing import Any
 
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.log.events import envelope, from_job_run
+
 from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
 from serverkit import ApiServer
 
@@ -50,6 +53,7 @@ def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
         "satisfied_by": [],
         "cancel_reason": None,
         "tree": {"want_id": "w-1", "state": "idle", "refs": ["agg/a/x=1", "src/b"], "children": []},
+        "as_of_seq": created["seq"],
     }
     assert [(s["ref"], s["state"], s["waiting_on"]) for s in statuses] == [
         ("agg/a/x=1", "missing", []),
@@ -174,3 +178,74 @@ def test_cancel_want_then_cancel_again_conflicts(api_server: ApiServer) -> None:
     want(client, ["c/2"], want_id="c-2")
     ok(client.post(f"{WANTS}/c-2/cancel"))  # no body: the default reason
     assert ok(client.get(f"{WANTS}/c-2"))["cancel_reason"] == "canceled"
+
+
+def test_wants_as_of_a_seq_show_the_states_wants_and_tree_of_then(api_server: ApiServer) -> None:
+    """A want, its ref waiting upstream, a derivative want, then a cancel: as of each seq, the list, the
+    filters, the detail (state, why it waits, the derivative tree) and the cursors are as they were."""
+    client = api_server.client
+    created = want(client, ["t/out"], want_id="root")["seq"]
+    uuid = ok(client.get(f"{API}/partitions/canonical/t/out"))["uuid"]
+    log = api_server.log
+    buffered = log.append([envelope(pb.JobRunBuffer(job_run_id="run-1", job_label="j", instance_uuids=[uuid]))])
+    waiting = log.append([envelope(pb.JobRunMissingDeps(job_run_id="run-1", missing_refs=["t/in"]))])
+    child = pb.WantCreate(want_id="child", partition_refs=["t/in"], parent_want_id="root")
+    derived = log.append([envelope(child, source=from_job_run("run-1"))]).last_seq
+    canceled = ok(client.post(f"{WANTS}/root/cancel", json={"reason": "enough"}))["seq"]
+
+    def detail(seq: int) -> dict[str, Any]:
+        return ok(client.get(f"{WANTS}/root", params={"as_of_seq": seq}))
+
+    first = detail(created)
+    assert (first["state"], first["as_of_seq"], first["updated_seq"]) == ("idle", created, created)
+    assert (first["cancel_reason"], first["children"], first["tree"]["children"]) == (None, [], [])
+    assert [(s["ref"], s["state"], s["waiting_on"]) for s in first["refs_status"]] == [("t/out", "missing", [])]
+    assert detail(buffered.last_seq)["state"] == "building"
+    assert detail(waiting.last_seq)["state"] == "upstream_building"
+    grown = detail(derived)
+    (status,) = grown["refs_status"]
+    assert (status["state"], [(w["ref"], w["state"]) for w in status["waiting_on"]]) == (
+        "upstream_building",
+        [("t/in", "missing")],
+    )
+    assert grown["tree"]["children"] == [{"want_id": "child", "state": "idle", "refs": ["t/in"], "children": []}]
+    now = ok(client.get(f"{WANTS}/root"))
+    assert (now["state"], now["cancel_reason"], now["as_of_seq"]) == ("canceled", "enough", canceled)
+    assert now["tree"]["children"][0]["state"] == "canceled"
+    problem(
+        client.get(f"{WANTS}/child", params={"as_of_seq": waiting.last_seq}),
+        404,
+        "child",
+        f"as of seq {waiting.last_seq}",
+    )
+
+    def page(**params: Any) -> dict[str, Any]:
+        return ok(client.get(WANTS, params=params))
+
+    assert [w["want_id"] for w in page(as_of_seq=waiting.last_seq)["items"]] == ["root"]
+    assert page(as_of_seq=created - 1) == {"items": [], "next_cursor": None, "as_of_seq": created - 1}
+    assert [(w["want_id"], w["state"]) for w in page(as_of_seq=derived)["items"]] == [
+        ("root", "upstream_building"),
+        ("child", "idle"),
+    ]
+    assert [w["want_id"] for w in page(as_of_seq=derived, state="idle")["items"]] == ["child"]
+    assert page(state="idle")["items"] == []
+    assert [w["want_id"] for w in page(as_of_seq=derived, ref="t/in")["items"]] == ["child"]
+    assert page(as_of_seq=waiting.last_seq, ref="t/in")["items"] == []
+    assert [w["want_id"] for w in page(as_of_seq=derived, root="root")["items"]] == ["root", "child"]
+    assert listed(client, WANTS, "state", limit=1, as_of_seq=derived) == ["upstream_building", "idle"]
+    # A cursor a page as of a seq gave pages that list; one naming a later want is no cursor of it.
+    cursor = page(as_of_seq=waiting.last_seq, limit=1)["next_cursor"]
+    assert cursor == str(created) and page(as_of_seq=waiting.last_seq, cursor=cursor)["items"] == []
+    later = page(limit=1, cursor=cursor)["next_cursor"]
+    assert later == str(derived)
+    problem(client.get(WANTS, params={"as_of_seq": waiting.last_seq, "cursor": later}), 404, "cursor")
+
+
+def test_wants_as_of_a_seq_after_the_head_or_not_a_seq_are_refused(api_server: ApiServer) -> None:
+    client = api_server.client
+    head = want(client, ["r/1"], want_id="r-1")["seq"]
+    for path in (WANTS, f"{WANTS}/r-1"):
+        problem(client.get(path, params={"as_of_seq": head + 1}), 409, f"as_of_seq {head + 1} is after the log head")
+        for bad in (-1, "ten", "1e1", "1.0", " 1", "true"):
+            problem(client.get(path, params={"as_of_seq": bad}), 422, "query.as_of_seq")

@@ -101,13 +101,14 @@ def history(client: httpx.Client, ref: str, **params: Any) -> list[dict[str, Any
 
 
 def walk(client: httpx.Client, path: str, limit: int, **params: Any) -> list[list[dict[str, Any]]]:
-    """Every page of a cursor-paged list, following `next_cursor` until it is null."""
+    """Every page of a cursor-paged list, following `next_cursor` until it is null (as of one seq, when given)."""
     pages: list[list[dict[str, Any]]] = []
     cursor: str | None = None
     while True:
         query = {**params, "limit": limit, **({"cursor": cursor} if cursor is not None else {})}
         page = ok(client.get(path, params=query))
-        assert set(page) == {"items", "next_cursor"} and len(page["items"]) <= limit
+        assert set(page) == {"items", "next_cursor", "as_of_seq"} and len(page["items"]) <= limit
+        assert page["as_of_seq"] == params.get("as_of_seq", page["as_of_seq"]), "a page says the seq asked for"
         pages.append(page["items"])
         cursor = page["next_cursor"]
         if cursor is None:

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from partbuild.api.app import create_app
 from partbuild.api.models.partitions import TaintRequest
+from partbuild.api.models.subscriptions import SubscriptionRequest
 from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
 from partbuild.api.web.security import SECURITY_HEADERS
@@ -226,3 +227,30 @@ def test_cancel_and_taint_forms_append_their_events(world: World) -> None:
         assert row.event_type == event_type
     assert service.want("want-forms").state == "canceled" and service.job_run("run-forms").state == "canceled"
     assert service.canonical("forms/raw").previous_uuid is not None
+
+
+def test_time_travel_reads_runs_wants_and_subscriptions_through_the_service(world: World) -> None:
+    """As of a seq the run page shows the run queued, the want page its tree then, the lists only what
+    existed, and the system page each subscription's settings then."""
+    service = world.service
+    run = service.job_run("run-1")
+    queued = _get(world, f"/runs/run-1?as_of={run.created_seq}")
+    assert re.search(r'data-testid="run-state"><span [^>]*data-state="queued"', queued)
+    assert re.search(r'data-testid="run-state"><span [^>]*data-state="succeeded"', _get(world, "/runs/run-1"))
+    assert f'data-uuid="{world.daily_uuid}"' in queued  # its output, as it was then
+    assert "no job run &#39;run-1&#39; as of seq" in _get(world, f"/runs/run-1?as_of={run.created_seq - 1}", 404)
+    runs_then = _get(world, f"/runs?as_of={run.created_seq}")
+    assert 'data-run-id="run-1"' in runs_then and 'data-run-id="run-2"' not in runs_then
+    child = service.want("want-child").created_seq
+    before_child = _get(world, f"/wants/want-root?as_of={child - 1}")
+    assert 'data-want-id="want-child"' not in before_child and 'data-testid="want-tree"' in before_child
+    assert 'data-want-id="want-child"' in _get(world, f"/wants/want-root?as_of={child}")
+    assert 'data-want-id="want-child"' not in _get(world, f"/wants?as_of={child - 1}")
+    assert re.findall(r'data-testid="partition-row" data-ref="([^"]+)"', _get(world, "/partitions?as_of=1")) == [RAW]
+
+    created = service.create_subscription(SubscriptionRequest(name="web-hooks", endpoint="http://127.0.0.1:9/h")).seq
+    service.pause_subscription("web-hooks")
+    row = r'data-subscription="web-hooks">.*?data-state="(\w+)"'
+    assert re.findall(row, _get(world, f"/system?as_of={created}")) == ["active"]
+    assert re.findall(row, _get(world, "/system")) == ["paused"]
+    assert re.findall(row, _get(world, f"/system?as_of={created - 1}")) == []

@@ -1,0 +1,101 @@
+"""The listing indexes: wants and runs in creation order bounded by a seq; refs as of a seq, skipping
+blocks of later refs, against a state replayed to that seq; refs whose first instance retention dropped."""
+
+from __future__ import annotations
+
+import random
+from itertools import takewhile
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.rules.listing import FANOUT, LEVELS, ListingIndex
+
+from foldkit import Story
+
+
+def _replayed(story: Story, seq: int) -> BuildState:
+    state = BuildState()
+    for at, event in enumerate(story.events[:seq], 1):
+        state.apply(at, event)
+    return state
+
+
+def _as_of(index: ListingIndex, seq: int, prefix: str = "", after: str | None = None) -> list[str]:
+    return list(takewhile(lambda ref: ref.startswith(prefix), index.refs_as_of(seq, prefix, after)))
+
+
+def _existing(state: BuildState, prefix: str = "", after: str | None = None) -> list[str]:
+    return sorted(ref for ref in state.canonical if ref.startswith(prefix) and (after is None or ref > after))
+
+
+def test_refs_as_of_are_exactly_the_refs_a_replayed_state_has() -> None:
+    """Refs created over 60 wants, in an order unlike their sorted one, more than the largest skipped block."""
+    story = Story()
+    names = [f"{kind}/{n:05d}" for n in range(FANOUT**LEVELS // 2 + 3 * FANOUT) for kind in ("a", "b")]
+    random.Random(7).shuffle(names)
+    chunk = len(names) // 60 + 1
+    for w in range(60):
+        story.want(f"w{w}", *names[w * chunk : (w + 1) * chunk])
+    index = ListingIndex()
+    index.update(story.state)
+    head = story.state.head_seq
+    assert index.refs() == sorted(names)
+    middle = sorted(names)[len(names) // 3]
+    past = BuildState()
+    for seq, event in enumerate([None, *story.events]):
+        if event is not None:
+            past.apply(seq, event)
+        if seq not in (0, 1, 2, 17, 31, head - 1, head):
+            continue
+        # No retention here: every first is exact, so nothing is yielded that the state as of seq lacks.
+        assert _as_of(index, seq) == _existing(past)
+        assert _as_of(index, seq, "b/") == _existing(past, "b/")
+        assert _as_of(index, seq, "a/000") == _existing(past, "a/000")
+        assert _as_of(index, seq, "", middle) == _existing(past, "", middle)
+        assert _as_of(index, seq, "a/", middle) == _existing(past, "a/", middle)
+    assert _as_of(index, head, "c/") == []
+
+
+def test_refs_added_after_the_first_read_merge_in_order() -> None:
+    """Refs folded after a read are spliced into the sorted list with their own firsts."""
+    story = Story()
+    story.want("w1", "m/5", "m/1")
+    index = ListingIndex()
+    index.update(story.state)
+    assert _as_of(index, 1) == ["m/1", "m/5"]
+    story.want("w2", "m/3", "m/9", "m/0")
+    index.update(story.state)
+    assert index.refs() == ["m/0", "m/1", "m/3", "m/5", "m/9"]
+    assert _as_of(index, 1) == ["m/1", "m/5"]
+    assert _as_of(index, 2) == ["m/0", "m/1", "m/3", "m/5", "m/9"]
+    assert _as_of(index, 2, "m/", "m/3") == ["m/5", "m/9"]
+
+
+def test_a_ref_whose_first_instance_retention_dropped_is_still_listed_in_the_past() -> None:
+    """A process starting on a state after retention cannot see a ref's first instance: it lists the ref from
+    the newest exact first seen before it on, so the state as of an earlier seq still finds it."""
+    story = Story()
+    story.want("w0", "early/0")  # seq 1
+    story.ok(pb.PartitionObserved(partition_ref="src/x", location="/x", version="v1"))  # seq 2: src/x's first
+    story.want("w1", "late/0")  # seq 3
+    story.ok(pb.PartitionObserved(partition_ref="src/x", location="/x", version="v2"))  # seq 4 supersedes it
+    story.ok(pb.InstanceRetention(drop_superseded_created_before_seq=3))  # seq 5 drops the first instance
+    assert (len(_replayed(story, 4).instances), len(story.state.instances)) == (4, 3)
+
+    index = ListingIndex()
+    index.update(story.state)
+    assert [ref for ref in _as_of(index, 2) if ref in _replayed(story, 2).canonical] == ["early/0", "src/x"]
+    assert "late/0" not in _as_of(index, 2)  # its first instance is held: exact, so skipped
+    assert _as_of(index, 0) == []
+
+
+def test_wants_between_two_seqs_in_creation_order() -> None:
+    story = Story()
+    for n in range(5):
+        story.want(f"w{n}", f"r/{n}")
+    index = ListingIndex()
+    index.update(story.state)
+    assert list(index.wants.between(0, 5)) == ["w0", "w1", "w2", "w3", "w4"]
+    assert list(index.wants.between(2, 4)) == ["w2", "w3"]
+    assert list(index.wants.between(4, 2)) == []
+    assert (index.wants.has_seq(3), index.wants.has_seq(6)) == (True, False)
