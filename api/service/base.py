@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from partbuild.api.errors import Conflict, Gone, InvalidInput, NotFound
 from partbuild.api.metrics import Metrics
-from partbuild.api.models.common import MAX_PAGE, CancelRequest, PageOut
+from partbuild.api.models.common import MAX_PAGE, CancelRequest
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -211,8 +211,3 @@ def unknown_cursor(cursor: str) -> NotFound:
 def check_limit(limit: int) -> None:
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
-
-
-def page_of(items: list[Any], limit: int, key: Callable[[Any], str]) -> PageOut[Any]:
-    """A page of `items`, with the cursor of the next one when it is full."""
-    return PageOut(items=items, next_cursor=key(items[-1]) if len(items) == limit else None)
