@@ -88,7 +88,7 @@ class BuildState:
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
-        History(("fields", "versions", "clock_marks")),
+        History(("fields", "versions", "clock_marks", "first_created")),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -128,6 +128,8 @@ class BuildState:
         self.fields: dict[str, tuple[object, ...]] = {}
         self.versions: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
         self.clock_marks: list[int] = []
+        # ref -> the seq its first instance was created at, once retention dropped that instance.
+        self.first_created: dict[str, int] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

@@ -228,6 +228,8 @@ def _drop(state: BuildState, instance: Instance) -> None:
     uuid = instance.uuid
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
+    if instance.previous_uuid is None:  # but that its ref had no instance before: reads of the past say so
+        state.first_created[instance.ref] = instance.created_seq
     state.instance_counts[instance.state] -= 1
     for input_uuid in instance.inputs:
         upstream = instances.get(input_uuid)  # None: dropped earlier (this event or before)

@@ -196,6 +196,9 @@ def canonical_at(state: BuildState, ref: str, seq: int) -> str | None:
     while uuid is not None:
         instance = state.instances.get(uuid)
         if instance is None:
+            first = state.first_created.get(ref)
+            if first is not None and seq < first:
+                return None  # it had no instance yet
             raise HistoryDropped(f"the instance of {ref!r} canonical", seq)
         if instance.created_seq <= seq:
             return uuid

@@ -20,7 +20,9 @@ add " as of seq N", which says what it answers about), once the fields a read sa
 are left out (NOW_FIELDS: where a subscription's deliveries stand, the time a group's heartbeats are
 judged at). One exception: an instance that retention has dropped since N may be unanswerable as of N
 (it is gone); a 404 or 410 is then accepted, but only where the replayed answer names an instance the
-live state no longer holds.
+live state no longer holds, or a 410 that names the ref of such an instance (a pointer to it, or a list
+filtered by states that needs its state); and an answer may leave out what retention dropped (a consumer,
+a lineage node, a run's ref) only where the replayed answer names a dropped instance or its ref.
 """
 
 from __future__ import annotations
@@ -382,6 +384,19 @@ def names_a(body: Any, uuids: frozenset[str]) -> bool:
     return False
 
 
+def refs_with_dropped_instances(state: Any) -> frozenset[str]:
+    """Refs one of whose instances retention dropped: a previous instance the state no longer holds."""
+    found = set()
+    for ref, uuid in state.canonical.items():
+        while uuid is not None:
+            instance = state.instances.get(uuid)
+            if instance is None:
+                found.add(ref)
+                break
+            uuid = instance.previous_uuid
+    return frozenset(found)
+
+
 # ----------------------------------------------------------------------------- the comparison
 
 
@@ -393,6 +408,7 @@ class Judge:
     oracle: Ask
     takes_as_of: Callable[[str], bool]
     dropped: frozenset[str]  # instances the live state no longer holds (retention)
+    dropped_refs: frozenset[str] = frozenset()  # the refs of those instances
     lag: int = 0  # read the live side this many seqs earlier: only to show that the comparison can fail
     mismatches: list[str] = field(default_factory=list)
     skipped: set[str] = field(default_factory=set)
@@ -435,6 +451,14 @@ class Judge:
         if live.status in GONE and oracle.status == 200 and names_a(oracle.body, self.dropped):
             self.gone += 1
             return "gone"
+        # A read that needs a dropped instance's state (a pointer to it, a list filtered by states) is a 410
+        # naming its ref; a run's refs no longer include a dropped instance's (as now).
+        if live.status == 410 and any(repr(ref) in str(live.body) for ref in self.dropped_refs):
+            self.gone += 1
+            return "gone"
+        if live.status == 200 and oracle.status == 200 and names_a(oracle.body, self.dropped | self.dropped_refs):
+            self.gone += 1  # what retention dropped is left out of the live answer (consumers, lineage, refs)
+            return "gone"
         return "differ"
 
     def report(self, what: str) -> None:
@@ -448,7 +472,8 @@ class Judge:
 
 def judge_for(pair: Sides, log: Catalog, lag: int = 0) -> Judge:
     dropped = frozenset(log.ids["uuid"]) - frozenset(pair.live.state.instances)
-    return Judge(service_asker(pair.live), service_asker(pair.oracle), service_takes_as_of, dropped, lag)
+    refs = refs_with_dropped_instances(pair.live.state)
+    return Judge(service_asker(pair.live), service_asker(pair.oracle), service_takes_as_of, dropped, refs, lag)
 
 
 def every_seq(events: list[pb.Event], log: Catalog, folder: Path, what: str, snapshot_at: int = 0) -> Judge:
@@ -543,7 +568,8 @@ def test_as_of_reads_over_http_equal_replay_for_a_sample_of_seqs(name: str, tmp_
         stack.callback(live.close)
         stack.callback(oracle.close)
         dropped = frozenset(log.ids["uuid"]) - frozenset(pair.live.state.instances)
-        judge = Judge(http_asker(live), http_asker(oracle), http_takes_as_of, dropped)
+        refs = refs_with_dropped_instances(pair.live.state)
+        judge = Judge(http_asker(live), http_asker(oracle), http_takes_as_of, dropped, refs)
         for seq in pair.seqs():
             if seq in seqs:
                 judge.check(seq, http_reads(log, pair.oracle, seq))
@@ -593,5 +619,6 @@ def test_only_the_declared_differences_are_accepted() -> None:
     assert judge.verdict_of(Answer(410, "Gone", "instance u1 was dropped"), names_dropped, 7) == "gone"
     assert judge.verdict_of(Answer(404, "NotFound", "no instance 'u2'"), names_kept, 7) == "differ"
     assert judge.verdict_of(Answer(409, "Conflict", "dropped"), names_dropped, 7) == "differ"
-    assert judge.verdict_of(Answer(200, "ok", {"nodes": []}), names_dropped, 7) == "differ"
+    assert judge.verdict_of(Answer(200, "ok", {"nodes": []}), names_dropped, 7) == "gone"  # left out, dropped
+    assert judge.verdict_of(Answer(200, "ok", {"uuid": "u3"}), names_kept, 7) == "differ"
     assert judge.verdict_of(None, names_kept, 7) == "differ"
