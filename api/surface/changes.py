@@ -20,7 +20,7 @@ class ChangesApi(Protocol):
         self,
         from_seq: Annotated[QueryInt, Query(ge=0, le=MAX_SEQ, description="Changes after this seq.")],
         to_seq: Annotated[
-            QueryInt | None, Query(ge=0, le=MAX_SEQ, description="Changes up to this seq (default: the head).")
+            QueryInt | None, Query(ge=1, le=MAX_SEQ, description="Changes up to this seq (default: the head).")
         ] = None,
         cursor: Cursor = None,
         limit: Limit = 100,
