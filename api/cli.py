@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from partbuild.api.commands import (
     bucketing,
+    changes,
     groups,
     log,
     partitions,
@@ -72,6 +73,7 @@ for command in (
     partitions.taint,
     partitions.observe,
     runs.runs_group,
+    changes.changes_command,
     serving.serve,
     serving.up,
     serving.run,

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut
 from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
 from partbuild.api.models.operations import BucketLayoutOut
@@ -486,6 +487,22 @@ def retention_text(report: RetentionReportOut) -> str:
 
 def nonzero(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {n:,}" for name, n in counts.items() if n) or "none"
+
+
+# ----------------------------------------------------------------- changes
+
+
+def changes_table(changes: list[ChangeOut]) -> Table:
+    """One change a row: a canonical move shows the UUIDs it moved from and to, the others the states."""
+    table = _table("SEQ", "KIND", "ID", "REF", "FROM", "TO")
+    for change in changes:
+        if change.kind == "canonical_moved":
+            before, after = Text(change.from_uuid or "(none)"), Text(change.to_uuid or "")
+        else:
+            before = state_text(change.from_state) if change.from_state else Text("(new)", style="dim")
+            after = state_text(change.to_state)
+        table.add_row(str(change.seq), change.kind, Text(change.id), Text(change.ref or ""), before, after)
+    return table
 
 
 # ----------------------------------------------------------------- printing and progress

@@ -25,9 +25,12 @@ _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 Option = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def _collect(fetch: Callable[[str | None], PageOut[Any]], cursor: str | None, follow: bool) -> PageOut[Any]:
-    """One page from `cursor`, or with `follow` every page from there (a counter on a terminal)."""
-    page = fetch(cursor)
+def collect(
+    fetch: Callable[[str | None], PageOut[Any]], cursor: str | None, follow: bool, first: PageOut[Any] | None = None
+) -> PageOut[Any]:
+    """One page from `cursor` (`first`, when already fetched), or with `follow` every page from there (a counter
+    on a terminal)."""
+    page = first if first is not None else fetch(cursor)
     if not follow or page.next_cursor is None:
         return page
     items = list(page.items)
@@ -64,7 +67,7 @@ def listing_group(
         target: Target, limit: int, follow: bool, cursor: str | None, as_of: int | None, as_json: bool, **chosen: Any
     ) -> None:
         with connect(target) as client:
-            page = _collect(
+            page = collect(
                 lambda after: fetch(client, cursor=after, limit=limit, as_of_seq=as_of, **chosen), cursor, follow
             )
         render.emit_page(page, as_json, table, noun, as_of)

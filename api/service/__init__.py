@@ -3,7 +3,7 @@
 `Service` implements `partbuild.api.surface.Client` in-process (the CLI's `--db`
 back end) and is what the HTTP routes call. It is composed of one class per
 resource (`wants`, `partitions`, `runs`, `groups`, `sources`, `subscriptions`,
-`events`, `audit`, `operations`: the same modules as in `partbuild.api.surface`
+`events`, `changes`, `audit`, `operations`: the same modules as in `partbuild.api.surface`
 and `partbuild.api.models`), each deriving from `base.ServiceBase`, which holds
 the database, the live state (its own, or the one a process shares with its
 orchestrator in `up`, so one process holds one BuildState), the guarded append
@@ -14,6 +14,7 @@ records to response models. Errors are the domain exceptions of `partbuild.api.e
 from __future__ import annotations
 
 from partbuild.api.service.audit import AuditService
+from partbuild.api.service.changes import ChangesService
 from partbuild.api.service.events import EventsService
 from partbuild.api.service.groups import GroupsService
 from partbuild.api.service.operations import OperationsService
@@ -34,6 +35,7 @@ class Service(
     SourcesService,
     SubscriptionsService,
     EventsService,
+    ChangesService,
     AuditService,
     OperationsService,
 ):

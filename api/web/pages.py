@@ -3,7 +3,8 @@
 Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
 `/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
 `/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
-with dagre), `/runs`, `/runs/{id}`, `/events`, `/audit`, `/system` (worker groups, bucketing, sources,
+with dagre), `/runs`, `/runs/{id}`, `/events`, `/changes?from=A&to=B` (what changed between two seqs),
+`/audit`, `/system` (worker groups, bucketing, sources,
 subscriptions). Posts: `/actions/want`,
 `/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint` (CSRF double-submit, writers only).
 
@@ -24,6 +25,8 @@ Stable hooks for browser tests (ids and data-testid):
   `#lineage-graph` (svg) of `g[data-testid=lineage-node][data-uuid][data-ref][data-state]` (each an
   `a` to the instance page) and `path[data-testid=lineage-edge][data-input][data-output]`;
   `lineage-controls` (`lineage-direction`, `lineage-depth`), `lineage-table`/`lineage-row`.
+- changes page: `changes-list`/`change-row[data-seq][data-kind][data-id]` (`.state[data-state]` of
+  `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
 - run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`.
 - forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
   `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
@@ -40,7 +43,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from partbuild.api.errors import TITLES, ApiError
+from partbuild.api.errors import TITLES, ApiError, InvalidInput
 from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
 from partbuild.api.service import Service
 from partbuild.api.web import identity as seam
@@ -216,6 +219,25 @@ def events_log_page(request: Request) -> HTMLResponse:
         before = views.seq_cursor(request.query_params.get("before"))
         found = events_page(service, page.as_of, filters, before)
         return render_page(page, "events.html", events=found, filters=filters, event_types=EVENT_TYPES)
+
+    return serve_page(request, build)
+
+
+CHANGES_SHOWN = 500
+
+
+@router.get("/changes", response_class=HTMLResponse)
+def changes_page(request: Request) -> HTMLResponse:
+    """What changed after `from` up to `to` (default: the head), a page of changes at a time (`after`)."""
+
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        first = views.seq_param(request.query_params.get("from"), "from")
+        if first is None:
+            raise InvalidInput("from must be a seq (a non-negative integer): the changes after it are shown")
+        last = views.seq_param(request.query_params.get("to"), "to")
+        after = request.query_params.get("after") or None
+        found = service.changes(first, last, cursor=after, limit=CHANGES_SHOWN)
+        return render_page(page, "changes.html", changes=found, first=first, last=found.as_of_seq)
 
     return serve_page(request, build)
 

@@ -66,6 +66,15 @@ def seq_cursor(text: str | None) -> int | None:
     return int(text)
 
 
+def seq_param(text: str | None, name: str) -> int | None:
+    """A seq given in the query as `name` (None: not given); InvalidInput for anything but digits."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 16):
+        raise InvalidInput(f"{name} must be a seq (a non-negative integer), got {text[:40]!r}")
+    return int(text)
+
+
 def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: int | None) -> Iterator[int]:
     """Indexes into a creation-order table, newest first, of entities that exist in `state`, before a seq."""
     top = bisect_right(seqs, state.head_seq)  # created after the state's seq: not there yet

@@ -52,6 +52,9 @@ COVERED: dict[str, dict[str, str]] = {
     "api/test_events.py": {
         "GET /api/v1/events": "test_events_are_the_raw_log_paged_by_seq",
     },
+    "api/test_changes.py": {
+        "GET /api/v1/changes": "test_changes_of_a_taint_and_its_new_data_paged",
+    },
     "api/test_audit.py": {
         "POST /api/v1/audit": "test_audit_digest_is_stable_and_lists_rejected_events",
     },

@@ -162,7 +162,10 @@ def paged_operations(document: dict[str, Any]) -> list[str]:
     ]
 
 
-PAGED = [WANTS, PARTITIONS, f"{API}/job-runs"]
+CHANGES = f"{API}/changes"
+PAGED = [WANTS, PARTITIONS, f"{API}/job-runs", CHANGES]
+# What a route needs besides the parameter under test (its required query parameters).
+REQUIRED = {CHANGES: {"from_seq": 0}}
 
 
 def test_the_paged_operations_are_the_ones_tested_here(document: dict[str, Any]) -> None:
@@ -190,7 +193,8 @@ UNKNOWN_CURSORS = [
 @pytest.mark.parametrize(("cursor", "status"), UNKNOWN_CURSORS)
 def test_a_cursor_no_page_gave_is_refused(client: httpx.Client, path: str, cursor: str, status: int) -> None:
     """Every cursor is checked, on every paged route: never the first page again for a cursor it never gave."""
-    assert_refused(client, "GET", path, status, "cursor", params={"cursor": cursor, "limit": 1})
+    params = {**REQUIRED.get(path, {}), "cursor": cursor, "limit": 1}
+    assert_refused(client, "GET", path, status, "cursor", params=params)
 
 
 @pytest.mark.parametrize("path", [WANTS, PARTITIONS])
@@ -286,12 +290,13 @@ def test_each_query_integer_bound_is_the_one_enforced(server: ApiServer, client:
     for method, path, name, keyword, bound, past in bounds:
         url = concrete(path, values)
         before = head_seq(client)
-        at_bound = client.request(method, url, params={name: bound})
+        required = REQUIRED.get(path, {})
+        at_bound = client.request(method, url, params={**required, name: bound})
         # 404/409: validation passed and the state answered (no such run yet; a seq after the head).
         assert at_bound.status_code in (200, 404, 409), (
             f"{method} {path}?{name}={bound} (the documented {keyword}): {at_bound.status_code} {at_bound.text[:300]}"
         )
-        problem(client.request(method, url, params={name: past}), 422, f"query.{name}")
+        problem(client.request(method, url, params={**required, name: past}), 422, f"query.{name}")
         assert head_seq(client) == before
 
 

@@ -365,6 +365,28 @@ def test_time_travel_before_the_taint_shows_the_old_instance_and_its_lineage(
     assert now_nodes == nodes and "tainted" in states_now, "at the head the same instances, the old weekly tainted"
 
 
+def test_the_banner_links_to_what_changed_since_the_taint(world: World, open_tab: Callable[[str], Tab]) -> None:
+    tab = open_tab(world.url)
+    visit(tab, f"/?as_of={world.before_taint}")
+    tab.page.locator("[data-testid=time-travel-changes]").click()
+    rows = tab.page.locator("[data-testid=change-row]")
+    expect(rows.first).to_be_visible()
+    found = _attrs(tab, "[data-testid=change-row]", "data-seq", "data-kind", "data-id")
+    taint = str(world.taint_seq)
+    assert {(taint, "instance_state", world.old_weekly), (taint, "canonical_moved", WEEK_1)} <= found
+    created = {(seq, uuid) for seq, kind, uuid in found if kind == "instance_created"}
+    assert (taint, world.new_weekly) in created  # the taint made its new instance, Missing
+    states: dict[str, list[tuple[str | None, ...]]] = {world.old_weekly: [], world.new_weekly: []}
+    for row in rows.all():
+        uuid = row.get_attribute("data-id")
+        if row.get_attribute("data-kind") == "instance_state" and uuid in states:
+            states[uuid].append(tuple(s.get_attribute("data-state") for s in row.locator(".state").all()))
+    assert states[world.old_weekly] == [("live", "tainted")]
+    # Rebuilt: from Missing (it may wait for its tainted daily first) to Building, then Live.
+    assert states[world.new_weekly][0][0] == "missing" and states[world.new_weekly][-1] == ("building", "live")
+    assert min(int(seq) for seq, _, _ in found) > world.before_taint
+
+
 # --- escaping and refusals ----------------------------------------------------------------------------------
 
 

@@ -254,3 +254,26 @@ def test_time_travel_reads_runs_wants_and_subscriptions_through_the_service(worl
     assert re.findall(row, _get(world, f"/system?as_of={created}")) == ["active"]
     assert re.findall(row, _get(world, "/system")) == ["paused"]
     assert re.findall(row, _get(world, f"/system?as_of={created - 1}")) == []
+
+
+def test_changes_page_lists_what_the_taint_changed_and_the_banner_links_to_it(world: World) -> None:
+    before, taint = world.before_taint, world.taint_seq
+    past = _get(world, f"/?as_of={before}")
+    assert f'href="/changes?from={before}&amp;to={world.service.live.head_seq}"' in past
+    assert 'data-testid="time-travel-changes"' not in _get(world, "/")
+    html = _get(world, f"/changes?from={before}&to={taint}")
+    rows = re.findall(r'data-testid="change-row" data-seq="(\d+)" data-kind="(\w+)" data-id="([^"]+)"', html)
+    (new_daily,) = [uuid for uuid, i in world.service.state.instances.items() if i.previous_uuid == world.daily_uuid]
+    # want-root was Successful already: a want that ended does not change with its refs.
+    assert rows == [
+        (str(taint), "instance_created", new_daily),
+        (str(taint), "instance_state", world.daily_uuid),
+        (str(taint), "canonical_moved", DAILY),
+    ]
+    assert 'data-state="tainted"' in html and f"/instances/{world.daily_uuid}?as_of={taint}" in html
+    paged = _get(world, f"/changes?from=0&to={taint}")
+    assert paged.count('data-testid="change-row"') > 10 and 'data-testid="next-page"' not in paged
+    assert "from must be a seq" in _get(world, "/changes", 422)
+    assert "to must be a seq" in _get(world, "/changes?from=1&to=x", 422)
+    assert "must be before" in _get(world, f"/changes?from={taint}&to={taint}", 422)
+    assert "after the log head" in _get(world, f"/changes?from=1&to={taint + 1000}", 409)

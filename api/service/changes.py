@@ -1,0 +1,88 @@
+"""Changes: what changed after one seq up to another, from the live state's histories (state/rules/changes.py).
+
+A page's cursor is its last change's key, `seq:kind:id`; with the same `from_seq` and `to_seq` the next page
+continues after it. Each page scans the records again (O(records)): the live state keeps no index by seq.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from partbuild.api.errors import Conflict, InvalidInput
+from partbuild.api.models.changes import ChangeOut
+from partbuild.api.models.common import PageOut
+from partbuild.api.service.as_of import page_at
+from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
+from partbuild.state.log.live import SeqAfterHead
+from partbuild.state.rules.changes import KINDS, Change, changes_between
+
+_KIND_ORDER = {kind: index for index, kind in enumerate(KINDS)}
+
+
+class ChangesService(ServiceBase):
+    """What changed between two seqs."""
+
+    def changes(
+        self,
+        from_seq: int,
+        to_seq: int | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+        min_seq: int | None = None,
+    ) -> PageOut[ChangeOut]:
+        """The changes in (`from_seq`, `to_seq`] (default: up to the head), by seq, then kind, then id."""
+        check_limit(limit)
+        if from_seq < 0 or (to_seq is not None and to_seq < 0):
+            raise InvalidInput("from_seq and to_seq must not be negative")
+        if to_seq is not None and from_seq >= to_seq:
+            raise InvalidInput(f"from_seq ({from_seq}) must be before to_seq ({to_seq})")
+        try:
+            self.live.read_at_least(min_seq)
+            if to_seq is None:
+                self.live.read_at_least(from_seq, "from_seq")
+            else:
+                self.live.read_at_least(to_seq, "to_seq")
+        except SeqAfterHead as exc:
+            raise Conflict(str(exc)) from None
+        with self.live.read() as state:
+            last = state.head_seq if to_seq is None else to_seq
+            if from_seq >= last:
+                raise InvalidInput(f"from_seq ({from_seq}) must be before to_seq (the head, {last})")
+            after = _cursor_key(cursor, from_seq, last)
+            found = changes_between(state, from_seq, last)
+        start = 0 if after is None else bisect_right(found, after, key=_key)
+        items = [change_out(change) for change in found[start : start + limit]]
+        return page_at(items, limit, lambda c: f"{c.seq}:{c.kind}:{c.id}", last)
+
+
+def _key(change: Change) -> tuple[int, int, str]:
+    return change.key
+
+
+def _cursor_key(cursor: str | None, first: int, last: int) -> tuple[int, int, str] | None:
+    """The key a cursor names; NotFound unless a page of changes in (first, last] could have given it."""
+    if cursor is None:
+        return None
+    seq, _, rest = cursor.partition(":")
+    kind, _, key = rest.partition(":")
+    if not (seq.isascii() and seq.isdigit() and len(seq) <= 16 and kind in _KIND_ORDER and key):
+        raise unknown_cursor(cursor)
+    if not first < int(seq) <= last:
+        raise unknown_cursor(cursor)
+    return int(seq), _KIND_ORDER[kind], key
+
+
+# ----------------------------------------------------------------- records -> models
+
+
+def change_out(change: Change) -> ChangeOut:
+    return ChangeOut(
+        seq=change.seq,
+        kind=change.kind,  # type: ignore[arg-type]  # one of KINDS, the model's literal
+        id=change.id,
+        ref=change.ref,
+        from_state=None if change.from_state is None else state_name(change.from_state),
+        to_state=None if change.to_state is None else state_name(change.to_state),
+        from_uuid=change.from_uuid,
+        to_uuid=change.to_uuid,
+    )
