@@ -13,7 +13,9 @@ each version of a record is read at its first and at its last seq), a rotating s
 log ever names (ids not created yet included: those must be unknown on both sides), ids no log has,
 and windows of every list (first pages, pages around what changed, the newest); at a sample of seqs,
 every page of every list. A read whose method does not take `as_of_seq` yet is skipped, and the test
-prints which.
+prints which. Two tests keep that choice honest: on a small generated history every read whose replayed
+answer changes between two seqs is among those chosen at both, and reading the live side one seq off
+makes the comparison fail at every seq where something changed.
 
 Equal means equal: the same model, or the same error class with the same message (the live side may
 add " as of seq N", which says what it answers about), once the fields a read says of "now" by design
@@ -57,7 +59,7 @@ from partbuild.state.database import Database
 from golden_log import GOLDEN_LOGS, read
 from httpkit import JSON, PROBLEM_JSON
 from stepkit import Step, materialize, steps_strategy
-from timetravelkit import Catalog, Key, catalog, w1_history
+from timetravelkit import SMALL_PLAN, Catalog, Key, catalog, w1_history
 
 NOW_MS = 1_800_000_000_000  # the live side's clock ("now", long after every log)
 ROTATION = 32  # ids read at each seq besides those that change around it
@@ -83,7 +85,6 @@ NOW_FIELDS = {"get_subscription": DELIVERIES, "list_subscriptions": DELIVERIES, 
 HTTP_ROTATION = 6  # over HTTP, at each sampled seq: a smaller rotating slice,
 HTTP_KEYS = 10  # and about this many of the records that change around it
 RANDOM_HISTORIES = 5  # examples of the random-history test (fixed: derandomized)
-OFF_BY_ONE_EVENTS = 120  # the generated history's first events: where reading one seq off must show
 
 
 # ----------------------------------------------------------------------------- the two sides
@@ -244,7 +245,7 @@ class Answer:
     body: Any  # the model dumped, the JSON, or the error's message
 
     def __str__(self) -> str:
-        return f"{self.status} {self.kind} {str(self.body)[:1500]}"
+        return f"{self.status} {self.kind} {str(self.body)[:1500]}"  # only to report a difference
 
 
 Ask = Callable[[Read, int | None, str | None], Answer]  # (read, as_of_seq, cursor) -> answer
@@ -358,6 +359,11 @@ def without(body: Any, names: frozenset[str]) -> Any:
     return body
 
 
+def unseq(body: Any) -> Any:
+    """The answer without the seq it says it is as of (which moves at every seq)."""
+    return {key: value for key, value in body.items() if key != "as_of_seq"} if isinstance(body, dict) else body
+
+
 def difference(live: Any, replayed: Any, path: str = "") -> str:
     """Where two answers first differ, as `path: live != replayed`."""
     if isinstance(live, dict) and isinstance(replayed, dict):
@@ -400,6 +406,20 @@ def refs_with_dropped_instances(state: Any) -> frozenset[str]:
 # ----------------------------------------------------------------------------- the comparison
 
 
+@dataclass(frozen=True)
+class Mismatch:
+    seq: int
+    call: Read
+    page: int
+    live: Answer | None
+    replayed: Answer | None
+
+    def __str__(self) -> str:
+        mine, theirs = self.live, self.replayed
+        where = difference(mine.body, theirs.body) if mine and theirs else "one side has more pages"
+        return f"as of seq {self.seq}: {self.call} page {self.page}: {where}\n  live:     {mine}\n  replayed: {theirs}"
+
+
 @dataclass
 class Judge:
     """Asks both sides the same reads as of a seq, and keeps what differs."""
@@ -410,7 +430,7 @@ class Judge:
     dropped: frozenset[str]  # instances the live state no longer holds (retention)
     dropped_refs: frozenset[str] = frozenset()  # the refs of those instances
     lag: int = 0  # read the live side this many seqs earlier: only to show that the comparison can fail
-    mismatches: list[str] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
     skipped: set[str] = field(default_factory=set)
     compared: int = 0
     gone: int = 0
@@ -430,10 +450,7 @@ class Judge:
                 if verdict == "gone":
                     break
                 if verdict == "differ":
-                    where = difference(mine.body, theirs.body) if mine and theirs else "one side has more pages"
-                    self.mismatches.append(
-                        f"as of seq {seq}: {call} page {number + 1}: {where}\n  live:     {mine}\n  replayed: {theirs}"
-                    )
+                    self.mismatches.append(Mismatch(seq, call, number + 1, mine, theirs))
                     break
 
     def verdict_of(self, live: Answer | None, oracle: Answer | None, seq: int) -> str:
@@ -466,7 +483,7 @@ class Judge:
         if self.skipped:
             print(f"{what}: skipped, as_of_seq not taken yet by: {', '.join(sorted(self.skipped))}")
         print(f"{what}: {self.compared} reads compared, {self.gone} answered as gone (retention)")
-        shown = "\n".join(self.mismatches[:12])
+        shown = "\n".join(map(str, self.mismatches[:12]))
         assert not self.mismatches, f"{what}: {len(self.mismatches)} reads differ from replay, the first:\n{shown}"
 
 
@@ -580,14 +597,37 @@ def test_as_of_reads_over_http_equal_replay_for_a_sample_of_seqs(name: str, tmp_
 SINGLE_READS = {"ref": "canonical", "uuid": "instance", "want": "want", "run": "job_run"}
 
 
+def test_the_reads_chosen_at_each_seq_include_every_read_whose_replayed_answer_changes(tmp_path: Path) -> None:
+    """On a small generated history with every kind of change, asking the oracle every read of every id at
+    every seq: each read whose answer differs between seq N - 1 and N is chosen at both (lists aside; of
+    the lineages the widest, which shows whatever the others show)."""
+    events = w1_history(SMALL_PLAN)
+    log = catalog(events)
+    keys = [(kind, ident) for kind, ids in log.ids.items() for ident in ids]
+    widest = len(DIRECTIONS) * 2 - 1  # reads_of's variant of lineage(direction="both", depth=2)
+    reads = [(key, read) for key in keys for read in reads_of(key, log, widest) if read.pages == 1]
+    with sides(events, tmp_path) as pair:
+        ask = service_asker(pair.oracle)
+        before: dict[str, Any] = {}
+        missed, changed = [], 0
+        for seq in pair.seqs():
+            answers = {str(read): unseq(settled(read, ask(read, None, None)).body) for _, read in reads}
+            chosen = changing(log, seq) & changing(log, seq - 1) if seq else set()
+            moved = [(key, read) for key, read in reads if seq and answers[str(read)] != before[str(read)]]
+            changed += len(moved)
+            missed += [f"seq {seq}: {read}" for key, read in moved if key not in chosen]
+            before = answers
+    assert changed > len(events) and missed == [], missed[:20]
+
+
 @pytest.mark.parametrize("lag", [1, -1], ids=["one-seq-early", "one-seq-late"])
 def test_the_comparison_fails_when_the_live_side_reads_one_seq_off(lag: int, tmp_path: Path) -> None:
-    """The reads chosen at each seq catch every change: read one seq off, every change shows as a difference.
+    """Read one seq off, every change shows as a difference: the comparison can fail, and does where it must.
 
     Counted: the seqs that changed an instance, a canonical pointer, a want or a job run whose read takes
     `as_of_seq` (wants and job runs count once theirs do).
     """
-    events = history("w1")[0][:OFF_BY_ONE_EVENTS]
+    events = w1_history(SMALL_PLAN)
     log = catalog(events)
     kinds = {kind for kind, method in SINGLE_READS.items() if service_takes_as_of(method)}
     with sides(events, tmp_path) as pair:
@@ -595,12 +635,12 @@ def test_the_comparison_fails_when_the_live_side_reads_one_seq_off(lag: int, tmp
         differing = set()
         for seq in pair.seqs():
             before = len(judge.mismatches)
-            judge.check(seq, reads_at(log, pair.oracle, seq, walk=False))
+            judge.check(seq, [read for key in sorted(changing(log, seq)) for read in reads_of(key, log)])
             if len(judge.mismatches) > before:
                 differing.add(seq)
     changed_at = {seq for seq, keys in enumerate(log.moved) if any(kind in kinds for kind, _ in keys)}
     expected = changed_at if lag == 1 else {seq - 1 for seq in changed_at}
-    assert len(expected) > OFF_BY_ONE_EVENTS // 2 and expected <= differing, sorted(expected - differing)
+    assert len(expected) > len(events) // 2 and expected <= differing, sorted(expected - differing)
 
 
 def test_only_the_declared_differences_are_accepted() -> None:

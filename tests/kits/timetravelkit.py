@@ -32,6 +32,7 @@ from partbuild.state.log.events import envelope, from_job_run, manual, system
 from foldkit import subscription
 
 PLAN = SimulationPlan(weeks=8, sites=2, fail_every=3, taint_every=4)
+SMALL_PLAN = SimulationPlan(weeks=2, sites=2, fail_every=2, taint_every=2)  # every kind of change, few records
 ORCHESTRATOR = system("orchestrator")
 CONNECTOR = system("connector")
 SCANNER = system("source-scanner", "host:1:aaaa")
@@ -102,16 +103,16 @@ def refs_of_week(site: int, week: int) -> tuple[str, list[str], list[str]]:
     )
 
 
-def w1_history() -> list[pb.Event]:
-    """The generated W1 history (see the module's docstring), about 450 events."""
-    h = History(list(simulate(PLAN)))
+def w1_history(plan: SimulationPlan = PLAN) -> list[pb.Event]:
+    """The generated W1 history (see the module's docstring): about 390 events of PLAN, 160 of SMALL_PLAN."""
+    h = History(list(simulate(plan)))
     _small_records(h, 1)
     _versions(h)
     _rebuild_with_a_canceled_run(h)
     h.add(pb.InstanceRetention(drop_superseded_created_before_seq=h.seq // 2), system("retention"))
     _small_records(h, 2)
-    _upstream_fails(h)
-    _cancel_and_expire(h)
+    _upstream_fails(h, plan.weeks)
+    _cancel_and_expire(h, plan.weeks)
     _small_records(h, 3)
     weekly, _, _ = refs_of_week(1, 1)
     h.add(pb.PartitionTaint(partition_ref=weekly, reason="checked by hand", only_this_ref=True), manual("ann"))
@@ -157,9 +158,9 @@ def _rebuild_with_a_canceled_run(h: History) -> None:
     assert h.state.wants["rebuild-w1"].state == WantState.SUCCESSFUL
 
 
-def _upstream_fails(h: History) -> None:
+def _upstream_fails(h: History, week: int) -> None:
     """Site 0, a new week: the weekly waits for dailies waiting for raw data; a daily run fails for good."""
-    weekly, dailies, raws = refs_of_week(0, PLAN.weeks)
+    weekly, dailies, raws = refs_of_week(0, week)
     h.add(pb.WantCreate(want_id="w-new", partition_refs=[weekly], comment="next week"), manual("analyst"))
     h.wait({weekly: dailies})
     h.add(pb.WantCreate(want_id="w-new-daily", partition_refs=dailies, parent_want_id="w-new"))
@@ -176,9 +177,9 @@ def _upstream_fails(h: History) -> None:
     assert h.state.wants["w-new"].state == WantState.UPSTREAM_FAILED
 
 
-def _cancel_and_expire(h: History) -> None:
+def _cancel_and_expire(h: History, week: int) -> None:
     """Site 1, a new week: a want canceled while it waits; another (TTL 60 s) and its child expire."""
-    weekly, dailies, _ = refs_of_week(1, PLAN.weeks)
+    weekly, dailies, _ = refs_of_week(1, week)
     h.add(pb.WantCreate(want_id="w-cancel", partition_refs=[weekly]), manual("analyst"))
     h.wait({weekly: dailies[:3]})
     h.add(pb.WantCancel(want_id="w-cancel", reason="not needed"), manual("analyst"))
