@@ -34,20 +34,18 @@ class ChangesService(ServiceBase):
         check_limit(limit)
         if from_seq < 0 or (to_seq is not None and to_seq < 0):
             raise InvalidInput("from_seq and to_seq must not be negative")
-        if to_seq is not None and from_seq >= to_seq:
-            raise InvalidInput(f"from_seq ({from_seq}) must be before to_seq ({to_seq})")
-        try:
+        try:  # a seq the log has not reached is a 409 (it may come), before how the two compare (a 422)
             self.live.read_at_least(min_seq)
-            if to_seq is None:
-                self.live.read_at_least(from_seq, "from_seq")
-            else:
+            self.live.read_at_least(from_seq, "from_seq")
+            if to_seq is not None:
                 self.live.read_at_least(to_seq, "to_seq")
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None
+        if to_seq is not None and from_seq > to_seq:
+            raise InvalidInput(f"from_seq ({from_seq}) must not be after to_seq ({to_seq})")
         with self.live.read() as state:
+            # From a seq to itself nothing changed: a poll from the head gets an empty page, not an error.
             last = state.head_seq if to_seq is None else to_seq
-            if from_seq >= last:
-                raise InvalidInput(f"from_seq ({from_seq}) must be before to_seq (the head, {last})")
             after = _cursor_key(cursor, from_seq, last)
             found = changes_between(state, from_seq, last)
         start = 0 if after is None else bisect_right(found, after, key=_key)

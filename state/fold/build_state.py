@@ -104,7 +104,8 @@ class BuildState:
         # Inverted indexes, so every lookup is O(1) or O(result).
         # Job runs by instance and consumers by input instance live on each Instance
         # (`attempts`, `consumers`): O(1) by UUID without a dict entry per instance.
-        self.wants_by_ref: dict[str, list[str]] = {}  # ref -> every want naming it, in creation order
+        # ref -> every want naming it, in creation order (a tuple of one, a list of more)
+        self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
         self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it

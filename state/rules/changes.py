@@ -59,8 +59,8 @@ def changes_between(state: BuildState, first: int, last: int) -> list[Change]:
     O(records): it scans every instance, want and job run (skipping at once those unchanged since `first`),
     and walks the few changes of each record changed since.
     """
-    if not 0 <= first < last <= state.head_seq:
-        raise ValueError(f"need 0 <= first < last <= head ({state.head_seq}), got {first} and {last}")
+    if not 0 <= first <= last <= state.head_seq:
+        raise ValueError(f"need 0 <= first <= last <= head ({state.head_seq}), got {first} and {last}")
     found: list[Change] = []
     for instance in state.instances.values():
         if instance.created_seq > last:

@@ -298,7 +298,7 @@ def check_invariants(state: BuildState) -> None:
             for child in children:
                 if wants[child].created_seq < want.updated_seq:
                     assert wants[child].tally is None, f"{child} outlived its canceled parent {want.want_id}"
-    assert state.wants_by_ref == wants_by_ref
+    assert {ref: list(ids) for ref, ids in state.wants_by_ref.items()} == wants_by_ref
     assert {ref: set(ids) for ref, ids in state.active_wants_by_ref.items()} == active_by_ref
     assert all(state.active_wants_by_ref.values())
     heap = state.expiry

@@ -65,7 +65,7 @@ def test_human_output_and_bad_seqs(capsys: pytest.CaptureFixture[str], seeded: s
     code, out, _ = run_cli(capsys, "changes", "0", "--db", seeded, "--limit", "1000")
     assert code == 0 and "canonical_moved" in out and "tainted" in out
     for args, words in (
-        (["5", "5"], "from_seq (5) must be before to_seq (5)"),
+        (["6", "5"], "from_seq (6) must not be after to_seq (5)"),
         (["0", str(HEAD + 1)], f"to_seq {HEAD + 1} is after the log head {HEAD}"),
         (["-1"], "No such option"),  # click reads it as an option: still one line, exit 2
         (["1.5"], "is not a seq"),

@@ -275,5 +275,6 @@ def test_changes_page_lists_what_the_taint_changed_and_the_banner_links_to_it(wo
     assert paged.count('data-testid="change-row"') > 10 and 'data-testid="next-page"' not in paged
     assert "from must be a seq" in _get(world, "/changes", 422)
     assert "to must be a seq" in _get(world, "/changes?from=1&to=x", 422)
-    assert "must be before" in _get(world, f"/changes?from={taint}&to={taint}", 422)
+    assert "Nothing changed after seq" in _get(world, f"/changes?from={taint}&to={taint}", 200)
+    assert "must not be after" in _get(world, f"/changes?from={taint}&to={taint - 1}", 422)
     assert "after the log head" in _get(world, f"/changes?from=1&to={taint + 1000}", 409)
