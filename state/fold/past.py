@@ -476,13 +476,14 @@ class PastState:
         seq, live = self.head_seq, self.live
         instances = [0] * len(InstanceState)
         for _, instance in _created_by(live.instances, seq):
-            instances[instance_state_at(live, instance, seq)[0]] += 1
+            # Inline: most records have not changed since, and this visits every one of them.
+            instances[instance.state if instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]] += 1
         wants = [0] * len(WantState)
         for _, want in _created_by(live.wants, seq):
-            wants[want_state_at(want, seq)[0]] += 1
+            wants[want.state if want.updated_seq <= seq else want_state_at(want, seq)[0]] += 1
         runs = [0] * len(JobRunState)
         for _, run in _created_by(live.job_runs, seq):
-            runs[run_at(run, seq).state] += 1
+            runs[run.state if run.updated_seq <= seq else run_at(run, seq).state] += 1
         return {
             "instances": {s.name.lower(): instances[s] for s in InstanceState},
             "wants": {s.name.lower(): wants[s] for s in WantState},
