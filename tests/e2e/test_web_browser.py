@@ -5,7 +5,9 @@ building W1 over 6 days of clicks with the shared SparkSession. Set-up: want the
 2026-W01 (4 dailies come as derivative wants), taint one daily, want the weekly again (rebuilt, new
 instances), observe a partition whose ref holds `<script>`. The weekly job is gated, so the test of
 live refresh sees the build in flight and then done, whatever the machine's speed. A second server,
-over a database with tokens, tests sign-in and roles. Every page a test opens fails the test on a
+over a database with tokens, tests sign-in and roles. The time-travel tests pick their seqs from the
+log (a want's creation, its derivative wants, a run's buffer, heartbeat and success, the taint) and
+compare each page to the API's answer as of the same seq. Every page a test opens fails the test on a
 console error, an uncaught exception, a CSP violation or a dialog (tests/kits/browserkit.py).
 """
 
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import date
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -150,14 +153,19 @@ def _attrs(tab: Tab, selector: str, *names: str) -> set[tuple[str, ...]]:
     return {tuple(v) for v in values}
 
 
-def _api_lineage(world: World, tab: Tab, as_of: int | None = None) -> tuple[set[str], set[tuple[str, str]]]:
-    """The lineage the API gives for the graph shown on `tab` (same uuid, direction, depth, seq)."""
+def _api_lineage_body(world: World, tab: Tab, as_of: int | None = None) -> Any:
+    """The API's answer for the lineage graph shown on `tab` (same uuid, direction, depth, seq)."""
     box = tab.page.locator("#lineage")
     params = {"direction": box.get_attribute("data-direction"), "depth": box.get_attribute("data-depth")}
     if as_of is not None:
         params["as_of_seq"] = str(as_of)
     uuid = box.get_attribute("data-uuid")
-    body = world.get(f"/api/v1/instances/{uuid}/lineage", **params)
+    return world.get(f"/api/v1/instances/{uuid}/lineage", **params)
+
+
+def _api_lineage(world: World, tab: Tab, as_of: int | None = None) -> tuple[set[str], set[tuple[str, str]]]:
+    """The nodes and edges of the lineage the API gives for the graph shown on `tab`."""
+    body = _api_lineage_body(world, tab, as_of)
     return {node["uuid"] for node in body["nodes"]}, {(edge["input"], edge["output"]) for edge in body["edges"]}
 
 
@@ -181,6 +189,17 @@ def _tree(node: dict[str, Any]) -> set[tuple[str, str, str]]:
     return found
 
 
+def _shown_tree(tab: Tab) -> set[tuple[str, str, str]]:
+    """The want tree the page draws, as `_tree`'s triples (read from each node's data attributes)."""
+    shown = tab.page.locator("[data-testid=want-tree-node]").evaluate_all(
+        """(els) => els.map((e) => {
+             const parent = e.parentElement.closest('[data-testid=want-tree-node]');
+             return [parent ? parent.dataset.wantId : '', e.dataset.wantId, e.dataset.state];
+           })"""
+    )
+    return {(parent, want, state) for parent, want, state in shown}
+
+
 # --- pages render what the API says -----------------------------------------------------------------------
 
 
@@ -200,14 +219,8 @@ def test_a_wants_page_draws_its_derivative_tree(world: World, open_tab: Callable
     tab = open_tab(world.url)
     visit(tab, "/wants/weekly-w01")
     expect(tab.page.locator("[data-testid=want-state] .state")).to_have_attribute("data-state", "successful")
-    shown = tab.page.locator("[data-testid=want-tree-node]").evaluate_all(
-        """(els) => els.map((e) => {
-             const parent = e.parentElement.closest('[data-testid=want-tree-node]');
-             return [parent ? parent.dataset.wantId : '', e.dataset.wantId, e.dataset.state];
-           })"""
-    )
     api = _tree(world.get("/api/v1/wants/weekly-w01")["tree"])
-    assert {tuple(row) for row in shown} == api
+    assert _shown_tree(tab) == api
     parents = {parent for parent, _, _ in api}
     assert len(api) >= 3 and len(parents - {"", "weekly-w01"}) >= 1, "the dailies' want, and the raws' under it"
     tab.page.locator("[data-testid=want-tree-node] [data-testid=want-tree-node] a").first.click()
@@ -385,6 +398,153 @@ def test_the_banner_links_to_what_changed_since_the_taint(world: World, open_tab
     # Rebuilt: from Missing (it may wait for its tainted daily first) to Building, then Live.
     assert states[world.new_weekly][0][0] == "missing" and states[world.new_weekly][-1] == ("building", "live")
     assert min(int(seq) for seq, _, _ in found) > world.before_taint
+
+
+# --- time travel through the story, seq by seq ---------------------------------------------------------
+# Each test picks its seqs from the log (what happened when), opens a page as of each and compares what it
+# shows to the API's answer as of the same seq. The states expected at each seq say the seqs were picked
+# right, so the pages must also differ where the log says something changed.
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One event of the world's log: its seq, its payload's kind (`want_create`, ...) and the payload."""
+
+    seq: int
+    kind: str
+    body: Any
+
+
+def _story_log(world: World) -> list[Logged]:
+    """The world's log, in seq order: where the time-travel tests pick their seqs."""
+    found = []
+    for row in world.api.service.log.read(0, 1_000):
+        event = row.to_event()
+        kind = event.WhichOneof("payload")
+        assert kind is not None, row.seq
+        found.append(Logged(row.seq, kind, getattr(event, kind)))
+    return found
+
+
+def _first_seq(log: list[Logged], kind: str, after: int = 0, **fields: str) -> int:
+    """The seq of the first event of `kind` after seq `after` whose payload has these field values."""
+    for event in log:
+        if event.seq > after and event.kind == kind and all(getattr(event.body, k) == v for k, v in fields.items()):
+            return event.seq
+    raise AssertionError(f"no {kind} {fields} after seq {after} in the log")
+
+
+def _run_seqs(log: list[Logged], run_id: str) -> tuple[int, int, int]:
+    """When the log says `run_id` was buffered (queued), started (its first heartbeat) and succeeded."""
+    queued = _first_seq(log, "job_run_buffer", job_run_id=run_id)
+    running = _first_seq(log, "job_run_heartbeat", job_run_id=run_id)
+    return queued, running, _first_seq(log, "job_run_success", job_run_id=run_id)
+
+
+def _built_by(world: World, uuid: str) -> str:
+    return str(world.get(f"/api/v1/instances/{uuid}")["built_by"])
+
+
+def _travel(tab: Tab, seq: int) -> None:
+    """Travel to `seq` with the header's form, as a person would, and wait until the page is there."""
+    tab.page.locator("[data-testid=as-of-input]").fill(str(seq))
+    tab.page.locator("#time-travel button[type=submit]").click()
+    expect(tab.page.locator("[data-testid=time-travel-banner]")).to_have_attribute("data-as-of", str(seq))
+
+
+@pytest.mark.parametrize("want_id", ["weekly-w01", "weekly-w01-again"])
+def test_a_wants_tree_at_each_step_of_its_build_is_the_apis_as_of_then(
+    world: World, open_tab: Callable[[str], Tab], want_id: str
+) -> None:
+    log = _story_log(world)
+    created = derived = _first_seq(log, "want_create", want_id=want_id)
+    family = {want_id}  # the want and its derivative wants, each created in the log under its parent
+    for event in log:
+        if event.kind == "want_create" and event.body.parent_want_id in family:
+            family.add(event.body.want_id)
+            derived = event.seq
+    weekly_run = next(
+        e.body.job_run_id
+        for e in log
+        if e.seq > created and e.kind == "job_run_buffer" and e.body.job_label == "weekly_clicks"
+    )
+    _, running, succeeded = _run_seqs(log, weekly_run)
+    rebuilt = _run_seqs(log, _built_by(world, world.new_weekly))[2]
+    steps = [
+        ("created", created, "idle"),
+        ("derived", derived, "upstream_building"),
+        ("running", running, "building"),
+        ("succeeded", succeeded, "successful"),
+    ]
+    if rebuilt != succeeded:  # the taint and the rebuild leave a successful want as it was
+        steps.append(("rebuilt", rebuilt, "successful"))
+    tab = open_tab(world.url)
+    visit(tab, f"/wants/{want_id}")
+    trees: dict[str, set[tuple[str, str, str]]] = {}
+    for name, seq, state in steps:
+        _travel(tab, seq)
+        api = world.get(f"/api/v1/wants/{want_id}", as_of_seq=seq)
+        assert (api["as_of_seq"], api["state"]) == (seq, state), name
+        expect(tab.page.locator("[data-testid=want-state] .state")).to_have_attribute("data-state", state)
+        trees[name] = _shown_tree(tab)
+        assert trees[name] == _tree(api["tree"]), name
+    assert trees["created"] == {("", want_id, "idle")}, "no derivative wants yet"
+    assert {want for _, want, _ in trees["derived"]} == family and len(family) > 1
+    assert {state for _, _, state in trees["succeeded"]} == {"successful"}
+    changed = [(a, b) for (a, _, _), (b, _, _) in pairwise(steps) if trees[a] != trees[b]]
+    assert changed == [("created", "derived"), ("derived", "running"), ("running", "succeeded")]
+
+
+def test_a_weekly_runs_page_while_queued_running_succeeded_and_tainted_is_the_apis_as_of_then(
+    world: World, open_tab: Callable[[str], Tab]
+) -> None:
+    run_id = _built_by(world, world.old_weekly)
+    queued, running, succeeded = _run_seqs(_story_log(world), run_id)
+    quoted = quote(run_id, safe="")
+    tab = open_tab(world.url)
+    seen = []
+    for seq in (queued, running, succeeded, world.taint_seq):
+        visit(tab, f"/runs/{quoted}?as_of={seq}")
+        expect(tab.page.locator("[data-testid=time-travel-banner]")).to_have_attribute("data-as-of", str(seq))
+        run = world.get(f"/api/v1/job-runs/{quoted}", as_of_seq=seq)
+        expect(tab.page.locator("[data-testid=run-state] .state")).to_have_attribute("data-state", run["state"])
+        timeline = tab.page.locator("[data-testid=run-timeline] [data-testid=timeline-item]")
+        expect(timeline.last).to_have_attribute("data-state", run["state"])
+        outputs = {
+            (uuid, world.get(f"/api/v1/instances/{uuid}", as_of_seq=seq)["state"]) for uuid in run["instance_uuids"]
+        }
+        assert _attrs(tab, "[data-testid=output-row]", "data-uuid", "data-state") == outputs, seq
+        inputs = tab.page.locator("[data-testid=run-inputs] a").evaluate_all("(els) => els.map((e) => e.textContent)")
+        assert {text.strip() for text in inputs} == set(run["inputs"]), seq
+        seen.append((run["state"], {state for _, state in outputs}, len(inputs)))
+    # Queued and running: the weekly Building, no inputs recorded yet; then Live from its 4 dailies; Tainted.
+    assert seen == [
+        ("queued", {"building"}, 0),
+        ("running", {"building"}, 0),
+        ("succeeded", {"live"}, 4),
+        ("succeeded", {"tainted"}, 4),
+    ]
+
+
+def test_the_rebuilt_weeklys_lineage_before_and_after_its_build_is_the_apis_as_of_then(
+    world: World, open_tab: Callable[[str], Tab]
+) -> None:
+    _, running, rebuilt = _run_seqs(_story_log(world), _built_by(world, world.new_weekly))
+    tab = open_tab(world.url)
+    seen = []
+    for seq in (world.taint_seq, running, rebuilt):  # the taint created it, Missing
+        visit(tab, f"/instances/{world.new_weekly}?as_of={seq}")
+        nodes, edges = _drawn_lineage(tab)
+        api = _api_lineage_body(world, tab, as_of=seq)
+        assert api["as_of_seq"] == seq and (nodes, edges) == _api_lineage(world, tab, as_of=seq)
+        states = {(node["uuid"], node["state"]) for node in api["nodes"]}
+        assert _attrs(tab, "[data-testid=lineage-node]", "data-uuid", "data-state") == states, seq
+        state = world.get(f"/api/v1/instances/{world.new_weekly}", as_of_seq=seq)["state"]
+        expect(tab.page.locator("[data-testid=instance-state] .state")).to_have_attribute("data-state", state)
+        seen.append((state, len(nodes), len(edges), {node_state for _, node_state in states}))
+    # Before its build it has no inputs: a graph of itself; after, its 4 dailies and their raws, all Live
+    # (the tainted daily's old instance not among them).
+    assert seen == [("missing", 1, 0, {"missing"}), ("building", 1, 0, {"building"}), ("live", 9, 8, {"live"})]
 
 
 # --- escaping and refusals ----------------------------------------------------------------------------------
