@@ -63,22 +63,6 @@ def entries(history: int) -> Iterator[tuple[int, int]]:
         history >>= ENTRY_BITS
 
 
-def newest_seq(history: int, default: int) -> int:
-    """The seq of the newest entry (`default` when there is none)."""
-    return (history & ENTRY_MASK) >> STATE_BITS if history else default
-
-
-def state_at(history: int, seq: int, initial: int) -> tuple[int, int]:
-    """(state, seq of the change that set it) as of `seq`; (`initial`, 0) before the first entry."""
-    while history:
-        packed = history & ENTRY_MASK
-        at = packed >> STATE_BITS
-        if at <= seq:
-            return packed & STATE_MASK, at
-        history >>= ENTRY_BITS
-    return initial, 0
-
-
 def run_entry(seq: int, state: int, ms: int) -> int:
     """One change of a job run (a state, or HEARTBEAT), with the event's time."""
     return (ms & MS_MASK) << ENTRY_BITS | seq << STATE_BITS | state

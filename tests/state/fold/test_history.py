@@ -1,0 +1,89 @@
+"""The histories the fold keeps for reads of the past: packed entries, kept fields, versions, the clock."""
+
+from __future__ import annotations
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.history import (
+    CLOCK_MARK_EVERY,
+    HEARTBEAT,
+    clock_mark,
+    entries,
+    entry,
+    field_at,
+    keep_field,
+    run_entries,
+    run_entry,
+    versions_at,
+)
+from partbuild.state.fold.past import PastState
+from partbuild.state.fold.records import InstanceState, JobRunState
+from partbuild.state.log.events import envelope
+
+from foldkit import Story
+
+
+def test_entries_come_back_newest_first_with_their_seqs_and_states() -> None:
+    history = 0
+    for seq, state in ((3, 1), (17, 4), (2**40, 7)):
+        history = history << 48 | entry(seq, state)
+    assert list(entries(history)) == [(2**40, 7), (17, 4), (3, 1)]
+    runs = run_entry(5, JobRunState.RUNNING, 1_790_000_000_123) << 92 | run_entry(9, HEARTBEAT, 1_790_000_000_456)
+    assert list(run_entries(runs)) == [(9, HEARTBEAT, 1_790_000_000_456), (5, 1, 1_790_000_000_123)]
+    assert list(entries(0)) == []
+
+
+def test_a_record_changed_once_keeps_no_history_and_a_retried_one_keeps_its_changes() -> None:
+    s = Story()
+    s.observe("raw/a")
+    raw = s.state.instances[s.uuid("raw/a")]
+    assert (raw.state, raw.history) == (InstanceState.LIVE, 0)  # Live when created: nothing kept
+    s.want("w", "out/a")
+    built = s.build("run-1", "out/a", [raw.uuid])
+    instance = s.state.instances[built]
+    assert instance.state == InstanceState.LIVE and instance.history == 0  # Building is its attempt's
+    s.want("w2", "out/b")
+    uuid = s.uuid("out/b")
+    s.buffer("run-2", "out/b")
+    s.ok(pb.JobRunFailure(job_run_id="run-2", error_class=pb.ERROR_CLASS_RETRYABLE, message="flaky"))
+    s.buffer("run-3", "out/b")
+    retried = s.state.instances[uuid]
+    # Kept: Up-for-retry only; Missing at its creation and Building at each attempt are implied.
+    assert retried.state == InstanceState.BUILDING
+    assert [InstanceState(state) for _, state in entries(retried.history)] == [InstanceState.UP_FOR_RETRY]
+
+
+def test_a_kept_field_is_found_as_of_any_seq() -> None:
+    state = BuildState()
+    keep_field(state, "u", 5, "note", "first")
+    keep_field(state, "u", 9, "waits", ("a", "b"))
+    keep_field(state, "u", 12, "note", None)
+    assert field_at(state, "u", "note", 4) is None
+    assert field_at(state, "u", "note", 11) == ("first", 5)
+    assert field_at(state, "u", "note", 12) == (None, 12)
+    assert field_at(state, "u", "waits", 100) == (("a", "b"), 9)
+    assert field_at(state, "other", "note", 100) is None
+
+
+def test_small_records_are_versioned_and_read_back_as_of_a_seq() -> None:
+    state = BuildState(strict=True)
+    layout = pb.BucketLayout(namespace="ns", bucket_total=4)
+    assert state.apply(1, envelope(layout)) is None
+    assert state.apply(2, envelope(pb.ClockTick())) is None
+    assert state.apply(3, envelope(pb.BucketLayout(namespace="ns", bucket_total=8))) is None
+    assert versions_at(state, "bucket_layouts", 0) == {}
+    assert versions_at(state, "bucket_layouts", 2) == {"ns": (4, 1)}
+    assert versions_at(state, "bucket_layouts", 3) == {"ns": (8, 3)}
+    assert len(state.versions["bucket_layouts"]["ns"]) == 2  # the tick changed nothing: no version
+
+
+def test_the_clock_as_of_a_seq_starts_from_the_mark_at_or_before_it() -> None:
+    state = BuildState()
+    for seq in range(1, 3 * CLOCK_MARK_EVERY + 5):
+        assert state.apply(seq, envelope(pb.ClockTick(), timestamp_ms=1_000 * seq)) is None
+    assert clock_mark(state, CLOCK_MARK_EVERY - 2) == (0, 0)
+    assert clock_mark(state, CLOCK_MARK_EVERY - 1) == (CLOCK_MARK_EVERY - 1, 1_000 * (CLOCK_MARK_EVERY - 1))
+    mark_seq, clock = clock_mark(state, 2 * CLOCK_MARK_EVERY + 10)
+    assert (mark_seq, clock) == (2 * CLOCK_MARK_EVERY - 1, 1_000 * mark_seq)
+    past = PastState(state, 77, lambda: 123)
+    assert past.clock_ms == 123 and past.head_seq == 77
