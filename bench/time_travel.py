@@ -44,28 +44,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import http.client
 import json
 import os
 import random
-import re
-import signal
 import sqlite3
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 from urllib.parse import quote, urlencode
 
 from _common import FULL_SIZE, build, exit_on_sigterm, machine, percentile
-from up_memory import SCENARIOS, Run, child_env, copy_log, graph_of, run_up, sidecars
+from _servekit import MIB, Client, Server, die_with_parent, mem_available
+from up_memory import SCENARIOS, Run, copy_log, graph_of, run_up, sidecars
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.store import EventLog
@@ -78,9 +72,6 @@ TARGET_REPLAY_RATIO = 1.0  # events/s, checkout / baseline, at least
 TARGET_SNAPSHOT_RATIO = 1.2
 DEFAULT_CACHE = Path("/work/benchdata")
 PARTS = ("reads", "rss", "web", "up", "replay")
-READY_LINE = re.compile(r"partbuild API on (http://127\.0\.0\.1:\d+)")
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-MIB = 2**20
 SAMPLE_KEEP = 5_000  # targets kept per kind (reservoir)
 
 
@@ -290,191 +281,21 @@ class Timings:
         )
 
 
+def timed(client: Client, into: Timings, path: str, seq: int | None) -> None:
+    """GET `path`; its time into `into` when it answered 200 (as of `seq`, when the answer says), else an error."""
+    status, body, ms = client.get(path)
+    if status != 200:
+        into.errors.append(f"HTTP {status} for {path}: {body[:160]!r}")
+        return
+    if seq is not None and body[:1] == b"{":
+        said = json.loads(body).get("as_of_seq")
+        if said is not None and said != seq:
+            into.errors.append(f"{path} answered as of seq {said}")
+            return
+    into.ms.append(ms)
+
+
 TABLE_HEAD = f"  {'read (ms, round trip)':<30} {'count':>5} {'p50':>9} {'p99':>9} {'max':>9} {'errors':>6}"
-
-
-class Client:
-    """One keep-alive HTTP/1.1 connection to the server; GETs timed one at a time."""
-
-    def __init__(self, base_url: str, timeout_s: float) -> None:
-        host, port = base_url.removeprefix("http://").split(":")
-        self.connection = http.client.HTTPConnection(host, int(port), timeout=timeout_s)
-
-    def get(self, path: str) -> tuple[int, bytes, float]:
-        """(status, body, round trip in ms)."""
-        started = time.perf_counter()
-        self.connection.request("GET", path)
-        response = self.connection.getresponse()
-        body = response.read()
-        return response.status, body, 1e3 * (time.perf_counter() - started)
-
-    def timed(self, into: Timings, path: str, seq: int | None) -> None:
-        """GET `path`; its time into `into` when it answered 200 (as of `seq`, when the answer says), else an error."""
-        status, body, ms = self.get(path)
-        if status != 200:
-            into.errors.append(f"HTTP {status} for {path}: {body[:160]!r}")
-            return
-        if seq is not None and body[:1] == b"{":
-            said = json.loads(body).get("as_of_seq")
-            if said is not None and said != seq:
-                into.errors.append(f"{path} answered as of seq {said}")
-                return
-        into.ms.append(ms)
-
-    def close(self) -> None:
-        self.connection.close()
-
-
-# ----------------------------------------------------------------- the server
-
-
-def proc_memory(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of a process in bytes."""
-    fields = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                name, value = line.split(":")
-                fields[name] = int(value.split()[0]) * 1024
-    return fields["VmRSS"], fields["VmHWM"]
-
-
-def mem_available() -> int:
-    """MemAvailable of the machine in bytes."""
-    with open("/proc/meminfo") as info:
-        return next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the benchmark dies, however it dies (Linux)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-class Server:
-    """`partbuild serve` of a checkout on a copy of the log; healthy on enter, stopped on exit, memory guarded."""
-
-    def __init__(self, executable: Path, db_file: Path, workdir: Path, args: argparse.Namespace) -> None:
-        self.executable, self.db_file, self.workdir = executable, db_file, workdir
-        self.startup_timeout_s = args.startup_timeout
-        self.min_available = int(args.min_available_gib * 2**30)
-        self.output = workdir / "serve.log"
-        self.process: subprocess.Popen[bytes] | None = None
-        self.base_url = ""
-        self.startup_s = 0.0
-        self.head_seq = 0
-        self.guard_tripped = ""
-        self._guard_stop = threading.Event()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def __enter__(self) -> Self:
-        command = [str(self.executable), "serve", "--db", f"sqlite:///{self.db_file}", "--host", "127.0.0.1"]
-        started = time.perf_counter()
-        with open(self.output, "wb") as output:
-            self.process = subprocess.Popen(
-                [*command, "--port", "0"],
-                cwd=self.workdir,
-                env=child_env(self.workdir),
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
-            )
-        threading.Thread(target=self._guard, name="memory-guard", daemon=True).start()
-        try:
-            self.base_url = self._wait_ready(started)
-            self.head_seq = self._wait_healthy(started)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.perf_counter() - started
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def _wait_ready(self, started: float) -> str:
-        while time.perf_counter() - started < self.startup_timeout_s:
-            found = READY_LINE.search(self.output.read_text(errors="replace"))
-            if found:
-                return found.group(1)
-            self._check_alive()
-            time.sleep(0.1)
-        raise TimeoutError(f"`serve` did not print that it serves within {self.startup_timeout_s:.0f} s")
-
-    def _wait_healthy(self, started: float) -> int:
-        client = Client(self.base_url, 30)
-        try:
-            while time.perf_counter() - started < self.startup_timeout_s:
-                self._check_alive()
-                status, body, _ = client.get("/healthz")
-                health = json.loads(body) if status == 200 else {}
-                if health and health["state_seq"] == health["head_seq"]:
-                    return int(health["head_seq"])
-                time.sleep(0.1)
-        finally:
-            client.close()
-        raise TimeoutError(f"/healthz did not report state_seq == head_seq within {self.startup_timeout_s:.0f} s")
-
-    def _check_alive(self) -> None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            tail = " | ".join(self.output.read_text(errors="replace").splitlines()[-5:])
-            raise RuntimeError(f"`serve` exited (code {self.process.returncode}){self.guard_tripped}: {tail}")
-
-    def _guard(self) -> None:
-        """SIGKILL the server when the machine runs short of memory (shared with other work)."""
-        while not self._guard_stop.wait(0.5):
-            available = mem_available()
-            if available < self.min_available and self.process is not None and self.process.poll() is None:
-                rss = 0
-                with contextlib.suppress(OSError):
-                    rss, _ = proc_memory(self.pid)
-                self.guard_tripped = (
-                    f" (memory guard: MemAvailable {available / MIB:,.0f} MiB with the server at "
-                    f"{rss / MIB:,.0f} MiB: killed)"
-                )
-                print(f"  {self.guard_tripped.strip(' ()')}", flush=True)
-                self.process.kill()
-                return
-
-    def memory(self) -> tuple[int, int]:
-        """(VmRSS, VmHWM) of the server process."""
-        return proc_memory(self.pid)
-
-    def supports_as_of(self, kinds: list[Kind]) -> dict[str, bool]:
-        """Which API kinds' operations take `as_of_seq`, from the server's OpenAPI document."""
-        client = Client(self.base_url, 60)
-        try:
-            status, body, _ = client.get("/openapi.json")
-        finally:
-            client.close()
-        if status != 200:
-            raise RuntimeError(f"no OpenAPI document (HTTP {status}): cannot tell which reads take as_of_seq")
-        paths = json.loads(body)["paths"]
-        found = {}
-        for kind in kinds:
-            operation = paths.get(kind.operation, {}).get("get", {})
-            names = {parameter["name"] for parameter in operation.get("parameters", [])}
-            found[kind.name] = "as_of_seq" in names
-        return found
-
-    def stop(self) -> None:
-        """SIGTERM, 120 s to stop, then SIGKILL (the server's pid only: it starts no children)."""
-        self._guard_stop.set()
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
 
 
 # ----------------------------------------------------------------- parts 1-3: one server
@@ -498,7 +319,7 @@ def present_reads(client: Client, picker: SeqPicker, kinds: list[Kind], count: i
     for _ in range(count):
         for kind in kinds:
             target, _ = rng.choice(kind.pool(picker.targets))
-            client.timed(found[kind.name], kind.path(target, None), None)
+            timed(client, found[kind.name], kind.path(target, None), None)
     return found
 
 
@@ -509,7 +330,7 @@ def first_reads(client: Client, picker: SeqPicker, kinds: list[Kind], visits: in
     for index in range(visits):
         for kind in kinds:
             target, seq = picker.pick(f"{label}-{kind.name}", kind.pool(picker.targets))
-            client.timed(found[kind.name], kind.path(target, seq), seq)
+            timed(client, found[kind.name], kind.path(target, seq), seq)
         spent = time.perf_counter() - started
         if spent - reported >= 30:  # slow visits (a replay each): say how far it got
             reported = spent
@@ -539,12 +360,12 @@ def part_rss(server: Server, client: Client, picker: SeqPicker, kinds: list[Kind
     for index in range(args.rss_seqs):
         first, *others = kinds
         target, seq = picker.pick("rss", first.pool(picker.targets))
-        client.timed(found[first.name], first.path(target, seq), seq)
+        timed(client, found[first.name], first.path(target, seq), seq)
         for kind in others:  # the same seq: a target of this kind that exists by then
             rng = random.Random(f"{picker.seed}-rss-{index}-{kind.name}")
             existing = [t for t, since in kind.pool(picker.targets) if since <= seq]
             if existing:
-                client.timed(found[kind.name], kind.path(rng.choice(existing), seq), seq)
+                timed(client, found[kind.name], kind.path(rng.choice(existing), seq), seq)
     spent = time.perf_counter() - started
     rss_after, peak = server.memory()
     errors = sum(len(timings.errors) for timings in found.values())
@@ -615,16 +436,16 @@ def parts_on_server(log_file: Path, checkout: Path, targets: Targets, args: argp
         workdir = Path(tmp)
         db_file = workdir / "partbuild.db"
         copy_log(log_file, db_file)
-        with Server(partbuild(checkout), db_file, workdir, args) as server:
+        with Server(partbuild(checkout), db_file, workdir, args.startup_timeout, args.min_available_gib) as server:
             rss, _ = server.memory()
             print(
                 f"server: `partbuild serve` pid {server.pid}, start-up {server.startup_s:.1f} s to healthy at seq "
                 f"{server.head_seq:,}; RSS {rss / MIB:,.0f} MiB; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
-            supported = server.supports_as_of(API_KINDS)
-            kinds = [kind for kind in API_KINDS if supported[kind.name]]
-            unsupported = [kind.name for kind in API_KINDS if not supported[kind.name]]
+            taking = server.operations_taking("as_of_seq")
+            kinds = [kind for kind in API_KINDS if kind.operation in taking]
+            unsupported = [kind.name for kind in API_KINDS if kind.operation not in taking]
             picker = SeqPicker(targets, args.seed)
             client = Client(server.base_url, args.request_timeout)
             try:
@@ -704,7 +525,7 @@ def replay_once(log_file: Path, checkout: Path, cache_dir: Path) -> Replay:
         output = Path(tmp) / "replay.json"
         command = [str(partbuild(checkout)), "replay", "--db", f"sqlite:///{db_file}", "--json", "--save-snapshot"]
         with open(output, "wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:
