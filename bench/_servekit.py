@@ -170,6 +170,16 @@ class Server:
         """(VmRSS, VmHWM) of the server process."""
         return proc_memory(self.pid)
 
+    def instances(self) -> int:
+        """The partition instances the server holds (its `partbuild_instances` metric, summed over states)."""
+        client = Client(self.base_url, 60)
+        try:
+            _, body, _ = client.get("/metrics")
+        finally:
+            client.close()
+        samples = [line for line in body.decode().splitlines() if re.match(r"partbuild_instances[{ ]", line)]
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in samples))
+
     def operations_taking(self, parameter: str) -> set[str]:
         """The paths of the GET operations that take `parameter`, from the server's OpenAPI document."""
         client = Client(self.base_url, 60)

@@ -440,7 +440,8 @@ def parts_on_server(log_file: Path, checkout: Path, targets: Targets, args: argp
             rss, _ = server.memory()
             print(
                 f"server: `partbuild serve` pid {server.pid}, start-up {server.startup_s:.1f} s to healthy at seq "
-                f"{server.head_seq:,}; RSS {rss / MIB:,.0f} MiB; load average {os.getloadavg()[0]:.2f}",
+                f"{server.head_seq:,} ({server.instances():,} partition instances); RSS {rss / MIB:,.0f} MiB; "
+                f"load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
             taking = server.operations_taking("as_of_seq")
