@@ -326,16 +326,27 @@ def present_reads(client: Client, picker: SeqPicker, kinds: list[Kind], count: i
 def first_reads(client: Client, picker: SeqPicker, kinds: list[Kind], visits: int, label: str) -> dict[str, Timings]:
     """`visits` reads per kind, each as of a seq never visited before, kinds interleaved."""
     found = {kind.name: Timings() for kind in kinds}
-    started, reported = time.perf_counter(), 0.0
+    progress = Progress(label, visits)
     for index in range(visits):
         for kind in kinds:
             target, seq = picker.pick(f"{label}-{kind.name}", kind.pool(picker.targets))
             timed(client, found[kind.name], kind.path(target, seq), seq)
-        spent = time.perf_counter() - started
-        if spent - reported >= 30:  # slow visits (a replay each): say how far it got
-            reported = spent
-            print(f"  {label}: {index + 1:,} of {visits:,} rounds, {spent:.0f} s", flush=True)
+        progress.tick(index + 1)
     return found
+
+
+class Progress:
+    """A line every 30 s of a slow loop (a build that replays for each visit): how far it got."""
+
+    def __init__(self, label: str, total: int, extra: Callable[[], str] = lambda: "") -> None:
+        self.label, self.total, self.extra = label, total, extra
+        self.started = self.reported = time.perf_counter()
+
+    def tick(self, done: int) -> None:
+        now = time.perf_counter()
+        if now - self.reported >= 30:
+            self.reported = now
+            print(f"  {self.label}: {done:,} of {self.total:,}, {now - self.started:.0f} s{self.extra()}", flush=True)
 
 
 def print_table(title: str, found: dict[str, Timings], target_ms: float | None) -> list[bool]:
@@ -357,6 +368,7 @@ def part_rss(server: Server, client: Client, picker: SeqPicker, kinds: list[Kind
     rss_before, _ = server.memory()
     found = {kind.name: Timings() for kind in kinds}
     started = time.perf_counter()
+    progress = Progress("rss seqs", args.rss_seqs, lambda: f", server RSS {server.memory()[0] / MIB:,.0f} MiB")
     for index in range(args.rss_seqs):
         first, *others = kinds
         target, seq = picker.pick("rss", first.pool(picker.targets))
@@ -366,6 +378,7 @@ def part_rss(server: Server, client: Client, picker: SeqPicker, kinds: list[Kind
             existing = [t for t, since in kind.pool(picker.targets) if since <= seq]
             if existing:
                 timed(client, found[kind.name], kind.path(rng.choice(existing), seq), seq)
+        progress.tick(index + 1)
     spent = time.perf_counter() - started
     rss_after, peak = server.memory()
     errors = sum(len(timings.errors) for timings in found.values())
