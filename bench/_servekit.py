@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
@@ -165,6 +166,12 @@ class Server:
                 print(f"  {self.guard_tripped.strip(' ()')}", flush=True)
                 self.process.kill()
                 return
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def memory(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the server process."""

@@ -21,7 +21,9 @@ serves checkouts of different schema revisions (SQLite copies are upgraded by th
 Parts 1-3 run against one real server process of the checkout, `<checkout>/.venv/bin/partbuild serve` on
 SQLite (one uvicorn worker, loopback, no tokens). Requests go one at a time on one keep-alive connection
 (http.client); a figure is the client's round trip on loopback (the server's time plus a few tenths of a
-millisecond). Before anything is timed, present reads of every kind warm the server up (untimed).
+millisecond). Each table's title adds the server's CPU time per read on average (/proc/<pid>/stat), which
+does not count waiting for a core: on a shared machine the round trips' tail can be other processes'.
+Before anything is timed, present reads of every kind warm the server up (untimed).
 Read targets are sampled from the log with a fixed seed: refs (from WantCreate and PartitionObserved),
 instances (JobRunBuffer's), wants (WantCreate) and job runs (JobRunBuffer), each with the seq it first
 exists at; each read picks a target and a seq drawn uniformly between that seq and the head, never used
@@ -50,11 +52,13 @@ import random
 import sqlite3
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 from urllib.parse import quote, urlencode
 
 from _common import FULL_SIZE, build, exit_on_sigterm, machine, percentile
@@ -349,6 +353,33 @@ class Progress:
             print(f"  {self.label}: {done:,} of {self.total:,}, {now - self.started:.0f} s{self.extra()}", flush=True)
 
 
+class Spent:
+    """Wall time, the server's CPU time and the load average over a block of reads.
+
+    The server's CPU per read does not count waiting for a core, so it shows what a read costs
+    when the round trips' tail is other processes' doing (the machine is shared).
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.wall_s = self.cpu_s = 0.0
+
+    def __enter__(self) -> Self:
+        self.wall_s, self.cpu_s = time.perf_counter(), self.server.cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self.wall_s
+        self.cpu_s = self.server.cpu_seconds() - self.cpu_s
+
+    def text(self, found: dict[str, Timings]) -> str:
+        reads = max(1, sum(len(timings.ms) + len(timings.errors) for timings in found.values()))
+        return (
+            f"{self.wall_s:,.0f} s, server CPU {1e3 * self.cpu_s / reads:,.1f} ms per read on average, "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
+
+
 def print_table(title: str, found: dict[str, Timings], target_ms: float | None) -> list[bool]:
     """The table of `found`, verdicts against `target_ms`; the first errors of each kind."""
     print(title)
@@ -393,16 +424,18 @@ def part_rss(server: Server, client: Client, picker: SeqPicker, kinds: list[Kind
     )
 
 
-def part_reads(client: Client, picker: SeqPicker, kinds: list[Kind], unsupported: list[str], visits: int) -> None:
+def part_reads(
+    server: Server, client: Client, picker: SeqPicker, kinds: list[Kind], unsupported: list[str], visits: int
+) -> None:
     """First API reads as of never-visited seqs, with the same reads of the present beside them."""
-    present = present_reads(client, picker, kinds, 100)
-    print_table("API reads of the present (100 per kind, for comparison):", present, None)
-    started = time.perf_counter()
-    found = first_reads(client, picker, kinds, visits, "api")
+    with Spent(server) as spent:
+        present = present_reads(client, picker, kinds, 100)
+    print_table(f"API reads of the present (100 per kind, for comparison; {spent.text(present)}):", present, None)
+    with Spent(server) as spent:
+        found = first_reads(client, picker, kinds, visits, "api")
     capped = "" if visits >= 200 else f"; capped at {visits} per kind (default 200)"
-    spent = time.perf_counter() - started
     verdicts = print_table(
-        f"API first reads as of a never-visited seq ({visits} per kind, {spent:.0f} s{capped}):",
+        f"API first reads as of a never-visited seq ({visits} per kind{capped}; {spent.text(found)}):",
         found,
         TARGET_READ_P99_MS,
     )
@@ -418,16 +451,16 @@ def part_reads(client: Client, picker: SeqPicker, kinds: list[Kind], unsupported
     )
 
 
-def part_web(client: Client, picker: SeqPicker, visits: int) -> None:
+def part_web(server: Server, client: Client, picker: SeqPicker, visits: int) -> None:
     """Web pages on their first visit as of a new seq, and the same pages of the present."""
-    present = present_reads(client, picker, WEB_KINDS, 100)
-    started = time.perf_counter()
-    found = first_reads(client, picker, WEB_KINDS, visits, "web")
+    with Spent(server) as spent_present:
+        present = present_reads(client, picker, WEB_KINDS, 100)
+    with Spent(server) as spent:
+        found = first_reads(client, picker, WEB_KINDS, visits, "web")
     capped = "" if visits >= 100 else f"; capped at {visits} per kind (default 100)"
-    print_table("web pages of the present (100 per kind):", present, None)
+    print_table(f"web pages of the present (100 per kind; {spent_present.text(present)}):", present, None)
     verdicts = print_table(
-        f"web pages on their first visit as of a new seq ({visits} per kind, {time.perf_counter() - started:.0f} s"
-        f"{capped}):",
+        f"web pages on their first visit as of a new seq ({visits} per kind{capped}; {spent.text(found)}):",
         found,
         TARGET_WEB_P99_MS,
     )
@@ -467,9 +500,9 @@ def parts_on_server(log_file: Path, checkout: Path, targets: Targets, args: argp
                 if "rss" in args.parts:
                     part_rss(server, client, picker, kinds, args)
                 if "reads" in args.parts:
-                    part_reads(client, picker, kinds, unsupported, args.visits)
+                    part_reads(server, client, picker, kinds, unsupported, args.visits)
                 if "web" in args.parts:
-                    part_web(client, picker, args.web_visits)
+                    part_web(server, client, picker, args.web_visits)
             finally:
                 client.close()
             rss, peak = server.memory()
@@ -657,6 +690,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     exit_on_sigterm()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a killed run keeps every line so far
     started = time.perf_counter()
     log_file = cached_log(args.cache_dir, args.instances)
     checkouts = {"checkout": args.checkout} | ({"baseline": args.baseline} if args.baseline else {})
