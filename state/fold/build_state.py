@@ -88,7 +88,7 @@ class BuildState:
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
-        History(("fields", "versions", "clock_marks", "first_created")),
+        History(("fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -129,6 +129,7 @@ class BuildState:
         self.fields: dict[str, tuple[object, ...]] = {}
         self.versions: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
         self.clock_marks: list[int] = []
+        self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first
         # ref -> the seq its first instance was created at, once retention dropped that instance.
         self.first_created: dict[str, int] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
@@ -162,7 +163,7 @@ class BuildState:
                 plan = f"internal error while applying: {exc!r}"
             if type(plan) is not str:
                 self.head_seq = seq
-                if seq >= (len(self.clock_marks) + 1) * CLOCK_MARK_EVERY:  # before the clock moves
+                if seq >= self.next_clock_mark:  # before the clock moves
                     mark_clock(self, seq)
                 # Inline, not a helper: this is the replay hot path (one call less per event).
                 try:

@@ -149,6 +149,7 @@ def mark_clock(state: BuildState, seq: int) -> None:
     marks = state.clock_marks
     while len(marks) < seq // CLOCK_MARK_EVERY:
         marks.append(state.clock_ms)
+    state.next_clock_mark = (len(marks) + 1) * CLOCK_MARK_EVERY
 
 
 def clock_mark(state: BuildState, seq: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
 from partbuild.state.fold.group import fenced_decision_problem
-from partbuild.state.fold.history import HEARTBEAT, RUN_ENTRY_BITS, run_entry
+from partbuild.state.fold.history import ENTRY_BITS, HEARTBEAT, MS_MASK, RUN_ENTRY_BITS, STATE_BITS, keep_versions
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.transitions import (
     BUILDING,
@@ -50,6 +50,7 @@ _RUNNING = JobRunState.RUNNING
 _PERMANENT = pb.ERROR_CLASS_PERMANENT
 _uuid_of = attrgetter("uuid")
 _NO_INPUTS: Inputs = ((), ())
+_LAYOUTS = ("bucket_layouts",)
 
 
 def _active_run(state: BuildState, job_run_id: str) -> JobRun | str:
@@ -73,7 +74,9 @@ def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event:
     state.run_counts[new] += 1
     old = run.state
     if old or run.updated_seq != run.created_seq:  # else the change it replaces is its creation: nothing to keep
-        run.history = run.history << RUN_ENTRY_BITS | run_entry(run.updated_seq, old, run.updated_ms)
+        # history.run_entry(run.updated_seq, old, run.updated_ms), inline: the replay's hot path
+        entry = (run.updated_ms & MS_MASK) << ENTRY_BITS | run.updated_seq << STATE_BITS | old
+        run.history = run.history << RUN_ENTRY_BITS | entry
     run.state = new
     run.updated_seq = seq
     run.updated_ms = event.timestamp_ms
@@ -128,6 +131,7 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
     run_id, label, instances, scope = plan
     if scope is not None:
         buckets.fix_layout(state, seq, scope)
+        keep_versions(state, seq, _LAYOUTS)
     # The instances' own UUID strings, not the event's copies: one string per UUID in memory.
     run = JobRun(run_id, label, tuple(map(_uuid_of, instances)), seq, event.timestamp_ms)
     state.job_runs[run_id] = run
@@ -151,8 +155,8 @@ def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.
     ms = event.timestamp_ms
     if run.state == _QUEUED:  # the change to Running says when this heartbeat came
         _move_run(state, run, _RUNNING, seq, event)
-    else:
-        run.history = run.history << RUN_ENTRY_BITS | run_entry(seq, HEARTBEAT, ms)
+    else:  # history.run_entry(seq, HEARTBEAT, ms), inline
+        run.history = run.history << RUN_ENTRY_BITS | (ms & MS_MASK) << ENTRY_BITS | seq << STATE_BITS | HEARTBEAT
     run.last_heartbeat_ms = ms
 
 

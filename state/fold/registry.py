@@ -157,7 +157,8 @@ ROWS: tuple[EventType, ...] = (
         phase="START",
         build=True,
         fence_refs=_buffered_refs,
-        versions=("bucket_layouts",),  # a scoped decision fixes its namespace's layout
+        # A scoped decision fixes its namespace's layout: apply_job_run_buffer keeps that version itself,
+        # only then (the replay's hot path pays nothing for unscoped runs).
     ),
     _run_event("job_run_heartbeat", job_runs.check_job_run_heartbeat, job_runs.apply_job_run_heartbeat, phase=None),
     _run_event(

@@ -94,11 +94,12 @@ def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq
     """Move an instance to `new`, keeping counts and want tallies; what waits for its ref is not told
     (`move_instance_and_waiters` tells it)."""
     old = instance.state
-    updated = instance.updated_seq
     # The change this one follows goes to the history, but for its creation (Missing at created_seq) and
     # Building (always at the created_seq of its newest attempt): reads of the past know those.
-    if old != BUILDING and (old or updated != instance.created_seq):
-        instance.history = instance.history << ENTRY_BITS | updated << STATE_BITS | old
+    if old != BUILDING:
+        updated = instance.updated_seq
+        if old or updated != instance.created_seq:
+            instance.history = instance.history << ENTRY_BITS | updated << STATE_BITS | old
     instance.state = new
     instance.updated_seq = seq
     counts = state.instance_counts
