@@ -74,10 +74,12 @@ def _slots_setter(slots: tuple[str, ...]) -> Callable[[Any, tuple[Any, ...]], No
 class _Record:
     """Slotted record pickled as a flat tuple: compact, fast snapshots.
 
-    The state digest covers a record through `digest_values()`: every slot, in slot order.
-    Slots added after logs were written go last and are named in `added_later` (in slot
-    order): while such a slot and every one after it are unset (None), the digest leaves
-    them out, so the digest of a log that never set them stays what it always was.
+    The state digest covers a record through `digest_values()`: every slot, in slot order,
+    but those in `digest_leaves_out` (a record's history, derived from the log), each read
+    through `digest_reads` where the slot changed form. Slots added after logs were written
+    go last among the digested ones and are named in `added_later` (in slot order): while
+    such a slot and every one after it are unset (None), the digest leaves them out, so the
+    digest of a log that never set them stays what it always was.
     """
 
     __slots__ = ()
