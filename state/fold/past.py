@@ -451,16 +451,6 @@ class PastState:
             if _active(run, self.head_seq)
         }
 
-    @property
-    def active_wants_by_ref(self) -> dict[str, dict[str, None]]:
-        """ref -> wants naming it not yet terminal as of the seq (a scan: use `active_wants_for_ref` for one ref)."""
-        active: dict[str, dict[str, None]] = {}
-        for want in self.wants.values():
-            if want.state not in TERMINAL_WANT_STATES:
-                for ref in want.refs:
-                    active.setdefault(ref, {})[want.want_id] = None
-        return active
-
     def canonical_instance(self, ref: str) -> Instance | None:
         uuid = canonical_at(self.live, ref, self.head_seq)
         return None if uuid is None else self.instances[uuid]
@@ -489,9 +479,6 @@ class PastState:
             "wants": {s.name.lower(): wants[s] for s in WantState},
             "job_runs": {s.name.lower(): runs[s] for s in JobRunState},
         }
-
-    def rejection_between(self, first: int, last: int) -> str | None:
-        return self.live.rejection_between(first, min(last, self.head_seq))
 
 
 def _created_by(table: dict[str, R], seq: int) -> Iterator[tuple[str, R]]:

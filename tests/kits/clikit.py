@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from partbuild.api.cli import main
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.state.database import Database
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -13,3 +15,11 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
         main(list(args))
     out, err = capsys.readouterr()
     return int(exited.value.code or 0), out, err
+
+
+def simulated_database(tmp_path_factory: pytest.TempPathFactory, name: str, plan: SimulationPlan) -> str:
+    """The URL of a fresh SQLite database holding the simulated W1 history of `plan`."""
+    url = f"sqlite:///{tmp_path_factory.mktemp(name) / 'partbuild.db'}"
+    with Database.open(url, auto_upgrade=True) as db:
+        db.log.append(list(simulate(plan)), expected_head=0)
+    return url

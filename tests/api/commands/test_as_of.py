@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.examples.clicks.simulate import SimulationPlan
 from partbuild.state.database import Database
 
-from clikit import run_cli
+from clikit import run_cli, simulated_database
 from serverkit import graphless_api_server
 
 # Three simulated weeks (65 events); week 1 has a failed daily run, retried.
@@ -50,10 +50,7 @@ READS = [
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A database holding a simulated W1 history; nothing in it changes (bad input changes nothing)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('as_of') / 'partbuild.db'}"
-    with Database.open(url, auto_upgrade=True) as db:
-        db.log.append(list(simulate(PLAN)), expected_head=0)
-    return url
+    return simulated_database(tmp_path_factory, "as_of", PLAN)
 
 
 @pytest.fixture(scope="module")

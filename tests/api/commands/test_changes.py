@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.examples.clicks.simulate import SimulationPlan
 from partbuild.state.database import Database
 
-from clikit import run_cli
+from clikit import run_cli, simulated_database
 from serverkit import graphless_api_server
 
 # Three simulated weeks (65 events) with failures, retries and taints.
@@ -22,10 +22,7 @@ HEAD = 65
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('changes') / 'partbuild.db'}"
-    with Database.open(url, auto_upgrade=True) as db:
-        db.log.append(list(simulate(PLAN)), expected_head=0)
-    return url
+    return simulated_database(tmp_path_factory, "changes", PLAN)
 
 
 @pytest.fixture(scope="module")
