@@ -44,6 +44,7 @@ from partbuild.state.fold.records import (
     JobRunState,
     Rejection,
     SourceScan,
+    StateCounts,
     Want,
     WantState,
 )
@@ -111,7 +112,7 @@ class BuildState:
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
         self.expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)
-        self.instance_counts = [0] * len(InstanceState)
+        self.instance_counts = StateCounts.zeros()
         self.want_counts = [0] * len(WantState)
         self.run_counts = [0] * len(JobRunState)
         self.dropped_instances = 0

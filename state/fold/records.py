@@ -26,6 +26,26 @@ class InstanceState(IntEnum):
     FAILED = 5  # its job failed permanently
     UPSTREAM_FAILED = 6  # an input it waits for failed permanently
     TAINTED = 7  # was Live, declared bad; a newer instance replaced it
+    GONE = 8  # was Live (source data): a completed scan no longer found it (PartitionGone)
+
+
+class StateCounts(list[int]):
+    """Counts by InstanceState (a want's tally, the state's instance counts), indexed by state.
+
+    Its repr, which the state digest hashes, leaves out the count of Gone while it is 0: the
+    form these lists had before Gone existed, so every log without a PartitionGone keeps its digest.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def zeros(cls) -> StateCounts:
+        return cls([0] * len(InstanceState))
+
+    def __repr__(self) -> str:
+        if len(self) == len(InstanceState) and self[InstanceState.GONE] == 0:
+            return repr(list(self[: InstanceState.GONE]))
+        return repr(list(self))
 
 
 class WantState(IntEnum):

@@ -38,6 +38,7 @@ from partbuild.state.fold.records import (
     Rejection,
     ScanRange,
     SourceScan,
+    StateCounts,
     Want,
     WantState,
 )
@@ -84,7 +85,7 @@ def _canceled_refs(state: BuildState, msg: pb.WantCancel) -> tuple[str, ...]:
     return want.refs if want is not None else ()
 
 
-def _the_ref(state: BuildState, msg: pb.PartitionTaint | pb.PartitionObserved) -> tuple[str, ...]:
+def _the_ref(state: BuildState, msg: pb.PartitionTaint | pb.PartitionObserved | pb.PartitionGone) -> tuple[str, ...]:
     return (msg.partition_ref,)
 
 
@@ -249,6 +250,8 @@ ROWS: tuple[EventType, ...] = (
         subscriptions.apply_subscription_offset_reset,
         versions=("subscriptions",),
     ),
+    # Not a build event: subscriptions made without event types keep what they always received.
+    EventType("partition_gone", sources.check_partition_gone, sources.apply_partition_gone, refs=_the_ref),
 )
 
 # The record classes (and enums) a BuildState may hold, besides builtins: nothing else may be in a snapshot.
@@ -258,6 +261,7 @@ RECORD_CLASSES: tuple[type, ...] = (
     JobRun,
     Rejection,
     InstanceState,
+    StateCounts,
     WantState,
     JobRunState,
     SourceScan,

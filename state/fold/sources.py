@@ -11,6 +11,14 @@ one, names a cursor that has moved on and is rejected: nothing it found is
 counted twice.
 
 SourceScanRequest (an operator's "scan it again now") makes the next pass due.
+
+PartitionGone: a completed pass over a key range no longer found a partition whose Live
+instance it had observed there; the instance becomes Gone (it stays canonical, so what
+needs the ref waits, and what was built from it stays as it is). It is accepted only
+right behind the accepted slice that ended that key range (`scan_seq`), so a second or
+stale scanner, whose slice is rejected, cannot declare anything gone. Observing the
+partition again makes a new Live instance (check_partition_observed: a canonical
+instance that is not Live is replaced).
 """
 
 from __future__ import annotations
@@ -20,8 +28,17 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, MAX_SCAN_TOKEN_BYTES, ScanRange, SourceScan
+from partbuild.state.fold.records import (
+    MAX_SCAN_KEY_BYTES,
+    MAX_SCAN_TOKEN_BYTES,
+    Instance,
+    InstanceState,
+    ScanRange,
+    SourceScan,
+)
+from partbuild.state.fold.transitions import move_instance, set_note
 from partbuild.state.fold.validation import id_problem, short
+from partbuild.state.rules.refs import ref_problem
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -169,3 +186,32 @@ def apply_source_scan_request(state: BuildState, seq: int, plan: None, event: pb
     scan.rescan_requested = True
     scan.updated_seq = seq
     scan.updated_ms = event.timestamp_ms
+
+
+def check_partition_gone(state: BuildState, seq: int, msg: pb.PartitionGone, event: pb.Event) -> str | Instance:
+    """Validate a gone: the slice that ended its key range was just accepted, and the instance is Live there."""
+    problem = id_problem("source name", msg.source) or ref_problem(msg.partition_ref)
+    if problem:
+        return problem
+    ref = short(msg.partition_ref)
+    scan = state.sources.get(msg.source)
+    if scan is None or scan.pass_number != msg.pass_number or not 0 <= msg.shard < len(scan.ranges):
+        return f"pass {msg.pass_number} of source {short(msg.source)} is not the current pass; {ref} is not gone"
+    key_range = scan.ranges[msg.shard]
+    if not key_range.done or key_range.updated_seq != msg.scan_seq or not 0 < msg.scan_seq < seq:
+        return f"the slice that ended shard {msg.shard} is not the one this gone follows (a stale scanner)"
+    uuid = state.canonical.get(msg.partition_ref)
+    instance = state.instances[uuid] if uuid is not None else None
+    if instance is None or instance.state != InstanceState.LIVE:
+        return f"partition {ref} is not Live; it cannot be gone"
+    if instance.location != msg.location:
+        return f"partition {ref} is Live at another location than {short(msg.location)}"
+    return instance
+
+
+def apply_partition_gone(state: BuildState, seq: int, instance: Instance, event: pb.Event) -> None:
+    """The Live instance becomes Gone, saying why; it stays canonical, so what needs its ref waits."""
+    msg = event.partition_gone
+    move_instance(state, instance, InstanceState.GONE, seq)
+    note = f"its data is gone: pass {msg.pass_number} of source {msg.source} no longer found it (seq {seq})"
+    set_note(state, instance, note, seq)

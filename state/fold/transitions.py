@@ -37,7 +37,6 @@ LIVE = InstanceState.LIVE
 FAILED = InstanceState.FAILED
 UPSTREAM_FAILED = InstanceState.UPSTREAM_FAILED
 TAINTED = InstanceState.TAINTED
-TALLY_SIZE = len(InstanceState)
 _SUCCESSFUL = WantState.SUCCESSFUL
 _WANT_FAILURES = (WantState.FAILED, WantState.UPSTREAM_FAILED)
 

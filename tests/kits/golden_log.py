@@ -296,6 +296,51 @@ def subscription_events() -> list[pb.Event]:
     return events
 
 
+def gone_events() -> list[pb.Event]:
+    """Partitions gone: a pass misses a day a daily was built from, stale gones rejected, a want waits, a restore."""
+    events: list[pb.Event] = []
+    scanner = system("source-scanner", "host:3:cccc")
+
+    def add(payload: object, source: pb.EventSource | None = scanner) -> int:
+        stamp = 1_799_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"p{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def observed(day: int, version: str) -> pb.PartitionObserved:
+        ref = f"raw/date=2026-01-0{day}"
+        return pb.PartitionObserved(partition_ref=ref, location=f"/data/{ref}", bytes=10, version=version)
+
+    def gone(day: int, pass_number: int, scan_seq: int) -> pb.PartitionGone:
+        ref = f"raw/date=2026-01-0{day}"
+        return pb.PartitionGone(
+            partition_ref=ref, location=f"/data/{ref}", source="raw", pass_number=pass_number, scan_seq=scan_seq
+        )
+
+    add(pb.SourceScanProgress(source="raw", pass_number=1, last_key=b"date=2026-01-02/_SUCCESS", done=True))  # 1
+    add(observed(1, "a1"))
+    add(observed(2, "a2"))
+    daily = add(pb.WantCreate(want_id="w1", partition_refs=["daily/date=2026-01-01"]), manual("ann"))  # 4
+    add(
+        pb.JobRunBuffer(
+            job_run_id="r1", job_label="daily", instance_uuids=[instance_uuid(daily, "daily/date=2026-01-01")]
+        )
+    )
+    add(
+        pb.JobRunSuccess(job_run_id="r1", input_instance_uuids=[instance_uuid(2, "raw/date=2026-01-01")]),
+        from_job_run("r1"),
+    )
+    ended = add(pb.SourceScanProgress(source="raw", pass_number=2, last_key=b"date=2026-01-02/_SUCCESS", done=True))
+    add(gone(1, 2, ended))  # 8: day 1 is gone; the daily built from it stays Live
+    add(gone(2, 2, ended - 1))  # 9: rejected, not behind the slice that ended the range
+    add(gone(1, 2, ended))  # 10: rejected, no longer Live
+    add(gone(2, 1, ended))  # 11: rejected, a stale pass
+    waiting = add(pb.WantCreate(want_id="w2", partition_refs=["raw/date=2026-01-01"]), manual("ann"))  # 12: waits
+    add(pb.SourceScanProgress(source="raw", pass_number=3, last_key=b"date=2026-01-02/_SUCCESS", done=True))
+    add(observed(1, "b1"))  # 14: restored: a new Live instance; the want is satisfied
+    assert waiting == 12
+    return events
+
+
 @dataclass(frozen=True)
 class GoldenLog:
     """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
@@ -352,6 +397,12 @@ GOLDEN_LOGS = (
         "golden_log_subscriptions.bin",
         subscription_events,
         "43b694143e873f31ed9814c009802159b7cf0021a4d705dccca2bad44d12dfe7",
+    ),
+    GoldenLog(
+        "gone",  # source partitions gone, and restored, 2026-11
+        "golden_log_gone.bin",
+        gone_events,
+        "348f51704795b84cca62719f92ac3d11b9aa29ad02bd0a72adfea60a27a20d8a",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -69,7 +69,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class Event(_message.Message):
     SUBSCRIPTION_CHANGE_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_RESHARD_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_GONE_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -122,7 +123,8 @@ class Event(_message.Message):
     subscription_change: SubscriptionChange
     subscription_reshard: SubscriptionReshard
     subscription_offset_reset: SubscriptionOffsetReset
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ...) -> None: ...
+    partition_gone: PartitionGone
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -420,6 +422,22 @@ class SourceScanProgress(_message.Message):
     bytes: int
     split_hint: bytes
     def __init__(self, source: _Optional[str] = ..., pass_number: _Optional[int] = ..., after_key: _Optional[bytes] = ..., last_key: _Optional[bytes] = ..., resume_token: _Optional[bytes] = ..., done: _Optional[bool] = ..., items: _Optional[int] = ..., partitions: _Optional[int] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., shard: _Optional[int] = ..., split_keys: _Optional[_Iterable[bytes]] = ..., bytes: _Optional[int] = ..., split_hint: _Optional[bytes] = ...) -> None: ...
+
+class PartitionGone(_message.Message):
+    __slots__ = ("partition_ref", "location", "source", "pass_number", "shard", "scan_seq")
+    PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PASS_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    SCAN_SEQ_FIELD_NUMBER: _ClassVar[int]
+    partition_ref: str
+    location: str
+    source: str
+    pass_number: int
+    shard: int
+    scan_seq: int
+    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., source: _Optional[str] = ..., pass_number: _Optional[int] = ..., shard: _Optional[int] = ..., scan_seq: _Optional[int] = ...) -> None: ...
 
 class SourceScanRequest(_message.Message):
     __slots__ = ("source", "reason")
