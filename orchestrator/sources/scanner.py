@@ -99,6 +99,13 @@ class _Scan:
     last_append: float = 0.0
     next_due: float = 0.0  # monotonic
     failures: int = 0
+    # Gone partitions: the refs this pass found in its key range (complete or not), and whether this
+    # process listed the range from its start without an error (only such a pass may say gone).
+    present: set[str] = field(default_factory=set)
+    covered: bool = False
+    passes_ended: int = 0  # passes of this source ended here, recorded or quiet
+    last_done_ms: int = 0  # when the last pass ended here (clock ms): a quiet pass is not in the log
+    served_request_seq: int = 0  # the source record's updated_seq when the last pass began here
 
     @property
     def name(self) -> str:
@@ -120,6 +127,17 @@ class _Scan:
         self.cursor = Cursor.after(ItemKey(key)) if key else Cursor.initial()
         self.items = self.bytes = 0
         self.found = []
+        self.present = set()
+        self.covered = not key
+
+    @property
+    def quiet(self) -> bool:
+        """The pass is not in the log yet and may end unrecorded: one key range, scanned by one worker.
+
+        A pass split into key ranges is coordinated through the log (other workers adopt its ranges,
+        the next split comes from its recorded hints), so it is recorded from its first slice.
+        """
+        return self.new_pass and self.discovery.shards == 1
 
     def position(self, record: SourceScan | None) -> int:
         """The log's updated_seq of what this scan continues (-2: the log has moved to another pass)."""
@@ -216,20 +234,25 @@ class SourceScanner:
             return
         assert scan.assembler is not None
         if page is None:
-            scan.found += scan.assembler.finish()
+            closed = scan.assembler.finish()
         else:
             for item in page.items:
                 scan.estimator.observe(item.key, item.size)
             scan.items += len(page)
             scan.bytes += page.total_size
-            scan.found += scan.assembler.feed(page.items)
+            closed = scan.assembler.feed(page.items)
             scan.cursor = page.cursor
+        scan.found += closed
+        scan.present.update(found.ref for found in closed)
         done = page is None
         # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
         # only move the log's position, and a second scanner of the key range would then start over, and so on.
+        # A quiet pass (not in the log yet) records nothing until it settles something: an idle source's
+        # passes leave the log as it was.
         moved = scan.assembler.settled_key != scan.logged_key
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
-        if (done or scan.found or due or scan.new_pass) and not self._append(scan, done=done):
+        recordable = done or scan.found or (not scan.quiet and (due or scan.new_pass))
+        if recordable and not self._append(scan, done=done):
             return
         scan.failures = 0
         scan.next_due = time.monotonic()
@@ -244,14 +267,19 @@ class SourceScanner:
                     scan.expected_seq = key_range.updated_seq
                     return True
             return self._idle(scan, POLL_S)
-        due_ms = record.last_pass_done_ms + int(scan.discovery.rescan_every_s * 1000) if record else 0
-        wait_s = 0.0 if record is None or record.rescan_requested else (due_ms - self.clock()) / 1000
+        # The last pass ended when the log or this process says (a quiet pass is only in memory: a restarted
+        # process begins one at once); an operator's request not yet served makes the next pass due now.
+        last_done_ms = max(record.last_pass_done_ms if record else 0, scan.last_done_ms)
+        due_ms = last_done_ms + int(scan.discovery.rescan_every_s * 1000) if last_done_ms else 0
+        requested = record is not None and record.rescan_requested and record.updated_seq > scan.served_request_seq
+        wait_s = 0.0 if requested else (due_ms - self.clock()) / 1000
         if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
             return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
         split = next_split_keys(record.last_pass_ranges, scan.discovery.shards) if record else []
         scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
         scan.new_pass, scan.split_keys = True, split
         scan.expected_seq = scan.position(record)
+        scan.served_request_seq = record.updated_seq if record else 0
         return True
 
     @staticmethod
@@ -263,6 +291,7 @@ class SourceScanner:
     def _failed(self, scan: _Scan, message: str, error: EnumerateError | None) -> None:
         """Record the error in the log (with what the slice found before it) and back off."""
         scan.failures += 1
+        scan.covered = False  # the pass may have missed items: it cannot say a partition is gone
         delay = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** min(scan.failures - 1, 16))
         if error is not None and error.retry_after is not None:
             delay = max(delay, error.retry_after)
@@ -289,6 +318,9 @@ class SourceScanner:
                     return True
                 head = state.head_seq
                 events, progress = self._events(state, scan, done, error)
+                if scan.quiet and error is None and len(events) == 1:  # nothing to settle: record nothing
+                    self._settled_quietly(scan, done)
+                    return True
                 refused = state.problem(events[0])
             if refused is not None:  # a bug or a name the fold refuses: never append a rejection in a loop
                 logger.error("scan of source %s: the log would refuse its progress: %s", scan.name, refused)
@@ -307,6 +339,12 @@ class SourceScanner:
             scan.last_append = time.monotonic()
             scan.active = not done
             self.live.catch_up()  # the next slice must see our record to know it is in step
+            if done:
+                with self.live.read() as state:
+                    record = state.sources.get(scan.name)
+                    if record is not None and record.done and record.pass_number == scan.pass_number:
+                        scan.passes_ended += 1  # its last key range ended here
+                        scan.last_done_ms = record.last_pass_done_ms
             self.on_append()
             return True
         logger.warning(
@@ -314,6 +352,14 @@ class SourceScanner:
         )
         scan.active = False
         return True
+
+    def _settled_quietly(self, scan: _Scan, done: bool) -> None:
+        """A slice of a quiet pass that found nothing new: the log is left as it was."""
+        scan.found = []
+        if done:
+            scan.active = False
+            scan.passes_ended += 1
+            scan.last_done_ms = self.clock()
 
     def _events(
         self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
@@ -339,6 +385,8 @@ class SourceScanner:
         events = [envelope(progress, source=SCANNER, timestamp_ms=now)]
         observed = [event for found in complete if (event := self._observation(state, scan, found, now)) is not None]
         events += observed
+        if done and scan.covered and error is None:
+            events += self._gone(state, scan, state.head_seq + 1, now)
         if scan.discovery.rewant_tainted and observed:
             rewant = self._rewant(state, scan, observed, now)
             if rewant is not None:
@@ -366,6 +414,37 @@ class SourceScanner:
             logger.info("not observing %s now: %s", found.ref, problem)
             return None
         return event
+
+    def _gone(self, state: BuildState, scan: _Scan, scan_seq: int, now: int) -> list[pb.Event]:
+        """A PartitionGone for each Live partition observed in this key range that the pass did not find.
+
+        `scan_seq` is where the slice ending the range lands (the batch is appended at the head we read).
+        """
+        base = scan.discovery.location_of("")
+        prefix = scan.source.pattern.template.split("{", 1)[0]
+        gone = []
+        for ref, instance_id in state.canonical.items():
+            if not ref.startswith(prefix) or ref in scan.present:
+                continue
+            instance = state.instances[instance_id]
+            location = instance.location
+            if instance.state != InstanceState.LIVE or not location or not location.startswith(base):
+                continue
+            directory = location[len(base) :]
+            if ItemKey((directory + "/").encode()) not in scan.key_range or scan.source.pattern.match(ref) is None:
+                continue
+            message = pb.PartitionGone(
+                partition_ref=ref,
+                location=location,
+                source=scan.name,
+                pass_number=scan.pass_number,
+                shard=scan.range_index,
+                scan_seq=scan_seq,
+            )
+            gone.append(envelope(message, source=SCANNER, timestamp_ms=now))
+        if gone:
+            logger.info("source %s: %d partition(s) gone", scan.name, len(gone))
+        return gone
 
     def _rewant(self, state: BuildState, scan: _Scan, observed: list[pb.Event], now: int) -> pb.Event | None:
         """One WantCreate of the refs the new data taints that a person wanted and no active want covers."""

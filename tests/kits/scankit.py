@@ -19,13 +19,13 @@ def scanner(log: EventLog, *sources: SourceDataset, **options: Any) -> tuple[Sou
 
 
 def drain(scan: SourceScanner, live: LiveState, passes: int = 1, limit: int = 500) -> None:
-    """Step until `passes` more passes of every source are done."""
+    """Step until `passes` more passes of every source have ended here (recorded or quiet)."""
     live.catch_up()
-    goal = {name: record.passes_done + passes for name, record in live.state.sources.items()}
+    goal = {each.name: each.passes_ended + passes for each in scan._scans}
     for _ in range(limit):
         scan.step()
-        records = live.state.sources
-        if records and all(records[name].passes_done >= goal.get(name, passes) for name in records):
+        if all(each.passes_ended >= goal[each.name] for each in scan._scans):
+            live.catch_up()
             return
     raise AssertionError(f"no pass finished in {limit} slices: {live.state.sources}")
 

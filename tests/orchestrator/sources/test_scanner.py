@@ -77,9 +77,10 @@ def source(root: Path, **options: Any) -> SourceDataset:
     return SourceDataset("raw", RAW, discovery=filesystem_discovery(root, KEYS, **options))
 
 
-def new_pass(log: EventLog, live: LiveState) -> None:
-    """What `partbuild sources scan raw` appends: the next pass is due at once."""
-    log.append([envelope(pb.SourceScanRequest(source="raw", reason="test"), source=manual("ann"))])
+def new_pass(log: EventLog, live: LiveState, *names: str) -> None:
+    """What `partbuild sources scan raw` appends (or for each of `names`): the next pass is due at once."""
+    for name in names or ("raw",):
+        log.append([envelope(pb.SourceScanRequest(source=name, reason="test"), source=manual("ann"))])
     live.catch_up()
 
 
@@ -224,11 +225,12 @@ def test_a_restarted_scanner_resumes_from_the_recorded_cursor(log: EventLog, roo
     live.catch_up()
     cursor = live.state.sources["raw"].ranges[0].last_key
     assert cursor.startswith(b"date=2026-01-0") and not live.state.sources["raw"].done
+    recorded = len(events(log, "source_scan_progress"))
     # A new process: its own state, replayed from the log.
     second, second_live = scanner(log, source(root))
     drain(second, second_live)
     progress = [e.source_scan_progress for e in events(log, "source_scan_progress")]
-    assert progress[4].after_key == cursor  # the second scanner began where the first stopped
+    assert progress[recorded].after_key == cursor  # the second scanner began where the first stopped
     refs = [e.partition_observed.partition_ref for e in events(log, "partition_observed")]
     assert sorted(refs) == [raw_ref(day) for day in range(1, 9)]  # each exactly once
     assert second_live.state.rejections == []
@@ -289,7 +291,7 @@ def test_connector_errors_are_recorded_and_the_scan_goes_on_after_them(
         for pending in scan._scans:  # no waiting for the backoff in a test
             pending.next_due = 0.0
         live.catch_up()
-        if live.state.sources["raw"].done:
+        if "raw" in live.state.sources and live.state.sources["raw"].done:
             break
     record = live.state.sources["raw"]
     assert record.done and record.errors_total == 2
@@ -321,11 +323,23 @@ def test_a_scan_starts_over_after_its_rescan_interval(log: EventLog, root: Path)
         scan.step()
         for pending in scan._scans:
             pending.next_due = 0.0
-    assert live.state.sources["raw"].pass_number == 1  # not due yet
+    (pending,) = scan._scans
+    assert pending.passes_ended == 1  # not due yet
+    head = live.state.head_seq
     now[0] += 60_000
-    scan.step()
-    live.catch_up()
-    assert live.state.sources["raw"].pass_number == 2
+    drain(scan, live)  # a pass that finds nothing new is not recorded
+    assert pending.passes_ended == 2 and live.state.head_seq == head
+    write_day(root, 2)
+    now[0] += 30_000
+    for _ in range(3):
+        scan.step()
+        for pending in scan._scans:
+            pending.next_due = 0.0
+    assert pending.passes_ended == 2  # due 60 s after the quiet pass ended, not after the recorded one
+    now[0] += 30_000
+    drain(scan, live)
+    assert live.state.sources["raw"].pass_number == 2  # the next recorded pass
+    assert [e.partition_observed.partition_ref for e in events(log, "partition_observed")] == [raw_ref(1), raw_ref(2)]
 
 
 # ----------------------------------------------------------------- in the orchestrator, and killed mid-scan
@@ -498,9 +512,11 @@ def test_a_scan_the_log_would_refuse_appends_nothing_and_waits(log: EventLog, ro
     for day in (1, 2, 3):
         write_day(root, day)
     scan, live = scanner(log, source(root, page_items=2))
-    scan.step()
+    scan.step()  # lists day 1: nothing settled yet, nothing recorded
+    scan.step()  # day 2 closes day 1: the pass is in the log
     live.catch_up()
     head = live.state.head_seq
+    assert head > 0
     (pending,) = scan._scans
     pending.logged_key = b"zzz"  # not the log's cursor: the fold would reject the slice
     for _ in range(5):
@@ -508,3 +524,165 @@ def test_a_scan_the_log_would_refuse_appends_nothing_and_waits(log: EventLog, ro
     live.catch_up()
     assert live.state.head_seq == head and live.state.rejections == []
     assert pending.next_due > time.monotonic() + 30  # backs off instead of spinning
+
+
+# ----------------------------------------------------------------- idle passes, gone partitions
+
+
+def test_idle_passes_record_nothing_and_a_change_is_noticed_within_one_pass(log: EventLog, root: Path) -> None:
+    other = root.parent / "other"
+    for day in (1, 2):
+        write_day(root, day)
+        write_day(other, day)
+    second = SourceDataset("other", "other/date={date:date}", discovery=filesystem_discovery(other, KEYS, page_items=3))
+    scan, live = scanner(log, source(root), second)
+    drain(scan, live)  # the first passes observe what is there
+    head = live.state.head_seq
+    for _ in range(20):  # idle passes, each asked for: nothing to settle, nothing recorded
+        new_pass(log, live, "raw", "other")
+        head += 2  # (the requests themselves)
+        drain(scan, live)
+    assert all(each.passes_ended == 21 for each in scan._scans)
+    assert live.state.head_seq == head and events(log, "source_scan_progress")[-1].source_scan_progress.pass_number == 1
+    write_day(other, 3)  # a new partition is noticed by the next pass
+    new_pass(log, live, "raw", "other")
+    drain(scan, live)
+    assert events(log, "partition_observed")[-1].partition_observed.partition_ref == "other/date=2026-01-03"
+    assert live.state.sources["other"].pass_number == 2 and live.state.rejections == []
+
+
+def _build_daily(log: EventLog, live: LiveState, day: int) -> str:
+    """What a daily run from raw day `day` appends: a want, a run, its success; the daily's instance UUID."""
+    ref = f"daily/date=2026-01-{day:02d}"
+    raw = live.state.canonical[raw_ref(day)]
+    seq = log.append([envelope(pb.WantCreate(want_id=f"w{day}", partition_refs=[ref]), source=manual("ann"))]).first_seq
+    uuid = instance_uuid(seq, ref)
+    log.append([envelope(pb.JobRunBuffer(job_run_id=f"r{day}", job_label="daily", instance_uuids=[uuid]))])
+    success = pb.JobRunSuccess(job_run_id=f"r{day}", input_instance_uuids=[raw])
+    log.append([envelope(success, source=from_job_run(f"r{day}"))])
+    live.catch_up()
+    return uuid
+
+
+def test_a_deleted_day_is_gone_within_one_pass_its_daily_waits_and_a_restore_is_a_new_live_instance(
+    log: EventLog, root: Path
+) -> None:
+    import shutil
+
+    from partbuild.orchestrator.decide import decide
+
+    for day in (1, 2, 3):
+        write_day(root, day)
+    raw = source(root)
+    scan, live = scanner(log, raw)
+    drain(scan, live)
+    daily1 = _build_daily(log, live, 1)
+    old = {day: live.state.canonical[raw_ref(day)] for day in (1, 2)}
+    shutil.rmtree(root / "date=2026-01-01")
+    shutil.rmtree(root / "date=2026-01-02")
+    new_pass(log, live)
+    drain(scan, live)
+    state = live.state
+    for day in (1, 2):
+        gone = state.instances[old[day]]
+        assert gone.state == I.GONE and state.canonical[raw_ref(day)] == old[day]
+        assert gone.note is not None and "gone" in gone.note and "pass 2 of source raw" in gone.note
+    assert state.instances[state.canonical[raw_ref(3)]].state == I.LIVE
+    assert state.instances[daily1].state == I.LIVE  # built from raw day 1: its data exists
+    assert state.rejections == []
+
+    # A new want for the daily of day 2 waits for its raw day: the decision wants it, and nothing builds it.
+    daily = Job(
+        "daily", ["daily/date={date:date}"], run=lambda ctx: None, inputs=lambda p: [f"raw/clicks/date={p['date']}"]
+    )
+    graph = Graph(jobs=[daily], sources=[raw])
+    log.append(
+        [envelope(pb.WantCreate(want_id="again", partition_refs=["daily/date=2026-01-02"]), source=manual("ann"))]
+    )
+    for _ in range(3):
+        live.catch_up()
+        decision = decide(live.state, graph, 1_900_000_000_000)
+        assert decision.new_runs == []
+        if decision.events:
+            log.append(decision.events)
+    live.catch_up()
+    state = live.state
+    waiting = state.instances[state.canonical["daily/date=2026-01-02"]]
+    assert waiting.state == I.UPSTREAM_BUILDING and state.waiting_for(raw_ref(2)) == [waiting.uuid]
+    assert state.wants["again"].state.name == "UPSTREAM_BUILDING"
+    assert {want.refs for want in state.active_wants_for_ref(raw_ref(2))} == {(raw_ref(2),)}  # its derivative
+
+    # Restored: observed again, a new Live instance; the daily it waited for can now be built.
+    write_day(root, 2)
+    new_pass(log, live)
+    drain(scan, live)
+    state = live.state
+    restored = state.instances[state.canonical[raw_ref(2)]]
+    assert restored.uuid != old[2] and restored.state == I.LIVE
+    assert state.instances[old[2]].state == I.GONE and state.instances[old[2]].superseded_seq
+    assert state.instances[waiting.uuid].state == I.MISSING  # woken: schedulable again
+    assert state.rejections == []
+
+
+class ChangingConnector(InMemoryConnector):
+    """Lists `self.listing` (an in-memory connector the test replaces), failing calls while `failures` remain."""
+
+    def __init__(self, items: list[MemoryItem]) -> None:
+        super().__init__(items)
+        self.listing = InMemoryConnector(items)
+        self.failures: list[EnumerateError] = []
+
+    def fill_page(self, key_range: KeyRange, cursor: Cursor, budgets: Budgets) -> Page | None:
+        if cursor.last_key is not None and self.failures:  # fails after the first page of a pass
+            raise self.failures.pop(0)
+        return self.listing.fill_page(key_range, cursor, budgets)
+
+
+def test_a_pass_with_an_error_never_says_gone_and_the_next_complete_pass_does(log: EventLog) -> None:
+    days = (1, 2, 3)
+    items = [
+        MemoryItem(ItemKey(f"date=2026-01-0{day}/{name}".encode()), b"d") for day in days for name in ("p", "_SUCCESS")
+    ]
+    connector = ChangingConnector(items)
+    discovered = SourceDataset("raw", RAW, discovery=Discovery(connector, "/data", KEYS, page_items=2))
+    scan, live = scanner(log, discovered)
+    drain(scan, live)
+    connector.listing = InMemoryConnector([item for item in items if b"-02/" not in item.key.raw_bytes()])
+    connector.failures = [EnumerateError.retryable("connection reset")]
+    new_pass(log, live)
+    for _ in range(50):  # no waiting for the backoff in a test
+        scan.step()
+        for pending in scan._scans:
+            pending.next_due = 0.0
+        if scan._scans[0].passes_ended == 2:
+            break
+    assert scan._scans[0].passes_ended == 2 and live.state.sources["raw"].errors_total == 1
+    assert events(log, "partition_gone") == []  # it listed everything in the end, but not in one go
+    new_pass(log, live)
+    drain(scan, live)
+    (gone,) = events(log, "partition_gone")
+    assert gone.partition_gone.partition_ref == raw_ref(2) and gone.partition_gone.location == "/data/date=2026-01-02"
+    assert live.state.instances[live.state.canonical[raw_ref(2)]].state == I.GONE
+
+
+def test_a_stale_scanner_cannot_say_gone(log: EventLog, root: Path) -> None:
+    """Two scanners of one source: the one whose slice the fold rejects has its gones rejected with it."""
+    for day in (1, 2):
+        write_day(root, day)
+    scan, live = scanner(log, source(root))
+    drain(scan, live)
+    record = live.state.sources["raw"]
+    uuid = live.state.canonical[raw_ref(1)]
+    location = live.state.instances[uuid].location
+    stale = pb.SourceScanProgress(
+        source="raw", pass_number=record.pass_number, last_key=b"date=2026-01-02/x", done=True
+    )
+    head = live.state.head_seq
+    gone = pb.PartitionGone(
+        partition_ref=raw_ref(1), location=location, source="raw", pass_number=record.pass_number, scan_seq=head + 1
+    )
+    log.append([envelope(stale, source=manual("bob")), envelope(gone, source=manual("bob"))], expected_head=head)
+    live.catch_up()
+    reasons = [rejection.reason for rejection in live.state.rejections]
+    assert len(reasons) == 2 and "stale scanner" in reasons[1]
+    assert live.state.instances[uuid].state == I.LIVE
