@@ -41,7 +41,7 @@ err_console = Console(stderr=True)
 # Below this many events a progress bar only flickers.
 PROGRESS_THRESHOLD = 50_000
 _GOOD = {"live", "successful", "succeeded"}
-_BAD = {"failed", "upstream_failed", "expired", "tainted"}
+_BAD = {"failed", "upstream_failed", "expired", "tainted", "gone"}
 _BUSY = {"building", "upstream_building", "running", "queued", "up_for_retry", "dep_miss"}
 MAX_REFS_SHOWN = 3
 

@@ -114,6 +114,7 @@ def w1_history(plan: SimulationPlan = PLAN) -> list[pb.Event]:
     _upstream_fails(h, plan.weeks)
     _cancel_and_expire(h, plan.weeks)
     _small_records(h, 3)
+    _gone_and_restored(h)
     weekly, _, _ = refs_of_week(1, 1)
     h.add(pb.PartitionTaint(partition_ref=weekly, reason="checked by hand", only_this_ref=True), manual("ann"))
     h.add(pb.InstanceRetention(drop_superseded_created_before_seq=h.seq), system("retention"))
@@ -196,6 +197,25 @@ def _cancel_and_expire(h: History, week: int) -> None:
     )
     h.add(late, manual("analyst"))
     assert h.state.wants["w-late"].state == WantState.EXPIRED  # expired by the event that created it
+
+
+def _gone_and_restored(h: History) -> None:
+    """Site 1, week 1: a pass no longer finds a raw day (Gone; its daily stays Live); a want waits; it comes back."""
+    _, dailies, raws = refs_of_week(1, 1)
+    raw = raws[2]
+    gone_uuid = h.uuid(raw)
+    location = h.state.instances[gone_uuid].location
+    assert location is not None and h.istate(raw) == h.istate(dailies[2]) == InstanceState.LIVE
+    ended = h.add(pb.SourceScanProgress(source="raw", pass_number=2, after_key=b"d=3/x", last_key=b"d=4/x", done=True))
+    gone = pb.PartitionGone(partition_ref=raw, location=location, source="raw", pass_number=2, scan_seq=ended)
+    h.add(gone, SCANNER)
+    h.reject(gone, SCANNER)  # no longer Live
+    assert h.istate(raw) == InstanceState.GONE and h.istate(dailies[2]) == InstanceState.LIVE
+    h.add(pb.WantCreate(want_id="w-gone", partition_refs=[raw]), manual("analyst"))
+    assert h.state.wants["w-gone"].state == WantState.IDLE  # waits for the data
+    h.add(pb.PartitionObserved(partition_ref=raw, location=location, version="restored"), CONNECTOR)
+    assert h.uuid(raw) != gone_uuid and h.istate(raw) == InstanceState.LIVE
+    assert h.state.wants["w-gone"].state == WantState.SUCCESSFUL
 
 
 def _small_records(h: History, step: int) -> None:
