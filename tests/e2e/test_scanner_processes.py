@@ -5,13 +5,14 @@ tests/orchestrator/sources/test_scanner.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,103 @@ def test_a_scan_killed_mid_pass_resumes_without_repeating_or_skipping_a_partitio
     refs = Counter(e.partition_observed.partition_ref for e in events(log, "partition_observed"))
     assert refs == Counter(f"raw/n={n}" for n in range(300))
     assert live.state.rejections == [] and live.state.sources["raw"].passes_done == 1
+
+
+IDLE_GRAPH = textwrap.dedent(
+    """
+    import os
+    from partbuild.orchestrator.connectors.filesystem import FilesystemConnector
+    from partbuild.orchestrator.graph import Graph, SourceDataset
+    from partbuild.orchestrator.sources.discovery import Discovery
+
+    class CountingConnector(FilesystemConnector):
+        '''The filesystem connector, writing a line to a file at the end of each listing: passes seen from outside.'''
+
+        def __init__(self, root, passes):
+            super().__init__(root)
+            self.passes = passes
+
+        def fill_page(self, key_range, cursor, budgets):
+            page = super().fill_page(key_range, cursor, budgets)
+            if page is None:
+                with open(self.passes, "a") as out:
+                    out.write("pass\\n")
+            return page
+
+    def source(name):
+        root = os.path.join(os.environ["IDLE_ROOT"], name)
+        connector = CountingConnector(root, root + ".passes")
+        discovery = Discovery(connector, root, "date={date:date}", rescan_every_s=0.1, page_items=2)
+        return SourceDataset(name, name + "/date={date:date}", discovery=discovery)
+
+    graph = Graph(jobs=[], sources=[source("a"), source("b")])
+    """
+)
+
+
+def _passes(root: Path, name: str) -> int:
+    path = root / f"{name}.passes"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _start_run(db_url: str, root: Path, graph: Path) -> subprocess.Popen[bytes]:
+    exe = Path(sys.executable).parent / "partbuild"
+    env = {**os.environ, "IDLE_ROOT": str(root)}
+    command = [str(exe), "run", "--db", db_url, "--graph", str(graph), "--warehouse", str(root / "warehouse")]
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+
+
+def _wait(condition: Callable[[], bool], process: subprocess.Popen[bytes], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"the orchestrator exited before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.05)
+
+
+def test_an_idle_orchestrator_with_two_discovered_sources_appends_nothing_and_notices_a_change(
+    db_url: str, log: EventLog, tmp_path: Path
+) -> None:
+    root = tmp_path / "sources"
+    for name in ("a", "b"):
+        for day in (1, 2, 3):
+            directory = root / name / f"date=2026-01-0{day}"
+            directory.mkdir(parents=True)
+            for file in ("part-0", "_SUCCESS"):
+                (directory / file).write_bytes(b"x")
+    graph = tmp_path / "graph.py"
+    graph.write_text(IDLE_GRAPH)
+    observed = lambda: len(events(log, "partition_observed"))  # noqa: E731
+    process = _start_run(db_url, root, graph)
+    try:
+        _wait(lambda: observed() == 6, process, "first passes")
+        _wait(lambda: min(_passes(root, "a"), _passes(root, "b")) >= 2, process, "second passes")
+        head, passes = log.head(), {name: _passes(root, name) for name in ("a", "b")}
+        _wait(lambda: min(_passes(root, name) - passes[name] for name in ("a", "b")) >= 20, process, "idle passes")
+        assert log.head() == head, "idle passes appended to the log"
+        (root / "b" / "date=2026-01-04").mkdir()
+        for file in ("part-0", "_SUCCESS"):
+            (root / "b" / "date=2026-01-04" / file).write_bytes(b"y")
+        noticed_by = _passes(root, "b") + 2  # the pass running now may have listed past it; the next one cannot
+        _wait(lambda: observed() == 7, process, "the new partition")
+        assert _passes(root, "b") <= noticed_by
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        process.kill()
+    # Restarted, after a change made while it was down: it begins a pass at once and observes only that change.
+    (root / "a" / "date=2026-01-05").mkdir()
+    for file in ("part-0", "_SUCCESS"):
+        (root / "a" / "date=2026-01-05" / file).write_bytes(b"z")
+    process = _start_run(db_url, root, graph)
+    try:
+        _wait(lambda: observed() == 8, process, "the change made while down")
+        head = log.head()
+        passes = _passes(root, "a")
+        _wait(lambda: _passes(root, "a") >= passes + 10, process, "idle passes after the restart")
+        assert log.head() == head
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    refs = Counter(e.partition_observed.partition_ref for e in events(log, "partition_observed"))
+    assert set(refs.values()) == {1} and len(refs) == 8
