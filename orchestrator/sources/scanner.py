@@ -105,7 +105,7 @@ class _Scan:
     covered: bool = False
     passes_ended: int = 0  # passes of this source ended here, recorded or quiet
     last_done_ms: int = 0  # when the last pass ended here (clock ms): a quiet pass is not in the log
-    served_request_seq: int = 0  # the source record's updated_seq when the last pass began here
+    asked: bool = False  # this pass answers an operator's request: it is recorded (the fold clears the request)
 
     @property
     def name(self) -> str:
@@ -135,9 +135,10 @@ class _Scan:
         """The pass is not in the log yet and may end unrecorded: one key range, scanned by one worker.
 
         A pass split into key ranges is coordinated through the log (other workers adopt its ranges,
-        the next split comes from its recorded hints), so it is recorded from its first slice.
+        the next split comes from its recorded hints), so it is recorded from its first slice; so is
+        a pass an operator asked for (the request is in the log: the pass that answers it is too).
         """
-        return self.new_pass and self.discovery.shards == 1
+        return self.new_pass and self.discovery.shards == 1 and not self.asked
 
     def position(self, record: SourceScan | None) -> int:
         """The log's updated_seq of what this scan continues (-2: the log has moved to another pass)."""
@@ -268,10 +269,10 @@ class SourceScanner:
                     return True
             return self._idle(scan, POLL_S)
         # The last pass ended when the log or this process says (a quiet pass is only in memory: a restarted
-        # process begins one at once); an operator's request not yet served makes the next pass due now.
+        # process begins one at once); an operator's request makes the next pass due now.
         last_done_ms = max(record.last_pass_done_ms if record else 0, scan.last_done_ms)
         due_ms = last_done_ms + int(scan.discovery.rescan_every_s * 1000) if last_done_ms else 0
-        requested = record is not None and record.rescan_requested and record.updated_seq > scan.served_request_seq
+        requested = record is not None and record.rescan_requested
         wait_s = 0.0 if requested else (due_ms - self.clock()) / 1000
         if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
             return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
@@ -279,7 +280,7 @@ class SourceScanner:
         scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
         scan.new_pass, scan.split_keys = True, split
         scan.expected_seq = scan.position(record)
-        scan.served_request_seq = record.updated_seq if record else 0
+        scan.asked = requested
         return True
 
     @staticmethod

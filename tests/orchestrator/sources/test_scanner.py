@@ -535,20 +535,26 @@ def test_idle_passes_record_nothing_and_a_change_is_noticed_within_one_pass(log:
         write_day(root, day)
         write_day(other, day)
     second = SourceDataset("other", "other/date={date:date}", discovery=filesystem_discovery(other, KEYS, page_items=3))
-    scan, live = scanner(log, source(root), second)
+    now = [1_800_000_000_000]
+    scan, live = scanner(log, source(root, rescan_every_s=60), second, clock=lambda: now[0])
     drain(scan, live)  # the first passes observe what is there
     head = live.state.head_seq
-    for _ in range(20):  # idle passes, each asked for: nothing to settle, nothing recorded
-        new_pass(log, live, "raw", "other")
-        head += 2  # (the requests themselves)
+    for _ in range(20):  # a pass every 60 s: nothing to settle, nothing recorded
+        now[0] += 60_000
         drain(scan, live)
     assert all(each.passes_ended == 21 for each in scan._scans)
-    assert live.state.head_seq == head and events(log, "source_scan_progress")[-1].source_scan_progress.pass_number == 1
+    assert live.state.head_seq == head
     write_day(other, 3)  # a new partition is noticed by the next pass
-    new_pass(log, live, "raw", "other")
+    now[0] += 60_000
     drain(scan, live)
     assert events(log, "partition_observed")[-1].partition_observed.partition_ref == "other/date=2026-01-03"
     assert live.state.sources["other"].pass_number == 2 and live.state.rejections == []
+    # A pass an operator asks for is recorded, found something or not: the request is answered in the log.
+    new_pass(log, live, "raw")
+    now[0] += 60_000  # (and the other source's next pass: quiet)
+    drain(scan, live)
+    record = live.state.sources["raw"]
+    assert record.pass_number == 2 and record.done and not record.rescan_requested
 
 
 def _build_daily(log: EventLog, live: LiveState, day: int) -> str:
