@@ -55,7 +55,12 @@ class ScanKeyRangeOut(BaseModel):
 class SourceScanOut(BaseModel):
     """How far the scans of a source have got (the fold's record). The cursor is shown redacted."""
 
-    pass_number: int = Field(description="The current (or last) pass; 1 for the first, 0 before any.")
+    pass_number: int = Field(
+        description=(
+            "The current (or last) recorded pass; 1 for the first, 0 before any. A pass that found nothing new "
+            "(and was not asked for) is not recorded: an idle source's record, and the log, stay as they were."
+        )
+    )
     pass_done: bool
     # The JSON field keeps its name `shards`: each is a key range of the pass.
     shards: list[ScanKeyRangeOut] = Field(description="The pass's key ranges, each with its own cursor.")
@@ -66,7 +71,7 @@ class SourceScanOut(BaseModel):
     partitions_total: int
     passes_done: int
     pass_started_ms: int
-    last_pass_done_ms: int | None = Field(description="When the latest finished pass ended; null: none has.")
+    last_pass_done_ms: int | None = Field(description="When the latest recorded pass ended; null: none has.")
     last_pass_items: int
     last_pass_partitions: int
     errors_total: int

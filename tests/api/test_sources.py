@@ -417,3 +417,32 @@ def test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due(db_api_
     assert answer["seq"] == 2 and key not in response.content
     assert (answer["source"]["scan"]["pass_number"], answer["source"]["scan"]["rescan_requested"]) == (1, True)
     assert ok(client.get(f"{API}/sources", params={"as_of_seq": 1}))[0]["scan"]["rescan_requested"] is False
+
+
+def test_a_removed_day_is_gone_in_the_api_the_cli_and_the_web(
+    sqlite_url: str, tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    graph = graph_of(tree)
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        service = Service(db, graph=graph)
+        scanner = SourceScanner(db.log, service.live, [graph.sources["raw"]], checkpoint_every_s=3600)
+        scan_until_done(scanner, service, "raw", 1)
+        shutil.rmtree(tree / "date=2026-01-01")
+        with serve_service(service) as api:
+            ok(api.client.post(f"{SOURCES}/raw/scan"), 201)
+            scan_until_done(scanner, service, "raw", 2)
+            api.service.refresh()
+            ref = "raw/clicks/date=2026-01-01"
+            gone = ok(api.client.get(f"/api/v1/partitions/canonical/{ref}"))
+            assert gone["state"] == "gone" and "no longer found it" in gone["note"]
+            listed = ok(api.client.get("/api/v1/partitions", params={"prefix": "raw/", "state": "gone"}))["items"]
+            assert [item["ref"] for item in listed] == [ref]
+            events = ok(api.client.get("/api/v1/events", params={"limit": 1000}))
+            assert "partition_gone" in json.dumps(events)
+            code, out, err = run_cli(capsys, "partitions", "list", "--state", "gone", "--server", api.url)
+            assert code == 0, err
+            assert ref in out and "gone" in out and "2026-01-02" not in out
+            page = api.client.get("/partitions", params={"prefix": "raw/"})
+            assert page.status_code == 200 and "state-gone" in page.text and ref in page.text
