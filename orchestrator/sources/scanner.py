@@ -9,15 +9,25 @@ items into partitions, and appends, in one batch guarded by the log's head:
 - a `PartitionObserved` for each complete partition whose version or location is
   new (the fold makes a new instance and taints what was built from the old one),
 - with `rewant_tainted`, one `WantCreate` of the refs it tainted that a person
-  had wanted (and that no active want covers): late data rebuilds what it touched.
+  had wanted (and that no active want covers): late data rebuilds what it touched,
+- at the end of a key range listed whole, from its start and without an error, in
+  this process: a `PartitionGone` for each Live partition of the source there that
+  the pass did not find (the fold accepts it only behind that slice's progress).
 
-It appends when it found partitions, at the end of a pass, after an error, and at
-least every `checkpoint_every_s` while it lists: a restarted orchestrator resumes
-from the recorded cursor, which is the last key of the last partition handed out,
-so the partition open at a crash is listed again from its first item, and nothing
-is observed twice (unchanged versions are never appended). A finished pass is
-followed by the next one `rescan_every_s` later, or as soon as someone asks
-(`SourceScanRequest`, `partbuild sources scan NAME`).
+A pass that settles nothing records nothing: it is quiet (in memory only) until its
+first slice with an observation, a gone or an error, which begins the pass in the
+log; a quiet pass that ends so leaves the log as it was, so an idle source never
+grows it. Once begun in the log, a pass appends when it found partitions, at its
+end, after an error, and at least every `checkpoint_every_s` while it lists: a
+restarted orchestrator resumes from the recorded cursor, which is the last key of
+the last partition handed out, so the partition open at a crash is listed again
+from its first item, and nothing is observed twice (unchanged versions are never
+appended). A quiet pass interrupted by a restart is simply begun again. A pass is
+followed by the next one `rescan_every_s` after it ended (recorded, or quiet in this
+process; a restarted process begins one at once), or as soon as someone asks
+(`SourceScanRequest`, `partbuild sources scan NAME`): such a pass is recorded from
+its start, answering the request in the log, and so is every pass split into
+several key ranges (other workers adopt its ranges from the log).
 
 A pass may be split into key ranges (`Discovery.shards`), fixed by the
 slice that begins it and rebalanced from the last pass's split estimates
