@@ -31,8 +31,10 @@ The child gets PYTHONDONTWRITEBYTECODE=1 (another checkout's executable writes n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,8 +43,6 @@ import time
 from pathlib import Path
 
 from _common import machine
-
-from partbuild.state.log.store import EventLog
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_EVENTS = 0
@@ -92,14 +92,20 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def head(db: str) -> int:
-    with EventLog.open(db) as log:
-        return log.head()
+def head(db_file: Path) -> int:
+    """The log's last seq, read with sqlite3: any partbuild version's log (whatever its migrations) reads alike."""
+    with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)) as db:
+        return db.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
 
 
-def observed(db: str) -> int:
-    with EventLog.open(db) as log:
-        return sum(1 for row in log.read(0, 10_000) if row.event_type == "partition_observed")
+def observed(db_file: Path) -> int:
+    if not db_file.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)) as db:
+        try:
+            return db.execute("SELECT count(*) FROM events WHERE event_type = 'partition_observed'").fetchone()[0]
+        except sqlite3.OperationalError:  # not created yet
+            return 0
 
 
 def wait(condition: object, process: subprocess.Popen[bytes], what: str, timeout_s: float = 120) -> None:
@@ -123,7 +129,8 @@ def run(name: str, exe: str, args: argparse.Namespace) -> dict[str, float]:
                 (directory / "_SUCCESS").write_bytes(b"")
         graph = Path(tmp) / "graph.py"
         graph.write_text(GRAPH)
-        db = f"sqlite:///{tmp}/log.db"
+        db_file = Path(tmp) / "log.db"
+        db = f"sqlite:///{db_file}"
         env = {key: value for key, value in os.environ.items() if not key.startswith("PARTBUILD_")}
         env |= {"IDLE_ROOT": str(root), "IDLE_RESCAN_S": str(args.rescan), "PYTHONDONTWRITEBYTECODE": "1"}
         command = [
@@ -134,20 +141,24 @@ def run(name: str, exe: str, args: argparse.Namespace) -> dict[str, float]:
         process = subprocess.Popen(command, env=env, cwd=tmp, stdout=output, stderr=subprocess.STDOUT)
         try:
             wait(
-                lambda: Path(tmp, "log.db").exists() and observed(db) == len(SOURCES) * args.days,
+                lambda: observed(db_file) == len(SOURCES) * args.days,
                 process,
                 "first passes",
             )
             first = {source: passes(root, source) for source in SOURCES}
             wait(lambda: all(passes(root, s) > first[s] for s in SOURCES), process, "second passes")
-            start_head, start_passes, start_cpu = head(db), {s: passes(root, s) for s in SOURCES}, cpu_s(process.pid)
+            start_head, start_passes, start_cpu = (
+                head(db_file),
+                {s: passes(root, s) for s in SOURCES},
+                cpu_s(process.pid),
+            )
             print(f"[{name}] idle from head {start_head} for {args.minutes} min ...", flush=True)
             deadline = time.monotonic() + args.minutes * 60
             while time.monotonic() < deadline:
                 if process.poll() is not None:
                     raise SystemExit(f"`up` exited ({process.returncode}) while idle")
                 time.sleep(1)
-            end_head, end_cpu = head(db), cpu_s(process.pid)
+            end_head, end_cpu = head(db_file), cpu_s(process.pid)
             made = {s: passes(root, s) - start_passes[s] for s in SOURCES}
         finally:
             process.send_signal(signal.SIGTERM)
