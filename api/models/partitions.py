@@ -13,7 +13,15 @@ MAX_LINEAGE_DEPTH = 50
 MAX_VERSION = 1_024  # an ETag, a content hash, size and mtime: short
 
 InstanceStateName = Literal[
-    "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted"
+    "missing",
+    "building",
+    "upstream_building",
+    "up_for_retry",
+    "live",
+    "failed",
+    "upstream_failed",
+    "tainted",
+    "canceled",
 ]
 
 

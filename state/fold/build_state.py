@@ -46,6 +46,7 @@ from partbuild.state.fold.records import (
     SourceScan,
     Want,
     WantState,
+    digested_counts,
 )
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
 from partbuild.state.fold.wants import expire_due as _expire_due
@@ -83,7 +84,10 @@ class BuildState:
         Table(("instances", "wants", "job_runs")),
         Pointers(("canonical",)),
         RecordLog(("rejections",)),
-        Scalars(("instance_counts", "want_counts", "run_counts")),
+        Scalars(
+            ("instance_counts", "want_counts", "run_counts"),
+            reads=(("instance_counts", "digested_instance_counts"),),
+        ),
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
@@ -267,6 +271,11 @@ class BuildState:
     def waiting_for(self, ref: str) -> list[str]:
         """UUIDs of instances waiting (UpstreamBuilding) for `ref` to become Live."""
         return list(self.waiters.get(ref, ()))
+
+    @property
+    def digested_instance_counts(self) -> list[int]:
+        """`instance_counts` as the digest hashes it (`records.digested_counts`)."""
+        return digested_counts(self.instance_counts)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """How many instances, wants and job runs are in each state."""

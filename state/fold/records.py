@@ -26,6 +26,19 @@ class InstanceState(IntEnum):
     FAILED = 5  # its job failed permanently
     UPSTREAM_FAILED = 6  # an input it waits for failed permanently
     TAINTED = 7  # was Live, declared bad; a newer instance replaced it
+    CANCELED = 8  # its job run was canceled; a fresh instance (a new UUID, a new location) replaced it
+
+
+# How many instance states logs were first written with: the counts of the states added since are left
+# out of the digest while they are all 0, so logs that never reach one of them keep their digests.
+FIRST_INSTANCE_STATES = 8
+
+
+def digested_counts(counts: list[int]) -> list[int]:
+    """Counts by instance state as the digest hashes them: without those of later states while all are 0."""
+    if len(counts) == len(InstanceState) and not any(counts[FIRST_INSTANCE_STATES:]):
+        return counts[:FIRST_INSTANCE_STATES]
+    return counts
 
 
 class WantState(IntEnum):
@@ -206,6 +219,7 @@ class Want(_Record):
         "history",
     )
     digest_leaves_out = ("history",)
+    digest_reads: ClassVar[dict[str, str]] = {"tally": "digested_tally"}
 
     def __init__(
         self,
@@ -240,6 +254,11 @@ class Want(_Record):
         self.satisfied_by: tuple[str, ...] = ()  # the instance UUIDs that made it Successful
         self.cancel_reason: str | None = None
         self.history = 0  # its state changes before the latest, as an Instance's
+
+    @property
+    def digested_tally(self) -> list[int] | None:
+        """`tally` as the digest hashes it (`digested_counts`)."""
+        return None if self.tally is None else digested_counts(self.tally)
 
     @property
     def expires_at_ms(self) -> int | None:
