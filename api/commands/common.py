@@ -97,7 +97,9 @@ retain_days_option = click.option(
     "--retain-days",
     type=click.IntRange(min=0),
     envvar="PARTBUILD_RETAIN_DAYS",
-    help="Drop superseded instances older than this many days (checked hourly; default: keep them all).",
+    help=(
+        "Keep this many days of history: drop instances superseded longer ago (checked hourly; default: keep them all)."
+    ),
 )
 
 
