@@ -211,9 +211,11 @@ class Orchestrator:
         """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
 
         Canceled by an operator, or failed as stale by another worker while this process was
-        paused: either way the run records nothing more (the fold would reject it), and its
-        instances are built again elsewhere or later; the executor keeps a rebuild in this
-        process from starting until the ended run's thread has returned.
+        paused: either way the run records nothing more (the fold would reject it). A canceled
+        run's instances were replaced by fresh ones (other locations), rebuilt at once here or
+        anywhere; a run failed as stale (or canceled in an older log) leaves its instances to be
+        built again, and the executor keeps a rebuild of those in this process from starting
+        until the ended run's thread has returned.
         """
         with self.live.read() as state:
             ended = ended_runs(state, self.executor.running_ids())
