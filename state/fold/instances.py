@@ -102,7 +102,9 @@ def check_partition_observed(
     new (rejected), another one is new data that taints what was built from the old.
     """
     ref = intern(msg.partition_ref)
-    problem = ref_problem(ref)  # inline rather than ref_rejection: source data arrives often
+    uuid = state.canonical.get(ref)
+    # A ref with an instance was valid when it got one: source data arrives often, so only new refs are checked.
+    problem = ref_problem(ref) if uuid is None else None
     if problem:
         return f"{problem}: {short(ref)}"
     if not msg.location:
@@ -111,7 +113,6 @@ def check_partition_observed(
         return "row_count and bytes must not be negative"
     if msg.version_strong and not msg.version:
         return "a strong version needs a version"
-    uuid = state.canonical.get(ref)
     if uuid is None:
         return ref, msg, None, None, []
     current = state.instances[uuid]
@@ -167,7 +168,8 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     version = (msg.version, msg.version_strong) if msg.version else None
     if reused is not None and reused.state == LIVE:  # only its version was learned
         reused.version = version
-        reused.history = reused.history << ENTRY_BITS | entry(reused.updated_seq, LIVE)  # Live before, and after
+        histories = state.instance_histories  # Live before, and after
+        histories[reused.uuid] = histories.get(reused.uuid, 0) << ENTRY_BITS | entry(reused.updated_seq, LIVE)
         reused.updated_seq = seq
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
@@ -228,6 +230,7 @@ def _drop(state: BuildState, instance: Instance) -> None:
     uuid = instance.uuid
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
+    state.instance_histories.pop(uuid, None)
     if instance.previous_uuid is None:  # but that its ref had no instance before: reads of the past say so
         state.first_created[instance.ref] = instance.created_seq
     state.instance_counts[instance.state] -= 1
