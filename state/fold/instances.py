@@ -102,9 +102,7 @@ def check_partition_observed(
     new (rejected), another one is new data that taints what was built from the old.
     """
     ref = intern(msg.partition_ref)
-    uuid = state.canonical.get(ref)
-    # A ref with an instance was valid when it got one: source data arrives often, so only new refs are checked.
-    problem = ref_problem(ref) if uuid is None else None
+    problem = ref_problem(ref)  # inline rather than ref_rejection: source data arrives often
     if problem:
         return f"{problem}: {short(ref)}"
     if not msg.location:
@@ -113,6 +111,7 @@ def check_partition_observed(
         return "row_count and bytes must not be negative"
     if msg.version_strong and not msg.version:
         return "a strong version needs a version"
+    uuid = state.canonical.get(ref)
     if uuid is None:
         return ref, msg, None, None, []
     current = state.instances[uuid]

@@ -75,9 +75,8 @@ def _want_create_problem(state: BuildState, msg: pb.WantCreate, refs: tuple[str,
         return f"want {short(want_id)} already exists"
     if not refs:
         return "want lists no partition refs"
-    canonical = state.canonical
     for ref in refs:
-        problem = ref_problem(ref) if ref not in canonical else None  # a ref with an instance was valid
+        problem = ref_problem(ref)
         if problem:
             return f"{problem}: {short(ref)}"
     if len(refs) > 1 and len(set(refs)) != len(refs):

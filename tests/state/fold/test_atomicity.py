@@ -139,8 +139,8 @@ CASES = [
     Case("partition_taint", lambda s: pb.PartitionTaint(partition_ref="raw/c"), (instances, "_taint_cascade")),
     Case(
         "partition_observed",
-        lambda s: pb.PartitionObserved(partition_ref="raw/new", location="/raw/new"),
-        (instances, "ref_problem"),  # only a ref without an instance is checked
+        lambda s: pb.PartitionObserved(partition_ref="raw/a", location="/raw/a/v2"),
+        (instances, "ref_problem"),
     ),
     Case(
         "instance_retention",
