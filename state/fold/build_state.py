@@ -92,7 +92,7 @@ class BuildState:
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
-        History(("fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
+        History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -131,6 +131,9 @@ class BuildState:
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
         # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
         self.fields: dict[str, tuple[object, ...]] = {}
+        # instance UUID -> its state changes before the latest, packed (state/fold/history.py); only
+        # instances that have some (most have none: a creation and Building are implied).
+        self.instance_histories: dict[str, int] = {}
         self.versions: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
         self.clock_marks: list[int] = []
         self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first

@@ -168,7 +168,8 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     version = (msg.version, msg.version_strong) if msg.version else None
     if reused is not None and reused.state == LIVE:  # only its version was learned
         reused.version = version
-        reused.history = reused.history << ENTRY_BITS | entry(reused.updated_seq, LIVE)  # Live before, and after
+        histories = state.instance_histories  # Live before, and after
+        histories[reused.uuid] = histories.get(reused.uuid, 0) << ENTRY_BITS | entry(reused.updated_seq, LIVE)
         reused.updated_seq = seq
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
@@ -248,6 +249,7 @@ def _drop(state: BuildState, instance: Instance) -> None:
     uuid = instance.uuid
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
+    state.instance_histories.pop(uuid, None)
     if instance.previous_uuid is None:  # but that its ref had no instance before: reads of the past say so
         state.first_created[instance.ref] = instance.created_seq
     state.instance_counts[instance.state] -= 1

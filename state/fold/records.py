@@ -157,10 +157,8 @@ class Instance(_Record):
         "uuid",
         "waiting_on",
         "version",
-        "history",
     )
     added_later = ("version",)
-    digest_leaves_out = ("history",)
     digest_reads: ClassVar[dict[str, str]] = {"consumers": "consumer_list"}
 
     def __init__(self, uuid: str, ref: str, state: InstanceState, seq: int, previous_uuid: str | None) -> None:
@@ -185,9 +183,8 @@ class Instance(_Record):
         self.note: str | None = None  # why it failed or was tainted
         # (version, strong) of observed source data whose source reports versions; None otherwise.
         self.version: tuple[str, bool] | None = None
-        # Its state changes before the latest (which is `state` at `updated_seq`), for reads of the past:
-        # packed entries, the newest in the low bits (state/fold/history.py). 0: none.
-        self.history = 0
+        # Its state changes before the latest are in BuildState.instance_histories, not here: most
+        # instances have none, and a slot would cost every instance 16 bytes (pymalloc rounds up).
 
     @property
     def consumer_list(self) -> list[str] | None:
