@@ -8,7 +8,7 @@ append notifications (LISTEN/NOTIFY), inserts that resolve conflicts, row
 locks, and which backend a leader lock uses (`backend`).
 
 Write locks are held for a bounded time (`WriteBounds`, from the environment:
-`PARTBUILD_WRITE_HOLD_S`, default 10 s, and `PARTBUILD_WRITE_WAIT_S`, default
+`PARTBUILD_WRITE_HOLD_S`, default 5 s, and `PARTBUILD_WRITE_WAIT_S`, default
 30 s), so a writer frozen inside its transaction (SIGSTOP, a debugger, a frozen
 VM) blocks the others for about the hold bound, not until it wakes:
 
@@ -54,7 +54,7 @@ SQLITE_WRITE_SLICE_MS = 250
 
 WRITE_HOLD_ENV = "PARTBUILD_WRITE_HOLD_S"
 WRITE_WAIT_ENV = "PARTBUILD_WRITE_WAIT_S"
-DEFAULT_WRITE_HOLD_S = 10.0
+DEFAULT_WRITE_HOLD_S = 5.0
 DEFAULT_WRITE_WAIT_S = 30.0
 # PostgreSQL's SQLSTATEs for the two bounds.
 _LOCK_NOT_AVAILABLE = "55P03"
