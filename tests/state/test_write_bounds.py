@@ -78,7 +78,7 @@ def test_a_writer_waiting_past_the_wait_bound_gives_up_having_written_nothing(db
             with pytest.raises(WriteLockTimeout, match="nothing was written: retry"):
                 log.append([_want("blocked"), _want("blocked-too")])
             waited = time.monotonic() - started
-        assert WAIT_S <= waited < WAIT_S + 5
+        assert WAIT_S <= waited < WAIT_S + 10  # the bound, then it gave up (not 30 s, not forever)
         assert log.head() == 1
         assert log.append([_want("after")]).first_seq == 2  # the lock is free again: the same writer goes on
 
@@ -92,6 +92,5 @@ def test_postgres_ends_a_writer_idle_inside_its_append_past_the_hold_bound(pg_se
                 frozen.execute(sa.text("UPDATE log_head SET head_seq = head_seq + 1 WHERE id = 1"))
                 time.sleep(2.5)  # idle in the transaction past the 1 s hold bound: the server ends the session
                 frozen.execute(sa.text("SELECT 1"))
-            started = time.monotonic()
-            assert database.log.append([_want("next")]).first_seq == 1  # the bump was rolled back with the session
-            assert time.monotonic() - started < WAIT_S
+            # The lock went with the session (else: WriteLockTimeout), and its bump was rolled back.
+            assert database.log.append([_want("next")]).first_seq == 1
