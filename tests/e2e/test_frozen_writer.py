@@ -34,15 +34,19 @@ OTHERS = ("w1", "w2")
 BATCHES = 4
 FINISH_TIMEOUT_S = 40.0  # on main the others never finish while the frozen writer sleeps
 
-# A child: append BATCHES batches of two wants; a batch that was not done is retried as it was.
+# A child: once the file `go` exists, append `batches` batches of two wants; one not done is retried as it was.
 _CHILD = """
 import json, sys, time
+from pathlib import Path
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog, WriteNotDone
 
-url, name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url, name, batches, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 with EventLog.open(url, auto_upgrade=False) as log:
+    print(json.dumps({"ready": name}), flush=True)
+    while not go.exists():
+        time.sleep(0.01)
     for batch in range(batches):
         events = []
         for i in range(2):
@@ -63,13 +67,16 @@ with EventLog.open(url, auto_upgrade=False) as log:
 """
 
 
-def start_writer(db: str, name: str, batches: int, *, stop_inside: bool = False) -> subprocess.Popen[str]:
+def start_writer(db: str, name: str, batches: int, go: Path, *, stop_inside: bool = False) -> subprocess.Popen[str]:
+    """A writer process, once it has opened the log (it appends when `go` exists)."""
     env = {**os.environ, "PARTBUILD_WRITE_HOLD_S": str(HOLD_S), "PARTBUILD_WRITE_WAIT_S": str(WAIT_S)}
     if stop_inside:
         env[STOP_IN_APPEND_ENV] = "1"
-    return subprocess.Popen(
-        [sys.executable, "-c", _CHILD, db, name, str(batches)], env=env, stdout=subprocess.PIPE, text=True
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, db, name, str(batches), str(go)], env=env, stdout=subprocess.PIPE, text=True
     )
+    assert proc.stdout is not None and json.loads(proc.stdout.readline()) == {"ready": name}
+    return proc
 
 
 def is_stopped(pid: int) -> bool:
@@ -90,13 +97,14 @@ def lines(stream: IO[str] | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.read().splitlines() if line.strip()]
 
 
-def test_a_frozen_writer_blocks_the_others_only_for_the_bound(db: str) -> None:
-    frozen = start_writer(db, "frozen", 1, stop_inside=True)
-    others: list[subprocess.Popen[str]] = []
+def test_a_frozen_writer_blocks_the_others_only_for_the_bound(db: str, tmp_path: Path) -> None:
+    others = [start_writer(db, name, BATCHES, tmp_path / "others-go") for name in OTHERS]
+    frozen = start_writer(db, "frozen", 1, tmp_path / "frozen-go", stop_inside=True)
     try:
+        (tmp_path / "frozen-go").touch()
         wait_stopped(frozen)
         stopped_at = time.monotonic()
-        others = [start_writer(db, name, BATCHES) for name in OTHERS]
+        (tmp_path / "others-go").touch()  # they start appending at once, into the frozen writer's lock
         for proc in others:
             try:
                 proc.wait(timeout=max(0.1, stopped_at + FINISH_TIMEOUT_S - time.monotonic()))
