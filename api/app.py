@@ -24,6 +24,7 @@ from partbuild.api.errors import TITLES, ApiError, validation_message
 from partbuild.api.routes import PROBLEM_JSON, resource_routers
 from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
+from partbuild.state.log.store import WriteNotDone
 
 logger = logging.getLogger("partbuild.api")
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -123,6 +124,10 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
             return problem(405, detail, {"Allow": allowed})
         return problem(exc.status_code, str(exc.detail))
 
+    async def write_not_done(_: Request, exc: Exception) -> JSONResponse:
+        # A write-lock bound ended the write (another writer held the lock too long): nothing was written.
+        return problem(503, str(exc), {"Retry-After": "1"})
+
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error: %s", exc)
         return problem(500, "an unexpected error occurred; it was logged")
@@ -131,6 +136,7 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         ApiError: domain_error,
         RequestValidationError: invalid,
         StarletteHTTPException: http_error,
+        WriteNotDone: write_not_done,
         Exception: unexpected,
     }
     for error, handler in handlers.items():

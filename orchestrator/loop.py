@@ -43,7 +43,7 @@ from partbuild.state.fold.records import InstanceState, JobRunState
 from partbuild.state.log.events import Clock, envelope, wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY, LoadReport
-from partbuild.state.log.store import AppendConflict, SnapshotStore
+from partbuild.state.log.store import AppendConflict, SnapshotStore, WriteNotDone
 from partbuild.state.rules.bucketing import BucketingConfig
 
 logger = logging.getLogger("partbuild.orchestrator")
@@ -193,8 +193,10 @@ class Orchestrator:
             self._check_member()
             try:
                 self.log.append(events, expected_head=decided_on)
-            except AppendConflict:
-                return True  # another writer appended since we read: decide again on the newer state
+            except (AppendConflict, WriteNotDone):
+                # Another writer appended since we read, or a write-lock bound ended our append (we sat
+                # frozen in it, or waited too long): nothing was written; decide again on the newer state.
+                return True
             self._pending.extend(decision.new_runs)
             self.catch_up()
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
