@@ -81,6 +81,10 @@ class WriteBounds:
         return cls(_seconds(WRITE_HOLD_ENV, DEFAULT_WRITE_HOLD_S), _seconds(WRITE_WAIT_ENV, DEFAULT_WRITE_WAIT_S))
 
 
+class WriteBoundSettingError(ValueError):
+    """A write-lock bound set in the environment is not a number of seconds in range."""
+
+
 def _seconds(name: str, default: float) -> float:
     text = os.environ.get(name, "").strip()
     if not text:
@@ -88,9 +92,9 @@ def _seconds(name: str, default: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+        raise WriteBoundSettingError(f"{name} must be a number of seconds, got {text!r}") from None
     if not 0.1 <= value <= 86_400:
-        raise ValueError(f"{name} must be between 0.1 and 86400 seconds, got {text!r}")
+        raise WriteBoundSettingError(f"{name} must be between 0.1 and 86400 seconds, got {text!r}")
     return value
 
 
