@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
 
@@ -31,7 +32,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status, "detail": detail}
+    body = {"type": "about:blank", "title": TITLES.get(status) or HTTPStatus(status).phrase, "status": status, "detail": detail}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 

@@ -267,6 +267,7 @@ def test_a_want_while_another_writer_holds_the_append_lock_too_long_is_503_and_w
                 holder.execute(sa.text("UPDATE log_head SET head_seq = head_seq WHERE id = 1"))
                 answer = api.client.post(WANTS, json={"refs": ["r/1"], "want_id": "held"})
             assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
+            assert answer.json()["title"] == "Service Unavailable"
             assert "write lock stayed held by another writer" in answer.json()["detail"]
             assert head_seq(api.client) == 0
             assert want(api.client, ["r/1"], want_id="held")["seq"] == 1
