@@ -32,7 +32,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": TITLES.get(status) or HTTPStatus(status).phrase, "status": status, "detail": detail}
+    title = TITLES.get(status) or HTTPStatus(status).phrase
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
