@@ -9,10 +9,12 @@ does not grow with the number of files in a partition or of partitions.
 `PartitionAssembler` folds items into `FoundPartition`s (ref, directory, files, bytes,
 a digest of every file's name, version and size; strong only if every file's
 version is; complete if the marker was there); `settled_key` is the cursor to record.
-With `stamps` (a source that confirms content), the items' change stamps (a file's
-ctime) go into the version too, so a write that puts size and mtime back still
-moves it; the version without them is kept beside it (`unstamped_version`), since
-partitions observed before stamps carry that one.
+With `stamps` (a source that confirms content), the newest change stamp of its
+items goes into the version too: a file's ctime, which any write sets to now, past
+every earlier one, so a write that puts size and mtime back still moves the
+version (one comparison per item: the pass over unchanged files stays as cheap).
+The version without it is kept beside it (`unstamped_version`), since partitions
+observed before stamps carry that one.
 """
 
 from __future__ import annotations
@@ -40,14 +42,17 @@ class FoundPartition:
     unstamped_version: str | None = None  # with change stamps: the version without them (as before stamps)
 
 
+_NO_STAMP = -(1 << 63)  # below every change stamp (an int64 of ns)
+
+
 class _Open:
-    __slots__ = ("bytes", "digest", "directory", "fields", "items", "last_key", "marked", "stamps", "strong")
+    __slots__ = ("bytes", "digest", "directory", "fields", "items", "last_key", "marked", "stamp", "strong")
 
     def __init__(self, directory: str, fields: dict[str, object]) -> None:
         self.directory = directory
         self.fields = fields
         self.digest = blake3.blake3()
-        self.stamps: blake3.blake3 | None = None  # made at the first change stamp, if stamps are on
+        self.stamp = _NO_STAMP  # the newest change stamp of its items
         self.items = 0
         self.bytes = 0
         self.strong = True
@@ -106,12 +111,8 @@ class PartitionAssembler:
             current.digest.update(_framed(name.encode()) + _framed(item.version.value))
             current.digest.update(b"s" if item.version.is_strong else b"w")
             current.digest.update(item.size.to_bytes(8, "big"))
-            if self._stamps and item.change_stamp is not None:
-                if current.stamps is None:
-                    current.stamps = blake3.blake3()
-                # the item's index frames its stamp: the names are in `digest` already
-                stamp = item.change_stamp.to_bytes(8, "big", signed=True)
-                current.stamps.update(current.items.to_bytes(8, "big") + stamp)
+            if self._stamps and item.change_stamp is not None and item.change_stamp > current.stamp:
+                current.stamp = item.change_stamp
             current.items += 1
             current.bytes += item.size
             current.strong = current.strong and item.version.is_strong
@@ -157,8 +158,9 @@ class PartitionAssembler:
         self._open = None
         self.settled_key = partition.last_key
         version = unstamped = partition.digest.hexdigest()[:32]
-        if partition.stamps is not None:
-            version = blake3.blake3(version.encode() + partition.stamps.digest()).hexdigest()[:32]
+        if partition.stamp != _NO_STAMP:
+            stamp = partition.stamp.to_bytes(8, "big", signed=True)
+            version = blake3.blake3(version.encode() + stamp).hexdigest()[:32]
         closed.append(
             FoundPartition(
                 ref=self._refs.format(**partition.fields),

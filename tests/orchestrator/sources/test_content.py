@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from partbuild.orchestrator.connectors.in_memory import InMemoryConnector, MemoryItem
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.toxic import ItemKey
 from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
 from partbuild.orchestrator.sources import content
-from partbuild.orchestrator.sources.discovery import filesystem_discovery
+from partbuild.orchestrator.sources.discovery import Discovery, filesystem_discovery
 from partbuild.orchestrator.sources.partitions import PartitionAssembler
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
@@ -257,3 +259,22 @@ def test_change_stamps_move_the_version_and_leave_the_unstamped_one_as_before(ro
     change_one_byte_keeping_size_and_mtime(root / "date=2026-01-01" / "part-00000.csv")
     assert found(False).version == plain.version  # size and mtime alone cannot see it
     assert found(True).version != stamped.version and found(True).unstamped_version == plain.version
+
+
+def test_strong_versions_are_content_hashes_already_and_never_read(database: Database) -> None:
+    """An object store's ETags (here the in-memory connector's BLAKE3 versions) need no digest."""
+
+    def scan_objects(part: bytes) -> SourceScanner:
+        objects = [MemoryItem(ItemKey(b"date=2026-01-01/" + name), data) for name, data in ((b"_SUCCESS", b""), part)]
+        discovery = Discovery(InMemoryConnector(objects), "s3a://bucket/raw", KEYS)
+        scan, live = scanner(
+            database.log, SourceDataset("raw", RAW, discovery=discovery), digests=database.content_digests
+        )
+        next_pass(database, scan, live)
+        return scan
+
+    first = scan_objects((b"part-0", b"rows"))
+    again = scan_objects((b"part-0", b"rows"))
+    changed = scan_objects((b"part-0", b"other rows"))
+    assert observed(database) == [raw_ref(1), raw_ref(1)]  # the change, once; the same ETags, never
+    assert bytes_read(first) == bytes_read(again) == bytes_read(changed) == 0
