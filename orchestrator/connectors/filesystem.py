@@ -46,6 +46,7 @@ from partbuild.orchestrator.connectors.items import (
     ScanItem,
     StableItemId,
     Version,
+    metadata_value,
 )
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
@@ -221,5 +222,6 @@ def _pread(fd: int, offset: int, length: int) -> bytes:
 
 def _as_listed(item: ScanItem, found: os.stat_result) -> bool:
     """Whether a file's stat gives the version and change stamp `item` was listed with."""
-    version = Version.from_metadata(found.st_size, found.st_mtime_ns)
-    return version == item.version and found.st_ctime_ns == item.change_stamp
+    if found.st_ctime_ns != item.change_stamp or item.version.is_strong:
+        return False
+    return item.version.value == metadata_value(found.st_size, found.st_mtime_ns)

@@ -73,6 +73,11 @@ class VersionStrength(enum.Enum):
     WEAK = "weak"  # best effort from metadata (size + mtime): a rewrite within the clock's resolution may hide
 
 
+def metadata_value(size: int, mtime_ns: int) -> bytes:
+    """The value of a weak version from a file's size and modification time."""
+    return f"size={size};mtime_ns={mtime_ns}".encode("ascii")
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     """An item's version as its connector sees it; compare only versions of the same strength."""
@@ -101,7 +106,7 @@ class Version:
         for name, number in (("size", size), ("mtime_ns", mtime_ns)):
             if isinstance(number, bool) or not isinstance(number, int):
                 raise TypeError(f"{name} must be an int, not {type(number).__name__}")
-        return cls(VersionStrength.WEAK, f"size={size};mtime_ns={mtime_ns}".encode("ascii"))
+        return cls(VersionStrength.WEAK, metadata_value(size, mtime_ns))
 
     @property
     def is_strong(self) -> bool:

@@ -61,6 +61,7 @@ logger = logging.getLogger("partbuild.sources")
 CHUNK_BYTES = 8 << 20  # a file is digested in chunks, so a read cut short by the budget resumes at a chunk
 _DIGEST = 32
 _LIST_BYTES = 1 << 62  # listing is bounded by items and time
+FLUSH_ROWS = 1_000  # rows of files read are saved with the partition's, or at least every this many
 
 
 class DigestStore(Protocol):
@@ -73,7 +74,15 @@ class DigestStore(Protocol):
     def partitions(self, source_id: str, directory_id: str, versions: Sequence[str]) -> dict[str, str]: ...
 
     def save_partition(
-        self, source_id: str, directory_id: str, version: str, content: str, *, keep: str | None, item_ids: set[str]
+        self,
+        source_id: str,
+        directory_id: str,
+        version: str,
+        content: str,
+        *,
+        keep: str | None,
+        item_ids: set[str],
+        files: dict[str, FileDigest] | None = None,
     ) -> None: ...
 
 
@@ -97,8 +106,17 @@ class MemoryDigests:
         return {version: known[version] for version in versions if version in known}
 
     def save_partition(
-        self, source_id: str, directory_id: str, version: str, content: str, *, keep: str | None, item_ids: set[str]
+        self,
+        source_id: str,
+        directory_id: str,
+        version: str,
+        content: str,
+        *,
+        keep: str | None,
+        item_ids: set[str],
+        files: dict[str, FileDigest] | None = None,
     ) -> None:
+        self.save_files(source_id, directory_id, files or {})
         known = self._partitions.setdefault((source_id, directory_id), {})
         for old in [old for old in known if old not in (version, keep)]:
             del known[old]
@@ -129,6 +147,16 @@ class _PassBudget:
     bytes_left: int
     deadline: float  # monotonic
     chunks: int = 0  # read in this pass (the first is read whatever the budget)
+
+
+@dataclass
+class _Reading:
+    """A partition being digested: its running digest, the files listed, the rows read and not yet saved."""
+
+    directory_id: str
+    content: blake3.blake3 = dataclasses.field(default_factory=blake3.blake3)
+    item_ids: set[str] = dataclasses.field(default_factory=set)
+    fresh: dict[str, FileDigest] = dataclasses.field(default_factory=dict)
 
 
 class ContentCheck:
@@ -188,11 +216,26 @@ class ContentCheck:
         facts = self._store.partitions(self._source_id, directory_id, versions)
         content = facts.get(found.version)
         if content is None:
-            content, item_ids = self._read_partition(found, pass_key)
+            reading = _Reading(directory_id)
+            try:
+                content = self._read_partition(found, pass_key, reading)
+            except _Undecided:
+                self._flush(reading)  # what was read, even in part, is not read again
+                raise
             self._store.save_partition(
-                self._source_id, directory_id, found.version, content, keep=known, item_ids=item_ids
+                self._source_id,
+                directory_id,
+                found.version,
+                content,
+                keep=known,
+                item_ids=reading.item_ids,
+                files=reading.fresh,
             )
         return known is not None and facts.get(known) == content
+
+    def _flush(self, reading: _Reading) -> None:
+        self._store.save_files(self._source_id, reading.directory_id, reading.fresh)
+        reading.fresh = {}
 
     # ----------------------------------------------------------------- reading
 
@@ -203,7 +246,7 @@ class ContentCheck:
             budget = self._budget = _PassBudget(pass_key, self.discovery.verify_bytes_per_pass, deadline)
         return budget
 
-    def _read_partition(self, found: FoundPartition, pass_key: tuple[int, int]) -> tuple[str, set[str]]:
+    def _read_partition(self, found: FoundPartition, pass_key: tuple[int, int], reading: _Reading) -> str:
         """The partition's content digest, from its files listed again (they must still be as found)."""
         budget = self._spend(pass_key)
         self.partitions_read += 1
@@ -211,8 +254,6 @@ class ContentCheck:
         key_range = KeyRange(ItemKey(prefix), ItemKey(prefix[:-1] + b"0"))  # "0" follows "/": the directory
         keys, refs = self._patterns
         relisted = PartitionAssembler(keys, refs, self.discovery.complete_marker, stamps=True)
-        content = blake3.blake3()
-        item_ids: set[str] = set()
         cursor = Cursor.initial()
         # The budget bounds reading; listing the partition again costs what the pass's listing of it did.
         listing = Budgets(self.discovery.page_items, _LIST_BYTES)
@@ -226,41 +267,31 @@ class ContentCheck:
             if page is None:
                 break
             relisted.feed(page.items)
-            self._digest_page(page.items, len(prefix), found.directory, content, item_ids, budget)
+            self._digest_page(page.items, len(prefix), reading, budget)
             cursor = page.cursor
         again = relisted.finish()
         if len(again) != 1 or again[0].version != found.version:
             raise _Undecided("its files changed since they were listed")
-        return content.hexdigest(), item_ids
+        return reading.content.hexdigest()
 
-    def _digest_page(
-        self,
-        items: Sequence[ScanItem],
-        skip: int,
-        directory: str,
-        content: blake3.blake3,
-        item_ids: set[str],
-        budget: _PassBudget,
-    ) -> None:
-        """Add a page of the partition's files to `content`, reading the ones no row has at their version."""
+    def _digest_page(self, items: Sequence[ScanItem], skip: int, reading: _Reading, budget: _PassBudget) -> None:
+        """Add a page of the partition's files to its digest, reading the ones no row has at their version."""
         ids = [item.item_id.hex() for item in items]
         rows = self._store.files(self._source_id, ids)
-        fresh: dict[str, FileDigest] = {}
-        try:
-            for item, item_id in zip(items, ids, strict=True):
-                item_ids.add(item_id)
-                listed = _listed(item)
-                row = rows.get(item_id)
-                if row is None or row.listed != listed or row.size != item.size:
-                    row = FileDigest(listed, item.size, b"", None)
-                if row.content is None:
-                    row = fresh[item_id] = self._read_file(item, row, budget)
-                if row.content is None:
-                    raise _Undecided("the pass's bytes or time to read are spent")
-                name = item.key.raw_bytes()[skip:]
-                content.update(len(name).to_bytes(4, "big") + name + bytes.fromhex(row.content))
-        finally:
-            self._store.save_files(self._source_id, _id(directory), fresh)  # what was read, even in part
+        for item, item_id in zip(items, ids, strict=True):
+            reading.item_ids.add(item_id)
+            listed = _listed(item)
+            row = rows.get(item_id)
+            if row is None or row.listed != listed or row.size != item.size:
+                row = FileDigest(listed, item.size, b"", None)
+            if row.content is None:
+                row = reading.fresh[item_id] = self._read_file(item, row, budget)
+            if row.content is None:
+                raise _Undecided("the pass's bytes or time to read are spent")
+            name = item.key.raw_bytes()[skip:]
+            reading.content.update(len(name).to_bytes(4, "big") + name + bytes.fromhex(row.content))
+        if len(reading.fresh) >= FLUSH_ROWS:  # memory stays bounded in a partition of many files
+            self._flush(reading)
 
     def _read_file(self, item: ScanItem, row: FileDigest, budget: _PassBudget) -> FileDigest:
         """`row` continued chunk by chunk while the budget lasts; with its content once the file is read."""

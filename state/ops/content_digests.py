@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write, upsert
 from partbuild.state.log.events import Clock, wall_clock_ms
@@ -71,8 +71,11 @@ class ContentDigestStore:
 
     def save_files(self, source_id: str, directory_id: str, digests: dict[str, FileDigest]) -> None:
         """Write (or replace) these files' rows."""
-        if not digests:
-            return
+        if digests:
+            with begin_write(self._engine) as conn:
+                self._write_files(conn, source_id, directory_id, digests)
+
+    def _write_files(self, conn: Connection, source_id: str, directory_id: str, digests: dict[str, FileDigest]) -> None:
         now = self._clock()
         rows = [
             {
@@ -87,11 +90,8 @@ class ContentDigestStore:
             }
             for item_id, digest in digests.items()
         ]
-        with begin_write(self._engine) as conn:
-            statement = upsert(
-                conn, files_table, ["source_id", "item_id"], ["directory_id", "listed", "size", "chunks", "content"]
-            )
-            conn.execute(statement, rows)
+        update = ["directory_id", "listed", "size", "chunks", "content", "updated_ms"]
+        conn.execute(upsert(conn, files_table, ["source_id", "item_id"], update), rows)
 
     def partitions(self, source_id: str, directory_id: str, versions: Sequence[str]) -> dict[str, str]:
         """The content digests known for these versions of the directory (version -> content)."""
@@ -103,18 +103,31 @@ class ContentDigestStore:
             return {row.version: row.content for row in conn.execute(query)}
 
     def save_partition(
-        self, source_id: str, directory_id: str, version: str, content: str, *, keep: str | None, item_ids: set[str]
+        self,
+        source_id: str,
+        directory_id: str,
+        version: str,
+        content: str,
+        *,
+        keep: str | None,
+        item_ids: set[str],
+        files: dict[str, FileDigest] | None = None,
     ) -> None:
-        """Record `version` -> `content`; drop the directory's other versions but `keep` (the observed one)
-        and the rows of files no longer in it (`item_ids`: the files listed now)."""
+        """Record `version` -> `content` (with `files`' rows, in the same transaction); drop the directory's
+        other versions but `keep` (the observed one) and, when there is one, the rows of files no longer in
+        it (`item_ids`: the files listed now)."""
         table = partitions_table
         where = (table.c.source_id == source_id) & (table.c.directory_id == directory_id)
         kept = [version] if keep is None else [version, keep]
         with begin_write(self._engine) as conn:
+            if files:
+                self._write_files(conn, source_id, directory_id, files)
             row = {"source_id": source_id, "directory_id": directory_id, "version": version}
             statement = upsert(conn, table, ["source_id", "directory_id", "version"], ["content", "updated_ms"])
             conn.execute(statement, [{**row, "content": content, "updated_ms": self._clock()}])
             conn.execute(sa.delete(table).where(where, table.c.version.not_in(kept)))
+            if keep is None:
+                return  # a partition seen for the first time: no rows of files deleted since
             in_directory = (files_table.c.source_id == source_id) & (files_table.c.directory_id == directory_id)
             gone = [
                 item_id
