@@ -172,6 +172,9 @@ class ContentCheck:
         keys = PartitionPattern(discovery.keys) if discovery.keys else source.pattern
         self._patterns = (keys, source.pattern)
         self._budget: _PassBudget | None = None
+        # Per directory, the last (listed version, observed version) found to hold the same content: a
+        # touched partition is confirmed from memory in later passes, with no query (one entry a directory).
+        self._same: dict[str, tuple[str, str]] = {}
         self.bytes_read = 0  # file bytes read since this check was made (tests and benchmarks read it)
         self.partitions_read = 0  # partitions whose files were read (wholly or in part)
 
@@ -189,14 +192,17 @@ class ContentCheck:
                 confirmed.append(found)  # strong, incomplete or unchanged: as today, nothing is read
                 continue
             known = observed[found.ref]
-            if known is not None and known == found.unstamped_version:
-                confirmed.append(dataclasses.replace(found, version=known))  # observed before change stamps
+            same_as_before = known is not None and known == found.unstamped_version  # observed before stamps
+            if same_as_before or (known is not None and self._same.get(found.directory) == (found.version, known)):
+                confirmed.append(dataclasses.replace(found, version=known))
                 continue
             try:
                 same = self._same_content(found, known, pass_key)
             except _Undecided as reason:
                 logger.info("source %s: %s not confirmed in this pass: %s", self._name, found.ref, reason)
                 continue
+            if same and known is not None:
+                self._same[found.directory] = (found.version, known)
             confirmed.append(dataclasses.replace(found, version=known) if same else found)  # type: ignore[arg-type]
         return confirmed
 
