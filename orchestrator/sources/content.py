@@ -199,11 +199,13 @@ class ContentCheck:
             try:
                 same = self._same_content(found, known, pass_key)
             except _Undecided as reason:
-                logger.info("source %s: %s not confirmed in this pass: %s", self._name, found.ref, reason)
+                # Debug: once a pass's budget is spent, every partition after it says so.
+                logger.debug("source %s: %s not confirmed in this pass: %s", self._name, found.ref, reason)
                 continue
             if same and known is not None:
                 self._same[found.directory] = (found.version, known)
-            confirmed.append(dataclasses.replace(found, version=known) if same else found)  # type: ignore[arg-type]
+                found = dataclasses.replace(found, version=known)
+            confirmed.append(found)
         return confirmed
 
     def _observed(self, state: BuildState, found: FoundPartition) -> str | None:
