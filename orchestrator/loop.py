@@ -104,7 +104,10 @@ class Orchestrator:
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
-        self.scanner = SourceScanner(log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock)
+        sources = [*graph.sources.values()]
+        self.scanner = SourceScanner(
+            log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
+        )
         self.scanner.on_append = self.wake
         self.scanner.start()
         if self.group is not None:
