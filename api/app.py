@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from importlib.metadata import version
 from typing import Any
 
@@ -24,13 +25,15 @@ from partbuild.api.errors import TITLES, ApiError, validation_message
 from partbuild.api.routes import PROBLEM_JSON, resource_routers
 from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
+from partbuild.state.log.store import WriteNotDone
 
 logger = logging.getLogger("partbuild.api")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": TITLES.get(status, "Error"), "status": status, "detail": detail}
+    title = TITLES.get(status) or HTTPStatus(status).phrase
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -123,6 +126,10 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
             return problem(405, detail, {"Allow": allowed})
         return problem(exc.status_code, str(exc.detail))
 
+    async def write_not_done(_: Request, exc: Exception) -> JSONResponse:
+        # A write-lock bound ended the write (another writer held the lock too long): nothing was written.
+        return problem(503, str(exc), {"Retry-After": "1"})
+
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error: %s", exc)
         return problem(500, "an unexpected error occurred; it was logged")
@@ -131,6 +138,7 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         ApiError: domain_error,
         RequestValidationError: invalid,
         StarletteHTTPException: http_error,
+        WriteNotDone: write_not_done,
         Exception: unexpected,
     }
     for error, handler in handlers.items():

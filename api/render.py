@@ -478,11 +478,11 @@ def group_detail(group: GroupOut) -> Group:
 def retention_text(report: RetentionReportOut) -> str:
     """What retention dropped, or on a dry run would drop."""
     if not report.dropped:
-        return "no superseded instance is old enough to drop"
+        return "no instance was superseded long enough ago to drop"
     verb = "would drop" if report.dry_run else f"dropped at seq {report.seq}"
     shown = "\n".join(f"  {uuid}" for uuid in report.instances)
     more = f"\n  (+{report.dropped - len(report.instances):,} more)" if report.dropped > len(report.instances) else ""
-    return f"{verb}: {report.dropped:,} superseded instance(s) created before seq {report.cutoff_seq}\n{shown}{more}"
+    return f"{verb}: {report.dropped:,} instance(s) superseded before seq {report.cutoff_seq}\n{shown}{more}"
 
 
 def nonzero(counts: dict[str, int]) -> str:

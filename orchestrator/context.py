@@ -11,13 +11,18 @@ all recorded as events:
 | raises anything else | JobRunFailure (retryable) | retried per the job's RetryPolicy, then permanent |
 | is canceled (someone appended JobRunCancel) | none more from the run | see below |
 
-A canceled run's instances are Missing again as soon as the fold accepts the
-JobRunCancel. The orchestrator running it then cancels its Spark jobs (tagged
-with the run id; so an action in flight raises) and drops whatever the function
+A canceled run's instances end Canceled as soon as the fold accepts the
+JobRunCancel, and a fresh Missing instance (a new UUID, so a new location)
+replaces each: a rebuild, in this process or any other, can start at once and
+never writes where the canceled function may still be writing (Python code
+cannot be stopped from outside, so work outside Spark runs on until the
+function ends). The orchestrator running it cancels its Spark jobs (tagged with
+the run id; so an action in flight raises) and drops whatever the function
 returns or raises, with no heartbeats meanwhile. A run still waiting for a
-thread never starts. A rebuild of the same instances by a new run in the same
-process starts only once the canceled function has returned: Python code cannot
-be stopped from outside, so work outside Spark runs on until the function ends.
+thread never starts. (A JobRunCancel written before `replace_instances` existed
+put the same instances back to Missing; a rebuild of those in the same process
+waited for the canceled function to return, as a retry of a run failed as stale
+still does.)
 """
 
 from __future__ import annotations

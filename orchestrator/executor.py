@@ -46,7 +46,9 @@ class JobExecutor:
     nothing more (no heartbeat, no outcome: the fold would reject them), its Spark jobs are
     canceled, and if it was still waiting for a thread it never starts. A Python job function
     cannot be killed, so its thread may keep running for a while; until it ends, no other run
-    of this process starts building the same instances (they would write the same location).
+    of this process starts building the same instances (they would write the same location). A
+    canceled run's instances are never built again (the fold replaced them with fresh ones), so
+    only a run failed as stale, or a cancel of an older log, holds a rebuild back.
     """
 
     def __init__(

@@ -43,7 +43,7 @@ from partbuild.state.fold.records import InstanceState, JobRunState
 from partbuild.state.log.events import Clock, envelope, wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY, LoadReport
-from partbuild.state.log.store import AppendConflict, SnapshotStore
+from partbuild.state.log.store import AppendConflict, SnapshotStore, WriteNotDone
 from partbuild.state.rules.bucketing import BucketingConfig
 
 logger = logging.getLogger("partbuild.orchestrator")
@@ -104,7 +104,10 @@ class Orchestrator:
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
-        self.scanner = SourceScanner(log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock)
+        sources = [*graph.sources.values()]
+        self.scanner = SourceScanner(
+            log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
+        )
         self.scanner.on_append = self.wake
         self.scanner.start()
         if self.group is not None:
@@ -193,8 +196,10 @@ class Orchestrator:
             self._check_member()
             try:
                 self.log.append(events, expected_head=decided_on)
-            except AppendConflict:
-                return True  # another writer appended since we read: decide again on the newer state
+            except (AppendConflict, WriteNotDone):
+                # Another writer appended since we read, or a write-lock bound ended our append (we sat
+                # frozen in it, or waited too long): nothing was written; decide again on the newer state.
+                return True
             self._pending.extend(decision.new_runs)
             self.catch_up()
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
@@ -211,9 +216,11 @@ class Orchestrator:
         """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
 
         Canceled by an operator, or failed as stale by another worker while this process was
-        paused: either way the run records nothing more (the fold would reject it), and its
-        instances are built again elsewhere or later; the executor keeps a rebuild in this
-        process from starting until the ended run's thread has returned.
+        paused: either way the run records nothing more (the fold would reject it). A canceled
+        run's instances were replaced by fresh ones (other locations), rebuilt at once here or
+        anywhere; a run failed as stale (or canceled in an older log) leaves its instances to be
+        built again, and the executor keeps a rebuild of those in this process from starting
+        until the ended run's thread has returned.
         """
         with self.live.read() as state:
             ended = ended_runs(state, self.executor.running_ids())

@@ -1,8 +1,8 @@
-"""Applying retention from the run loop: drop superseded instances older than a number of days.
+"""Applying retention from the run loop: drop instances superseded more than a number of days ago.
 
 `RetentionPolicy` (`run --retain-days`) says when to append `InstanceRetention`. Off by
 default. When on, the loop asks at most once per check interval whether some
-superseded (non-canonical) instance was created before the cutoff, and only then
+superseded (non-canonical) instance stopped being canonical before the cutoff, and only then
 appends one `InstanceRetention`; the fold decides what goes (never a canonical
 instance), so replay stays deterministic whatever clock computed the cutoff.
 """
@@ -23,7 +23,7 @@ RETENTION = system("retention")
 
 @dataclass
 class RetentionPolicy:
-    """Keep superseded instances `retain_days` days; look every `check_interval_ms`."""
+    """Keep `retain_days` days of history (instances superseded since); look every `check_interval_ms`."""
 
     retain_days: int
     check_interval_ms: int = 3_600_000
@@ -38,7 +38,7 @@ class RetentionPolicy:
 
 
 def retention_event(state: BuildState, cutoff_seq: int, now_ms: int) -> pb.Event | None:
-    """The InstanceRetention to append for this cutoff, if some superseded instance is old enough to go.
+    """The InstanceRetention to append for this cutoff, if some instance was superseded long enough ago to go.
 
     The cutoff is lowered so that no instance a queued or running job may still name as
     an input is dropped (its success would be rejected and the work done again).
@@ -46,5 +46,5 @@ def retention_event(state: BuildState, cutoff_seq: int, now_ms: int) -> pb.Event
     cutoff_seq = cutoff_sparing_active_runs(state, cutoff_seq)
     if cutoff_seq <= 0 or not retention_candidates(state, cutoff_seq):
         return None
-    dropping = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff_seq)
+    dropping = pb.InstanceRetention(drop_superseded_before_seq=cutoff_seq)
     return envelope(dropping, source=RETENTION, timestamp_ms=now_ms)

@@ -3,9 +3,9 @@
 The event log (`state/log/`) is the truth: everything in `BuildState` can be
 rebuilt from it. The operational stores (`state/ops/`) hold what changes too
 often or is too private to be history: worker-group heartbeats, where each
-subscription's deliveries stand, API tokens, leader locks. They share the log's
-database so one URL configures a deployment, but they are reached here, through
-the database, never through `EventLog`.
+subscription's deliveries stand, API tokens, leader locks, the content digests of
+source files. They share the log's database so one URL configures a deployment,
+but they are reached here, through the database, never through `EventLog`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from partbuild.state.engine import EngineHandle
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import current_revision
+from partbuild.state.ops.content_digests import ContentDigestStore
 from partbuild.state.ops.deliveries import DeliveryStore
 from partbuild.state.ops.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.ops.members import MemberStore
@@ -22,7 +23,8 @@ from partbuild.state.ops.tokens import TokenStore
 
 
 class Database(EngineHandle):
-    """The handle of one database: `log`, and the operational `members`, `deliveries`, `tokens`, leader locks.
+    """The handle of one database: `log`, and the operational `members`, `deliveries`, `tokens`,
+    `content_digests`, leader locks.
 
     `Database.open(url)` owns its engine; the log it hands out shares it and is closed with it.
     """
@@ -34,6 +36,7 @@ class Database(EngineHandle):
         self.members = MemberStore(engine)
         self.deliveries = DeliveryStore(engine)
         self.tokens = TokenStore(engine)
+        self.content_digests = ContentDigestStore(engine)
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at."""

@@ -6,12 +6,38 @@ here: how an engine and its connections are configured, how a write
 transaction takes its lock up front, a snapshot read, the migration lock,
 append notifications (LISTEN/NOTIFY), inserts that resolve conflicts, row
 locks, and which backend a leader lock uses (`backend`).
+
+Write locks are held for a bounded time (`WriteBounds`, from the environment:
+`PARTBUILD_WRITE_HOLD_S`, default 5 s, and `PARTBUILD_WRITE_WAIT_S`, default
+30 s), so a writer frozen inside its transaction (SIGSTOP, a debugger, a frozen
+VM) blocks the others for about the hold bound, not until it wakes:
+
+- PostgreSQL, appends (`begin_write(bounded=True)`): `lock_timeout` (the wait
+  bound) and `idle_in_transaction_session_timeout` (the hold bound), set local
+  to the transaction. The server ends a session idle inside its append past the
+  hold bound (rolling it back; its row lock on `log_head` goes with it); the
+  woken writer's next statement fails: `WriteLockLost`. A writer that waited the
+  wait bound for the lock gives up: `WriteLockTimeout`.
+- SQLite, every write transaction (the write lock is the whole database's):
+  BEGIN IMMEDIATE waits in slices up to the wait bound (then
+  `WriteLockTimeout`); between slices the waiter looks at the lock's holder and
+  kills it when it has stayed stopped for the hold bound
+  (`state/frozen_writer.py` says why that is the only way and why it loses
+  nothing).
+
+Either way nothing is half-written: the transaction is rolled back whole.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +46,19 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.sql import Select
 
+from partbuild.state.frozen_writer import FrozenWriterWatch
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# A write transaction's BEGIN IMMEDIATE waits in slices this long, looking at the lock's holder in between.
+SQLITE_WRITE_SLICE_MS = 250
+
+WRITE_HOLD_ENV = "PARTBUILD_WRITE_HOLD_S"
+WRITE_WAIT_ENV = "PARTBUILD_WRITE_WAIT_S"
+DEFAULT_WRITE_HOLD_S = 5.0
+DEFAULT_WRITE_WAIT_S = 30.0
+# PostgreSQL's SQLSTATEs for the two bounds.
+_LOCK_NOT_AVAILABLE = "55P03"
+_IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
 
 # Execution option read by the SQLite "begin" listener: start with BEGIN IMMEDIATE.
 _BEGIN_IMMEDIATE = "partbuild_begin_immediate"
@@ -28,6 +66,68 @@ _BEGIN_IMMEDIATE = "partbuild_begin_immediate"
 # Arbitrary constant key for PostgreSQL's transaction-scoped advisory lock that
 # serializes schema migrations run by several processes at once.
 _MIGRATION_LOCK_KEY = 0x70617274  # "part"
+
+
+@dataclass(frozen=True)
+class WriteBounds:
+    """How long a writer may sit inside its write transaction (`hold_s`) and wait for the lock (`wait_s`)."""
+
+    hold_s: float = DEFAULT_WRITE_HOLD_S
+    wait_s: float = DEFAULT_WRITE_WAIT_S
+
+    @classmethod
+    def from_env(cls) -> WriteBounds:
+        """The bounds `PARTBUILD_WRITE_HOLD_S` and `PARTBUILD_WRITE_WAIT_S` set (seconds), or the defaults."""
+        return cls(_seconds(WRITE_HOLD_ENV, DEFAULT_WRITE_HOLD_S), _seconds(WRITE_WAIT_ENV, DEFAULT_WRITE_WAIT_S))
+
+
+class WriteBoundSettingError(ValueError):
+    """A write-lock bound set in the environment is not a number of seconds in range."""
+
+
+def _seconds(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise WriteBoundSettingError(f"{name} must be a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= 86_400:
+        raise WriteBoundSettingError(f"{name} must be between 0.1 and 86400 seconds, got {text!r}")
+    return value
+
+
+class WriteNotDone(Exception):
+    """A write transaction that wrote nothing, because of a write-lock bound: retry it (on fresh state)."""
+
+
+class WriteLockTimeout(WriteNotDone):
+    """The write lock stayed held by another writer for the whole wait bound."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(
+            f"the database's write lock stayed held by another writer for {wait_s:g} s "
+            f"(the wait bound, {WRITE_WAIT_ENV}); nothing was written: retry"
+        )
+
+
+class WriteLockLost(WriteNotDone):
+    """This writer sat inside its transaction past the hold bound (frozen): the server ended it."""
+
+    def __init__(self, hold_s: float) -> None:
+        super().__init__(
+            f"this writer held the write lock idle for over {hold_s:g} s (the hold bound, {WRITE_HOLD_ENV}; "
+            "stopped or frozen?): the database ended its transaction; nothing was written: retry"
+        )
+
+
+_BOUNDS: weakref.WeakKeyDictionary[Engine, WriteBounds] = weakref.WeakKeyDictionary()
+
+
+def write_bounds(engine: Engine) -> WriteBounds:
+    """The write-lock bounds `engine` was created with (the defaults for an engine made elsewhere)."""
+    return _BOUNDS.get(engine, WriteBounds())
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -42,21 +142,30 @@ def create_engine_for(url: str | URL) -> Engine:
     """Create an engine for a SQLite file (embedded default) or PostgreSQL (psycopg 3)."""
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
+    bounds = WriteBounds.from_env()
     if backend == "sqlite":
-        return _sqlite_engine(parsed)
-    if backend == "postgresql":
+        engine = _sqlite_engine(parsed, bounds)
+    elif backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
             raise ValueError(f"unsupported PostgreSQL driver {parsed.drivername!r}: use postgresql+psycopg://")
         # READ COMMITTED pinned, whatever the server default: a writer waiting on the
         # log_head row lock must then re-read the new head rather than fail with a
         # serialization error (see EventLog.append). pre_ping: a long-lived
         # orchestrator must survive a server restart.
-        return sa.create_engine(parsed, isolation_level="READ COMMITTED", pool_pre_ping=True)
-    raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite:// or postgresql://")
+        engine = sa.create_engine(parsed, isolation_level="READ COMMITTED", pool_pre_ping=True)
+    else:
+        raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite:// or postgresql://")
+    _BOUNDS[engine] = bounds
+    return engine
 
 
-def _sqlite_engine(url: URL) -> Engine:
+def _sqlite_engine(url: URL, bounds: WriteBounds) -> Engine:
     engine = sa.create_engine(url)
+    database = url.database
+    # A frozen holder can be found only behind a database file (an in-memory database has no other process).
+    file = (
+        Path(database).resolve() if database and database != ":memory:" and not database.startswith("file:") else None
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -82,23 +191,68 @@ def _sqlite_engine(url: URL) -> Engine:
         # BEGIN IMMEDIATE takes the write lock now (waiting up to busy_timeout) rather
         # than at the first write, where a deferred upgrade can fail with SQLITE_BUSY
         # without waiting when another writer committed in between.
-        immediate = conn.get_execution_options().get(_BEGIN_IMMEDIATE, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if conn.get_execution_options().get(_BEGIN_IMMEDIATE, False):
+            _begin_immediate(conn.connection.dbapi_connection, file, bounds)
+        else:
+            conn.exec_driver_sql("BEGIN")
 
     return engine
 
 
+def _begin_immediate(dbapi_connection: Any, file: Path | None, bounds: WriteBounds) -> None:
+    """BEGIN IMMEDIATE within the wait bound, in slices, fencing a holder stopped for the hold bound between them."""
+    deadline = time.monotonic() + bounds.wait_s
+    watch = FrozenWriterWatch(file, bounds.hold_s) if file is not None else None
+    # The slice is this BEGIN's alone: other statements keep the long busy_timeout (the pragma is not transactional).
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {SQLITE_WRITE_SLICE_MS}")
+    try:
+        while True:
+            try:
+                dbapi_connection.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+            if time.monotonic() >= deadline:
+                raise WriteLockTimeout(bounds.wait_s)
+            if watch is not None:
+                watch.look()
+    finally:
+        dbapi_connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+
 @contextmanager
-def begin_write(engine: Engine) -> Iterator[Connection]:
-    """A transaction that will write: on SQLite it holds the write lock from BEGIN.
+def begin_write(engine: Engine, *, bounded: bool = False) -> Iterator[Connection]:
+    """A transaction that will write: on SQLite it holds the write lock from BEGIN (within the bounds).
 
     On PostgreSQL this is an ordinary transaction; row locks are taken by the
-    statements themselves.
+    statements themselves; `bounded` (appends) sets the lock wait and idle
+    bounds for the transaction. Raises `WriteLockTimeout` or `WriteLockLost`
+    (nothing written) when a bound ended it.
     """
+    bounds = write_bounds(engine)
     with engine.connect() as conn:
         conn.execution_options(**{_BEGIN_IMMEDIATE: True})
-        with conn.begin():
-            yield conn
+        try:
+            with conn.begin():
+                if bounded and conn.dialect.name == "postgresql":
+                    conn.execute(
+                        _PG_BOUNDS, {"wait": f"{int(bounds.wait_s * 1000)}", "hold": f"{int(bounds.hold_s * 1000)}"}
+                    )
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            code = getattr(exc.orig, "sqlstate", None)
+            if code == _LOCK_NOT_AVAILABLE:
+                raise WriteLockTimeout(bounds.wait_s) from exc
+            if code == _IDLE_IN_TRANSACTION_TIMEOUT:
+                raise WriteLockLost(bounds.hold_s) from exc
+            raise
+
+
+# One statement (one round trip) sets both bounds, local to the transaction: other transactions keep the defaults.
+_PG_BOUNDS = sa.text(
+    "SELECT set_config('lock_timeout', :wait, true), set_config('idle_in_transaction_session_timeout', :hold, true)"
+)
 
 
 @contextmanager

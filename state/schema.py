@@ -2,7 +2,7 @@
 
 The log's tables (`events`, `log_head`, `snapshots`) hold the truth; the operational
 tables beside them (`group_members`, the `delivery_*` tables, `api_tokens`,
-`session_keys`) hold what replay cannot rebuild (state/ops/).
+`session_keys`, the `source_*_digests` tables) hold what replay cannot rebuild (state/ops/).
 
 Dialect differences are expressed only in column types. On SQLite a 64-bit key
 column is declared INTEGER so that it becomes the table's rowid: `events.seq` then
@@ -186,4 +186,38 @@ session_keys = sa.Table(
     sa.Column("signing_key", sa.String(64), nullable=False),
     sa.Column("created_ms", sa.BigInteger(), nullable=False),
     sa.CheckConstraint("id = 1", name="session_keys_single_row"),
+)
+
+# ----------------------------------------------------------------- content digests of source files
+# What the source scanner read (issue 23 item 2): facts about content, keyed by weak versions, so a
+# touched or copied file is confirmed unchanged by reading it once. Rows are never history: lost,
+# they cost a re-read (and a partition whose observed version has no row counts as changed).
+# One row per file: its weak version and change stamp as listed, the digests of the chunks read so
+# far (a file larger than a pass's budget is finished in later passes), and its digest once whole.
+# `source_id` is the BLAKE3 of the source's name, `item_id` the connector's keyed BLAKE3 id of the key,
+# `directory_id` the BLAKE3 of the partition directory: no source bytes are stored, and no length limit.
+source_file_digests = sa.Table(
+    "source_file_digests",
+    metadata,
+    sa.Column("source_id", sa.String(32), primary_key=True),
+    sa.Column("item_id", sa.String(64), primary_key=True),
+    sa.Column("directory_id", sa.String(32), nullable=False),
+    sa.Column("listed", sa.String(32), nullable=False),
+    sa.Column("size", sa.BigInteger(), nullable=False),
+    sa.Column("chunks", sa.LargeBinary(), nullable=False),
+    sa.Column("content", sa.String(64), nullable=True),
+    sa.Column("updated_ms", sa.BigInteger(), nullable=False),
+    sa.Index("ix_source_file_digests_directory", "source_id", "directory_id"),
+)
+
+# One row per (partition directory, partition version as listed): the digest of its files' contents.
+# At most the observed version and the newest are kept per directory.
+source_partition_digests = sa.Table(
+    "source_partition_digests",
+    metadata,
+    sa.Column("source_id", sa.String(32), primary_key=True),
+    sa.Column("directory_id", sa.String(32), primary_key=True),
+    sa.Column("version", sa.String(64), primary_key=True),
+    sa.Column("content", sa.String(64), nullable=False),
+    sa.Column("updated_ms", sa.BigInteger(), nullable=False),
 )

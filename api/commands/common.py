@@ -22,6 +22,7 @@ from partbuild.api.service import Service
 from partbuild.api.surface import Client
 from partbuild.orchestrator.graph import Graph, GraphError, load_graph
 from partbuild.state.database import Database
+from partbuild.state.db import WriteBoundSettingError
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
 from partbuild.state.migrate import SchemaNotReady
 
@@ -97,7 +98,9 @@ retain_days_option = click.option(
     "--retain-days",
     type=click.IntRange(min=0),
     envvar="PARTBUILD_RETAIN_DAYS",
-    help="Drop superseded instances older than this many days (checked hourly; default: keep them all).",
+    help=(
+        "Keep this many days of history: drop instances superseded longer ago (checked hourly; default: keep them all)."
+    ),
 )
 
 
@@ -185,6 +188,8 @@ def open_database(db_url: str, *, must_exist: bool) -> Database:
         return Database.open(db_url)
     except SchemaNotReady as exc:
         raise CommandFailed(str(exc)) from None
+    except WriteBoundSettingError as exc:  # a setting of the environment, not of --db
+        raise click.UsageError(str(exc)) from None
     except (sa.exc.NoSuchModuleError, ValueError) as exc:
         raise click.BadParameter(f"{db_url!r}: unsupported database ({exc})", param_hint="'--db'") from None
     except sa.exc.OperationalError as exc:

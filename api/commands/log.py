@@ -175,13 +175,13 @@ def demo(db_url: str, weeks: int, sites: int, fresh: bool) -> None:
     "--retain-days",
     type=click.IntRange(min=0),
     required=True,
-    help="Keep superseded instances this many days; older ones are dropped (canonical ones never).",
+    help="Keep this many days of history: instances superseded longer ago are dropped (canonical ones never).",
 )
 @click.option("--dry-run", is_flag=True, help="Only show what would be dropped.")
 @user_option
 @json_option
 def retention(target: Target, retain_days: int, dry_run: bool, user: str, as_json: bool) -> None:
-    """Drop superseded (non-canonical) instances older than --retain-days, or preview it with --dry-run."""
+    """Drop instances superseded more than --retain-days ago, or preview it with --dry-run."""
     request = RetentionRequest(retain_days=retain_days, dry_run=dry_run)
     with connect(target) as client:
         report = client.retention(request, user)

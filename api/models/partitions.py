@@ -14,7 +14,16 @@ MAX_VERSION = 1_024  # an ETag, a content hash, size and mtime: short
 
 # "gone": was Live source data that a completed scan no longer found (its directory was removed).
 InstanceStateName = Literal[
-    "missing", "building", "upstream_building", "up_for_retry", "live", "failed", "upstream_failed", "tainted", "gone"
+    "missing",
+    "building",
+    "upstream_building",
+    "up_for_retry",
+    "live",
+    "failed",
+    "upstream_failed",
+    "tainted",
+    "canceled",
+    "gone",
 ]
 
 
@@ -51,10 +60,10 @@ class ObserveRequest(StrictRequest):
 
 
 class RetentionRequest(StrictRequest):
-    """Drop superseded (non-canonical) instances created more than `retain_days` days ago."""
+    """Drop instances that stopped being canonical (were superseded) more than `retain_days` days ago."""
 
     retain_days: Annotated[int, Field(ge=0, le=1_000_000), JsonInt] = Field(
-        description="Keep superseded instances this many days."
+        description="Keep this many days of history: instances superseded since stay."
     )
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
 
@@ -104,7 +113,7 @@ class LineageOut(BaseModel):
 class RetentionReportOut(BaseModel):
     """What retention dropped (or, on a dry run, would drop)."""
 
-    cutoff_seq: int = Field(description="Superseded instances created before this seq go (1: none).")
+    cutoff_seq: int = Field(description="Instances superseded (no longer canonical) before this seq go (1: none).")
     dropped: int
     instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
     seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")

@@ -159,13 +159,25 @@ class SubscriptionOut(BaseModel):
     secret_digest: str
     created_seq: int
     start_after_seq: int
-    lag_events: int = Field(description="Events of the log not yet handled by every shard.")
-    lag_seconds: float = Field(description="How long the oldest unhandled event has waited.")
-    rq_messages: int
-    dlq_messages: int
-    delivered: int
-    retried: int
-    dead_lettered: int
+    lag_events: int = Field(description="Events of the log not yet handled by every shard (a gauge).")
+    lag_seconds: float = Field(description="How long the oldest unhandled event has waited (a gauge).")
+    rq_messages: int = Field(description="Messages in the retry queue now, waiting for another attempt (a gauge).")
+    dlq_messages: int = Field(
+        description="Messages in the dead-letter queue now; replay and purge take them out (a gauge)."
+    )
+    delivered: int = Field(
+        description="Messages the receiver accepted with a 2xx answer, at the first attempt or a retry "
+        "(a total since the subscription was created)."
+    )
+    retried: int = Field(
+        description="Failed delivery attempts after which the message stayed queued for another attempt: "
+        "a retryable failure with attempts and age left (a total; one message failing twice counts 2)."
+    )
+    dead_lettered: int = Field(
+        description="Messages put in the dead-letter queue: a failed ordering key's head and every message "
+        "moved or queued behind it, each once (a total: replay and purge do not lower it). Totals kept by "
+        "versions before this counted one per failed head."
+    )
 
 
 class SubscriptionListOut(BaseModel):

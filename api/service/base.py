@@ -34,7 +34,7 @@ from partbuild.state.fold.past import HistoryDropped
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
-from partbuild.state.log.store import AppendConflict
+from partbuild.state.log.store import AppendConflict, WriteLockLost
 from partbuild.state.rules.listing import ListingIndex
 
 MAX_WRITE_ATTEMPTS = 20
@@ -115,7 +115,7 @@ class ServiceBase:
                 started = time.perf_counter()
                 try:
                     result = self.log.append(events, expected_head=head)
-                except AppendConflict:
+                except (AppendConflict, WriteLockLost):  # nothing was written: build again on the newer state
                     continue
                 self.metrics.append_seconds.observe(time.perf_counter() - started)
                 self.live.catch_up()

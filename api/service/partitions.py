@@ -137,7 +137,7 @@ class PartitionsService(ServiceBase):
             return lineage_out(lineage(state, uuid, direction=direction, depth=depth), state.head_seq)
 
     def retention(self, request: RetentionRequest, user: str = ANONYMOUS) -> RetentionReportOut:
-        """Drop superseded instances created more than `retain_days` ago (or only say which)."""
+        """Drop instances superseded more than `retain_days` ago (or only say which)."""
         cutoff = cutoff_seq_before(self.log, self.clock() - request.retain_days * DAY_MS)
         with self.live.read() as state:
             # Spare what a queued or running job may still name as an input: its success would be rejected.
@@ -151,7 +151,7 @@ class PartitionsService(ServiceBase):
             return report
 
         def build(state: BuildState) -> list[pb.Event]:
-            event = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)
+            event = pb.InstanceRetention(drop_superseded_before_seq=cutoff)
             return [self._event(event, user)]
 
         report.seq = self._write(build)[0]

@@ -52,7 +52,10 @@ class RunsService(ServiceBase):
     def cancel_job_run(
         self, job_run_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS
     ) -> WrittenOut:
-        """Record a JobRunCancel; the orchestrator running it stops its Spark work when it folds it."""
+        """Record a JobRunCancel; the orchestrator running it stops its Spark work when it folds it.
+
+        Its instances end Canceled and fresh ones replace them: a rebuild writes to a new location.
+        """
 
         def build(state: BuildState) -> list[pb.Event]:
             run = state.job_runs.get(job_run_id)
@@ -60,7 +63,8 @@ class RunsService(ServiceBase):
                 raise NotFound(f"no job run {job_run_id!r}")
             if run.state not in ACTIVE_RUN_STATES:
                 raise Conflict(f"job run {job_run_id!r} is already {state_name(run.state)}")
-            return [self._event(pb.JobRunCancel(job_run_id=job_run_id, reason=cancel_reason(request)), user)]
+            cancel = pb.JobRunCancel(job_run_id=job_run_id, reason=cancel_reason(request), replace_instances=True)
+            return [self._event(cancel, user)]
 
         return WrittenOut(seq=self._write(build)[0])
 

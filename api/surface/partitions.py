@@ -71,6 +71,6 @@ class PartitionsApi(Protocol):
     ) -> LineageOut: ...
 
     @operation(
-        "POST", "/retention", "Drop superseded instances older than a number of days (or preview it)", role=Role.ADMIN
+        "POST", "/retention", "Drop instances superseded over a number of days ago (or preview it)", role=Role.ADMIN
     )
     def retention(self, request: Annotated[RetentionRequest, Body()], user: User = ANONYMOUS) -> RetentionReportOut: ...

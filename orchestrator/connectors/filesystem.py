@@ -15,9 +15,12 @@
   with `O_NOFOLLOW` (`fs_read`). Skips are counted in `stats.skipped` by reason
   and reported to `on_skip(path, reason)` when given; a skip passed again by a
   later page may be reported again (at least once).
-- Versions are weak, from size and mtime_ns. The inode is left out: a restore
-  or a copy of the tree changes every inode and would make every file look
-  rewritten.
+- Versions are weak, from size and mtime_ns; the ctime is the item's change
+  stamp (a write that puts the mtime back still moves it), so the scanner
+  confirms by content when either moved. The inode is left out: a restore or a
+  copy of the tree changes every inode. `read_range_as_listed` reads a file only
+  while it is still the version and stamp the scan listed, so a digest is never
+  filed under a version it was not read at.
 - Errors: see `fs_errors` (vanished and denied entries are skipped, I/O faults
   fail the call retryable).
 """
@@ -43,6 +46,7 @@ from partbuild.orchestrator.connectors.items import (
     ScanItem,
     StableItemId,
     Version,
+    metadata_value,
 )
 from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange, check_byte_range
 from partbuild.orchestrator.connectors.split_estimator import DEFAULT_CAPACITY, SplitEstimator
@@ -135,7 +139,8 @@ class FilesystemConnector:
         key = ItemKey(path)
         version = Version.from_metadata(found.st_size, found.st_mtime_ns)
         item_id = StableItemId.derive(self.tag, key)
-        return ScanItem(key, ItemRef(path), item_id, version, found.st_size, self._location(path))
+        location = self._location(path)
+        return ScanItem(key, ItemRef(path), item_id, version, found.st_size, location, found.st_ctime_ns)
 
     def _location(self, path: bytes) -> Location | None:
         if not self._locations:
@@ -185,8 +190,38 @@ class FilesystemConnector:
         check_byte_range(offset, length)
         fd, _ = self._open(item_ref, budgets)
         try:
-            return pread_exactly(fd, offset, min(length, budgets.max_bytes))
-        except OSError as error:
-            raise fs_error(ReadError, "reading the item", error) from None
+            return _pread(fd, offset, min(length, budgets.max_bytes))
         finally:
             os.close(fd)
+
+    def read_range_as_listed(self, item: ScanItem, offset: int, length: int, budgets: Budgets) -> bytes:
+        """`read_range` of a listed item, refused (retryable) when the file is no longer as listed.
+
+        Checked on the open file (its fstat: size, mtime and ctime), before and after the read.
+        """
+        _check("item", item, ScanItem)
+        check_byte_range(offset, length)
+        fd, found = self._open(item.ref, budgets)
+        try:
+            if not _as_listed(item, found):
+                raise ReadError.retryable("the item changed since it was listed")
+            data = _pread(fd, offset, min(length, budgets.max_bytes))
+            if not _as_listed(item, os.fstat(fd)):
+                raise ReadError.retryable("the item changed while it was read")
+            return data
+        finally:
+            os.close(fd)
+
+
+def _pread(fd: int, offset: int, length: int) -> bytes:
+    try:
+        return pread_exactly(fd, offset, length)
+    except OSError as error:
+        raise fs_error(ReadError, "reading the item", error) from None
+
+
+def _as_listed(item: ScanItem, found: os.stat_result) -> bool:
+    """Whether a file's stat gives the version and change stamp `item` was listed with."""
+    if found.st_ctime_ns != item.change_stamp or item.version.is_strong:
+        return False
+    return item.version.value == metadata_value(found.st_size, found.st_mtime_ns)

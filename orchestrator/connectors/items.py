@@ -2,7 +2,9 @@
 
 `ScanItem`: an `ItemKey`, an `ItemRef`, a `StableItemId` (BLAKE3 keyed by its
 `ConnectorTag`'s derived key: the same key under two connectors gives two ids), a
-strong or weak `Version`, a size hint and an optional `Location`. `Page`: never
+strong or weak `Version`, a size hint, an optional `Location` and, for weak versions,
+an optional change stamp (a file's ctime: moved by any write, even one that puts the
+version back; a reason to confirm the content, never a version on its own). `Page`: never
 empty, keys strictly increasing, with the cursor to resume from (an optional token).
 """
 
@@ -71,6 +73,11 @@ class VersionStrength(enum.Enum):
     WEAK = "weak"  # best effort from metadata (size + mtime): a rewrite within the clock's resolution may hide
 
 
+def metadata_value(size: int, mtime_ns: int) -> bytes:
+    """The value of a weak version from a file's size and modification time."""
+    return f"size={size};mtime_ns={mtime_ns}".encode("ascii")
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     """An item's version as its connector sees it; compare only versions of the same strength."""
@@ -99,7 +106,7 @@ class Version:
         for name, number in (("size", size), ("mtime_ns", mtime_ns)):
             if isinstance(number, bool) or not isinstance(number, int):
                 raise TypeError(f"{name} must be an int, not {type(number).__name__}")
-        return cls(VersionStrength.WEAK, f"size={size};mtime_ns={mtime_ns}".encode("ascii"))
+        return cls(VersionStrength.WEAK, metadata_value(size, mtime_ns))
 
     @property
     def is_strong(self) -> bool:
@@ -144,6 +151,7 @@ class ScanItem:
     version: Version
     size_hint: int | None = None
     location: Location | None = None
+    change_stamp: int | None = None  # with a weak version: moves whenever the item is written (a file's ctime)
 
     def __post_init__(self) -> None:
         for name, value, kind in (
@@ -157,6 +165,9 @@ class ScanItem:
         _check_size(self.size_hint)
         if self.location is not None and not isinstance(self.location, Location):
             raise TypeError(f"ScanItem.location must be Location or None, not {type(self.location).__name__}")
+        stamp = self.change_stamp
+        if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
+            raise TypeError(f"ScanItem.change_stamp must be an int or None, not {type(stamp).__name__}")
 
     @property
     def size(self) -> int:

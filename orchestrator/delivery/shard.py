@@ -259,9 +259,7 @@ class ShardStep:
             now = self.now_ms()
             queue = "rq" if outcome.retryable and self.sub.max_attempts > 1 else "dlq"
             commit.produce.append((queue, _failed(new, 1, now, now, outcome, self.sub)))
-            if queue == "dlq":
-                commit.dead_lettered += 1
-            else:
+            if queue == "rq":
                 commit.retried += 1
 
     async def _post(self, delivery: Delivery) -> Outcome:
@@ -314,7 +312,6 @@ class ShardStep:
         """Move an ordering key's failed head and everything behind it from the RQ to the DLQ, in order."""
         commit = self.commit
         assert commit is not None
-        commit.dead_lettered += 1
         self.moved.add(messages[0].ordering_key)
         for message in messages:
             commit.consume.append(message)

@@ -6,8 +6,12 @@ root, a pattern with the same fields as the source's ref pattern), where readers
 find that directory (`base_location`), and when a partition is complete (a marker
 item in it, by default Spark's `_SUCCESS`; None: complete as soon as the scan has
 listed all of it). Also: `rescan_every_s`, `rewant_tainted` (late data re-wants what
-it tainted), page size and slice time, and `shards` (how many key ranges a pass is
-split into). `filesystem_discovery` and `object_store_discovery` build one.
+it tainted), page size and slice time, `shards` (how many key ranges a pass is
+split into), and `verify_content`: a moved weak version (files: size, mtime, ctime)
+counts only once the partition's content is confirmed to differ, read within
+`verify_bytes_per_pass` and `verify_s_per_pass` (`content.py`); False for data too
+large to read, where every moved version counts, as before. Strong versions (S3
+ETags) are content hashes already and are never read. `filesystem_discovery` and `object_store_discovery` build one.
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ class Discovery:
     # for one worker's scan. 1: one range. Named `shards` where graphs declare it (and in the API's
     # JSON): the declared name stays, like a CLI flag; everywhere else a pass's slice is a key range.
     shards: int = 1
+    # Confirm a moved weak version by reading the partition's files before it counts (`content.py`).
+    verify_content: bool = True
+    verify_bytes_per_pass: int = 4 << 30  # read at most this much per pass (at least one chunk)
+    verify_s_per_pass: float = 30.0  # and for at most this long; the rest is confirmed next pass
 
     def __post_init__(self) -> None:
         if not isinstance(self.connector, Connector):
@@ -52,7 +60,7 @@ class Discovery:
         marker = self.complete_marker
         if marker is not None and (not isinstance(marker, str) or not marker or "/" in marker):
             raise ValueError("Discovery.complete_marker must be a file name (no slash) or None")
-        for name in ("rescan_every_s", "slice_s"):
+        for name in ("rescan_every_s", "slice_s", "verify_s_per_pass"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ValueError(f"Discovery.{name} must be a positive number of seconds")
@@ -61,8 +69,12 @@ class Discovery:
         ranges = self.shards
         if isinstance(ranges, bool) or not isinstance(ranges, int) or not 1 <= ranges <= MAX_KEY_RANGES:
             raise ValueError(f"Discovery.shards must be an int from 1 to {MAX_KEY_RANGES}")
-        if type(self.rewant_tainted) is not bool:
-            raise TypeError("Discovery.rewant_tainted must be a bool")
+        for name in ("rewant_tainted", "verify_content"):
+            if type(getattr(self, name)) is not bool:
+                raise TypeError(f"Discovery.{name} must be a bool")
+        budget = self.verify_bytes_per_pass
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError("Discovery.verify_bytes_per_pass must be an int of at least 1")
 
     def location_of(self, directory: str) -> str:
         """Where readers find the partition directory `directory` (relative to the connector's root)."""

@@ -9,6 +9,12 @@ does not grow with the number of files in a partition or of partitions.
 `PartitionAssembler` folds items into `FoundPartition`s (ref, directory, files, bytes,
 a digest of every file's name, version and size; strong only if every file's
 version is; complete if the marker was there); `settled_key` is the cursor to record.
+With `stamps` (a source that confirms content), the newest change stamp of its
+items goes into the version too: a file's ctime, which any write sets to now, past
+every earlier one, so a write that puts size and mtime back still moves the
+version (one comparison per item: the pass over unchanged files stays as cheap).
+The version without it is kept beside it (`unstamped_version`), since partitions
+observed before stamps carry that one.
 """
 
 from __future__ import annotations
@@ -33,15 +39,20 @@ class FoundPartition:
     version: str  # a digest of every item's name, version and size
     strong: bool  # every item's version was strong (a content hash or an ETag)
     complete: bool  # the completeness marker was among its items (always, without a marker)
+    unstamped_version: str | None = None  # with change stamps: the version without them (as before stamps)
+
+
+_NO_STAMP = -(1 << 63)  # below every change stamp (an int64 of ns)
 
 
 class _Open:
-    __slots__ = ("bytes", "digest", "directory", "fields", "items", "last_key", "marked", "strong")
+    __slots__ = ("bytes", "digest", "directory", "fields", "items", "last_key", "marked", "stamp", "strong")
 
     def __init__(self, directory: str, fields: dict[str, object]) -> None:
         self.directory = directory
         self.fields = fields
         self.digest = blake3.blake3()
+        self.stamp = _NO_STAMP  # the newest change stamp of its items
         self.items = 0
         self.bytes = 0
         self.strong = True
@@ -61,7 +72,9 @@ class PartitionAssembler:
     a scan resumed after it lists the open partition again from its first item.
     """
 
-    def __init__(self, keys: PartitionPattern, refs: PartitionPattern, marker: str | None) -> None:
+    def __init__(
+        self, keys: PartitionPattern, refs: PartitionPattern, marker: str | None, *, stamps: bool = False
+    ) -> None:
         if set(keys.fields) != set(refs.fields):
             raise GraphError(
                 f"key pattern {keys.template!r} must have the fields of {refs.template!r}: "
@@ -70,6 +83,7 @@ class PartitionAssembler:
         self._keys = keys
         self._refs = refs
         self._marker = marker
+        self._stamps = stamps
         self._depth = keys.template.count("/") + 1
         self._open: _Open | None = None
         self.settled_key = b""
@@ -97,6 +111,8 @@ class PartitionAssembler:
             current.digest.update(_framed(name.encode()) + _framed(item.version.value))
             current.digest.update(b"s" if item.version.is_strong else b"w")
             current.digest.update(item.size.to_bytes(8, "big"))
+            if self._stamps and item.change_stamp is not None and item.change_stamp > current.stamp:
+                current.stamp = item.change_stamp
             current.items += 1
             current.bytes += item.size
             current.strong = current.strong and item.version.is_strong
@@ -141,14 +157,19 @@ class PartitionAssembler:
             return
         self._open = None
         self.settled_key = partition.last_key
+        version = unstamped = partition.digest.hexdigest()[:32]
+        if partition.stamp != _NO_STAMP:
+            stamp = partition.stamp.to_bytes(8, "big", signed=True)
+            version = blake3.blake3(version.encode() + stamp).hexdigest()[:32]
         closed.append(
             FoundPartition(
                 ref=self._refs.format(**partition.fields),
                 directory=partition.directory,
                 items=partition.items,
                 bytes=partition.bytes,
-                version=partition.digest.hexdigest()[:32],
+                version=version,
                 strong=partition.strong,
                 complete=self._marker is None or partition.marked,
+                unstamped_version=unstamped if version != unstamped else None,
             )
         )

@@ -7,7 +7,8 @@ items into partitions, and appends, in one batch guarded by the log's head:
 - a `SourceScanProgress` (the cursor, where the fold checks the slice continues
   the current pass, so a second or stale scanner is rejected),
 - a `PartitionObserved` for each complete partition whose version or location is
-  new (the fold makes a new instance and taints what was built from the old one),
+  new (the fold makes a new instance and taints what was built from the old one;
+  a moved weak version counts only once its content differs: `content.py`),
 - with `rewant_tainted`, one `WantCreate` of the refs it tainted that a person
   had wanted (and that no active want covers): late data rebuilds what it touched,
 - at the end of a key range listed whole, from its start and without an error, in
@@ -61,6 +62,7 @@ from partbuild.orchestrator.connectors.split_estimator import SplitEstimator
 from partbuild.orchestrator.connectors.toxic import ItemKey
 from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
 from partbuild.orchestrator.identity import WORKER_ID
+from partbuild.orchestrator.sources.content import ContentCheck, DigestStore, MemoryDigests
 from partbuild.orchestrator.sources.discovery import Discovery
 from partbuild.orchestrator.sources.key_ranges import next_split_keys
 from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
@@ -109,6 +111,7 @@ class _Scan:
     last_append: float = 0.0
     next_due: float = 0.0  # monotonic
     failures: int = 0
+    content: ContentCheck | None = None  # with `verify_content`: moved weak versions confirmed by content
     # Gone partitions: the refs this pass found in its key range (complete or not), and whether this
     # process listed the range from its start without an error (only such a pass may say gone).
     present: set[str] = field(default_factory=set)
@@ -124,7 +127,8 @@ class _Scan:
     def start(self, pass_number: int, range_index: int, start: bytes, end: bytes, key: bytes) -> None:
         """Scan key range `range_index` = [start, end) of pass `pass_number` from after `key` (b"": its start)."""
         keys = PartitionPattern(self.discovery.keys) if self.discovery.keys else self.source.pattern
-        self.assembler = PartitionAssembler(keys, self.source.pattern, self.discovery.complete_marker)  # type: ignore[arg-type]
+        marker, stamps = self.discovery.complete_marker, self.content is not None
+        self.assembler = PartitionAssembler(keys, self.source.pattern, marker, stamps=stamps)  # type: ignore[arg-type]
         self.assembler.settled_key = key  # everything up to the cursor was accounted for before
         self.estimator = SplitEstimator()
         self.active = True
@@ -182,6 +186,7 @@ class SourceScanner:
         on_append: Callable[[], None] = lambda: None,
         clock: Clock = wall_clock_ms,
         checkpoint_every_s: float = 5.0,
+        digests: DigestStore | None = None,
     ) -> None:
         self.log = log
         self.live = live
@@ -192,9 +197,17 @@ class SourceScanner:
         self._scans = [_Scan(source, source.discovery) for source in sources if source.discovery is not None]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        store = digests if digests is not None else MemoryDigests()  # content.py: without a store, in memory
+        for scan in self._scans:
+            if scan.discovery.verify_content:
+                scan.content = ContentCheck(scan.source, store, stop=self._stop.is_set)
 
     def __bool__(self) -> bool:
         return bool(self._scans)
+
+    def content_check(self, name: str) -> ContentCheck | None:
+        """Source `name`'s content confirmation (None: it has none), with its counts of what it read."""
+        return next((scan.content for scan in self._scans if scan.name == name), None)
 
     def start(self) -> None:
         if self._scans and self._thread is None:
@@ -253,8 +266,10 @@ class SourceScanner:
             scan.bytes += page.total_size
             closed = scan.assembler.feed(page.items)
             scan.cursor = page.cursor
+        scan.present.update(found.ref for found in closed)  # all it listed: the content check may hold some back
+        if scan.content is not None and closed:
+            closed = scan.content.confirm(self.live, (scan.pass_number, scan.range_index), closed)
         scan.found += closed
-        scan.present.update(found.ref for found in closed)
         done = page is None
         # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
         # only move the log's position, and a second scanner of the key range would then start over, and so on.

@@ -44,9 +44,9 @@ from partbuild.state.fold.records import (
     JobRunState,
     Rejection,
     SourceScan,
-    StateCounts,
     Want,
     WantState,
+    digested_counts,
 )
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
 from partbuild.state.fold.wants import expire_due as _expire_due
@@ -84,12 +84,15 @@ class BuildState:
         Table(("instances", "wants", "job_runs")),
         Pointers(("canonical",)),
         RecordLog(("rejections",)),
-        Scalars(("instance_counts", "want_counts", "run_counts")),
+        Scalars(
+            ("instance_counts", "want_counts", "run_counts"),
+            reads=(("instance_counts", "digested_instance_counts"),),
+        ),
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
-        History(("fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
+        History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -112,7 +115,7 @@ class BuildState:
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
         self.expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)
-        self.instance_counts = StateCounts.zeros()
+        self.instance_counts = [0] * len(InstanceState)
         self.want_counts = [0] * len(WantState)
         self.run_counts = [0] * len(JobRunState)
         self.dropped_instances = 0
@@ -128,6 +131,9 @@ class BuildState:
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
         # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
         self.fields: dict[str, tuple[object, ...]] = {}
+        # instance UUID -> its state changes before the latest, packed (state/fold/history.py); only
+        # instances that have some (most have none: a creation and Building are implied).
+        self.instance_histories: dict[str, int] = {}
         self.versions: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
         self.clock_marks: list[int] = []
         self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first
@@ -268,6 +274,11 @@ class BuildState:
     def waiting_for(self, ref: str) -> list[str]:
         """UUIDs of instances waiting (UpstreamBuilding) for `ref` to become Live."""
         return list(self.waiters.get(ref, ()))
+
+    @property
+    def digested_instance_counts(self) -> list[int]:
+        """`instance_counts` as the digest hashes it (`records.digested_counts`)."""
+        return digested_counts(self.instance_counts)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """How many instances, wants and job runs are in each state."""

@@ -3,13 +3,16 @@
 Three kinds of history, each as small as the question it answers:
 
 - **State changes** of instances, wants and job runs, packed into one Python int
-  per record (`Instance.history`, ...): each change before the latest (which is
-  the record's own `state` at `updated_seq`) is a fixed-width entry
+  per record (`Want.history`, `JobRun.history`, and for instances
+  `BuildState.instance_histories` by UUID): each change before the latest (which
+  is the record's own `state` at `updated_seq`) is a fixed-width entry
   `seq << 4 | state` (a job run's also carries the event time), the newest in
   the low bits. No object per change, and nothing for a record changed once: an
-  observed instance (Live when created) keeps 0, an instance built once keeps
-  its Building in a 2-digit int. `entries()` walks them newest first, so "the
-  state as of N" stops at the first entry at or before N.
+  observed instance (Live when created) and an instance built once (its
+  creation and its Building are implied) keep nothing, which is most instances,
+  so theirs live in a side dict rather than a slot every instance would pay for.
+  `entries()` walks them newest first, so "the state as of N" stops at the
+  first entry at or before N.
 - **Field changes** (`BuildState.fields`): the few fields that can change again
   after they were set and cannot be told from the state changes (an instance's
   `note`; the refs a wait began with, from which what it still waits for as of

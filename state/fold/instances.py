@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from sys import intern
 from typing import TYPE_CHECKING
 
@@ -167,7 +168,8 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     version = (msg.version, msg.version_strong) if msg.version else None
     if reused is not None and reused.state == LIVE:  # only its version was learned
         reused.version = version
-        reused.history = reused.history << ENTRY_BITS | entry(reused.updated_seq, LIVE)  # Live before, and after
+        histories = state.instance_histories  # Live before, and after
+        histories[reused.uuid] = histories.get(reused.uuid, 0) << ENTRY_BITS | entry(reused.updated_seq, LIVE)
         reused.updated_seq = seq
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
@@ -187,11 +189,22 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
 
 
 def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
-    """(instances an InstanceRetention(cutoff_seq) drops, in the fold's order; UUIDs of the others kept).
+    """(instances an InstanceRetention(drop_superseded_before_seq=cutoff_seq) drops, in the fold's order;
+    UUIDs of the others kept): those that stopped being canonical before `cutoff_seq`.
 
-    Only superseded instances are candidates: canonical ones never are, and so
-    never are the instances of an active run or waiting ones (both canonical).
+    Only superseded instances are candidates: canonical ones never are, and so never are the
+    instances of an active run or waiting ones (both canonical). `state.superseded` is in the
+    order instances were superseded, so the dropped ones are a prefix of it.
     """
+    instances = state.instances
+    superseded = state.superseded
+    end = bisect_left(superseded, cutoff_seq, key=lambda uuid: instances[uuid].superseded_seq)
+    return [instances[uuid] for uuid in superseded[:end]], superseded[end:]
+
+
+def split_superseded_by_creation(state: BuildState, cutoff_seq: int) -> RetentionPlan:
+    """As `split_superseded`, by the rule of logs written before issue 23: superseded instances created
+    before `cutoff_seq` (an instance canonical for a year went the moment it was superseded)."""
     instances = state.instances
     dropped: list[Instance] = []
     kept: list[str] = []
@@ -207,10 +220,18 @@ def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
 def check_instance_retention(
     state: BuildState, seq: int, msg: pb.InstanceRetention, event: pb.Event
 ) -> str | RetentionPlan:
-    """Validate an InstanceRetention; list what it drops."""
-    cutoff = msg.drop_superseded_created_before_seq
-    if cutoff <= 0:
-        return "drop_superseded_created_before_seq must be positive"
+    """Validate an InstanceRetention; list what it drops (by when each stopped being canonical, or, in
+    events written before that rule, by when each was created)."""
+    cutoff = msg.drop_superseded_before_seq
+    if not cutoff:  # as before the new rule, the rejections included
+        cutoff = msg.drop_superseded_created_before_seq
+        if cutoff <= 0:
+            return "drop_superseded_created_before_seq must be positive"
+        return split_superseded_by_creation(state, cutoff)
+    if cutoff < 0:
+        return "drop_superseded_before_seq must be positive"
+    if msg.drop_superseded_created_before_seq:
+        return "an InstanceRetention sets drop_superseded_before_seq or drop_superseded_created_before_seq, not both"
     return split_superseded(state, cutoff)
 
 
@@ -228,6 +249,7 @@ def _drop(state: BuildState, instance: Instance) -> None:
     uuid = instance.uuid
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
+    state.instance_histories.pop(uuid, None)
     if instance.previous_uuid is None:  # but that its ref had no instance before: reads of the past say so
         state.first_created[instance.ref] = instance.created_seq
     state.instance_counts[instance.state] -= 1

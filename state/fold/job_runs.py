@@ -14,6 +14,7 @@ from partbuild.state.fold.history import ENTRY_BITS, HEARTBEAT, MS_MASK, RUN_ENT
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.transitions import (
     BUILDING,
+    CANCELED,
     FAILED,
     LIVE,
     MISSING,
@@ -41,7 +42,8 @@ OutputPlan = tuple[pb.OutputResult, Inputs]
 SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan]]
 # (run, the event's message, the run's instances)
 FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance]]
-CancelPlan = tuple[JobRun, str | None, list[Instance]]
+# (run, the reason, the run's instances, whether fresh instances replace them)
+CancelPlan = tuple[JobRun, str | None, list[Instance], bool]
 # (run, its instances, the missing refs, those of them not Live now)
 MissingDepsPlan = tuple[JobRun, list[Instance], tuple[str, ...], list[str]]
 
@@ -309,16 +311,24 @@ def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, even
     run = _active_run(state, msg.job_run_id)
     if type(run) is str:
         return run
-    return run, msg.reason or None, _instances_of(state, run)
+    return run, msg.reason or None, _instances_of(state, run), msg.replace_instances
 
 
 def apply_job_run_cancel(state: BuildState, seq: int, plan: CancelPlan, event: pb.Event) -> None:
-    """The run was canceled: its instances are Missing (schedulable) again."""
-    run, reason, instances = plan
+    """The run was canceled: its instances end Canceled and a fresh Missing instance of each ref replaces
+    it, so a rebuild writes to a new location, never where the canceled job may still be writing.
+
+    Cancels written before `replace_instances` existed put the instances back to Missing, UUIDs kept.
+    """
+    run, reason, instances, replace = plan
     _move_run(state, run, JobRunState.CANCELED, seq, event)
     run.cancel_reason = reason
     for instance in instances:
-        move_instance(state, instance, MISSING, seq)
+        if replace:
+            new_canonical(state, seq, instance.ref, instance)
+            move_instance(state, instance, CANCELED, seq)
+        else:
+            move_instance(state, instance, MISSING, seq)
 
 
 # ----------------------------------------------------------------- JobRunMissingDeps

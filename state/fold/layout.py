@@ -43,12 +43,18 @@ class Section:
 
 @dataclass(frozen=True)
 class Scalars(Section):
-    """Plain values hashed together as one tuple, `label` first if there is one."""
+    """Plain values hashed together as one tuple, `label` first if there is one.
+
+    `reads` names, for an attribute that changed form, the attribute read in its place (the same
+    value in the form the digest always hashed).
+    """
 
     label: str = ""
+    reads: tuple[tuple[str, str], ...] = ()
 
     def digest(self, state: object, update: Update) -> None:
-        values = tuple(getattr(state, name) for name in self.names)
+        reads = dict(self.reads)
+        values = tuple(getattr(state, reads.get(name, name)) for name in self.names)
         update(repr((self.label, *values) if self.label else values).encode())
 
 

@@ -69,7 +69,7 @@ def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[
     if instance.updated_seq <= seq:
         return instance.state, instance.updated_seq
     best_state, best_seq = InstanceState.MISSING, instance.created_seq
-    for at, old in entries(instance.history):
+    for at, old in entries(state.instance_histories.get(instance.uuid, 0)):
         if at <= seq:
             best_state, best_seq = InstanceState(old), at
             break
@@ -81,29 +81,29 @@ def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[
     return best_state, best_seq
 
 
-def _changes(instance: Instance) -> list[tuple[int, int]]:
+def _changes(state: BuildState, instance: Instance) -> list[tuple[int, int]]:
     """(seq, state) of its kept changes and its latest, oldest first (Building entries are not kept)."""
-    kept = list(entries(instance.history))
+    kept = list(entries(state.instance_histories.get(instance.uuid, 0)))
     kept.reverse()
     kept.append((instance.updated_seq, instance.state))
     return kept
 
 
-def became_live_seq(instance: Instance) -> int | None:
+def became_live_seq(state: BuildState, instance: Instance) -> int | None:
     """When it became Live (None if it never did)."""
-    return next((at for at, state in _changes(instance) if state == _LIVE), None)
+    return next((at for at, now in _changes(state, instance) if now == _LIVE), None)
 
 
 def built_seq(state: BuildState, instance: Instance) -> int | None:
     """When its data was set (its location, inputs, sizes): its builder's success, or its observation."""
     if instance.built_by is not None:
         return state.job_runs[instance.built_by].updated_seq
-    return became_live_seq(instance)
+    return became_live_seq(state, instance)
 
 
-def _version_learned_after(instance: Instance, seq: int) -> bool:
+def _version_learned_after(state: BuildState, instance: Instance, seq: int) -> bool:
     """Whether its version was learned after `seq` (a change from Live to Live: state/fold/instances.py)."""
-    changes = _changes(instance)
+    changes = _changes(state, instance)
     return any(
         before == _LIVE and after == _LIVE and at > seq for (_, before), (at, after) in itertools.pairwise(changes)
     )
@@ -126,7 +126,8 @@ def instance_at(state: BuildState, instance: Instance, seq: int) -> Instance:
         past.row_count = instance.row_count
         past.byte_count = instance.byte_count
         past.metadata = instance.metadata
-        past.version = None if instance.version is None or _version_learned_after(instance, seq) else instance.version
+        learned_later = instance.version is not None and _version_learned_after(state, instance, seq)
+        past.version = None if learned_later else instance.version
     if instance.consumers:
         consumers = [uuid for uuid in instance.consumers if _built_by_then(state, uuid, seq)]
         past.consumers = (consumers[0],) if len(consumers) == 1 else consumers or None
@@ -180,7 +181,7 @@ def _became_live(state: BuildState, ref: str, after: int, seq: int) -> bool:
         if instance is None:  # dropped by retention: it and older ones are beyond what can be told
             return False
         if instance.created_seq <= seq:
-            became = became_live_seq(instance)
+            became = became_live_seq(state, instance)
             superseded = instance.superseded_seq
             if became is not None and after < became <= seq and (not superseded or became <= superseded):
                 return True

@@ -26,26 +26,20 @@ class InstanceState(IntEnum):
     FAILED = 5  # its job failed permanently
     UPSTREAM_FAILED = 6  # an input it waits for failed permanently
     TAINTED = 7  # was Live, declared bad; a newer instance replaced it
-    GONE = 8  # was Live (source data): a completed scan no longer found it (PartitionGone)
+    CANCELED = 8  # its job run was canceled; a fresh instance (a new UUID, a new location) replaced it
+    GONE = 9  # was Live (source data): a completed scan no longer found it (PartitionGone)
 
 
-class StateCounts(list[int]):
-    """Counts by InstanceState (a want's tally, the state's instance counts), indexed by state.
+# How many instance states logs were first written with: the counts of the states added since are left
+# out of the digest while they are all 0, so logs that never reach one of them keep their digests.
+FIRST_INSTANCE_STATES = 8
 
-    Its repr, which the state digest hashes, leaves out the count of Gone while it is 0: the
-    form these lists had before Gone existed, so every log without a PartitionGone keeps its digest.
-    """
 
-    __slots__ = ()
-
-    @classmethod
-    def zeros(cls) -> StateCounts:
-        return cls([0] * len(InstanceState))
-
-    def __repr__(self) -> str:
-        if len(self) == len(InstanceState) and self[InstanceState.GONE] == 0:
-            return repr(list(self[: InstanceState.GONE]))
-        return repr(list(self))
+def digested_counts(counts: list[int]) -> list[int]:
+    """Counts by instance state as the digest hashes them: without those of later states while all are 0."""
+    if len(counts) == len(InstanceState) and not any(counts[FIRST_INSTANCE_STATES:]):
+        return counts[:FIRST_INSTANCE_STATES]
+    return counts
 
 
 class WantState(IntEnum):
@@ -164,10 +158,8 @@ class Instance(_Record):
         "uuid",
         "waiting_on",
         "version",
-        "history",
     )
     added_later = ("version",)
-    digest_leaves_out = ("history",)
     digest_reads: ClassVar[dict[str, str]] = {"consumers": "consumer_list"}
 
     def __init__(self, uuid: str, ref: str, state: InstanceState, seq: int, previous_uuid: str | None) -> None:
@@ -192,9 +184,8 @@ class Instance(_Record):
         self.note: str | None = None  # why it failed or was tainted
         # (version, strong) of observed source data whose source reports versions; None otherwise.
         self.version: tuple[str, bool] | None = None
-        # Its state changes before the latest (which is `state` at `updated_seq`), for reads of the past:
-        # packed entries, the newest in the low bits (state/fold/history.py). 0: none.
-        self.history = 0
+        # Its state changes before the latest are in BuildState.instance_histories, not here: most
+        # instances have none, and a slot would cost every instance 16 bytes (pymalloc rounds up).
 
     @property
     def consumer_list(self) -> list[str] | None:
@@ -226,6 +217,7 @@ class Want(_Record):
         "history",
     )
     digest_leaves_out = ("history",)
+    digest_reads: ClassVar[dict[str, str]] = {"tally": "digested_tally"}
 
     def __init__(
         self,
@@ -260,6 +252,11 @@ class Want(_Record):
         self.satisfied_by: tuple[str, ...] = ()  # the instance UUIDs that made it Successful
         self.cancel_reason: str | None = None
         self.history = 0  # its state changes before the latest, as an Instance's
+
+    @property
+    def digested_tally(self) -> list[int] | None:
+        """`tally` as the digest hashes it (`digested_counts`)."""
+        return None if self.tally is None else digested_counts(self.tally)
 
     @property
     def expires_at_ms(self) -> int | None:

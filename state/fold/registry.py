@@ -38,7 +38,6 @@ from partbuild.state.fold.records import (
     Rejection,
     ScanRange,
     SourceScan,
-    StateCounts,
     Want,
     WantState,
 )
@@ -261,7 +260,6 @@ RECORD_CLASSES: tuple[type, ...] = (
     JobRun,
     Rejection,
     InstanceState,
-    StateCounts,
     WantState,
     JobRunState,
     SourceScan,

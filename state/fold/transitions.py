@@ -37,8 +37,15 @@ LIVE = InstanceState.LIVE
 FAILED = InstanceState.FAILED
 UPSTREAM_FAILED = InstanceState.UPSTREAM_FAILED
 TAINTED = InstanceState.TAINTED
+CANCELED = InstanceState.CANCELED
+TALLY_SIZE = len(InstanceState)
 _SUCCESSFUL = WantState.SUCCESSFUL
-_WANT_FAILURES = (WantState.FAILED, WantState.UPSTREAM_FAILED)
+_WANT_FAILED = WantState.FAILED
+_WANT_UPSTREAM_FAILED = WantState.UPSTREAM_FAILED
+_WANT_BUILDING = WantState.BUILDING
+_WANT_UPSTREAM_BUILDING = WantState.UPSTREAM_BUILDING
+_WANT_IDLE = WantState.IDLE
+_WANT_FAILURES = (_WANT_FAILED, _WANT_UPSTREAM_FAILED)
 
 
 def derive_want_state(tally: list[int], ref_count: int) -> WantState:
@@ -98,7 +105,9 @@ def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq
     if old != BUILDING:
         updated = instance.updated_seq
         if old or updated != instance.created_seq:
-            instance.history = instance.history << ENTRY_BITS | updated << STATE_BITS | old
+            histories = state.instance_histories
+            uuid = instance.uuid
+            histories[uuid] = histories.get(uuid, 0) << ENTRY_BITS | updated << STATE_BITS | old
     instance.state = new
     instance.updated_seq = seq
     counts = state.instance_counts
@@ -219,7 +228,19 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
         assert tally is not None
         tally[old] -= 1
         tally[new] += 1
-        derived = derive_want_state(tally, len(want.refs))
+        # derive_want_state, inline: it runs for nearly every instance transition of the replay.
+        if tally[FAILED]:
+            derived = _WANT_FAILED
+        elif tally[UPSTREAM_FAILED]:
+            derived = _WANT_UPSTREAM_FAILED
+        elif tally[LIVE] == len(want.refs):
+            derived = _SUCCESSFUL
+        elif tally[BUILDING]:
+            derived = _WANT_BUILDING
+        elif tally[UPSTREAM_BUILDING]:
+            derived = _WANT_UPSTREAM_BUILDING
+        else:
+            derived = _WANT_IDLE
         if derived == want.state:
             continue
         counts[want.state] -= 1

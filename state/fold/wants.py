@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.group import fenced_member_problem
-from partbuild.state.fold.records import RETRYABLE_BY_NEW_WANT, Instance, StateCounts, Want, WantState
-from partbuild.state.fold.transitions import derive_want_state, end_want, new_canonical
+from partbuild.state.fold.records import RETRYABLE_BY_NEW_WANT, Instance, Want, WantState
+from partbuild.state.fold.transitions import TALLY_SIZE, derive_want_state, end_want, new_canonical
 from partbuild.state.fold.validation import describe_source, id_problem, short
 from partbuild.state.rules.refs import ref_problem
 
@@ -102,7 +102,7 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
     want, currents, parent = plan
     want_id, refs = want.want_id, want.refs
     state.wants[want_id] = want
-    tally = StateCounts.zeros()
+    tally = [0] * TALLY_SIZE
     wants_by_ref = state.wants_by_ref
     for ref, current in zip(refs, currents, strict=False):  # same length by construction
         if current is None:

@@ -12,6 +12,8 @@ The operational tables beside the log are reached through `state.database.Databa
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +23,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.db import AppendListener, begin_write, notify_append, open_append_listener
+from partbuild.state.db import (
+    AppendListener,
+    WriteLockLost,
+    WriteLockTimeout,
+    WriteNotDone,
+    begin_write,
+    notify_append,
+    open_append_listener,
+)
 from partbuild.state.engine import EngineHandle
 from partbuild.state.schema import events as events_table
 from partbuild.state.schema import log_head, snapshots
@@ -29,6 +39,23 @@ from partbuild.state.schema import log_head, snapshots
 MAX_READ_LIMIT = 10_000
 IN_LIST_LIMIT = 1_000  # seqs per IN list: far below every driver's bound on parameters
 MAX_EVENT_ID_LENGTH = 64  # events.event_id is String(64)
+
+__all__ = [
+    "AppendConflict",
+    "AppendResult",
+    "EventLog",
+    "SnapshotStore",
+    "StoredEvent",
+    "WriteLockLost",
+    "WriteLockTimeout",
+    "WriteNotDone",
+    "parse_event",
+]
+
+# Tests only: "1" makes this process stop itself (SIGSTOP) inside its first append of two or more events,
+# after the lock is taken and the first row written, to show a frozen writer blocks nobody for long.
+STOP_IN_APPEND_ENV = "PARTBUILD_TEST_STOP_IN_APPEND"
+_stop_in_append = os.environ.get(STOP_IN_APPEND_ENV) == "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +156,14 @@ class EventLog(EngineHandle):
         return open_append_listener(self._engine)
 
     def append(self, events: Sequence[pb.Event], *, expected_head: int | None = None) -> AppendResult:
-        """Append a batch atomically; with `expected_head`, only if the head is still there."""
+        """Append a batch atomically; with `expected_head`, only if the head is still there.
+
+        The append lock is held for a bounded time (`state.db`): a writer that
+        waited the wait bound raises `WriteLockTimeout`, one frozen inside its
+        append past the hold bound finds it ended (`WriteLockLost` on
+        PostgreSQL; on SQLite a stopped holder is killed). Either way nothing of
+        the batch was written, so it can be retried (`WriteNotDone`).
+        """
         if not events:
             raise ValueError("cannot append an empty batch of events")
         # Serialize before the transaction: the append lock is held as briefly as possible.
@@ -142,7 +176,7 @@ class EventLog(EngineHandle):
             prepared.append((event.event_id, event_type, event.SerializeToString()))
         count = len(prepared)
 
-        with begin_write(self._engine) as conn:
+        with begin_write(self._engine, bounded=True) as conn:
             # THE ORDERING GUARANTEE LIVES HERE. Every event gets a gapless, strictly
             # increasing seq in commit order, so a reader tailing `seq > N` never misses
             # an event that commits later with a lower number. Database-allocated ids
@@ -166,14 +200,21 @@ class EventLog(EngineHandle):
                 (first_seq + offset, event_id, event_type, recorded_at_ms, payload)
                 for offset, (event_id, event_type, payload) in enumerate(prepared)
             ]
-            # One executemany of plain tuples: no per-row SQLAlchemy processing.
-            if self._insert.positional_names is None:
-                named = [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in rows]
-                conn.exec_driver_sql(self._insert.sql, named)
-            else:
-                conn.exec_driver_sql(self._insert.sql, rows)
+            if _stop_in_append and count > 1:
+                self._insert_rows(conn, rows[:1])
+                _stop_here()
+                rows = rows[1:]
+            self._insert_rows(conn, rows)
             notify_append(conn)
         return AppendResult(first_seq, head)
+
+    def _insert_rows(self, conn: sa.Connection, rows: list[tuple[int, str, str, int, bytes]]) -> None:
+        # One executemany of plain tuples: no per-row SQLAlchemy processing.
+        if self._insert.positional_names is None:
+            named = [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in rows]
+            conn.exec_driver_sql(self._insert.sql, named)
+        else:
+            conn.exec_driver_sql(self._insert.sql, rows)
 
     def head(self) -> int:
         """The seq of the newest committed event (0 for an empty log)."""
@@ -239,6 +280,13 @@ class EventLog(EngineHandle):
                     cursor.close()
             yield rows
             last = page_end
+
+
+def _stop_here() -> None:
+    """The test-only pause point: stop this process once, until someone sends SIGCONT."""
+    global _stop_in_append
+    _stop_in_append = False
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class SnapshotStore:

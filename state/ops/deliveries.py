@@ -98,7 +98,15 @@ class Queued(NewMessage):
 
 @dataclass(frozen=True)
 class Control:
-    """A subscription's control row: the fence, the main floor, counters."""
+    """A subscription's control row: the fence, the main floor, counters (totals since it was created).
+
+    `delivered`: messages the receiver accepted (a 2xx answer), first try or retry.
+    `retried`: failed attempts after which the message stayed queued for another
+    (a retryable failure with attempts and age left). `dead_lettered`: messages
+    put in the dead-letter queue, each counted once: a failed ordering key's head
+    and every message moved or queued behind it (before this counted one per
+    failed head; totals kept from then stay as they were).
+    """
 
     applied_seq: int
     main_floor: int
@@ -120,7 +128,11 @@ class Commit:
     behind: set[tuple[str, str]] = field(default_factory=set)  # (queue, ordering key) new messages were queued behind
     delivered: int = 0
     retried: int = 0
-    dead_lettered: int = 0
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages this step puts in the DLQ: counted from what it produces there, so none is missed or doubled."""
+        return sum(1 for queue, _ in self.produce if queue == "dlq")
 
     def empty(self) -> bool:
         return not (self.offsets or self.produce or self.consume or self.update)

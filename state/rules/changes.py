@@ -89,7 +89,7 @@ def _instance_changes(state: BuildState, instance: Instance, first: int, last: i
     """Its creation (with the canonical move) and state changes in (first, last]."""
     runs = state.job_runs
     seqs = {instance.created_seq, instance.updated_seq}
-    seqs.update(at for at, _ in entries(instance.history))
+    seqs.update(at for at, _ in entries(state.instance_histories.get(instance.uuid, 0)))
     seqs.update(runs[run_id].created_seq for run_id in instance.attempts)  # Building: implied by its attempts
     uuid, ref = instance.uuid, instance.ref
     before = instance_state_at(state, instance, first)[0] if instance.created_seq <= first else None

@@ -89,6 +89,17 @@ def test_missing_database_and_bad_url(capsys: pytest.CaptureFixture[str], tmp_pa
     assert code == 2 and "unsupported database" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "1e9"])
+def test_a_bad_write_bound_in_the_environment_is_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, sqlite_url: str, value: str
+) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "1", "--sites", "1")
+    monkeypatch.setenv("PARTBUILD_WRITE_HOLD_S", value)
+    code, _, err = run_cli(capsys, "replay", "--db", sqlite_url)
+    assert code == 2 and err.count("\n") == 1
+    assert "PARTBUILD_WRITE_HOLD_S must be" in err and repr(value) in err and "--db" not in err
+
+
 def test_db_upgrade_creates_schema(capsys: pytest.CaptureFixture[str], db_url: str) -> None:
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
     assert code == 0 and "log head seq 0" in out

@@ -3,10 +3,16 @@ paths, taint, listing by prefix and state (now and as of a seq), retention."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
 import pytest
+
+from partbuild.api.service import Service
+from partbuild.orchestrator.retention import DAY_MS
+from partbuild.state.database import Database
+from partbuild.state.log.events import wall_clock_ms
 
 from httpkit import (
     API,
@@ -23,7 +29,7 @@ from httpkit import (
     walk,
     want,
 )
-from serverkit import ApiServer, graphless_api_server
+from serverkit import ApiServer, graphless_api_server, serve_service
 
 
 def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: ApiServer) -> None:
@@ -178,6 +184,41 @@ def test_retention_previews_then_drops_superseded_instances(api_server: ApiServe
     problem(client.get(f"{API}/instances/{old}", params={"as_of_seq": before}), 404, old)
     problem(client.get(f"{PARTITIONS}/canonical/r/1", params={"as_of_seq": before - 1}), 410, "dropped by retention")
     problem(client.post(f"{API}/retention", json={"retain_days": "0"}), 422, "body.retain_days")
+
+
+def test_retention_keeps_days_of_history_so_as_of_reads_in_the_window_find_the_canonical_instance(
+    db_url: str,
+) -> None:
+    """Retention counts from when an instance stopped being canonical: one created long ago but canonical until
+    inside the window is kept, and every read as of a seq in the window answers it (never 410 Gone); one
+    superseded before the window is dropped (410 as of a seq it was canonical at)."""
+    clock = {"now_ms": 0}
+    with (
+        Database.open(db_url, auto_upgrade=True) as db,
+        serve_service(Service(db, clock=lambda: clock["now_ms"])) as api,
+    ):
+        client = api.client
+        created = observe(client, "r/long", "/data/long/v1")  # canonical for a long time
+        long1 = canonical(client, "r/long", min_seq=created)["uuid"]
+        observe(client, "r/short", "/data/short/v1")
+        short1 = canonical(client, "r/short", min_seq=created + 1)["uuid"]
+        observe(client, "r/short", "/data/short/v2")  # superseded before the window
+        last_old = api.log.read(head_seq(client) - 1, 1)[0].recorded_at_ms
+        while wall_clock_ms() <= last_old:
+            time.sleep(0.002)
+        window_start_ms = wall_clock_ms()  # "N days ago"
+        superseded = observe(client, "r/long", "/data/long/v2")  # inside the window
+        observe(client, "r/other", "/data/other")
+        clock["now_ms"] = window_start_ms + DAY_MS
+
+        done = ok(client.post(f"{API}/retention", json={"retain_days": 1}))
+        assert (done["cutoff_seq"], done["dropped"], done["instances"]) == (superseded, 1, [short1])
+        for seq in range(superseded - 1, done["seq"] + 1):  # the window: as of any seq in it, no 410
+            then = canonical(client, "r/long", as_of_seq=seq)
+            assert then["uuid"] == (long1 if seq < superseded else canonical(client, "r/long")["uuid"])
+        assert canonical(client, "r/long", as_of_seq=created)["uuid"] == long1  # its whole life, in fact
+        gone = client.get(f"{PARTITIONS}/canonical/r/short", params={"as_of_seq": created + 1})
+        problem(gone, 410, "dropped by retention")
 
 
 def test_list_partitions_as_of_a_seq_lists_the_refs_and_instances_of_then(sqlite_url: str) -> None:

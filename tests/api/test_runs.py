@@ -13,7 +13,8 @@ from serverkit import ApiServer
 
 
 def test_cancel_job_run_then_cancel_again_conflicts(api_server: ApiServer) -> None:
-    """Cancelling a queued run records JobRunCancel: the run is canceled, its instance schedulable again."""
+    """Cancelling a queued run records JobRunCancel: the run is canceled, and so is its instance, which a fresh
+    schedulable one replaces (a new UUID: a rebuild writes elsewhere); the canceled one stays in history."""
     client = api_server.client
     want(client, ["j/1"], want_id="j-1")
     uuid = canonical(client, "j/1")["uuid"]
@@ -23,7 +24,12 @@ def test_cancel_job_run_then_cancel_again_conflicts(api_server: ApiServer) -> No
     written = ok(client.post(f"{API}/job-runs/run-1/cancel", json={"reason": "wrong code"}))
     run = ok(client.get(f"{API}/job-runs/run-1", params={"min_seq": written["seq"]}))
     assert (run["state"], run["cancel_reason"], run["updated_seq"]) == ("canceled", "wrong code", written["seq"])
-    assert canonical(client, "j/1")["state"] == "missing"
+    fresh = canonical(client, "j/1")
+    assert fresh["state"] == "missing" and fresh["uuid"] != uuid and fresh["created_seq"] == written["seq"]
+    assert ok(client.get(f"{API}/instances/{uuid}"))["state"] == "canceled"
+    assert ok(client.get(f"{API}/instances/{uuid}", params={"as_of_seq": written["seq"] - 1}))["state"] == "building"
+    assert [i["state"] for i in ok(client.get(f"{API}/partitions/history/j/1"))] == ["missing", "canceled"]
+    assert listed(client, f"{API}/partitions", "ref", state="canceled") == []  # accepted; never canonical
 
     before = head_seq(client)
     problem(client.post(f"{API}/job-runs/run-1/cancel"), 409, "run-1", "canceled")

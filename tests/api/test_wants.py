@@ -6,11 +6,15 @@ import re
 import time
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
+
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.db import WRITE_WAIT_ENV, begin_write, create_engine_for
 from partbuild.state.log.events import envelope, from_job_run
 
 from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
-from serverkit import ApiServer
+from serverkit import ApiServer, graphless_api_server
 
 
 def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
@@ -249,3 +253,23 @@ def test_wants_as_of_a_seq_after_the_head_or_not_a_seq_are_refused(api_server: A
         problem(client.get(path, params={"as_of_seq": head + 1}), 409, f"as_of_seq {head + 1} is after the log head")
         for bad in (-1, "ten", "1e1", "1.0", " 1", "true"):
             problem(client.get(path, params={"as_of_seq": bad}), 422, "query.as_of_seq")
+
+
+def test_a_want_while_another_writer_holds_the_append_lock_too_long_is_503_and_writes_nothing(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait bound: 503 with Retry-After and why, never a hang; the same want goes in once the lock is free."""
+    monkeypatch.setenv(WRITE_WAIT_ENV, "1")
+    with graphless_api_server(db_url) as api:
+        holder_engine = create_engine_for(db_url)
+        try:
+            with begin_write(holder_engine) as holder:  # another writer, holding the append lock
+                holder.execute(sa.text("UPDATE log_head SET head_seq = head_seq WHERE id = 1"))
+                answer = api.client.post(WANTS, json={"refs": ["r/1"], "want_id": "held"})
+            assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
+            assert answer.json()["title"] == "Service Unavailable"
+            assert "write lock stayed held by another writer" in answer.json()["detail"]
+            assert head_seq(api.client) == 0
+            assert want(api.client, ["r/1"], want_id="held")["seq"] == 1
+        finally:
+            holder_engine.dispose()

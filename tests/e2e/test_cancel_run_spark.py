@@ -1,4 +1,5 @@
-"""Canceling a job run: a JobRunCancel in the log stops the run in the orchestrator executing it.
+"""Canceling a job run: a JobRunCancel in the log stops the run in the orchestrator executing it, and a
+fresh instance (another location) is rebuilt at once, in this process or another.
 
 The tests run the real loop in a background thread (`run(stop)`) on a real SQLite log and the shared
 local[2] SparkSession; the test appends JobRunCancel like an operator would and watches Spark through its
@@ -7,6 +8,11 @@ status tracker. `JobExecutor.cancel()` alone, without Spark: tests/orchestrator/
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +25,7 @@ import pytest
 from partbuild.api.models.common import CancelRequest
 from partbuild.api.service import Service
 from partbuild.orchestrator.context import JobContext
+from partbuild.orchestrator.decide import instance_location
 from partbuild.orchestrator.graph import Graph, Job, RetryPolicy
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
@@ -29,6 +36,7 @@ from partbuild.state.log.events import envelope, manual, system
 from partbuild.state.log.replay import replay_into
 from partbuild.state.log.store import EventLog
 
+from w1workerkit import assert_running, output, processes
 from waitkit import wait_for
 
 
@@ -79,10 +87,12 @@ class Calls:
     started_ms: dict[str, int] = field(default_factory=dict)
     ended_ms: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    locations: dict[str, list[str]] = field(default_factory=dict)  # where each run was to write
 
-    def start(self, run_id: str) -> None:
+    def start(self, run_id: str, locations: list[str] | None = None) -> None:
         with self.lock:
             self.started_ms[run_id] = now_ms()
+            self.locations[run_id] = locations or []
 
     def end(self, run_id: str, error: BaseException | None) -> None:
         with self.lock:
@@ -159,7 +169,7 @@ def slow_first_attempt(root: Path, calls: Calls) -> Callable[[JobContext], None]
     """A job whose first attempt at a ref runs a Spark job of SLOW_TASK_S per task; later ones are quick."""
 
     def run(ctx: JobContext) -> None:
-        calls.start(ctx.job_run_id)
+        calls.start(ctx.job_run_id, [target.location for target in ctx.outputs])
         error: BaseException | None = None
         try:
             for target in ctx.outputs:
@@ -223,16 +233,19 @@ def test_canceling_a_running_run_stops_its_spark_job_and_a_new_run_rebuilds(
     instance = state.canonical_instance(ref)
     assert instance is not None and instance.state == InstanceState.LIVE
     assert instance.built_by is not None and instance.built_by != first
-    assert instance.attempts == (first, instance.built_by)
+    # The canceled run's instance stays in history as canceled; a fresh one (another location) was rebuilt.
+    (canceled_uuid,) = state.job_runs[first].instance_uuids
+    canceled = state.instances[canceled_uuid]
+    assert canceled.state == InstanceState.CANCELED and instance.previous_uuid == canceled_uuid
+    assert canceled.attempts == (first,) and instance.attempts == (instance.built_by,)
     # The canceled run recorded only its start: no heartbeat, no outcome after the cancel.
     [(started_seq, kind)] = events_from_run(log, first)
     assert kind == "job_run_heartbeat" and started_seq < cancel_seq
-    # Its function did end (its Spark action failed), and the rebuild started only after that:
-    # both would write the same instance location. It was buffered before, so it was held back.
+    # Its function did end (its Spark action failed); the rebuild did not wait for that: it writes elsewhere.
     rebuild = instance.built_by
     assert calls.errors[first] == "Py4JJavaError"
-    assert calls.started_ms[rebuild] >= calls.ended_ms[first]
-    assert state.job_runs[rebuild].created_ms < calls.ended_ms[first]
+    assert calls.started_ms[rebuild] < calls.ended_ms[first]
+    assert calls.locations[first] != calls.locations[rebuild] == [instance.location]
 
 
 # ----------------------------------------------------------------- canceling a run that waits for a thread
@@ -334,3 +347,143 @@ def test_a_run_failed_as_stale_elsewhere_stops_here_and_is_rebuilt_once_its_thre
     assert [seq for seq, _ in events_from_run(log, first) if seq > failed_at] == []
     assert state.job_runs[first].state == JobRunState.FAILED
     assert calls.started_ms[run_of(state, "slow/n=1") or ""] >= calls.ended_ms[first]
+
+
+# ----------------------------------------------------------------- a rebuild in another process, at once
+
+# The graph of both orchestrator processes. The first attempt starts writing its output, then runs a slow
+# Spark job; canceled, it goes on writing a while (work outside Spark cannot be stopped). Later attempts
+# write at once, without Spark. Every write is noted in writes.log as "<run id> <pid> <what> <path>".
+TWO_PROCESS_GRAPH = """
+import os
+import time
+from pathlib import Path
+
+from partbuild.orchestrator.graph import Graph, Job
+
+ROOT = Path(__file__).parent
+
+
+def note(ctx, what, path=""):
+    with open(ROOT / "writes.log", "a") as out:
+        out.write(f"{ctx.job_run_id} {os.getpid()} {what} {path}\\n")
+
+
+def write(ctx, location, name):
+    folder = Path(location)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(ctx.job_run_id)
+    note(ctx, "wrote", folder / name)
+
+
+def run(ctx):
+    (target,) = ctx.outputs
+    marker = ROOT / "attempted"
+    if not marker.exists():
+        marker.touch()
+        write(ctx, target.location, "_started")
+        note(ctx, "spark")
+        try:
+            ctx.spark.range(0, 2, 1, 2).rdd.map(lambda x: (time.sleep(%(slow)d), x)).count()
+        except BaseException:
+            time.sleep(%(after)r)
+            write(ctx, target.location, "_late")
+            note(ctx, "end")
+            raise
+    write(ctx, target.location, "part-0")
+    ctx.record(target.ref, row_count=1)
+    note(ctx, "end")
+
+
+graph = Graph([Job("slow", ["slow/n={n:int}"], run)])
+"""
+
+
+def writes(root: Path) -> list[tuple[str, int, str, str]]:
+    """(run id, pid, what, path) of every line the job functions noted so far."""
+    path = root / "writes.log"
+    if not path.exists():
+        return []
+    lines = [line.split(" ", 3) for line in path.read_text().splitlines()]
+    return [(run_id, int(pid), what, where) for run_id, pid, what, where in lines]
+
+
+@pytest.mark.process
+@pytest.mark.spark
+def test_a_rebuild_in_another_process_at_once_never_writes_where_the_canceled_run_writes(
+    log: EventLog, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Process A runs the first attempt on Spark; it is frozen (SIGSTOP) while its run is canceled, so it has
+    not even folded the cancel when process B, which never saw the run, rebuilds the partition at once. Then
+    A wakes, stops the canceled run, whose function still writes a while. The two runs wrote to two locations:
+    the rebuild's is the Live instance's, and holds nothing of the canceled run."""
+    ref = "slow/n=1"
+    (tmp_path / "graph.py").write_text(TWO_PROCESS_GRAPH % {"slow": SLOW_TASK_S, "after": AFTER_CANCEL_S})
+    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    warehouse = tmp_path / "warehouse"
+    command = [exe, "run", "--db", sqlite_url, "--graph", str(tmp_path / "graph.py"), "--warehouse", str(warehouse)]
+    # No periodic heartbeat during the test: one after the cancel would be rejected (A folds it late).
+    command += ["--heartbeat-interval", "600"]
+    env = os.environ | {"PARTBUILD_SPARK_MASTER": "local[2]"}
+    with processes() as procs:
+        with open(tmp_path / "a.log", "wb") as out:
+            procs["a"] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        append(log, pb.WantCreate(want_id="w1", partition_refs=[ref]))
+
+        def first_in_spark() -> str | None:
+            assert_running(procs, ["a"], tmp_path)
+            return next((run_id for run_id, _, what, _ in writes(tmp_path) if what == "spark"), None)
+
+        first = wait_for("process A's run to start its Spark job", first_in_spark, 180)
+        time.sleep(1)  # into the Spark action
+        os.kill(procs["a"].pid, signal.SIGSTOP)
+        try:
+            with Database.open(sqlite_url) as db:
+                service = Service(db)
+                service.cancel_job_run(first, CancelRequest(reason="test"), "operator")
+                service.stop()
+            with open(tmp_path / "b.log", "wb") as out:
+                procs["b"] = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+            def rebuilt() -> BuildState | None:
+                assert_running(procs, ["b"], tmp_path)
+                state = replayed(log)
+                return state if state.wants["w1"].state == WantState.SUCCESSFUL else None
+
+            state = wait_for("process B to rebuild the partition", rebuilt, 60)
+            # At once: the canceled function has not even been told (its process is frozen).
+            assert [what for run_id, _, what, _ in writes(tmp_path) if run_id == first] == ["wrote", "spark"]
+        finally:
+            os.kill(procs["a"].pid, signal.SIGCONT)
+
+        def canceled_one_ended() -> bool:
+            assert_running(procs, ["a", "b"], tmp_path)
+            return any(run_id == first and what == "end" for run_id, _, what, _ in writes(tmp_path))
+
+        wait_for("the canceled function to end, writing as it goes", canceled_one_ended, CANCEL_TIMEOUT_S)
+        for name in ("a", "b"):
+            procs[name].send_signal(signal.SIGTERM)
+        for name in ("a", "b"):
+            assert procs[name].wait(timeout=60) == 0, output(tmp_path, name)[-3000:]
+
+    state = replayed(log)
+    instance = state.canonical_instance(ref)
+    assert instance is not None and instance.location is not None
+    rebuild = instance.built_by
+    assert rebuild is not None and rebuild != first
+    # Who wrote where: A the canceled run, before and after the cancel; B the rebuild; never one place.
+    by_run: dict[str, set[str]] = {}
+    for run_id, pid, what, where in writes(tmp_path):
+        assert pid == procs["a" if run_id == first else "b"].pid
+        if what == "wrote":
+            by_run.setdefault(run_id, set()).add(str(Path(where).parent))
+    assert by_run[first].isdisjoint(by_run[rebuild]), f"both runs wrote to {by_run[first] & by_run[rebuild]}"
+    assert by_run[rebuild] == {instance.location}
+    assert sorted(path.name for path in Path(instance.location).iterdir()) == ["part-0"]
+    assert sorted(path.name for path in Path(next(iter(by_run[first]))).iterdir()) == ["_late", "_started"]
+    # The canceled instance stays in history, canceled; it was never built: its location follows from its UUID.
+    assert state.rejections == [] and instance.state == InstanceState.LIVE
+    canceled = state.instances[state.job_runs[first].instance_uuids[0]]
+    assert canceled.state == InstanceState.CANCELED and instance.previous_uuid == canceled.uuid
+    assert canceled.location is None and by_run[first] == {instance_location(str(warehouse), ref, canceled.uuid)}

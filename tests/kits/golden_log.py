@@ -338,6 +338,38 @@ def gone_events() -> list[pb.Event]:
     add(pb.SourceScanProgress(source="raw", pass_number=3, last_key=b"date=2026-01-02/_SUCCESS", done=True))
     add(observed(1, "b1"))  # 14: restored: a new Live instance; the want is satisfied
     assert waiting == 12
+
+
+def cancel_retention_events() -> list[pb.Event]:
+    """Issue 23's rules: a cancel that replaces its run's instances, and retention by when instances stopped
+    being canonical (an instance canonical since seq 1 survives a cutoff right after it was superseded)."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_799_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"c{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    connector, orchestrator = system("connector"), system("orchestrator")
+    long1 = add(pb.PartitionObserved(partition_ref="raw/a", location="/data/a/v1"), connector)  # 1
+    add(pb.PartitionObserved(partition_ref="raw/b", location="/data/b/v1"), connector)  # 2
+    add(pb.PartitionObserved(partition_ref="raw/b", location="/data/b/v2"), connector)  # 3: raw/b's first superseded
+    wanted = add(pb.WantCreate(want_id="w", partition_refs=["d/1"]), manual("ann"))  # 4
+    first = instance_uuid(wanted, "d/1")
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[first]), orchestrator)  # 5
+    add(pb.JobRunHeartbeat(job_run_id="r1"), from_job_run("r1"))  # 6
+    canceled = add(pb.JobRunCancel(job_run_id="r1", reason="operator", replace_instances=True), manual("ann"))  # 7
+    add(pb.JobRunSuccess(job_run_id="r1"), from_job_run("r1"))  # 8: rejected, canceled
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="d", instance_uuids=[first]), orchestrator)  # 9: rejected
+    fresh = instance_uuid(canceled, "d/1")
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="d", instance_uuids=[fresh]), orchestrator)  # 10
+    add(pb.JobRunSuccess(job_run_id="r2", input_instance_uuids=[instance_uuid(long1, "raw/a")]), from_job_run("r2"))
+    superseded = add(pb.PartitionObserved(partition_ref="raw/a", location="/data/a/v2"), connector)  # 12
+    add(pb.InstanceRetention(drop_superseded_before_seq=superseded), system("retention"))  # 13
+    both = pb.InstanceRetention(drop_superseded_before_seq=5, drop_superseded_created_before_seq=5)
+    add(both, system("retention"))  # 14: rejected, both rules
+    add(pb.InstanceRetention(drop_superseded_before_seq=-1), system("retention"))  # 15: rejected
+    add(pb.ClockTick(), orchestrator)  # 16
     return events
 
 
@@ -403,6 +435,12 @@ GOLDEN_LOGS = (
         "golden_log_gone.bin",
         gone_events,
         "348f51704795b84cca62719f92ac3d11b9aa29ad02bd0a72adfea60a27a20d8a",
+    ),
+    GoldenLog(
+        "cancel_retention",  # cancels replacing instances, retention by supersession (issue 23), 2026-11
+        "golden_log_cancel_retention.bin",
+        cancel_retention_events,
+        "13b6da9f59d6301f9e2e27e81466853ef07c2ad6dd5f04ec657c1dc8a7a0e785",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -75,13 +75,17 @@ _I = InstanceState
 INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     _I.MISSING: frozenset({_I.BUILDING, _I.LIVE}),
     # Tainted: it succeeded, but an input it read was tainted or replaced by new data while it ran.
-    _I.BUILDING: frozenset({_I.LIVE, _I.FAILED, _I.UP_FOR_RETRY, _I.MISSING, _I.UPSTREAM_BUILDING, _I.TAINTED}),
+    # Missing: its run was canceled (older logs); Canceled: likewise, replaced by a fresh instance.
+    _I.BUILDING: frozenset(
+        {_I.LIVE, _I.FAILED, _I.UP_FOR_RETRY, _I.MISSING, _I.UPSTREAM_BUILDING, _I.TAINTED, _I.CANCELED}
+    ),
     _I.UPSTREAM_BUILDING: frozenset({_I.MISSING, _I.UPSTREAM_FAILED}),
     _I.UP_FOR_RETRY: frozenset({_I.BUILDING, _I.LIVE}),
     _I.LIVE: frozenset({_I.TAINTED}),
     _I.FAILED: frozenset(),
     _I.UPSTREAM_FAILED: frozenset(),
     _I.TAINTED: frozenset(),
+    _I.CANCELED: frozenset(),
 }
 RUN_TRANSITIONS: dict[JobRunState, frozenset[JobRunState]] = {
     JobRunState.QUEUED: frozenset(JobRunState) - {JobRunState.QUEUED},
@@ -169,6 +173,9 @@ def check_invariants(state: BuildState) -> None:
         assert instances[uuid].superseded_seq == 0
     assert sorted(state.superseded) == sorted(u for u, i in instances.items() if i.superseded_seq)
     assert len(set(state.superseded)) == len(state.superseded)
+    # In the order they stopped being canonical: retention by that order drops a prefix (state/fold/instances.py).
+    stopped = [instances[uuid].superseded_seq for uuid in state.superseded]
+    assert stopped == sorted(stopped), "superseded instances out of the order they were superseded in"
 
     upstream_building = InstanceState.UPSTREAM_BUILDING
     for uuid, inst in instances.items():
@@ -183,6 +190,9 @@ def check_invariants(state: BuildState) -> None:
             assert is_canonical, f"{inst.state.name} instance is not canonical: {inst}"
         if inst.state == InstanceState.TAINTED:
             assert not is_canonical, f"canonical instance is tainted: {inst}"
+        if inst.state == InstanceState.CANCELED:
+            assert not is_canonical, f"canonical instance is canceled: {inst}"
+            assert runs[inst.attempts[-1]].state == JobRunState.CANCELED, f"canceled, but not its run: {inst}"
         if inst.state == upstream_building:
             assert inst.waiting_on, f"UpstreamBuilding without upstreams: {inst}"
             assert inst.ref not in inst.waiting_on

@@ -155,7 +155,8 @@ failure_action = st.tuples(
     st.sampled_from([pb.ERROR_CLASS_UNSPECIFIED, pb.ERROR_CLASS_RETRYABLE, pb.ERROR_CLASS_PERMANENT]),
     weighted((6, st.just(0)), (2, st.integers(1, 60_000)), (1, st.just(-1))),  # retry_after_ms
 )
-cancel_run_action = st.tuples(st.just("cancel_run"), existing_id)
+# replace_instances: set by writers since issue 23 (a fresh instance per ref); unset as in older logs.
+cancel_run_action = st.tuples(st.just("cancel_run"), existing_id, st.booleans())
 missing_action = st.tuples(st.just("missing"), existing_id, ref_list)
 # A ref index, or (kind, pick): a Live canonical ref with consumers ("upstream") or inputs ("downstream").
 taint_action = st.tuples(
@@ -174,10 +175,12 @@ observe_action = st.tuples(
     weighted((16, st.integers(0, 10**6)), (1, st.just(INT64_MAX)), (2, st.just(-1))),  # row_count
 )
 cancel_want_action = st.tuples(st.just("cancel_want"), existing_id)
-# cutoff = this event's seq - n: 0 drops every superseded instance; a huge n makes it non-positive.
+# cutoff = this event's seq - n: 0 drops every superseded instance; a huge n makes it non-positive. By when
+# an instance stopped being canonical (writers since issue 23) or, as in older logs, by when it was created.
 retention_action = st.tuples(
     st.just("retention"),
     weighted((3, st.just(0)), (3, st.integers(1, 40)), (1, st.just(-1)), (1, st.just(10**6))),
+    st.booleans(),
 )
 garbage_actions = st.one_of(
     st.tuples(st.just("bytes"), st.binary(max_size=48)),
@@ -515,9 +518,9 @@ class Materializer:
         )
         return self._wrap(msg), _verdict(self._active_run(run_id) is None or retry_after_ms < 0)
 
-    def _cancel_run(self, id_handle: IdHandle) -> tuple[pb.Event, str | None]:
+    def _cancel_run(self, id_handle: IdHandle, replace: bool) -> tuple[pb.Event, str | None]:
         run_id = self._run_id(id_handle)
-        msg = pb.JobRunCancel(job_run_id=run_id, reason="operator")
+        msg = pb.JobRunCancel(job_run_id=run_id, reason="operator", replace_instances=replace)
         return self._wrap(msg), _verdict(self._active_run(run_id) is None)
 
     def _missing(self, id_handle: IdHandle, ref_idxs: list[int]) -> tuple[pb.Event, str | None]:
@@ -580,9 +583,12 @@ class Materializer:
         msg = pb.WantCancel(want_id=want_id, reason="no longer needed")
         return self._wrap(msg), _verdict(want is None or want.tally is None)
 
-    def _retention(self, back: int) -> tuple[pb.Event, str | None]:
+    def _retention(self, back: int, by_supersession: bool) -> tuple[pb.Event, str | None]:
         cutoff = self.seq - back
-        msg = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)
+        if by_supersession:
+            msg = pb.InstanceRetention(drop_superseded_before_seq=cutoff)
+        else:
+            msg = pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)
         return self._wrap(msg), _verdict(cutoff <= 0)
 
     def _bytes(self, blob: bytes) -> tuple[bytes, str | None]:

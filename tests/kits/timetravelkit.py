@@ -4,10 +4,13 @@
 derivative wants, retryable failures and retries, taints and rebuilds), followed by what the simulator
 lacks, acting on the records it made so that they change again long after they were created: source
 versions (weak learned, weak new, strong learned, strong moved, strong new) tainting what was built
-from them, waits for upstream (`InstancesWaitUpstream`, two levels), a canceled job run and its retry,
-a permanent failure failing its waiters, canceled and expired (TTL) wants, retention in the middle and
-at the end, a subscription's, a source scan's and a bucket layout's changes, and a few rejected
-events. Every event is checked against a strict fold as it is written: the history is valid as built.
+from them, waits for upstream (`InstancesWaitUpstream`, two levels), a canceled job run and its retry
+(a cancel as older logs have it: the same instances back to Missing), a cancel as writers make it now
+(the instances Canceled, fresh ones rebuilt at once), a permanent failure failing its waiters, canceled
+and expired (TTL) wants, retention in the middle (by creation, as older logs have it; then by when
+instances stopped being canonical, as writers make it now) and at the end, a subscription's, a source
+scan's and a bucket layout's changes, and a few rejected events. Every event is checked against a
+strict fold as it is written: the history is valid as built.
 
 `catalog(events)` lists what a log names (refs, instances, wants, job runs, groups, subscriptions) and,
 for each seq, which of them the event at that seq may have changed the answers about: the test reads
@@ -113,6 +116,9 @@ def w1_history(plan: SimulationPlan = PLAN) -> list[pb.Event]:
     _small_records(h, 2)
     _upstream_fails(h, plan.weeks)
     _cancel_and_expire(h, plan.weeks)
+    canceled_at = _cancel_and_rebuild_elsewhere(h, plan.weeks + 1)
+    # Keeps what the cancel superseded (and whatever stopped being canonical since); drops the older ones.
+    h.add(pb.InstanceRetention(drop_superseded_before_seq=canceled_at), system("retention"))
     _small_records(h, 3)
     _gone_and_restored(h)
     weekly, _, _ = refs_of_week(1, 1)
@@ -216,6 +222,27 @@ def _gone_and_restored(h: History) -> None:
     h.add(pb.PartitionObserved(partition_ref=raw, location=location, version="restored"), CONNECTOR)
     assert h.uuid(raw) != gone_uuid and h.istate(raw) == InstanceState.LIVE
     assert h.state.wants["w-gone"].state == WantState.SUCCESSFUL
+
+
+def _cancel_and_rebuild_elsewhere(h: History, week: int) -> int:
+    """Site 1, a later week: a running run canceled as writers cancel now, its instances Canceled and fresh
+    ones (new UUIDs, new locations) rebuilt at once; the canceled run's late success is rejected. Returns
+    the cancel's seq."""
+    _, dailies, _ = refs_of_week(1, week)
+    h.add(pb.WantCreate(want_id="w-recancel", partition_refs=dailies[:2]), manual("analyst"))
+    h.run("w-recancel-1", "daily", dailies[:2])
+    h.add(pb.JobRunHeartbeat(job_run_id="w-recancel-1"), from_job_run("w-recancel-1"))
+    canceled = h.uuids(dailies[:2])
+    cancel = pb.JobRunCancel(job_run_id="w-recancel-1", reason="operator", replace_instances=True)
+    canceled_at = h.add(cancel, manual("ann"))
+    assert [h.state.instances[uuid].state for uuid in canceled] == [InstanceState.CANCELED] * 2
+    assert not set(canceled) & set(h.uuids(dailies[:2]))
+    h.reject(pb.JobRunBuffer(job_run_id="w-recancel-stale", job_label="daily", instance_uuids=canceled))
+    h.run("w-recancel-2", "daily", dailies[:2])
+    h.reject(pb.JobRunSuccess(job_run_id="w-recancel-1"), from_job_run("w-recancel-1"))
+    h.succeed("w-recancel-2", [])
+    assert h.state.wants["w-recancel"].state == WantState.SUCCESSFUL
+    return canceled_at
 
 
 def _small_records(h: History, step: int) -> None:

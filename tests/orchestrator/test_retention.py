@@ -87,12 +87,12 @@ def test_cli_retention_dry_run_then_drop(capsys: pytest.CaptureFixture[str], sql
         head = log.head()
     code, out, err = run_cli(capsys, "retention", "--db", sqlite_url, "--retain-days", "0", "--dry-run")
     assert code == 0, err
-    assert "would drop: 1 superseded instance(s)" in out and old in out and new not in out
+    assert "would drop: 1 instance(s) superseded before seq" in out and old in out and new not in out
     code, out, _ = run_cli(capsys, "retention", "--db", sqlite_url, "--retain-days", "0", "--json")
     report = json.loads(out)
     assert code == 0 and (report["dropped"], report["instances"], report["seq"]) == (1, [old], head + 1)
     code, out, _ = run_cli(capsys, "retention", "--db", sqlite_url, "--retain-days", "0")
-    assert code == 0 and "no superseded instance is old enough" in out
+    assert code == 0 and "no instance was superseded long enough ago" in out
     code, _, err = run_cli(capsys, "retention", "--db", sqlite_url, "--retain-days", "-1")
     assert code == 2 and err.count("\n") == 1
 

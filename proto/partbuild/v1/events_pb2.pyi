@@ -250,12 +250,14 @@ class JobRunFailure(_message.Message):
     def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
 
 class JobRunCancel(_message.Message):
-    __slots__ = ("job_run_id", "reason")
+    __slots__ = ("job_run_id", "reason", "replace_instances")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     reason: str
-    def __init__(self, job_run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    replace_instances: bool
+    def __init__(self, job_run_id: _Optional[str] = ..., reason: _Optional[str] = ..., replace_instances: _Optional[bool] = ...) -> None: ...
 
 class JobRunMissingDeps(_message.Message):
     __slots__ = ("job_run_id", "missing_refs")
@@ -321,10 +323,12 @@ class ClockTick(_message.Message):
     def __init__(self) -> None: ...
 
 class InstanceRetention(_message.Message):
-    __slots__ = ("drop_superseded_created_before_seq",)
+    __slots__ = ("drop_superseded_created_before_seq", "drop_superseded_before_seq")
     DROP_SUPERSEDED_CREATED_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DROP_SUPERSEDED_BEFORE_SEQ_FIELD_NUMBER: _ClassVar[int]
     drop_superseded_created_before_seq: int
-    def __init__(self, drop_superseded_created_before_seq: _Optional[int] = ...) -> None: ...
+    drop_superseded_before_seq: int
+    def __init__(self, drop_superseded_created_before_seq: _Optional[int] = ..., drop_superseded_before_seq: _Optional[int] = ...) -> None: ...
 
 class GroupTaskState(_message.Message):
     __slots__ = ("task_id", "state_timestamp_ms", "data", "share")

@@ -227,6 +227,14 @@ def test_cancel_and_taint_forms_append_their_events(world: World) -> None:
         assert row.event_type == event_type
     assert service.want("want-forms").state == "canceled" and service.job_run("run-forms").state == "canceled"
     assert service.canonical("forms/raw").previous_uuid is not None
+    # The run's instance is canceled, a fresh one replaced it; the pages show both, each in its state.
+    (canceled,) = run_uuids
+    assert service.canonical("forms/a").previous_uuid == canceled
+    assert 'class="state state-canceled"' in _get(world, f"/instances/{canceled}")
+    assert f'data-uuid="{canceled}" data-state="canceled"' in _get(world, "/partition?ref=forms%2Fa")
+    assert f'data-uuid="{canceled}" data-state="canceled"' in _get(world, "/runs/run-forms")
+    assert 'data-kind="instances" data-state="canceled"' in _get(world, "/")
+    assert "forms/a" not in _get(world, "/partitions?state=canceled")  # a filter on current instances
 
 
 def test_time_travel_reads_runs_wants_and_subscriptions_through_the_service(world: World) -> None:

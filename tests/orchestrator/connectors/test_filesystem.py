@@ -384,6 +384,24 @@ def test_reads_are_bounded(tmp_path: Path) -> None:
         connector.read_range(ItemRef(b"missing"), 0, 1, Budgets(1, 1))
 
 
+def test_a_read_as_listed_refuses_a_file_written_since_it_was_listed_even_with_size_and_mtime_put_back(
+    tmp_path: Path,
+) -> None:
+    write_tree(tmp_path, {b"f": b"0123456789"})
+    connector = FilesystemConnector(tmp_path)
+    page = connector.fill_page(KeyRange(), Cursor(), Budgets(10, 1 << 40))
+    assert page is not None
+    (item,) = page.items
+    assert item.change_stamp == (tmp_path / "f").stat().st_ctime_ns  # the ctime: moved by any write
+    assert connector.read_range_as_listed(item, 2, 3, Budgets(1, 100)) == b"234"
+    before = (tmp_path / "f").stat()
+    (tmp_path / "f").write_bytes(b"0123456780")
+    os.utime(tmp_path / "f", ns=(before.st_atime_ns, before.st_mtime_ns))  # same size, same mtime
+    with pytest.raises(ReadError, match="changed since it was listed") as refused:
+        connector.read_range_as_listed(item, 0, 10, Budgets(1, 100))
+    assert refused.value.is_retryable
+
+
 # -- split points
 
 

@@ -47,7 +47,7 @@ from partbuild.state.log.events import envelope, from_job_run
 from partbuild.state.log.live import LiveState
 
 from openlineagekit import openlineage_errors
-from receiverkit import Answer, Received, Receiver, Rule, always, by_group
+from receiverkit import Answer, Received, Receiver, Rule, always, by_group, fail_first
 
 WAIT_S = 15.0  # a generous ceiling: every wait below normally ends in well under a second
 FAST_RETRY = RetryPolicyRequest(max_attempts=5, backoff_initial_ms=30, backoff_max_ms=120, timeout_ms=500)
@@ -248,7 +248,7 @@ def test_permanent_failure_dead_letters_the_group_then_replay_and_purge(env: Rig
     assert letters[1].attempts == 0  # never sent: it waited behind the head
     assert [r.seq for r in env.receiver.received if r.group == "bad/0"] == [bad[0]]
     sub = env.settled("perm")
-    assert (sub.dead_lettered, sub.dlq_messages, sub.retried) == (1, 2, 0)
+    assert (sub.dead_lettered, sub.dlq_messages, sub.retried) == (2, 2, 0)  # the head and the one behind it
 
     env.receiver.set_rule(None)
     assert env.svc.replay_dead_letters("perm", DeadLetterRequest(group="bad/0")).moved == 2
@@ -287,6 +287,26 @@ def test_exhausted_attempts_dead_letter_and_timeouts_are_retried(env: Rig) -> No
     sub = env.settled("exhaust")
     assert (sub.delivered, sub.retried, sub.dead_lettered) == (2, 3, 1)
     assert_sound(env.receiver)
+
+
+def test_counters_count_what_their_descriptions_say(env: Rig) -> None:
+    """delivered: 2xx answers; retried: failures left queued for another try; dead_lettered: letters, not heads."""
+    env.receiver.set_rule(by_group({"bad/0": always(400), "flaky/0": fail_first(2)}, always(200)))
+    env.subscribe("count")
+    bad = [env.want("bad/0") for _ in range(3)]  # the head fails for good; the two behind it follow it
+    flaky = env.want("flaky/0")
+    ok = env.want("ok/0", "ok/1")
+    wait_keys(env.receiver, messages(flaky, "flaky/0") | messages(ok, "ok/0", "ok/1"))
+    letters = dead_letters(env, "count", 3)
+    assert [(d.group, d.seq) for d in letters] == [("bad/0", seq) for seq in bad]
+    sub = env.settled("count")
+    answers = Counter(r.answered for r in env.receiver.received)
+    assert sub.delivered == sum(n for status, n in answers.items() if 200 <= status < 300) == 3
+    assert sub.retried == answers[500] == 2
+    assert sub.dead_lettered == sub.dlq_messages == len(letters) == 3
+    assert env.svc.purge_dead_letters("count", DeadLetterRequest()).moved == 3
+    after = env.svc.get_subscription("count")
+    assert (after.dlq_messages, after.dead_lettered) == (0, 3)  # a gauge drops; a total stays
 
 
 # ----------------------------------------------------------------- 5. filters and orderings

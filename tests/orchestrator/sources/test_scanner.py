@@ -9,7 +9,6 @@ A scanning process killed in the middle of a scan: tests/e2e/test_scanner_proces
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -199,7 +198,7 @@ def test_a_rewritten_partition_is_a_new_instance_that_taints_and_re_wants_what_a
     live.catch_up()
     assert all(live.state.instances[uuid].state == I.LIVE for uuid in built.values())
 
-    os.utime(root / "date=2026-01-01" / "part-00000.parquet", ns=(1, 1))  # rewritten: a new mtime
+    (root / "date=2026-01-01" / "part-00000.parquet").write_bytes(b"late rows")  # rewritten
     new_pass(log, live)
     drain(scan, live)
     state = live.state
@@ -210,7 +209,7 @@ def test_a_rewritten_partition_is_a_new_instance_that_taints_and_re_wants_what_a
     assert rewant.source.system.component == "source-scanner" and "late data" in rewant.want_create.comment
     assert state.wants[rewant.want_create.want_id].refs == ("daily/date=2026-01-01",)
     # Observed again while its re-want is active: no second re-want.
-    os.utime(root / "date=2026-01-01" / "part-00000.parquet", ns=(2, 2))
+    (root / "date=2026-01-01" / "part-00000.parquet").write_bytes(b"later rows")
     new_pass(log, live)
     drain(scan, live)
     assert len(events(log, "want_create")) == 3 and live.state.rejections == []

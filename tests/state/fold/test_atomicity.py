@@ -144,7 +144,7 @@ CASES = [
     ),
     Case(
         "instance_retention",
-        lambda s: pb.InstanceRetention(drop_superseded_created_before_seq=s.state.head_seq),
+        lambda s: pb.InstanceRetention(drop_superseded_before_seq=s.state.head_seq),
         (instances, "split_superseded"),
     ),
     Case("instances_wait_upstream", _wait, (instances, "is_live")),

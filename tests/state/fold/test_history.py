@@ -37,11 +37,12 @@ def test_a_record_changed_once_keeps_no_history_and_a_retried_one_keeps_its_chan
     s = Story()
     s.observe("raw/a")
     raw = s.state.instances[s.uuid("raw/a")]
-    assert (raw.state, raw.history) == (InstanceState.LIVE, 0)  # Live when created: nothing kept
+    histories = s.state.instance_histories
+    assert raw.state == InstanceState.LIVE and raw.uuid not in histories  # Live when created: nothing kept
     s.want("w", "out/a")
     built = s.build("run-1", "out/a", [raw.uuid])
     instance = s.state.instances[built]
-    assert instance.state == InstanceState.LIVE and instance.history == 0  # Building is its attempt's
+    assert instance.state == InstanceState.LIVE and built not in histories  # Building is its attempt's
     s.want("w2", "out/b")
     uuid = s.uuid("out/b")
     s.buffer("run-2", "out/b")
@@ -50,7 +51,7 @@ def test_a_record_changed_once_keeps_no_history_and_a_retried_one_keeps_its_chan
     retried = s.state.instances[uuid]
     # Kept: Up-for-retry only; Missing at its creation and Building at each attempt are implied.
     assert retried.state == InstanceState.BUILDING
-    assert [InstanceState(state) for _, state in entries(retried.history)] == [InstanceState.UP_FOR_RETRY]
+    assert [InstanceState(state) for _, state in entries(histories[uuid])] == [InstanceState.UP_FOR_RETRY]
 
 
 def test_a_kept_field_is_found_as_of_any_seq() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import InstanceState, StateCounts, WantState
+from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.events import envelope, manual, system
 
 REF = "raw/date=2026-01-01"
@@ -63,11 +63,3 @@ def test_a_gone_is_accepted_only_behind_its_slice_for_the_live_instance_there() 
     assert restored != uuid and log.state.instances[restored].state == InstanceState.LIVE
     assert log.state.instances[uuid].state == InstanceState.GONE and log.state.instances[uuid].superseded_seq
     assert log.state.wants["w"].state == WantState.SUCCESSFUL
-
-
-def test_counts_by_state_read_as_they_did_before_gone_while_nothing_is_gone() -> None:
-    counts = StateCounts.zeros()
-    counts[InstanceState.LIVE] = 3
-    assert repr(counts) == repr([0, 0, 0, 0, 3, 0, 0, 0])  # what the digest of every older log hashed
-    counts[InstanceState.GONE] = 1
-    assert repr(counts) == repr([0, 0, 0, 0, 3, 0, 0, 0, 1])

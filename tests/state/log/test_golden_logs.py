@@ -210,3 +210,22 @@ def test_the_subscriptions_golden_log_replays_with_exactly_its_rejections() -> N
         13,
         "partbuild",
     )
+
+
+def test_the_cancel_retention_golden_log_replays_with_exactly_its_rejections() -> None:
+    """A canceled run's instance ends Canceled and a fresh one is built; retention by supersession keeps the
+    instance canonical from seq 1 to 12 and drops those superseded before the cutoff (the canceled one too)."""
+    state = replayed(read("cancel_retention"))
+    assert [(r.seq, r.event_type) for r in state.rejections] == [
+        (8, "job_run_success"),
+        (9, "job_run_buffer"),
+        (14, "instance_retention"),
+        (15, "instance_retention"),
+    ]
+    assert "no longer canonical" in state.rejections[1].reason
+    assert state.job_runs["r1"].state == JobRunState.CANCELED and state.wants["w"].state == WantState.SUCCESSFUL
+    canceled, built = state.job_runs["r1"].instance_uuids[0], state.canonical["d/1"]
+    assert canceled not in state.instances and state.instances[built].previous_uuid == canceled
+    long_lived = state.instances[state.instances[state.canonical["raw/a"]].previous_uuid or ""]
+    assert (long_lived.created_seq, long_lived.superseded_seq) == (1, 12) and state.superseded == [long_lived.uuid]
+    assert state.dropped_instances == 2 and state.counts()["instances"]["canceled"] == 0

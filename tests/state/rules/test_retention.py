@@ -53,14 +53,14 @@ def _story() -> tuple[Story, int, dict[str, str]]:
     u["weekly"] = s.build("run-w", "weekly", [u["daily1"], u["daily2"]])
     s.ok(pb.PartitionTaint(partition_ref="raw/1", reason="late"))  # raw/1, daily/1 and weekly superseded
     s.observe("raw/2", "/data/raw/2/v2")  # a new version: raw/2 superseded while Live; daily/2 stays built from it
-    cutoff = s.state.head_seq + 1  # the instances so far were created before it
+    cutoff = s.state.head_seq + 1  # the instances superseded so far were superseded before it
     s.observe("raw/1", "/data/raw/1/v2")  # the canonical raw/1 the taint created becomes Live
     s.want("w-again", "weekly", "daily/1")
     u["daily1b"] = s.build("run-d1b", "daily/1", [s.uuid("raw/1")])
     u["weekly2"] = s.build("run-wb", "weekly", [u["daily1b"], u["daily2"]])
     s.observe("raw/3")
     u["raw3"] = s.uuid("raw/3")
-    s.observe("raw/3", "/data/raw/3/v2")  # superseded, but created after the cutoff: kept
+    s.observe("raw/3", "/data/raw/3/v2")  # superseded, but after the cutoff: kept
     u.update(raw1b=s.uuid("raw/1"), raw2b=s.uuid("raw/2"))
     return s, cutoff, u
 
@@ -70,7 +70,7 @@ def _write(log: EventLog) -> Written:
     s, cutoff, uuids = _story()
     log.append(s.events, expected_head=0)
     retention_seq = log.head() + 1
-    log.append([envelope(pb.InstanceRetention(drop_superseded_created_before_seq=cutoff), source=system("retention"))])
+    log.append([envelope(pb.InstanceRetention(drop_superseded_before_seq=cutoff), source=system("retention"))])
     # After it: events on instances whose inputs, consumers and previous instances were dropped.
     tail = Story(start_ms=s.clock_ms)
     tail.state = _replay(log)
@@ -113,8 +113,8 @@ def test_retention_drops_old_superseded_instances_only(event_log: EventLog) -> N
     gone = set(before.instances) - set(after.instances)
     assert gone == {u["raw1"], u["daily1"], u["weekly"], u["raw2"]}
     assert set(after.instances) <= set(before.instances) and after.dropped_instances == len(gone)
-    # Every canonical instance is untouched but for forgetting dropped consumers; a superseded one
-    # created after the cutoff stays.
+    # Every canonical instance is untouched but for forgetting dropped consumers; one superseded after
+    # the cutoff stays.
     assert after.canonical == before.canonical
     for uuid in before.canonical.values():
         kept, old = after.instances[uuid], before.instances[uuid]
@@ -179,9 +179,7 @@ def test_retention_candidates_agree_with_the_fold(event_log: EventLog) -> None:
     for cutoff in range(-1, before.head_seq + 3):
         candidates = retention_candidates(before, cutoff)
         folded = decode_state(encode_state(before))
-        reason = folded.apply(
-            before.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_created_before_seq=cutoff))
-        )
+        reason = folded.apply(before.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_before_seq=cutoff)))
         assert (reason is None) == (cutoff > 0)
         disappeared = [uuid for uuid in before.instances if uuid not in folded.instances]
         assert sorted(i.uuid for i in candidates) == sorted(disappeared)
@@ -200,12 +198,9 @@ def test_retention_never_drops_what_is_canonical_building_or_waiting(steps: list
     cutoff = data.draw(st.integers(1, state.head_seq + 2), label="cutoff")
     candidates = retention_candidates(state, cutoff)
     assert not protected & {i.uuid for i in candidates}
-    assert all(i.superseded_seq and i.created_seq < cutoff and i.waiting_on is None for i in candidates)
+    assert all(0 < i.superseded_seq < cutoff and i.waiting_on is None for i in candidates)
     folded = decode_state(encode_state(state))
-    assert (
-        folded.apply(state.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)))
-        is None
-    )
+    assert folded.apply(state.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_before_seq=cutoff))) is None
     assert set(state.instances) - set(folded.instances) == {i.uuid for i in candidates}
 
 
@@ -220,14 +215,14 @@ def test_a_cutoff_sparing_active_runs_keeps_the_inputs_a_running_job_may_name() 
     cutoff = s.state.head_seq + 1
     assert [i.uuid for i in retention_candidates(s.state, cutoff)] == [raw]
     spared = cutoff_sparing_active_runs(s.state, cutoff)
-    assert spared == s.state.instances[raw].created_seq and retention_candidates(s.state, spared) == []
+    assert spared == s.state.job_runs["run"].created_seq + 1 and retention_candidates(s.state, spared) == []
     assert cutoff_sparing_active_runs(s.state, 1) == 1
 
     plain = decode_state(encode_state(s.state))
-    plain.apply(s.state.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_created_before_seq=cutoff)))
+    plain.apply(s.state.head_seq + 1, envelope(pb.InstanceRetention(drop_superseded_before_seq=cutoff)))
     success = envelope(pb.JobRunSuccess(job_run_id="run", input_instance_uuids=[raw]))
     assert plain.apply(s.state.head_seq + 2, success) == f"input instance {raw!r} is unknown"
-    s.ok(pb.InstanceRetention(drop_superseded_created_before_seq=spared))
+    s.ok(pb.InstanceRetention(drop_superseded_before_seq=spared))
     s.succeed("run", [raw])
     # No active run left: nothing to spare, the cutoff stands.
     assert cutoff_sparing_active_runs(s.state, s.state.head_seq) == s.state.head_seq
@@ -295,8 +290,8 @@ def test_cutoff_is_the_first_seq_recorded_at_or_after_the_instant(
         assert cutoff(stamp + 1) == first + size
 
 
-def test_cutoff_selects_the_instances_created_before_the_instant(event_log: EventLog) -> None:
-    """End to end: instances created by events recorded before the instant are the retention candidates."""
+def test_cutoff_selects_the_instances_superseded_before_the_instant(event_log: EventLog) -> None:
+    """End to end: instances superseded by events recorded before the instant are the retention candidates."""
     s, _, _ = _story()
     half = len(s.events) // 2
     event_log.append(s.events[:half])
@@ -308,5 +303,5 @@ def test_cutoff_selects_the_instances_created_before_the_instant(event_log: Even
     assert cutoff == half + 1
     state = _replay(event_log)
     assert {i.uuid for i in retention_candidates(state, cutoff)} == {
-        uuid for uuid in state.superseded if state.instances[uuid].created_seq <= half
+        uuid for uuid in state.superseded if state.instances[uuid].superseded_seq <= half
     }

@@ -1,0 +1,331 @@
+"""Confirming a moved weak version by content before it counts: a touched or copied file rebuilds nothing.
+
+A filesystem's versions are weak (size, mtime; the ctime as change stamp), so a
+`touch`, a `cp` without `-p`, a restore or a re-sync of unchanged files moves them.
+When a complete partition's weak version differs from the one its Live instance
+was observed with, `ContentCheck.confirm` reads the partition's files (listed
+again, a page at a time) and digests their contents: the same digest as the
+observed version's means nothing changed, and the scanner observes nothing (the
+partition is handed on with the observed version); another digest is a change,
+observed as before. An unchanged weak version is never looked at (the pass over
+unchanged files costs what it did), nor is a strong one (S3 ETags are content
+hashes already): only moved weak versions, and new partitions (their digest is
+what a later touch is compared with), are read.
+
+Bounded: each pass (each key range of a pass) reads at most `verify_bytes_per_pass`
+bytes for at most `verify_s_per_pass` seconds, in chunks of `CHUNK_BYTES` (the
+first chunk of a pass is always read, so a file larger than the budget still gets
+done). A partition not finished within the budget is undecided: neither observed
+nor declared unchanged; the next pass lists it again and finishes it, reading only
+what was not read yet.
+
+Where the digests are kept, and why not in the log. In an operational table
+(`state/ops/content_digests.py`, through `Database.content_digests`), as facts
+keyed by the weak version they were read at: "file F listed as v holds chunks
+c1..cn", "partition P listed as V holds C". Such a fact is true whichever scanner
+wrote it and whatever the log says, so two scanners (key ranges of a worker group,
+or a stale one) can only write true facts, a restart reads them back, and no fact
+waits on an append that may lose its race. The log could not hold them: a
+confirmed touch appends nothing (that is the point), so the fold would never learn
+the new weak version, and every later pass would read the files again. What the
+scanner compares with stays in the log: the observed instance's version, looked up
+in the table; a missing row (lost, or an instance observed before this check)
+counts as a change, as before it. A scanner given no store keeps the facts in
+memory (`MemoryDigests`): correct, but read again after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import blake3
+
+from partbuild.orchestrator.connectors.errors import EnumerateError, ReadError
+from partbuild.orchestrator.connectors.items import ScanItem
+from partbuild.orchestrator.connectors.paging import Budgets, Cursor, KeyRange
+from partbuild.orchestrator.connectors.toxic import ItemKey
+from partbuild.orchestrator.graph import PartitionPattern, SourceDataset
+from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.log.live import LiveState
+from partbuild.state.ops.content_digests import FileDigest
+
+logger = logging.getLogger("partbuild.sources")
+
+CHUNK_BYTES = 8 << 20  # a file is digested in chunks, so a read cut short by the budget resumes at a chunk
+_DIGEST = 32
+_LIST_BYTES = 1 << 62  # listing is bounded by items and time
+FLUSH_ROWS = 1_000  # rows of files read are saved with the partition's, or at least every this many
+
+
+class DigestStore(Protocol):
+    """Where the facts are kept: `state.ops.content_digests.ContentDigestStore`, or `MemoryDigests`."""
+
+    def files(self, source_id: str, item_ids: Sequence[str]) -> dict[str, FileDigest]: ...
+
+    def save_files(self, source_id: str, directory_id: str, digests: dict[str, FileDigest]) -> None: ...
+
+    def partitions(self, source_id: str, directory_id: str, versions: Sequence[str]) -> dict[str, str]: ...
+
+    def save_partition(
+        self,
+        source_id: str,
+        directory_id: str,
+        version: str,
+        content: str,
+        *,
+        keep: str | None,
+        item_ids: set[str],
+        files: dict[str, FileDigest] | None = None,
+    ) -> None: ...
+
+
+class MemoryDigests:
+    """The facts in this process's memory only (a scanner without a database store)."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, str], tuple[str, FileDigest]] = {}
+        self._partitions: dict[tuple[str, str], dict[str, str]] = {}
+
+    def files(self, source_id: str, item_ids: Sequence[str]) -> dict[str, FileDigest]:
+        rows = ((item_id, self._files.get((source_id, item_id))) for item_id in item_ids)
+        return {item_id: row[1] for item_id, row in rows if row is not None}
+
+    def save_files(self, source_id: str, directory_id: str, digests: dict[str, FileDigest]) -> None:
+        for item_id, digest in digests.items():
+            self._files[(source_id, item_id)] = (directory_id, digest)
+
+    def partitions(self, source_id: str, directory_id: str, versions: Sequence[str]) -> dict[str, str]:
+        known = self._partitions.get((source_id, directory_id), {})
+        return {version: known[version] for version in versions if version in known}
+
+    def save_partition(
+        self,
+        source_id: str,
+        directory_id: str,
+        version: str,
+        content: str,
+        *,
+        keep: str | None,
+        item_ids: set[str],
+        files: dict[str, FileDigest] | None = None,
+    ) -> None:
+        self.save_files(source_id, directory_id, files or {})
+        known = self._partitions.setdefault((source_id, directory_id), {})
+        for old in [old for old in known if old not in (version, keep)]:
+            del known[old]
+        known[version] = content
+        gone = [key for key, (where, _) in self._files.items() if key[0] == source_id and where == directory_id]
+        for key in gone:
+            if key[1] not in item_ids:
+                del self._files[key]
+
+
+def _id(text: str) -> str:
+    return blake3.blake3(text.encode()).hexdigest()[:32]
+
+
+def _listed(item: ScanItem) -> str:
+    """A file's weak version and change stamp as one short digest: what its row was read at."""
+    stamp = b"" if item.change_stamp is None else item.change_stamp.to_bytes(8, "big", signed=True)
+    return blake3.blake3(len(item.version.value).to_bytes(2, "big") + item.version.value + stamp).hexdigest()[:32]
+
+
+class _Undecided(Exception):
+    """The partition could not be confirmed in this pass (budget spent, or its files changed meanwhile)."""
+
+
+@dataclass
+class _PassBudget:
+    key: tuple[int, int]  # (pass number, key range): a new one gets a fresh budget
+    bytes_left: int
+    deadline: float  # monotonic
+    chunks: int = 0  # read in this pass (the first is read whatever the budget)
+
+
+@dataclass
+class _Reading:
+    """A partition being digested: its running digest, the files listed, the rows read and not yet saved."""
+
+    directory_id: str
+    content: blake3.blake3 = dataclasses.field(default_factory=blake3.blake3)
+    item_ids: set[str] = dataclasses.field(default_factory=set)
+    fresh: dict[str, FileDigest] = dataclasses.field(default_factory=dict)
+
+
+class ContentCheck:
+    """One source's content confirmation; see the module docstring. Runs in the scanner's thread."""
+
+    def __init__(self, source: SourceDataset, store: DigestStore, *, stop: Callable[[], bool] = lambda: False) -> None:
+        assert source.discovery is not None
+        self.discovery = discovery = source.discovery
+        self._store = store
+        self._stop = stop
+        self._name = source.name
+        self._source_id = _id(source.name)
+        keys = PartitionPattern(discovery.keys) if discovery.keys else source.pattern
+        self._patterns = (keys, source.pattern)
+        self._budget: _PassBudget | None = None
+        # Per directory, the last (listed version, observed version) found to hold the same content: a
+        # touched partition is confirmed from memory in later passes, with no query (one entry a directory).
+        self._same: dict[str, tuple[str, str]] = {}
+        self.bytes_read = 0  # file bytes read since this check was made (tests and benchmarks read it)
+        self.partitions_read = 0  # partitions whose files were read (wholly or in part)
+
+    def confirm(self, live: LiveState, pass_key: tuple[int, int], closed: list[FoundPartition]) -> list[FoundPartition]:
+        """`closed` as the scanner should see it: an unchanged partition with its observed version, an
+        undecided one left out (the next pass lists it again), the others as found."""
+        candidates = [found for found in closed if found.complete and not found.strong]
+        if not candidates:
+            return closed
+        with live.read() as state:
+            observed = {found.ref: self._observed(state, found) for found in candidates}
+        confirmed: list[FoundPartition] = []
+        for found in closed:
+            if found.ref not in observed or observed[found.ref] == found.version:
+                confirmed.append(found)  # strong, incomplete or unchanged: as today, nothing is read
+                continue
+            known = observed[found.ref]
+            same_as_before = known is not None and known == found.unstamped_version  # observed before stamps
+            if same_as_before or (known is not None and self._same.get(found.directory) == (found.version, known)):
+                confirmed.append(dataclasses.replace(found, version=known))
+                continue
+            try:
+                same = self._same_content(found, known, pass_key)
+            except _Undecided as reason:
+                # Debug: once a pass's budget is spent, every partition after it says so.
+                logger.debug("source %s: %s not confirmed in this pass: %s", self._name, found.ref, reason)
+                continue
+            if same and known is not None:
+                self._same[found.directory] = (found.version, known)
+                found = dataclasses.replace(found, version=known)
+            confirmed.append(found)
+        return confirmed
+
+    def _observed(self, state: BuildState, found: FoundPartition) -> str | None:
+        """The weak version the partition's Live instance was observed with there; None: none to compare."""
+        current = state.canonical_instance(found.ref)
+        if current is None or current.state != InstanceState.LIVE or current.version is None:
+            return None
+        if current.location != self.discovery.location_of(found.directory) or current.version[1]:
+            return None
+        return current.version[0]
+
+    def _same_content(self, found: FoundPartition, known: str | None, pass_key: tuple[int, int]) -> bool:
+        """Whether the partition holds what it held when observed as `known` (None: not observed; False)."""
+        directory_id = _id(found.directory)
+        versions = [found.version] if known is None else [found.version, known]
+        facts = self._store.partitions(self._source_id, directory_id, versions)
+        content = facts.get(found.version)
+        if content is None:
+            reading = _Reading(directory_id)
+            try:
+                content = self._read_partition(found, pass_key, reading)
+            except _Undecided:
+                self._flush(reading)  # what was read, even in part, is not read again
+                raise
+            self._store.save_partition(
+                self._source_id,
+                directory_id,
+                found.version,
+                content,
+                keep=known,
+                item_ids=reading.item_ids,
+                files=reading.fresh,
+            )
+        return known is not None and facts.get(known) == content
+
+    def _flush(self, reading: _Reading) -> None:
+        self._store.save_files(self._source_id, reading.directory_id, reading.fresh)
+        reading.fresh = {}
+
+    # ----------------------------------------------------------------- reading
+
+    def _spend(self, pass_key: tuple[int, int]) -> _PassBudget:
+        budget = self._budget
+        if budget is None or budget.key != pass_key:
+            deadline = time.monotonic() + self.discovery.verify_s_per_pass
+            budget = self._budget = _PassBudget(pass_key, self.discovery.verify_bytes_per_pass, deadline)
+        return budget
+
+    def _read_partition(self, found: FoundPartition, pass_key: tuple[int, int], reading: _Reading) -> str:
+        """The partition's content digest, from its files listed again (they must still be as found)."""
+        budget = self._spend(pass_key)
+        self.partitions_read += 1
+        prefix = (found.directory + "/").encode()
+        key_range = KeyRange(ItemKey(prefix), ItemKey(prefix[:-1] + b"0"))  # "0" follows "/": the directory
+        keys, refs = self._patterns
+        relisted = PartitionAssembler(keys, refs, self.discovery.complete_marker, stamps=True)
+        cursor = Cursor.initial()
+        # The budget bounds reading; listing the partition again costs what the pass's listing of it did.
+        listing = Budgets(self.discovery.page_items, _LIST_BYTES)
+        while True:
+            if self._stop():
+                raise _Undecided("the scanner is stopping")
+            try:
+                page = self.discovery.connector.fill_page(key_range, cursor, listing)
+            except EnumerateError as error:
+                raise _Undecided(f"listing it again failed: {error.message}") from None
+            if page is None:
+                break
+            relisted.feed(page.items)
+            self._digest_page(page.items, len(prefix), reading, budget)
+            cursor = page.cursor
+        again = relisted.finish()
+        if len(again) != 1 or again[0].version != found.version:
+            raise _Undecided("its files changed since they were listed")
+        return reading.content.hexdigest()
+
+    def _digest_page(self, items: Sequence[ScanItem], skip: int, reading: _Reading, budget: _PassBudget) -> None:
+        """Add a page of the partition's files to its digest, reading the ones no row has at their version."""
+        ids = [item.item_id.hex() for item in items]
+        rows = self._store.files(self._source_id, ids)
+        for item, item_id in zip(items, ids, strict=True):
+            reading.item_ids.add(item_id)
+            listed = _listed(item)
+            row = rows.get(item_id)
+            if row is None or row.listed != listed or row.size != item.size:
+                row = FileDigest(listed, item.size, b"", None)
+            if row.content is None:
+                row = reading.fresh[item_id] = self._read_file(item, row, budget)
+            if row.content is None:
+                raise _Undecided("the pass's bytes or time to read are spent")
+            name = item.key.raw_bytes()[skip:]
+            reading.content.update(len(name).to_bytes(4, "big") + name + bytes.fromhex(row.content))
+        if len(reading.fresh) >= FLUSH_ROWS:  # memory stays bounded in a partition of many files
+            self._flush(reading)
+
+    def _read_file(self, item: ScanItem, row: FileDigest, budget: _PassBudget) -> FileDigest:
+        """`row` continued chunk by chunk while the budget lasts; with its content once the file is read."""
+        chunks = bytearray(row.chunks)
+        offset = len(chunks) // _DIGEST * CHUNK_BYTES
+        connector = self.discovery.connector
+        read_as_listed = getattr(connector, "read_range_as_listed", None)
+        while offset < item.size:
+            length = min(CHUNK_BYTES, item.size - offset)
+            spent = budget.bytes_left < length or time.monotonic() >= budget.deadline or self._stop()
+            if spent and budget.chunks:
+                return FileDigest(row.listed, item.size, bytes(chunks), None)
+            reads = Budgets(1, length)
+            try:
+                if read_as_listed is not None:
+                    data = read_as_listed(item, offset, length, reads)
+                else:
+                    data = connector.read_range(item.ref, offset, length, reads)
+            except ReadError as error:
+                raise _Undecided(f"reading a file failed: {error.message}") from None
+            if len(data) != length:
+                raise _Undecided("a file is shorter than listed")
+            chunks += blake3.blake3(data).digest()
+            offset += length
+            budget.bytes_left -= length
+            budget.chunks += 1
+            self.bytes_read += length
+        whole = blake3.blake3(bytes(chunks) + item.size.to_bytes(8, "big")).hexdigest()
+        return FileDigest(row.listed, item.size, bytes(chunks), whole)
