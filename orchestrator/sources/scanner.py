@@ -68,7 +68,7 @@ from partbuild.orchestrator.sources.key_ranges import next_split_keys
 from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import InstanceState, SourceScan
+from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, InstanceState, SourceScan
 from partbuild.state.log.events import Clock, envelope, system, wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import AppendConflict, EventLog
@@ -456,8 +456,10 @@ class SourceScanner:
             location = instance.location
             if instance.state != InstanceState.LIVE or not location or not location.startswith(base):
                 continue
-            directory = location[len(base) :]
-            if ItemKey((directory + "/").encode()) not in scan.key_range or scan.source.pattern.match(ref) is None:
+            key = (location[len(base) :] + "/").encode()  # where its directory's items begin
+            if len(key) > MAX_SCAN_KEY_BYTES or ItemKey(key) not in scan.key_range:  # (a location observed by hand)
+                continue
+            if scan.source.pattern.match(ref) is None:
                 continue
             message = pb.PartitionGone(
                 partition_ref=ref,

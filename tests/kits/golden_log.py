@@ -434,7 +434,7 @@ GOLDEN_LOGS = (
         "gone",  # source partitions gone, and restored, 2026-11
         "golden_log_gone.bin",
         gone_events,
-        "348f51704795b84cca62719f92ac3d11b9aa29ad02bd0a72adfea60a27a20d8a",
+        "15e616869586a4ed154929c15af5e477cb57bb317738fc9c8455ac4958bd3e1f",
     ),
     GoldenLog(
         "cancel_retention",  # cancels replacing instances, retention by supersession (issue 23), 2026-11
