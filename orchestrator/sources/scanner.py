@@ -247,6 +247,8 @@ class SourceScanner:
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
         if (done or scan.found or due or scan.new_pass) and not self._append(scan, done=done):
             return
+        if done and scan.content is not None:  # new partitions' digests: after the range's observations
+            scan.content.digest_pending((scan.pass_number, scan.range_index))
         scan.failures = 0
         scan.next_due = time.monotonic()
 
