@@ -12,12 +12,29 @@ unchanged files costs what it did), nor is a strong one (S3 ETags are content
 hashes already): only moved weak versions, and new partitions (their digest is
 what a later touch is compared with), are read.
 
+New partitions are never held back. A partition with no Live observed instance to
+compare with (new, or one whose observed version has no complete digest) is
+observed in the pass that finds it, and its digest is pending (`_pending`:
+directory -> the version being digested): read after the key range's observations
+(`digest_pending`, which the scanner calls after a range's last append) with what
+is left of the pass's budget, and continued in later passes while the partition is
+listed at that version; the facts are saved once it is complete. A version that
+moves before its first digest is complete drops it: there is no complete digest of
+what was observed, so the move counts as a change (as before this check), observed
+at once, and the new version's digest is pending in turn. After a restart the
+pending set is not in memory: the first time a check sees an unchanged partition it
+looks up (one store query, after the range) whether its observed version's digest
+is complete, and takes up the reading if not; later passes over unchanged
+partitions only look up memory.
+
 Bounded: each pass (each key range of a pass) reads at most `verify_bytes_per_pass`
 bytes for at most `verify_s_per_pass` seconds, in chunks of `CHUNK_BYTES` (the
 first chunk of a pass is always read, so a file larger than the budget still gets
-done). A partition not finished within the budget is undecided: neither observed
-nor declared unchanged; the next pass lists it again and finishes it, reading only
-what was not read yet.
+done). Moved versions are read first, as they are listed (their observation waits
+on their digest); pending digests of new partitions get what is left. A moved
+partition not decided within the budget is undecided: neither observed nor
+declared unchanged; the next pass lists it again and finishes it, reading only what
+was not read yet (rows of files read in part are kept).
 
 Where the digests are kept, and why not in the log. In an operational table
 (`state/ops/content_digests.py`, through `Database.content_digests`), as facts
@@ -29,9 +46,10 @@ waits on an append that may lose its race. The log could not hold them: a
 confirmed touch appends nothing (that is the point), so the fold would never learn
 the new weak version, and every later pass would read the files again. What the
 scanner compares with stays in the log: the observed instance's version, looked up
-in the table; a missing row (lost, or an instance observed before this check)
-counts as a change, as before it. A scanner given no store keeps the facts in
-memory (`MemoryDigests`): correct, but read again after a restart.
+in the table; a missing row (lost, not complete yet, or an instance observed
+before this check) counts as a change, as before it, observed without reading. A
+scanner given no store keeps the facts in memory (`MemoryDigests`): correct, but
+read again after a restart.
 """
 
 from __future__ import annotations
