@@ -317,6 +317,33 @@ def test_a_restarted_scanner_keeps_the_digests_and_reads_no_unchanged_file_again
     assert observed(database) == [raw_ref(1), raw_ref(2)] and third_live.state.rejections == []
 
 
+class CountingDigests:
+    """The database's digest store, counting the queries made of it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.queries = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.queries += 1
+        return getattr(self.store, name)
+
+
+def test_a_restarted_scanner_looks_up_each_unchanged_partition_once_and_then_only_memory(
+    database: Database, root: Path
+) -> None:
+    for day in (1, 2, 3):
+        write_day(root, day)
+    first, live = scan_of(database, root)
+    drain(first, live)
+    counting = CountingDigests(database.content_digests)
+    restarted, restarted_live = scanner(database.log, source(root), digests=counting)
+    next_pass(database, restarted, restarted_live)
+    assert counting.queries == 3 and bytes_read(restarted) == 0  # each digest found complete
+    for _ in range(2):
+        next_pass(database, restarted, restarted_live)
+    assert counting.queries == 3 and observed(database) == [raw_ref(1), raw_ref(2), raw_ref(3)]
+
+
 def test_a_partition_observed_before_change_stamps_is_not_read_while_unchanged(database: Database, root: Path) -> None:
     """Versions observed without the ctime (before this check, or with it off) still match when nothing moved."""
     write_day(root, 1)
