@@ -6,8 +6,9 @@ of a pass over 100,000 unchanged files stays as today". The tree is built once (
 partition's `_SUCCESS`, the others `--file-bytes` bytes). Each side runs in its own child
 process over its own SQLite log: "before" imports partbuild from a `git worktree` of
 `--before-ref` (main), "after" from this checkout. Each side first observes the tree (after:
-reading every byte once, as a new partition is, over as many passes as the read budget needs),
-then times passes over the unchanged tree,
+new partitions observed at once, then every byte read once for their digests, at the end of the
+pass and over as many more passes as the read budget needs; the time of the pass's last
+observation is printed beside the pass's), then times passes over the unchanged tree,
 `--passes` per child, the sides alternating over `--rounds` rounds in the same run; the verdict
 is on the ratio of the medians (target about 1.0: at most 1.10). Then every file is touched
 (mtime + 1 s) and each side times three passes (before: every partition re-observed, then nothing;
@@ -75,15 +76,19 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                 db.log.append([envelope(pb.SourceScanRequest(source=SOURCE, reason="bench"), source=manual("bench"))])
             goal = (record.passes_done if record else 0) + 1
             head, read = live.state.head_seq, check.bytes_read if check else 0
-            started, cpu = time.perf_counter(), time.process_time()
+            started_ms, started, cpu = time.time() * 1000, time.perf_counter(), time.process_time()
             while (done := live.state.sources.get(SOURCE)) is None or done.passes_done < goal:
                 scanner.step()
             seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-            observed, after = 0, head
+            observed, after, last_observed_ms = 0, head, started_ms
             while rows := db.log.read(after, 10_000):
-                observed += sum(1 for row in rows if row.event_type == "partition_observed")
+                seen = [row.recorded_at_ms for row in rows if row.event_type == "partition_observed"]
+                observed, last_observed_ms = observed + len(seen), max([last_observed_ms, *seen])
                 after = rows[-1].seq
-            return {"s": seconds, "cpu": cpu, "read": (check.bytes_read if check else 0) - read, "observed": observed}
+            read = (check.bytes_read if check else 0) - read
+            # When the pass's last observation was recorded (new partitions: before their digests are read).
+            observed_s = (last_observed_ms - started_ms) / 1000
+            return {"s": seconds, "cpu": cpu, "read": read, "observed": observed, "observed_s": observed_s}
 
         passes = [one_pass() for _ in range(args.passes)]
         while args.settle and (passes[-1]["read"] or passes[-1]["observed"]) and len(passes) < 10:
@@ -150,7 +155,8 @@ def main(args: argparse.Namespace) -> None:
             dbs = {side: f"sqlite:///{base / side}.db" for side in sides}
             for side, code in sides.items():
                 for number, first in enumerate(run_child(side, code, base / "tree", dbs[side], 1, settle=True), 1):
-                    counts = f"observed {first['observed']:.0f}, read {first['read']:,.0f} B"
+                    counts = f"observed {first['observed']:.0f} (the last at {first['observed_s']:.2f} s)"
+                    counts += f", read {first['read']:,.0f} B"
                     print(f"{side}: first passes, {number}: {first['s']:.2f} s, CPU {first['cpu']:.2f} s, {counts}")
             unchanged: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
             for round_number in range(args.rounds):

@@ -12,12 +12,29 @@ unchanged files costs what it did), nor is a strong one (S3 ETags are content
 hashes already): only moved weak versions, and new partitions (their digest is
 what a later touch is compared with), are read.
 
+New partitions are never held back. A partition with no Live observed instance to
+compare with (new, or one whose observed version has no complete digest) is
+observed in the pass that finds it, and its digest is pending (`_pending`:
+directory -> the version being digested): read after the key range's observations
+(`digest_pending`, which the scanner calls after a range's last append) with what
+is left of the pass's budget, and continued in later passes while the partition is
+listed at that version; the facts are saved once it is complete. A version that
+moves before its first digest is complete drops it: there is no complete digest of
+what was observed, so the move counts as a change (as before this check), observed
+at once, and the new version's digest is pending in turn. After a restart the
+pending set is not in memory: the first time a check sees an unchanged partition it
+looks up (one store query, after the range) whether its observed version's digest
+is complete, and takes up the reading if not; later passes over unchanged
+partitions only look up memory.
+
 Bounded: each pass (each key range of a pass) reads at most `verify_bytes_per_pass`
 bytes for at most `verify_s_per_pass` seconds, in chunks of `CHUNK_BYTES` (the
 first chunk of a pass is always read, so a file larger than the budget still gets
-done). A partition not finished within the budget is undecided: neither observed
-nor declared unchanged; the next pass lists it again and finishes it, reading only
-what was not read yet.
+done). Moved versions are read first, as they are listed (their observation waits
+on their digest); pending digests of new partitions get what is left. A moved
+partition not decided within the budget is undecided: neither observed nor
+declared unchanged; the next pass lists it again and finishes it, reading only what
+was not read yet (rows of files read in part are kept).
 
 Where the digests are kept, and why not in the log. In an operational table
 (`state/ops/content_digests.py`, through `Database.content_digests`), as facts
@@ -29,9 +46,10 @@ waits on an append that may lose its race. The log could not hold them: a
 confirmed touch appends nothing (that is the point), so the fold would never learn
 the new weak version, and every later pass would read the files again. What the
 scanner compares with stays in the log: the observed instance's version, looked up
-in the table; a missing row (lost, or an instance observed before this check)
-counts as a change, as before it. A scanner given no store keeps the facts in
-memory (`MemoryDigests`): correct, but read again after a restart.
+in the table; a missing row (lost, not complete yet, or an instance observed
+before this check) counts as a change, as before it, observed without reading. A
+scanner given no store keeps the facts in memory (`MemoryDigests`): correct, but
+read again after a restart.
 """
 
 from __future__ import annotations
@@ -141,6 +159,10 @@ class _Undecided(Exception):
     """The partition could not be confirmed in this pass (budget spent, or its files changed meanwhile)."""
 
 
+class _Spent(_Undecided):
+    """The pass's bytes or seconds to read are spent."""
+
+
 @dataclass
 class _PassBudget:
     key: tuple[int, int]  # (pass number, key range): a new one gets a fresh budget
@@ -175,25 +197,46 @@ class ContentCheck:
         # Per directory, the last (listed version, observed version) found to hold the same content: a
         # touched partition is confirmed from memory in later passes, with no query (one entry a directory).
         self._same: dict[str, tuple[str, str]] = {}
+        # Digests of observed partitions not complete yet (directory -> as listed when observed), the
+        # directories this check has seen (a restart looks up the others once), and the pending ones
+        # listed unchanged in the current key range (`_due_key`): read after its observations.
+        self._pending: dict[str, FoundPartition] = {}
+        self._seen: set[str] = set()
+        self._due: dict[str, None] = {}
+        self._due_key: tuple[int, int] | None = None
         self.bytes_read = 0  # file bytes read since this check was made (tests and benchmarks read it)
         self.partitions_read = 0  # partitions whose files were read (wholly or in part)
 
     def confirm(self, live: LiveState, pass_key: tuple[int, int], closed: list[FoundPartition]) -> list[FoundPartition]:
         """`closed` as the scanner should see it: an unchanged partition with its observed version, an
-        undecided one left out (the next pass lists it again), the others as found."""
+        undecided one left out (the next pass lists it again), the others (new ones too) as found."""
         candidates = [found for found in closed if found.complete and not found.strong]
         if not candidates:
             return closed
+        if self._due_key != pass_key:  # a new key range or pass: what is due after it starts empty
+            self._due_key, self._due = pass_key, {}
         with live.read() as state:
             observed = {found.ref: self._observed(state, found) for found in candidates}
         confirmed: list[FoundPartition] = []
         for found in closed:
-            if found.ref not in observed or observed[found.ref] == found.version:
-                confirmed.append(found)  # strong, incomplete or unchanged: as today, nothing is read
+            if found.ref not in observed:
+                confirmed.append(found)  # strong or incomplete: as today, nothing is read
                 continue
             known = observed[found.ref]
-            same_as_before = known is not None and known == found.unstamped_version  # observed before stamps
-            if same_as_before or (known is not None and self._same.get(found.directory) == (found.version, known)):
+            pending = self._pending.get(found.directory)
+            if pending is not None and pending.version != found.version:
+                del self._pending[found.directory]  # moved before its first digest was complete: dropped
+                self._seen.discard(found.directory)  # (if another scanner observed the move: looked up again)
+            if known == found.version:
+                self._unchanged(found)  # nothing is read now (a digest still pending: after the range)
+                confirmed.append(found)
+                continue
+            if known is None:
+                self._digest_later(found)  # new: observed now; its digest only serves a later move
+                confirmed.append(found)
+                continue
+            same_as_before = known == found.unstamped_version  # observed before stamps
+            if same_as_before or self._same.get(found.directory) == (found.version, known):
                 confirmed.append(dataclasses.replace(found, version=known))
                 continue
             try:
@@ -202,11 +245,73 @@ class ContentCheck:
                 # Debug: once a pass's budget is spent, every partition after it says so.
                 logger.debug("source %s: %s not confirmed in this pass: %s", self._name, found.ref, reason)
                 continue
-            if same and known is not None:
+            if same is None:
+                self._digest_later(found)  # nothing complete to compare with: a change, observed now
+            elif same:
                 self._same[found.directory] = (found.version, known)
                 found = dataclasses.replace(found, version=known)
             confirmed.append(found)
         return confirmed
+
+    def _unchanged(self, found: FoundPartition) -> None:
+        """An unchanged partition: due after the range if its digest is pending, or may be (first seen here).
+
+        A digest a previous process left unfinished is not in memory: a partition this check has not
+        seen yet is put in the pending set, and the reading after the range finds in the store (one
+        query) whether its observed version's digest is complete. Later passes only look up memory.
+        """
+        if found.directory in self._pending:
+            self._due[found.directory] = None
+        elif found.directory not in self._seen:
+            self._digest_later(found)
+
+    def _digest_later(self, found: FoundPartition) -> None:
+        self._seen.add(found.directory)
+        self._pending[found.directory] = found
+        self._due[found.directory] = None
+
+    def digest_pending(self, pass_key: tuple[int, int]) -> None:
+        """After a key range's observations: continue the pending digests listed in it, with what is left
+        of its budget (moved versions, which hold their observation back, were read first)."""
+        if self._due_key != pass_key:
+            return
+        due, self._due = self._due, {}
+        for directory in due:
+            found = self._pending.get(directory)
+            if found is None:
+                continue
+            if self._stop() or self._spent(self._spend(pass_key)):
+                return  # the rest stay pending: a later pass lists them again
+            try:
+                self._complete_digest(found, pass_key)
+            except _Spent:
+                return
+            except _Undecided as reason:
+                # Its files moved since listed (the next pass sees the move), or reading failed: kept.
+                logger.debug("source %s: digest of %s not complete in this pass: %s", self._name, found.ref, reason)
+                continue
+            del self._pending[directory]
+
+    def _complete_digest(self, found: FoundPartition, pass_key: tuple[int, int]) -> None:
+        """Read the partition at its listed version, unless its digest is known already; save the facts."""
+        directory_id = _id(found.directory)
+        if self._store.partitions(self._source_id, directory_id, [found.version]):
+            return
+        reading = _Reading(directory_id)
+        try:
+            content = self._read_partition(found, pass_key, reading)
+        except _Undecided:
+            self._flush(reading)  # what was read, even in part, is not read again
+            raise
+        self._store.save_partition(
+            self._source_id,
+            directory_id,
+            found.version,
+            content,
+            keep=found.version,  # and the rows of files no longer in the directory are dropped
+            item_ids=reading.item_ids,
+            files=reading.fresh,
+        )
 
     def _observed(self, state: BuildState, found: FoundPartition) -> str | None:
         """The weak version the partition's Live instance was observed with there; None: none to compare."""
@@ -217,11 +322,13 @@ class ContentCheck:
             return None
         return current.version[0]
 
-    def _same_content(self, found: FoundPartition, known: str | None, pass_key: tuple[int, int]) -> bool:
-        """Whether the partition holds what it held when observed as `known` (None: not observed; False)."""
+    def _same_content(self, found: FoundPartition, known: str, pass_key: tuple[int, int]) -> bool | None:
+        """Whether the partition holds what it held when observed as `known`; None: no complete digest of
+        `known` to compare with (its first digest was not finished, or the row is lost): a change."""
         directory_id = _id(found.directory)
-        versions = [found.version] if known is None else [found.version, known]
-        facts = self._store.partitions(self._source_id, directory_id, versions)
+        facts = self._store.partitions(self._source_id, directory_id, [found.version, known])
+        if known not in facts:
+            return None
         content = facts.get(found.version)
         if content is None:
             reading = _Reading(directory_id)
@@ -239,7 +346,7 @@ class ContentCheck:
                 item_ids=reading.item_ids,
                 files=reading.fresh,
             )
-        return known is not None and facts.get(known) == content
+        return facts[known] == content
 
     def _flush(self, reading: _Reading) -> None:
         self._store.save_files(self._source_id, reading.directory_id, reading.fresh)
@@ -253,6 +360,12 @@ class ContentCheck:
             deadline = time.monotonic() + self.discovery.verify_s_per_pass
             budget = self._budget = _PassBudget(pass_key, self.discovery.verify_bytes_per_pass, deadline)
         return budget
+
+    def _spent(self, budget: _PassBudget) -> bool:
+        """No more reading in this pass (the first chunk of a pass is read whatever the budget)."""
+        if not budget.chunks:
+            return False
+        return budget.bytes_left <= 0 or time.monotonic() >= budget.deadline or self._stop()
 
     def _read_partition(self, found: FoundPartition, pass_key: tuple[int, int], reading: _Reading) -> str:
         """The partition's content digest, from its files listed again (they must still be as found)."""
@@ -295,7 +408,7 @@ class ContentCheck:
             if row.content is None:
                 row = reading.fresh[item_id] = self._read_file(item, row, budget)
             if row.content is None:
-                raise _Undecided("the pass's bytes or time to read are spent")
+                raise _Spent("the pass's bytes or time to read are spent")
             name = item.key.raw_bytes()[skip:]
             reading.content.update(len(name).to_bytes(4, "big") + name + bytes.fromhex(row.content))
         if len(reading.fresh) >= FLUSH_ROWS:  # memory stays bounded in a partition of many files

@@ -280,6 +280,8 @@ class SourceScanner:
         recordable = done or scan.found or (not scan.quiet and (due or scan.new_pass))
         if recordable and not self._append(scan, done=done):
             return
+        if done and scan.content is not None:  # new partitions' digests: after the range's observations
+            scan.content.digest_pending((scan.pass_number, scan.range_index))
         scan.failures = 0
         scan.next_due = time.monotonic()
 

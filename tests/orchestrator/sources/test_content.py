@@ -186,30 +186,114 @@ def test_verify_content_false_keeps_every_moved_version_a_change_and_reads_nothi
     assert database.content_digests.partitions(content._id("raw"), content._id("date=2026-01-01"), ["x"]) == {}
 
 
+def touch(path: Path) -> None:
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+
+
 @pytest.mark.parametrize("budget", [{"verify_bytes_per_pass": 1}, {"verify_s_per_pass": 1e-9}], ids=["bytes", "time"])
-def test_a_partition_not_read_within_the_pass_budget_is_finished_next_pass_reading_each_byte_once(
+def test_a_new_partition_is_observed_at_once_and_its_digest_finished_over_later_passes_reading_each_byte_once(
     database: Database, root: Path, budget: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(content, "CHUNK_BYTES", 8)  # files of 15 and 8 bytes: chunks of 8, 7 and 8
     write_day(root, 1)
     scan, live = scan_of(database, root, **budget)
     reads = []
-    for _ in range(3):  # a pass reads one chunk (the first of a pass always), so 3 passes read the day
-        assert observed(database) == []  # undecided: neither observed nor declared unchanged
+    for _ in range(4):  # a pass reads one chunk (the first of a pass always), so 3 passes read the day
         next_pass(database, scan, live)
+        assert observed(database) == [raw_ref(1)]  # observed in the first pass, whatever the budget
         reads.append(bytes_read(scan))
-    assert reads == [8, 15, 23] and observed(database) == [raw_ref(1)]
-    assert live.state.sources["raw"].passes_done == 3
+    assert reads == [8, 15, 23, 23] and live.state.sources["raw"].passes_done == 4
 
-    # A touch: confirmed over three more passes; a restarted scanner takes up where the last stopped.
-    part = root / "date=2026-01-01" / "part-00000.csv"
-    os.utime(part, ns=(part.stat().st_atime_ns, part.stat().st_mtime_ns + 10**9))
+    # A touch: confirmed by the digest (nothing observed), over two passes; a restarted scanner takes up
+    # where the last stopped.
+    touch(root / "date=2026-01-01" / "part-00000.csv")
     next_pass(database, scan, live)
     restarted, restarted_live = scan_of(database, root, **budget)
     next_pass(database, restarted, restarted_live)
     assert bytes_read(scan) == 23 + 8 and bytes_read(restarted) == 7  # the second chunk, not the first again
     next_pass(database, restarted, restarted_live)
     assert bytes_read(restarted) == 7 and observed(database) == [raw_ref(1)]
+
+
+def test_a_new_partition_is_observed_in_its_first_pass_with_a_budget_of_one_byte(
+    database: Database, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(content, "CHUNK_BYTES", 8)
+    for day in (1, 2, 3):
+        write_day(root, day)
+    scan, live = scan_of(database, root, verify_bytes_per_pass=1)
+    drain(scan, live)
+    assert observed(database) == [raw_ref(1), raw_ref(2), raw_ref(3)]
+    assert bytes_read(scan) == 8  # one chunk read (after the observations); the rest in later passes
+    assert {raw_ref(day) for day in (1, 2, 3)} <= set(live.state.canonical)
+
+
+def test_a_digest_pending_when_a_restarted_scanner_starts_is_taken_up_from_the_store(
+    database: Database, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(content, "CHUNK_BYTES", 8)
+    write_day(root, 1)
+    first, live = scan_of(database, root, verify_bytes_per_pass=1)
+    next_pass(database, first, live)
+    assert bytes_read(first) == 8 and observed(database) == [raw_ref(1)]
+
+    second, second_live = scan_of(database, root, verify_bytes_per_pass=1)  # a new process
+    reads = []
+    for _ in range(3):
+        next_pass(database, second, second_live)
+        reads.append(bytes_read(second))
+    assert reads == [7, 15, 15]  # the rest of the day, each byte once; then nothing
+    daily = build_daily(database, second_live, 1)
+    touch(root / "date=2026-01-01" / "part-00001.csv")
+    next_pass(database, second, second_live)  # the touched file's one chunk: same bytes
+    assert bytes_read(second) == 23 and observed(database) == [raw_ref(1)]
+    assert second_live.state.instances[daily].state == I.LIVE
+
+
+def test_a_version_moving_while_its_first_digest_is_pending_counts_as_a_change(
+    database: Database, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No complete digest of what was observed: the move is a change, as before this check existed."""
+    monkeypatch.setattr(content, "CHUNK_BYTES", 8)
+    write_day(root, 1)
+    scan, live = scan_of(database, root, verify_bytes_per_pass=1)
+    next_pass(database, scan, live)
+    assert bytes_read(scan) == 8 and observed(database) == [raw_ref(1)]  # observed; digest pending
+    first = live.state.canonical[raw_ref(1)]
+    daily = build_daily(database, live, 1)
+
+    touch(root / "date=2026-01-01" / "part-00001.csv")  # same bytes, but the digest of them is not complete
+    next_pass(database, scan, live)
+    assert observed(database) == [raw_ref(1), raw_ref(1)]  # observed at once, not held back for a read
+    assert live.state.canonical[raw_ref(1)] != first and live.state.instances[daily].state == I.TAINTED
+
+    # The new version's digest is pending in turn; once complete, a touch is confirmed as unchanged.
+    for _ in range(3):
+        next_pass(database, scan, live)
+    read = bytes_read(scan)
+    touch(root / "date=2026-01-01" / "part-00000.csv")
+    next_pass(database, scan, live)
+    next_pass(database, scan, live)
+    assert bytes_read(scan) == read + len(PARTS[0]) and observed(database) == [raw_ref(1), raw_ref(1)]
+    assert live.state.rejections == []
+
+
+def test_moved_versions_are_read_before_the_pending_digests_of_new_partitions(
+    database: Database, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new partition earlier in the pass takes no budget from a moved one after it (whose observation waits)."""
+    monkeypatch.setattr(content, "CHUNK_BYTES", 8)
+    write_day(root, 2)
+    first, live = scan_of(database, root)
+    drain(first, live)  # day 2 observed and digested
+    write_day(root, 1)  # new, listed before day 2 (in another slice: two items a page)
+    change_one_byte_keeping_size_and_mtime(root / "date=2026-01-02" / "part-00001.csv")  # 16 bytes: two chunks
+    scan, scan_live = scan_of(database, root, verify_bytes_per_pass=1)
+    next_pass(database, scan, scan_live)
+    assert observed(database) == [raw_ref(2), raw_ref(1)]  # day 1 at once; day 2 waits for its second chunk
+    next_pass(database, scan, scan_live)
+    assert observed(database) == [raw_ref(2), raw_ref(1), raw_ref(2)]  # both chunks were day 2's
+    assert bytes_read(scan) == 16
 
 
 def test_a_restarted_scanner_keeps_the_digests_and_reads_no_unchanged_file_again(
@@ -219,7 +303,7 @@ def test_a_restarted_scanner_keeps_the_digests_and_reads_no_unchanged_file_again
         write_day(root, day)
     first, live = scan_of(database, root)
     drain(first, live)
-    assert bytes_read(first) == day_bytes(1) + day_bytes(2)  # new partitions: read once, before observed
+    assert bytes_read(first) == day_bytes(1) + day_bytes(2)  # new partitions: read once, after observed
 
     for path in root.rglob("*.csv"):  # a re-sync: every file touched
         os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
@@ -231,6 +315,33 @@ def test_a_restarted_scanner_keeps_the_digests_and_reads_no_unchanged_file_again
     next_pass(database, third, third_live)
     assert bytes_read(third) == 0  # the digests at the new versions were kept
     assert observed(database) == [raw_ref(1), raw_ref(2)] and third_live.state.rejections == []
+
+
+class CountingDigests:
+    """The database's digest store, counting the queries made of it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.queries = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.queries += 1
+        return getattr(self.store, name)
+
+
+def test_a_restarted_scanner_looks_up_each_unchanged_partition_once_and_then_only_memory(
+    database: Database, root: Path
+) -> None:
+    for day in (1, 2, 3):
+        write_day(root, day)
+    first, live = scan_of(database, root)
+    drain(first, live)
+    counting = CountingDigests(database.content_digests)
+    restarted, restarted_live = scanner(database.log, source(root), digests=counting)
+    next_pass(database, restarted, restarted_live)
+    assert counting.queries == 3 and bytes_read(restarted) == 0  # each digest found complete
+    for _ in range(2):
+        next_pass(database, restarted, restarted_live)
+    assert counting.queries == 3 and observed(database) == [raw_ref(1), raw_ref(2), raw_ref(3)]
 
 
 def test_a_partition_observed_before_change_stamps_is_not_read_while_unchanged(database: Database, root: Path) -> None:
