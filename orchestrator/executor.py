@@ -8,7 +8,9 @@ Every run ends in exactly one outcome event (see `context` for the table),
 except a run the log ended while it ran here (canceled, or failed as stale by
 another worker): `cancel` stops it and it records nothing more. Heartbeats
 (`JobRunHeartbeat`, every `heartbeat_interval_s`) keep a run from being failed as
-stale; the `JobContext` a job function gets is in `context`.
+stale; the `JobContext` a job function gets is in `context`. A job's quality
+checks run in the run's thread after its function returns and before its
+outcome is appended (`_gate`, `checks.run_gate`).
 """
 
 from __future__ import annotations
