@@ -231,8 +231,23 @@ def instance_grid(instance: InstanceOut) -> Table:
             ("consumers", _joined(instance.consumers)),
             ("waiting on", _joined(instance.waiting_on)),
             ("note", instance.note),
+            ("checks", _checks_text(instance)),
         ]
     )
+
+
+def _checks_text(instance: InstanceOut) -> str | None:
+    """One line per check: passed, failed (blocking), warning (a non-blocking failure) or errored."""
+    lines = []
+    for check in instance.checks:
+        status = "errored" if check.errored else "passed" if check.passed else "failed" if check.blocking else "warning"
+        metrics = " ".join(f"{key}={value:g}" for key, value in sorted(check.metrics.items()))
+        kind = "blocking" if check.blocking else "non-blocking"
+        shown = f"{status} {check.name} ({kind}, seq {check.seq})"
+        lines.append(
+            shown + (f": {check.description}" if check.description else "") + (f" [{metrics}]" if metrics else "")
+        )
+    return "\n".join(lines) or None
 
 
 def lineage_tree(lineage: LineageOut, direction: str) -> Tree:

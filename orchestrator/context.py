@@ -6,6 +6,7 @@ all recorded as events:
 | how the function ends | event | what happens next |
 | --- | --- | --- |
 | returns | JobRunSuccess, with the inputs read and `ctx.record(...)` metadata | instances Live |
+| returns, but a blocking check fails or a check raises | JobRunFailure naming the check | as failures below |
 | raises `MissingInputs(refs)` | JobRunMissingDeps + derivative wants | retried once those refs are Live |
 | raises `PermanentJobError` | JobRunFailure (permanent) | wants Failed, waiters UpstreamFailed |
 | raises anything else | JobRunFailure (retryable) | retried per the job's RetryPolicy, then permanent |

@@ -8,7 +8,9 @@ Every run ends in exactly one outcome event (see `context` for the table),
 except a run the log ended while it ran here (canceled, or failed as stale by
 another worker): `cancel` stops it and it records nothing more. Heartbeats
 (`JobRunHeartbeat`, every `heartbeat_interval_s`) keep a run from being failed as
-stale; the `JobContext` a job function gets is in `context`.
+stale; the `JobContext` a job function gets is in `context`. A job's quality
+checks run in the run's thread after its function returns and before its
+outcome is appended (`_gate`, `checks.run_gate`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from google.protobuf.message import Message
 
+from partbuild.orchestrator.checks import CheckTarget, run_gate
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
 from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
@@ -254,7 +257,48 @@ class JobExecutor:
             exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
             log.warning("job run %s failed (%s): %s", run_id, "retries exhausted" if exhausted else "retryable", exc)
             return _failure(run_id, exc, permanent=exhausted)
-        return _success(plan, context)
+        if not plan.job.checks:
+            return _success(plan, context)
+        return self._gate(plan, context, log)
+
+    def _gate(self, plan: RunPlan, context: JobContext, log: logging.Logger) -> Message | None:
+        """Run the job's checks on its outputs (orchestrator/checks.py): a success, or a failure naming the check.
+
+        Nothing is recorded until every check has run: a crash meanwhile leaves the run without an
+        outcome, so it is failed as stale and retried like any run lost to a crash, never Live unchecked.
+        """
+        run_id = plan.job_run_id
+        job = plan.job
+        targets = [
+            CheckTarget(
+                target.ref,
+                target.instance_uuid,
+                target.location,
+                {
+                    ref: context.input_locations[ref]
+                    for ref in job.inputs(target.partition)
+                    if ref in context.input_locations
+                },
+            )
+            for target in plan.targets
+        ]
+        verdict = run_gate(job.checks, targets, job.label, context.open_spark)
+        if self._is_canceled(run_id):  # its Spark jobs were likely canceled under the checks: not their fault
+            return None
+        if verdict.failure is None:
+            return _success(plan, context, verdict.results)
+        exhausted = plan.prior_failures + 1 >= job.retry.max_attempts
+        permanent = not verdict.retryable or exhausted
+        log.warning(
+            "job run %s stopped by its checks (%s): %s",
+            run_id,
+            "permanent" if permanent else "retryable",
+            verdict.failure,
+        )
+        error_class = pb.ERROR_CLASS_PERMANENT if permanent else pb.ERROR_CLASS_RETRYABLE
+        return pb.JobRunFailure(
+            job_run_id=run_id, error_class=error_class, message=verdict.failure, checks=verdict.results
+        )
 
     def _is_live(self, ref: str) -> bool:
         return self._resolve is not None and self._resolve(ref) is not None
@@ -312,7 +356,7 @@ class JobExecutor:
                 logger.exception("heartbeats could not be recorded")
 
 
-def _success(plan: RunPlan, context: JobContext) -> pb.JobRunSuccess:
+def _success(plan: RunPlan, context: JobContext, checks: Sequence[pb.InstanceChecks] = ()) -> pb.JobRunSuccess:
     # Inputs discovered while running are not tied to one output: every output read them.
     extra = tuple(context.extra_reads.values())
     outputs = []
@@ -329,7 +373,7 @@ def _success(plan: RunPlan, context: JobContext) -> pb.JobRunSuccess:
                 metadata=record.metadata,
             )
         )
-    return pb.JobRunSuccess(job_run_id=plan.job_run_id, outputs=outputs)
+    return pb.JobRunSuccess(job_run_id=plan.job_run_id, outputs=outputs, checks=checks)
 
 
 def _failure(run_id: str, exc: BaseException, *, permanent: bool) -> pb.JobRunFailure:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from partbuild.orchestrator.checks import Check
 from partbuild.state.fold.validation import id_problem
 
 if TYPE_CHECKING:
@@ -166,8 +167,17 @@ class Job:
     # If set, a run also reads at most this many input bytes (the byte_count of its
     # partitions' Live inputs); a partition whose inputs alone exceed it runs alone.
     batch_bytes: int | None = None
+    # Quality checks run on each output before the run's outcome is recorded (orchestrator/checks.py):
+    # a failed blocking one keeps the instance from going Live.
+    checks: Sequence[Check] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "checks", tuple(self.checks))
+        names = [check.name for check in self.checks if isinstance(check, Check)]
+        if len(names) != len(self.checks):
+            raise GraphError(f"job {self.label!r}: checks must be Check objects (orchestrator/checks.py)")
+        if len(set(names)) != len(names):
+            raise GraphError(f"job {self.label!r}: two checks share a name")
         patterns = tuple(p if isinstance(p, PartitionPattern) else PartitionPattern(p) for p in self.outputs)
         object.__setattr__(self, "outputs", patterns)
         if not self.label or "/" in self.label:

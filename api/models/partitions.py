@@ -68,6 +68,18 @@ class RetentionRequest(StrictRequest):
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
 
 
+class CheckResultOut(BaseModel):
+    """One quality check's result on an instance, from the outcome recorded at `seq` (issue 24)."""
+
+    name: str
+    passed: bool
+    blocking: bool = Field(description="A failed blocking check kept the instance from going Live.")
+    errored: bool = Field(description="The check raised: an error of the check, never a pass.")
+    description: str
+    metrics: dict[str, float]
+    seq: int
+
+
 class InstanceOut(BaseModel):
     uuid: str
     ref: str
@@ -88,6 +100,9 @@ class InstanceOut(BaseModel):
     waiting_on: list[str]
     note: str | None
     version: SourceVersionRequest | None = None
+    checks: list[CheckResultOut] = Field(
+        default_factory=list, description="The checks of the last run that checked it (empty: none did)."
+    )
 
 
 class LineageNodeOut(BaseModel):

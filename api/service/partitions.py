@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from itertools import islice, takewhile
 
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.models.common import PageOut, WrittenOut
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
+    CheckResultOut,
     InstanceOut,
     InstanceStateName,
     LineageEdgeOut,
@@ -26,6 +27,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules.queries import Lineage, lineage, ref_history
 from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
@@ -62,7 +64,7 @@ class PartitionsService(ServiceBase):
             instances = (state.canonical_instance(ref) for ref in under_prefix)
             wanted = InstanceState[state_filter.upper()] if state_filter else None
             matching = (i for i in instances if i is not None and (wanted is None or i.state == wanted))
-            items = [instance_out(instance) for instance in islice(matching, limit)]
+            items = [instance_out(instance, state.check_results) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)
 
@@ -71,14 +73,14 @@ class PartitionsService(ServiceBase):
             instance = state.canonical_instance(ref)
             if instance is None:
                 raise NotFound(f"partition {ref!r} has no instance{as_of_suffix(as_of_seq)}")
-            return instance_out(instance)
+            return instance_out(instance, state.check_results)
 
     def history(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> list[InstanceOut]:
         with self._reading(min_seq, as_of_seq) as state:
             found = ref_history(state, ref)
             if not found:
                 raise NotFound(f"partition {ref!r} has no instance")
-            return [instance_out(instance) for instance in found]
+            return [instance_out(instance, state.check_results) for instance in found]
 
     def taint(self, request: TaintRequest, user: str = ANONYMOUS) -> WrittenOut:
         def build(state: BuildState) -> list[pb.Event]:
@@ -117,7 +119,7 @@ class PartitionsService(ServiceBase):
             instance = state.instances.get(uuid)
             if instance is None:
                 raise NotFound(f"no partition instance {uuid!r}")
-            return instance_out(instance)
+            return instance_out(instance, state.check_results)
 
     def lineage(
         self,
@@ -171,8 +173,10 @@ class PartitionsService(ServiceBase):
 # ----------------------------------------------------------------- records -> models
 
 
-def instance_out(instance: Instance) -> InstanceOut:
+def instance_out(instance: Instance, check_results: Mapping[str, tuple[CheckEntry, ...]] | None = None) -> InstanceOut:
+    """The instance's answer; with `check_results` (the state's), the checks of the last run that checked it."""
     version = instance.version
+    latest = latest_checks(check_results.get(instance.uuid, ())) if check_results is not None else None
     return InstanceOut(
         uuid=instance.uuid,
         ref=instance.ref,
@@ -193,7 +197,24 @@ def instance_out(instance: Instance) -> InstanceOut:
         waiting_on=list(instance.waiting_on or ()),
         note=instance.note,
         version=SourceVersionRequest(value=version[0], strong=version[1]) if version else None,
+        checks=checks_out(latest) if latest is not None else [],
     )
+
+
+def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
+    seq, rows = entry
+    return [
+        CheckResultOut(
+            name=name,
+            passed=passed,
+            blocking=blocking,
+            errored=errored,
+            description=description,
+            metrics=dict(metrics),
+            seq=seq,
+        )
+        for name, passed, blocking, errored, description, metrics in rows
+    ]
 
 
 def lineage_out(graph: Lineage, head_seq: int) -> LineageOut:

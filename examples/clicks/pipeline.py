@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.examples.clicks.isoweek import IsoWeek
+from partbuild.orchestrator.checks import Check, CheckContext, CheckOutcome, row_count_at_least
 from partbuild.orchestrator.context import JobContext, PermanentJobError
 from partbuild.orchestrator.graph import Graph, Job, Partition, PartitionPattern, SourceDataset
 
@@ -143,6 +145,25 @@ def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
         write_weekly(ctx.spark, [located[ref] for ref in refs], location)
 
 
+# --- Quality checks (orchestrator/checks.py): run on each output before it may go Live -----------
+
+
+def weekly_total_matches_dailies(context: CheckContext) -> CheckOutcome:
+    """The weekly's total clicks equal the sum of its dailies' (two small aggregations)."""
+    from pyspark.sql import functions as F
+
+    spark = context.spark
+    total = spark.read.parquet(context.location).agg(F.sum("count")).first()[0] or 0
+    dailies = spark.read.parquet(*context.input_locations.values()).agg(F.sum("count")).first()[0] or 0
+    return CheckOutcome(
+        total == dailies, f"{total} clicks in the week, {dailies} in its dailies", {"total": total, "dailies": dailies}
+    )
+
+
+DAILY_CHECKS = (row_count_at_least(1, name="daily_not_empty"),)
+WEEKLY_CHECKS = (Check("weekly_total_matches_dailies", weekly_total_matches_dailies),)
+
+
 # --- The graph -----------------------------------------------------------------------------------
 
 
@@ -154,12 +175,15 @@ def build_graph(
     *,
     raw_discovery: Discovery | None = None,
     stage_raw: Callable[[str], str] | None = None,
+    checks: bool = True,
 ) -> Graph:
     """The W1 graph over raw data under `data_root`, for the `days` days from `start`.
 
     `raw_discovery`: scan for raw days (its keys relative to its root, e.g. `RAW_KEYS`
     under `<data_root>/raw/clicks`) instead of checking wanted days under `data_root`.
-    `stage_raw`: see `run_daily`.
+    `stage_raw`: see `run_daily`. `checks`: declare the quality checks (a daily is not
+    empty, a weekly's total is the sum of its dailies'); the benchmark against the plain
+    loop, which checks nothing, leaves them out.
     """
     # Absolute, so locations stay valid whatever the job process's working directory.
     root = Path(data_root).absolute()
@@ -188,13 +212,11 @@ def build_graph(
     else:
         raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
     daily_run = run_daily if stage_raw is None else run_daily_staged
-    return Graph(
-        jobs=[
-            Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2),
-            Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2),
-        ],
-        sources=[raw],
-    )
+    daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2)
+    weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2)
+    if checks:
+        daily, weekly = replace(daily, checks=DAILY_CHECKS), replace(weekly, checks=WEEKLY_CHECKS)
+    return Graph(jobs=[daily, weekly], sources=[raw])
 
 
 def graph() -> Graph:

@@ -24,6 +24,7 @@ from typing import ClassVar
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.checks import CheckEntry
 from partbuild.state.fold.history import CLOCK_MARK_EVERY, mark_clock
 from partbuild.state.fold.layout import (
     History,
@@ -90,6 +91,7 @@ class BuildState:
         ),
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
+        Items(("check_results",)),  # since issue 24: empty (every older log), it hashes nothing
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
         History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
@@ -128,6 +130,8 @@ class BuildState:
         self.sources: dict[str, SourceScan] = {}
         # subscription name -> its settings and topics (state/fold/subscriptions.py); deleted ones stay.
         self.subscriptions: dict[str, Subscription] = {}
+        # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
+        self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
         # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
         self.fields: dict[str, tuple[object, ...]] = {}

@@ -250,6 +250,7 @@ def _drop(state: BuildState, instance: Instance) -> None:
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
     state.instance_histories.pop(uuid, None)
+    state.check_results.pop(uuid, None)
     if instance.previous_uuid is None:  # but that its ref had no instance before: reads of the past say so
         state.first_created[instance.ref] = instance.created_seq
     state.instance_counts[instance.state] -= 1

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
+from partbuild.state.fold.checks import NO_CHECKS, ChecksPlan, checks_problem, record_checks
 from partbuild.state.fold.group import fenced_decision_problem
 from partbuild.state.fold.history import ENTRY_BITS, HEARTBEAT, MS_MASK, RUN_ENTRY_BITS, STATE_BITS, keep_versions
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
@@ -38,10 +39,10 @@ BufferPlan = tuple[str, str, list[Instance], pb.BucketScope | None]
 Inputs = tuple[tuple[str, ...], Sequence[Instance]]
 # An output's message and the inputs it names as its own (none: the run's apply).
 OutputPlan = tuple[pb.OutputResult, Inputs]
-# (run, the instances it built, run-level inputs, outputs described by the event, by instance UUID)
-SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan]]
-# (run, the event's message, the run's instances)
-FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance]]
+# (run, the instances it built, run-level inputs, outputs described by the event by instance UUID, checks)
+SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan], ChecksPlan]
+# (run, the event's message, the run's instances, checks)
+FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance], ChecksPlan]
 # (run, the reason, the run's instances, whether fresh instances replace them)
 CancelPlan = tuple[JobRun, str | None, list[Instance], bool]
 # (run, its instances, the missing refs, those of them not Live now)
@@ -211,13 +212,18 @@ def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, ev
         if type(own_inputs) is str:
             return own_inputs
         outputs[uuid] = (output, own_inputs)
-    return run, _instances_of(state, run), run_inputs, outputs
+    checks = checks_problem(msg.checks, built_set, run.job_run_id, success=True) if msg.checks else NO_CHECKS
+    if type(checks) is str:
+        return checks
+    return run, _instances_of(state, run), run_inputs, outputs, checks  # type: ignore[return-value]
 
 
 def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event: pb.Event) -> None:
     """The run succeeded: its instances become Live with their outputs and provenance."""
-    run, built, run_inputs, outputs = plan
+    run, built, run_inputs, outputs, checks = plan
     _move_run(state, run, JobRunState.SUCCEEDED, seq, event)
+    if checks:
+        record_checks(state, seq, checks)
     run.inputs = run_inputs[0]
     run_id = run.job_run_id
     for instance in built:
@@ -288,14 +294,19 @@ def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, ev
         problem = fenced_decision_problem(state, msg.fence, event, instances)
         if problem:
             return problem
-    return run, msg, instances
+    checks = checks_problem(msg.checks, run.instance_uuids, run.job_run_id, success=False) if msg.checks else NO_CHECKS
+    if type(checks) is str:
+        return checks
+    return run, msg, instances, checks  # type: ignore[return-value]
 
 
 def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event: pb.Event) -> None:
     """The run failed: its instances fail (permanent) or wait for a retry; waiters follow."""
-    run, msg, instances = plan
+    run, msg, instances, checks = plan
     permanent = msg.error_class == _PERMANENT
     _move_run(state, run, JobRunState.FAILED, seq, event)
+    if checks:
+        record_checks(state, seq, checks)
     run.error_class = "permanent" if permanent else "retryable"
     run.error_message = msg.message
     run.retry_after_ms = msg.retry_after_ms

@@ -31,6 +31,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import CheckEntry, PastCheckResults
 from partbuild.state.fold.history import HEARTBEAT, entries, field_at, run_entries, versions_at
 from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
@@ -416,6 +417,7 @@ class PastState:
         self.canonical: Mapping[str, str] = _PastCanonical(self)
         self.wants_by_ref: Mapping[str, list[str]] = _PastWantsByRef(self)
         self.rejections: Sequence[Rejection] = _PastRejections(live.rejections, seq)
+        self.check_results: Mapping[str, tuple[CheckEntry, ...]] = PastCheckResults(live.check_results, seq)
 
     @cached_property
     def clock_ms(self) -> int:

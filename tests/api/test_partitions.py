@@ -58,6 +58,7 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "waiting_on": [],
         "note": None,
         "version": None,
+        "checks": [],
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)
@@ -260,3 +261,58 @@ def test_list_partitions_as_of_a_seq_lists_the_refs_and_instances_of_then(sqlite
         problem(restarted.client.get(PARTITIONS, params={"as_of_seq": first}), 410, "dropped by retention")
         problem(restarted.client.get(PARTITIONS, params={"as_of_seq": wanted}), 410, "dropped by retention")
         assert listed(restarted.client, PARTITIONS, "ref", as_of_seq=second) == ["agg/a", "src/b", "src/c"]
+
+
+def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_them(
+    api_server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24: the checks of the last outcome that checked an instance, with that outcome's seq; none before it;
+    the CLI prints them (passed, warning, failed, errored)."""
+    from partbuild.proto.v1 import events_pb2 as pb
+    from partbuild.state.log.events import envelope, from_job_run, system
+
+    from clikit import run_cli
+
+    client = api_server.client
+    want(client, ["d/1"], want_id="w")
+    uuid = canonical(client, "d/1")["uuid"]
+
+    def append(payload: Any, source: Any) -> int:
+        return api_server.log.append([envelope(payload, source=source)]).first_seq
+
+    append(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[uuid]), system("orchestrator"))
+    results = [
+        pb.CheckResult(name="rows_nonzero", passed=True, blocking=True, description="5 rows", metrics={"rows": 5}),
+        pb.CheckResult(name="url_not_null", passed=False, blocking=False, description="nulls in url: 2"),
+    ]
+    checked = pb.InstanceChecks(instance_uuid=uuid, results=results)
+    seq = append(pb.JobRunSuccess(job_run_id="r1", checks=[checked]), from_job_run("r1"))
+    now = ok(client.get(f"{API}/instances/{uuid}", params={"min_seq": seq}))
+    assert now["state"] == "live" and now["checks"] == [
+        {
+            "name": "rows_nonzero",
+            "passed": True,
+            "blocking": True,
+            "errored": False,
+            "description": "5 rows",
+            "metrics": {"rows": 5.0},
+            "seq": seq,
+        },
+        {
+            "name": "url_not_null",
+            "passed": False,
+            "blocking": False,
+            "errored": False,
+            "description": "nulls in url: 2",
+            "metrics": {},
+            "seq": seq,
+        },
+    ]
+    assert canonical(client, "d/1")["checks"] == now["checks"] == history(client, "d/1")[0]["checks"]
+    before = ok(client.get(f"{API}/instances/{uuid}", params={"as_of_seq": seq - 1}))
+    assert before["state"] == "building" and before["checks"] == []
+    assert ok(client.get(f"{API}/instances/{uuid}", params={"as_of_seq": seq}))["checks"] == now["checks"]
+    code, out, _ = run_cli(capsys, "partitions", "instance", uuid, "--server", api_server.url)
+    assert code == 0 and "passed rows_nonzero" in out and "warning url_not_null" in out
+    code, out, _ = run_cli(capsys, "partitions", "instance", uuid, "--server", api_server.url, "--as-of", str(seq - 1))
+    assert code == 0 and "rows_nonzero" not in out

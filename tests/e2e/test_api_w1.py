@@ -12,7 +12,7 @@ from examples.clicks.pipeline import daily_ref, days_in_range, raw_ref, week_day
 
 from httpkit import API, PARTITIONS, WANTS, canonical, events, head_seq, history, listed, ok, walk, want
 from serverkit import ApiServer
-from sparkkit import CLICKS_DAYS, CLICKS_START
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 
 
 def wait_for_want(client: httpx.Client, want_id: str, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -75,6 +75,14 @@ def test_w1_weekly_wants_build_over_http(w1_api_server: ApiServer) -> None:
         days = week_days_in_range(week, CLICKS_DAYS, CLICKS_START)
         weekly = canonical(client, weekly_ref(week))
         assert (weekly["state"], weekly["canonical"]) == ("live", True) and weekly["uuid"] in weekly["location"]
+        # W1's checks passed before it went Live: its total is the sum of its dailies' (R rows a day).
+        (total,) = weekly["checks"]
+        assert (total["name"], total["passed"], total["blocking"]) == ("weekly_total_matches_dailies", True, True)
+        assert total["metrics"] == {"total": CLICKS_ROWS * len(days), "dailies": CLICKS_ROWS * len(days)}
+        daily_checks = canonical(client, daily_ref(days[0]))["checks"]
+        assert [(c["name"], c["passed"], c["metrics"]) for c in daily_checks] == [
+            ("daily_not_empty", True, {"rows": 50})
+        ]
         weeklies[week] = weekly
         lineage = ok(
             client.get(f"{API}/instances/{weekly['uuid']}/lineage", params={"direction": "upstream", "depth": 2})

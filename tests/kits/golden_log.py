@@ -373,6 +373,63 @@ def cancel_retention_events() -> list[pb.Event]:
     return events
 
 
+def check_events() -> list[pb.Event]:
+    """Issue 24's quality checks carried by outcomes: a success with a warning, a check that errored (retryable),
+    the retry's blocking failure (permanent), and outcomes whose checks the fold rejects."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_800_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"q{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def result(
+        name: str, passed: bool, blocking: bool = True, errored: bool = False, **metrics: float
+    ) -> pb.CheckResult:
+        return pb.CheckResult(
+            name=name,
+            passed=passed,
+            blocking=blocking,
+            errored=errored,
+            description=f"{name} said {passed}",
+            metrics=metrics,
+        )
+
+    def checks(uuid: str, *results: pb.CheckResult) -> pb.InstanceChecks:
+        return pb.InstanceChecks(instance_uuid=uuid, results=results)
+
+    connector, orchestrator = system("connector"), system("orchestrator")
+    raw = instance_uuid(add(pb.PartitionObserved(partition_ref="raw/a", location="/data/a"), connector), "raw/a")  # 1
+    wanted = add(pb.WantCreate(want_id="w", partition_refs=["d/1", "d/2", "d/3"]), manual("ann"))  # 2
+    d1, d2, d3 = (instance_uuid(wanted, ref) for ref in ("d/1", "d/2", "d/3"))
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[d1]), orchestrator)  # 3
+    add(pb.JobRunHeartbeat(job_run_id="r1"), from_job_run("r1"))  # 4
+    warned = checks(d1, result("rows_nonzero", True, rows=5), result("url_not_null", False, blocking=False, nulls=2))
+    add(pb.JobRunSuccess(job_run_id="r1", input_instance_uuids=[raw], checks=[warned]), from_job_run("r1"))  # 5
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="d", instance_uuids=[d2]), orchestrator)  # 6
+    error = "check rows_nonzero errored: ValueError: no column url"
+    errored = checks(d2, result("rows_nonzero", False, errored=True))
+    failure = pb.JobRunFailure(job_run_id="r2", error_class=pb.ERROR_CLASS_RETRYABLE, message=error, checks=[errored])
+    add(failure, from_job_run("r2"))  # 7
+    add(pb.JobRunBuffer(job_run_id="r3", job_label="d", instance_uuids=[d2]), orchestrator)  # 8
+    blocked = checks(d2, result("rows_nonzero", False, rows=0), result("url_not_null", True, blocking=False))
+    add(pb.JobRunSuccess(job_run_id="r3", checks=[blocked]), from_job_run("r3"))  # 9: rejected, a failed blocking check
+    add(pb.JobRunSuccess(job_run_id="r3", checks=[errored]), from_job_run("r3"))  # 10: rejected, an errored check
+    message = "check rows_nonzero failed on d/2: 0 rows"
+    failure = pb.JobRunFailure(job_run_id="r3", error_class=pb.ERROR_CLASS_PERMANENT, message=message, checks=[blocked])
+    add(failure, from_job_run("r3"))  # 11
+    add(pb.JobRunBuffer(job_run_id="r4", job_label="d", instance_uuids=[d3]), orchestrator)  # 12
+    passed = checks(d3, result("rows_nonzero", True, rows=7))
+    add(pb.JobRunSuccess(job_run_id="r4", checks=[checks(d1, result("x", True))]), from_job_run("r4"))  # 13: rejected
+    twice = checks(d3, result("rows_nonzero", True), result("rows_nonzero", True))
+    add(pb.JobRunSuccess(job_run_id="r4", checks=[twice]), from_job_run("r4"))  # 14: rejected, a name twice
+    add(pb.JobRunSuccess(job_run_id="r4", checks=[passed, passed]), from_job_run("r4"))  # 15: rejected, d/3 twice
+    add(pb.JobRunSuccess(job_run_id="r4", checks=[checks(d3, result("", True))]), from_job_run("r4"))  # 16: rejected
+    add(pb.JobRunSuccess(job_run_id="r4", checks=[passed]), from_job_run("r4"))  # 17
+    add(pb.ClockTick(), orchestrator)  # 18
+    return events
+
+
 @dataclass(frozen=True)
 class GoldenLog:
     """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
@@ -441,6 +498,12 @@ GOLDEN_LOGS = (
         "golden_log_cancel_retention.bin",
         cancel_retention_events,
         "13b6da9f59d6301f9e2e27e81466853ef07c2ad6dd5f04ec657c1dc8a7a0e785",
+    ),
+    GoldenLog(
+        "checks",  # quality check results carried by outcomes (issue 24), 2026-11
+        "golden_log_checks.bin",
+        check_events,
+        "21f8b0fff707441cdfed499f1197a650e4f39a388bdd8531e44a27dcd2e30740",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -7,7 +7,8 @@ versions (weak learned, weak new, strong learned, strong moved, strong new) tain
 from them, waits for upstream (`InstancesWaitUpstream`, two levels), a canceled job run and its retry
 (a cancel as older logs have it: the same instances back to Missing), a cancel as writers make it now
 (the instances Canceled, fresh ones rebuilt at once), a permanent failure failing its waiters, canceled
-and expired (TTL) wants, retention in the middle (by creation, as older logs have it; then by when
+and expired (TTL) wants, outcomes carrying quality check results (a warning, an error, a blocking failure),
+retention in the middle (by creation, as older logs have it; then by when
 instances stopped being canonical, as writers make it now) and at the end, a subscription's, a source
 scan's and a bucket layout's changes, and a few rejected events. Every event is checked against a
 strict fold as it is written: the history is valid as built.
@@ -121,6 +122,7 @@ def w1_history(plan: SimulationPlan = PLAN) -> list[pb.Event]:
     h.add(pb.InstanceRetention(drop_superseded_before_seq=canceled_at), system("retention"))
     _small_records(h, 3)
     _gone_and_restored(h)
+    _checked(h, plan.weeks + 2)
     weekly, _, _ = refs_of_week(1, 1)
     h.add(pb.PartitionTaint(partition_ref=weekly, reason="checked by hand", only_this_ref=True), manual("ann"))
     h.add(pb.InstanceRetention(drop_superseded_created_before_seq=h.seq), system("retention"))
@@ -243,6 +245,45 @@ def _cancel_and_rebuild_elsewhere(h: History, week: int) -> int:
     h.succeed("w-recancel-2", [])
     assert h.state.wants["w-recancel"].state == WantState.SUCCESSFUL
     return canceled_at
+
+
+def check(name: str, passed: bool, *, blocking: bool = True, errored: bool = False, **metrics: float) -> pb.CheckResult:
+    """A check's result as the gate records it (orchestrator/checks.py)."""
+    return pb.CheckResult(
+        name=name, passed=passed, blocking=blocking, errored=errored, description=f"{name}: {passed}", metrics=metrics
+    )
+
+
+def _checked(h: History, week: int) -> None:
+    """Site 0, a later week: outcomes with check results (issue 24). A success with a warning (its instance
+    Live); a check that errored (retryable), then the retry's blocking failure (permanent), checking the same
+    instance twice; a success carrying a failed blocking check is rejected."""
+    _, dailies, _ = refs_of_week(0, week)
+    h.add(pb.WantCreate(want_id="w-checks", partition_refs=dailies[:2]), manual("analyst"))
+    warned, failed = h.uuids(dailies[:2])
+    h.run("w-checks-1", "daily", dailies[:1])
+    bad = pb.InstanceChecks(instance_uuid=warned, results=[check("rows_nonzero", False)])
+    h.reject(pb.JobRunSuccess(job_run_id="w-checks-1", checks=[bad]), from_job_run("w-checks-1"))
+    results = [check("rows_nonzero", True, rows=12), check("url_not_null", False, blocking=False, nulls=3)]
+    passed = pb.JobRunSuccess(
+        job_run_id="w-checks-1", checks=[pb.InstanceChecks(instance_uuid=warned, results=results)]
+    )
+    h.add(passed, from_job_run("w-checks-1"))
+    assert h.state.instances[warned].state == InstanceState.LIVE
+    h.run("w-checks-2", "daily", dailies[1:2])
+    errored = pb.InstanceChecks(instance_uuid=failed, results=[check("rows_nonzero", False, errored=True)])
+    message = "check rows_nonzero errored: ValueError: no such column"
+    retry = pb.JobRunFailure(job_run_id="w-checks-2", error_class=pb.ERROR_CLASS_RETRYABLE, message=message)
+    retry.checks.append(errored)
+    h.add(retry, from_job_run("w-checks-2"))
+    h.run("w-checks-3", "daily", dailies[1:2])
+    blocked = pb.InstanceChecks(instance_uuid=failed, results=[check("rows_nonzero", False, rows=0)])
+    message = f"check rows_nonzero failed on {dailies[1]}: 0 rows"
+    final = pb.JobRunFailure(job_run_id="w-checks-3", error_class=pb.ERROR_CLASS_PERMANENT, message=message)
+    final.checks.append(blocked)
+    h.add(final, from_job_run("w-checks-3"))
+    assert h.state.instances[failed].state == InstanceState.FAILED
+    assert [seq for seq, _ in h.state.check_results[failed]] == [h.seq - 2, h.seq]
 
 
 def _small_records(h: History, step: int) -> None:

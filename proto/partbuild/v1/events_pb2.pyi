@@ -225,29 +225,64 @@ class OutputResult(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     def __init__(self, instance_uuid: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class CheckResult(_message.Message):
+    __slots__ = ("name", "passed", "blocking", "description", "metrics", "errored")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    BLOCKING_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    ERRORED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    passed: bool
+    blocking: bool
+    description: str
+    metrics: _containers.ScalarMap[str, float]
+    errored: bool
+    def __init__(self, name: _Optional[str] = ..., passed: _Optional[bool] = ..., blocking: _Optional[bool] = ..., description: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., errored: _Optional[bool] = ...) -> None: ...
+
+class InstanceChecks(_message.Message):
+    __slots__ = ("instance_uuid", "results")
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    instance_uuid: str
+    results: _containers.RepeatedCompositeFieldContainer[CheckResult]
+    def __init__(self, instance_uuid: _Optional[str] = ..., results: _Optional[_Iterable[_Union[CheckResult, _Mapping]]] = ...) -> None: ...
+
 class JobRunSuccess(_message.Message):
-    __slots__ = ("job_run_id", "input_instance_uuids", "outputs")
+    __slots__ = ("job_run_id", "input_instance_uuids", "outputs", "checks")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     input_instance_uuids: _containers.RepeatedScalarFieldContainer[str]
     outputs: _containers.RepeatedCompositeFieldContainer[OutputResult]
-    def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ...) -> None: ...
+    checks: _containers.RepeatedCompositeFieldContainer[InstanceChecks]
+    def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ...) -> None: ...
 
 class JobRunFailure(_message.Message):
-    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms", "fence")
+    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms", "fence", "checks")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     error_class: ErrorClass
     message: str
     retry_after_ms: int
     fence: DecisionFence
-    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
+    checks: _containers.RepeatedCompositeFieldContainer[InstanceChecks]
+    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ...) -> None: ...
 
 class JobRunCancel(_message.Message):
     __slots__ = ("job_run_id", "reason", "replace_instances")

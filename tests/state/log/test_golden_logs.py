@@ -229,3 +229,25 @@ def test_the_cancel_retention_golden_log_replays_with_exactly_its_rejections() -
     long_lived = state.instances[state.instances[state.canonical["raw/a"]].previous_uuid or ""]
     assert (long_lived.created_seq, long_lived.superseded_seq) == (1, 12) and state.superseded == [long_lived.uuid]
     assert state.dropped_instances == 2 and state.counts()["instances"]["canceled"] == 0
+
+
+def test_the_checks_golden_log_keeps_each_outcomes_results_and_rejects_what_the_gate_forbids() -> None:
+    """Issue 24: a success with a warning, a check error then a blocking failure of the same instance (two entries),
+    and successes the fold rejects (a failed blocking or errored check, another run's instance, names twice)."""
+    state = replayed(read("checks"))
+    assert [r.seq for r in state.rejections] == [9, 10, 13, 14, 15, 16]
+    assert "failed blocking check" in state.rejections[0].reason and "errored" in state.rejections[1].reason
+    d1, d2, d3 = (state.canonical[ref] for ref in ("d/1", "d/2", "d/3"))
+    assert [state.instances[uuid].state for uuid in (d1, d2, d3)] == [
+        InstanceState.LIVE,
+        InstanceState.FAILED,
+        InstanceState.LIVE,
+    ]
+    assert state.instances[d2].note == "check rows_nonzero failed on d/2: 0 rows"
+    assert [seq for seq, _ in state.check_results[d2]] == [7, 11] and [seq for seq, _ in state.check_results[d1]] == [5]
+    ((_, warned),) = state.check_results[d1]
+    assert [(name, passed, blocking) for name, passed, blocking, *_ in warned] == [
+        ("rows_nonzero", True, True),
+        ("url_not_null", False, False),
+    ]
+    assert state.wants["w"].state == WantState.FAILED
