@@ -103,6 +103,11 @@ def gated(sqlite_url: str, tmp_path: Path, spark: Any) -> Iterator[tuple[ApiServ
             yield api, seen, raw
 
 
+def ended(found: dict[str, Any]) -> dict[str, Any] | None:
+    """An instance answer once its build ended (no longer waiting or building), else None."""
+    return None if found["state"] in ("missing", "building", "upstream_building", "up_for_retry") else found
+
+
 def wait_for_want(api: ApiServer, want_id: str, *states: str) -> dict[str, Any]:
     def ended() -> dict[str, Any] | None:
         got = ok(api.client.get(f"{WANTS}/{want_id}"))
@@ -144,8 +149,9 @@ def test_a_blocking_check_keeps_bad_data_from_going_live_and_a_fixed_rebuild_pas
     run = ok(api.client.get(f"{API}/job-runs/{bad['attempts'][-1]}"))
     assert run["state"] == "failed" and "check rows_nonzero failed" in run["error_message"]
 
-    # The warning: daily/d=1 is Live, its non-blocking failure recorded and shown over HTTP and the CLI.
-    warned = canonical(api.client, "daily/d=1")
+    # The warning: daily/d=1 goes Live, its non-blocking failure recorded and shown over HTTP and the CLI. Its run
+    # may still be going when the want fails (the failed daily ends the want), so wait for its outcome.
+    warned = wait_for("daily/d=1 to end", lambda: ended(canonical(api.client, "daily/d=1")), 120)
     assert warned["state"] == "live"
     by_name = checks_by_name(warned)
     assert by_name["url_not_null"]["passed"] is False and by_name["url_not_null"]["blocking"] is False
