@@ -297,6 +297,11 @@ class ContentCheck:
         directory_id = _id(found.directory)
         if self._store.partitions(self._source_id, directory_id, [found.version]):
             return
+        # Keeping only its own version also drops the rows of files no longer in the directory.
+        self._read_and_save(found, directory_id, pass_key, keep=found.version)
+
+    def _read_and_save(self, found: FoundPartition, directory_id: str, pass_key: tuple[int, int], keep: str) -> str:
+        """Digest the partition at its listed version and save the facts, keeping the digest of `keep` beside it."""
         reading = _Reading(directory_id)
         try:
             content = self._read_partition(found, pass_key, reading)
@@ -308,10 +313,11 @@ class ContentCheck:
             directory_id,
             found.version,
             content,
-            keep=found.version,  # and the rows of files no longer in the directory are dropped
+            keep=keep,
             item_ids=reading.item_ids,
             files=reading.fresh,
         )
+        return content
 
     def _observed(self, state: BuildState, found: FoundPartition) -> str | None:
         """The weak version the partition's Live instance was observed with there; None: none to compare."""
@@ -331,21 +337,7 @@ class ContentCheck:
             return None
         content = facts.get(found.version)
         if content is None:
-            reading = _Reading(directory_id)
-            try:
-                content = self._read_partition(found, pass_key, reading)
-            except _Undecided:
-                self._flush(reading)  # what was read, even in part, is not read again
-                raise
-            self._store.save_partition(
-                self._source_id,
-                directory_id,
-                found.version,
-                content,
-                keep=known,
-                item_ids=reading.item_ids,
-                files=reading.fresh,
-            )
+            content = self._read_and_save(found, directory_id, pass_key, keep=known)
         return facts[known] == content
 
     def _flush(self, reading: _Reading) -> None:
