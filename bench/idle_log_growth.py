@@ -6,7 +6,7 @@ often the sources are scanned.
 Each executable given (`--partbuild NAME=PATH`, default `after=.venv/bin/partbuild`)
 is spawned as a real process:
 
-    partbuild up --db sqlite:///<tmp>/log.db --graph <tmp>/graph.py --warehouse <tmp>/warehouse
+    partbuild up --db sqlite:///<tmp>/log.db --graph examples/idle_sources.py --warehouse <tmp>/warehouse
                  --host 127.0.0.1 --port 0
 
 with a graph of two source datasets (`a`, `b`), each discovered by scanning a
@@ -38,7 +38,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -47,38 +46,6 @@ from _common import machine
 REPO = Path(__file__).resolve().parent.parent
 TARGET_EVENTS = 0
 SOURCES = ("a", "b")
-GRAPH = textwrap.dedent(
-    """
-    import os
-    from partbuild.orchestrator.connectors.filesystem import FilesystemConnector
-    from partbuild.orchestrator.graph import Graph, SourceDataset
-    from partbuild.orchestrator.sources.discovery import Discovery
-
-    class CountingConnector(FilesystemConnector):
-        '''The filesystem connector, writing a line at the end of each listing: passes seen from outside.'''
-
-        def __init__(self, root, passes):
-            super().__init__(root)
-            self.passes = passes
-
-        def fill_page(self, key_range, cursor, budgets):
-            page = super().fill_page(key_range, cursor, budgets)
-            if page is None:
-                with open(self.passes, "a") as out:
-                    out.write("pass\\n")
-            return page
-
-    def source(name):
-        root = os.path.join(os.environ["IDLE_ROOT"], name)
-        discovery = Discovery(
-            CountingConnector(root, root + ".passes"), root, "date={date:date}",
-            rescan_every_s=float(os.environ["IDLE_RESCAN_S"]),
-        )
-        return SourceDataset(name, name + "/date={date:date}", discovery=discovery)
-
-    graph = Graph(jobs=[], sources=[source(name) for name in ("a", "b")])
-    """
-)
 
 
 def passes(root: Path, name: str) -> int:
@@ -127,8 +94,7 @@ def run(name: str, exe: str, args: argparse.Namespace) -> dict[str, float]:
                 directory.mkdir(parents=True)
                 (directory / "part-00000.parquet").write_bytes(b"x" * 1000)
                 (directory / "_SUCCESS").write_bytes(b"")
-        graph = Path(tmp) / "graph.py"
-        graph.write_text(GRAPH)
+        graph = REPO / "examples" / "idle_sources.py"
         db_file = Path(tmp) / "log.db"
         db = f"sqlite:///{db_file}"
         env = {key: value for key, value in os.environ.items() if not key.startswith("PARTBUILD_")}

@@ -32,6 +32,8 @@ def log(db_url: str) -> Iterator[EventLog]:
         yield opened
 
 
+# Two discovered sources and no jobs, counting their passes (see its docstring).
+IDLE_GRAPH = Path(__file__).resolve().parents[2] / "examples" / "idle_sources.py"
 SCAN_SCRIPT = textwrap.dedent(
     """
     import sys, time
@@ -82,38 +84,6 @@ def test_a_scan_killed_mid_pass_resumes_without_repeating_or_skipping_a_partitio
     assert live.state.rejections == [] and live.state.sources["raw"].passes_done == 1
 
 
-IDLE_GRAPH = textwrap.dedent(
-    """
-    import os
-    from partbuild.orchestrator.connectors.filesystem import FilesystemConnector
-    from partbuild.orchestrator.graph import Graph, SourceDataset
-    from partbuild.orchestrator.sources.discovery import Discovery
-
-    class CountingConnector(FilesystemConnector):
-        '''The filesystem connector, writing a line to a file at the end of each listing: passes seen from outside.'''
-
-        def __init__(self, root, passes):
-            super().__init__(root)
-            self.passes = passes
-
-        def fill_page(self, key_range, cursor, budgets):
-            page = super().fill_page(key_range, cursor, budgets)
-            if page is None:
-                with open(self.passes, "a") as out:
-                    out.write("pass\\n")
-            return page
-
-    def source(name):
-        root = os.path.join(os.environ["IDLE_ROOT"], name)
-        connector = CountingConnector(root, root + ".passes")
-        discovery = Discovery(connector, root, "date={date:date}", rescan_every_s=0.1, page_items=2)
-        return SourceDataset(name, name + "/date={date:date}", discovery=discovery)
-
-    graph = Graph(jobs=[], sources=[source("a"), source("b")])
-    """
-)
-
-
 def _passes(root: Path, name: str) -> int:
     path = root / f"{name}.passes"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -121,7 +91,7 @@ def _passes(root: Path, name: str) -> int:
 
 def _start_run(db_url: str, root: Path, graph: Path) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).parent / "partbuild"
-    env = {**os.environ, "IDLE_ROOT": str(root)}
+    env = {**os.environ, "IDLE_ROOT": str(root), "IDLE_RESCAN_S": "0.1", "IDLE_PAGE_ITEMS": "2"}
     command = [str(exe), "run", "--db", db_url, "--graph", str(graph), "--warehouse", str(root / "warehouse")]
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
 
@@ -144,8 +114,7 @@ def test_an_idle_orchestrator_with_two_discovered_sources_appends_nothing_and_no
             directory.mkdir(parents=True)
             for file in ("part-0", "_SUCCESS"):
                 (directory / file).write_bytes(b"x")
-    graph = tmp_path / "graph.py"
-    graph.write_text(IDLE_GRAPH)
+    graph = IDLE_GRAPH
     observed = lambda: len(events(log, "partition_observed"))  # noqa: E731
     process = _start_run(db_url, root, graph)
     try:
