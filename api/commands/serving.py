@@ -26,6 +26,7 @@ from partbuild.api.commands.common import (
     retain_days_option,
     snapshot_every_option,
 )
+from partbuild.api.commands.signals import on_stop_signal
 from partbuild.api.commands.tokens import insecure_option, refuse_open_access
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
@@ -388,13 +389,12 @@ def run(
             group=group,
         )
 
-        def request_stop(signum: int, _frame: object) -> None:
-            logger.info("%s: finishing the runs in flight", signal.Signals(signum).name)
+        def request_stop(signum: signal.Signals) -> None:
+            logger.info("%s: finishing the runs in flight", signum.name)
             stop.set()
             orchestrator.wake()
 
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
+        on_stop_signal(request_stop)
         if until_idle:
             _run_until_idle(orchestrator, timeout, stop)
         else:

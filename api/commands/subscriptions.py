@@ -3,7 +3,6 @@ reset, dlq, replay, purge) and `deliver` (run delivery shards in this process)."
 
 from __future__ import annotations
 
-import signal
 import threading
 from datetime import datetime
 from typing import Any, get_args
@@ -24,6 +23,7 @@ from partbuild.api.commands.common import (
     target_options,
     user_option,
 )
+from partbuild.api.commands.signals import on_stop_signal
 from partbuild.api.models.subscriptions import (
     DeadLetterRequest,
     OffsetResetRequest,
@@ -310,8 +310,7 @@ def deliver(db_url: str, shards: str) -> None:
     except ValueError as exc:
         raise BadInput(str(exc)) from None
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    on_stop_signal(lambda _signum: stop.set())
     configure_logging()  # a failing endpoint or a fenced step is logged, as in `up`
     with open_database(db_url, must_exist=False) as db:
         live = LiveState(db.log)
