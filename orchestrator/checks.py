@@ -61,6 +61,8 @@ class CheckContext:
     input_locations: Mapping[str, str]
     # Gives the process's SparkSession, starting it if needed: read through `spark`.
     open_spark: Callable[[], Any] = field(default=lambda: None, repr=False)
+    # Where the ref's latest earlier instance that went Live keeps its data (None: this is its first build).
+    previous_location: str | None = None
 
     @property
     def spark(self) -> Any:
@@ -98,6 +100,7 @@ class CheckTarget:
     instance_uuid: str
     location: str
     input_locations: Mapping[str, str]
+    previous_location: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,13 @@ def run_gate(
     retryable = False
     for target in targets:
         context = CheckContext(
-            target.ref, target.instance_uuid, target.location, job_label, target.input_locations, open_spark
+            target.ref,
+            target.instance_uuid,
+            target.location,
+            job_label,
+            target.input_locations,
+            open_spark,
+            target.previous_location,
         )
         recorded = pb.InstanceChecks(instance_uuid=target.instance_uuid)
         results.append(recorded)
@@ -222,24 +231,51 @@ def row_count_within_ratio_of_inputs(
     low: float, high: float, *, name: str | None = None, blocking: bool = True
 ) -> Check:
     """The output's rows are between `low` and `high` times the rows of its declared inputs together."""
-    if not (0 <= low <= high) or not math.isfinite(high):
-        raise CheckDeclarationError(f"row_count_within_ratio_of_inputs needs 0 <= low <= high, not {low}, {high}")
+    _need_ratio("row_count_within_ratio_of_inputs", low, high)
 
     def check(context: CheckContext) -> CheckOutcome:
         if not context.input_locations:
             return CheckOutcome(False, "no input to compare with")
-        spark = context.spark
         rows = _read(context).count()
-        inputs = spark.read.parquet(*context.input_locations.values()).count()
-        ratio = rows / inputs if inputs else (0.0 if rows == 0 else math.inf)
-        passed = low <= ratio <= high
-        text = f"{rows} rows from {inputs} input rows: ratio {ratio:.4g} ({'' if passed else 'not '}in [{low}, {high}])"
-        metrics: dict[str, float | int] = {"rows": rows, "input_rows": inputs}
-        if math.isfinite(ratio):
-            metrics["ratio"] = ratio
-        return CheckOutcome(passed, text, metrics)
+        inputs = context.spark.read.parquet(*context.input_locations.values()).count()
+        return _ratio_outcome(rows, inputs, "input rows", low, high, "input_rows")
 
     return Check(name or "row_count_within_ratio_of_inputs", check, blocking=blocking)
+
+
+def row_count_within_ratio_of_previous(
+    low: float, high: float, *, name: str | None = None, blocking: bool = True
+) -> Check:
+    """The output's rows are between `low` and `high` times those of the ref's previous Live instance.
+
+    A first build has nothing to compare with and passes, saying so: the check guards against a
+    rebuild that silently lost (or multiplied) data, not against a partition's first appearance.
+    """
+    _need_ratio("row_count_within_ratio_of_previous", low, high)
+
+    def check(context: CheckContext) -> CheckOutcome:
+        rows = _read(context).count()
+        if context.previous_location is None:
+            return CheckOutcome(True, f"{rows} rows; no earlier Live instance to compare with", {"rows": rows})
+        previous = context.spark.read.parquet(context.previous_location).count()
+        return _ratio_outcome(rows, previous, "rows of the previous instance", low, high, "previous_rows")
+
+    return Check(name or "row_count_within_ratio_of_previous", check, blocking=blocking)
+
+
+def _need_ratio(what: str, low: float, high: float) -> None:
+    if not (0 <= low <= high) or not math.isfinite(high):
+        raise CheckDeclarationError(f"{what} needs 0 <= low <= high, not {low}, {high}")
+
+
+def _ratio_outcome(rows: int, base: int, base_text: str, low: float, high: float, base_key: str) -> CheckOutcome:
+    ratio = rows / base if base else (0.0 if rows == 0 else math.inf)
+    passed = low <= ratio <= high
+    text = f"{rows} rows from {base} {base_text}: ratio {ratio:.4g} ({'' if passed else 'not '}in [{low}, {high}])"
+    metrics: dict[str, float | int] = {"rows": rows, base_key: base}
+    if math.isfinite(ratio):
+        metrics["ratio"] = ratio
+    return CheckOutcome(passed, text, metrics)
 
 
 def _need_columns(what: str, columns: Sequence[str]) -> None:

@@ -67,6 +67,8 @@ class RunPlan:
     input_locations: dict[str, str]  # declared input ref -> location of its canonical Live instance
     input_uuids: dict[str, tuple[str, ...]]  # output instance UUID -> input instance UUIDs it reads
     prior_failures: int  # failed attempts of these instances before this run
+    # output instance UUID -> location of the ref's latest earlier instance that went Live (checks compare with it)
+    previous_locations: dict[str, str] = field(default_factory=dict)
 
 
 def decide(state: BuildState, graph: Graph, now_ms: int, ownership: Ownership | None = None) -> Decision:
@@ -369,11 +371,14 @@ def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> Ru
     targets: list[OutputTarget] = []
     input_locations: dict[str, str] = {}
     input_uuids: dict[str, tuple[str, ...]] = {}
+    previous_locations: dict[str, str] = {}
     prior = 0
     for uuid in run.instance_uuids:
         instance = state.instances[uuid]
         partition = graph.resolve(instance.ref).partition
         targets.append(OutputTarget(partition, uuid, instance_location(warehouse, instance.ref, uuid)))
+        if (previous := previous_live_location(state, instance)) is not None:
+            previous_locations[uuid] = previous
         read: list[str] = []
         for upstream in job.inputs(partition):
             current = state.canonical_instance(upstream)
@@ -382,7 +387,20 @@ def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> Ru
                 read.append(current.uuid)
         input_uuids[uuid] = tuple(read)
         prior = max(prior, failed_attempts(state, instance))
-    return RunPlan(job, run_id, targets, input_locations, input_uuids, prior)
+    return RunPlan(job, run_id, targets, input_locations, input_uuids, prior, previous_locations)
+
+
+def previous_live_location(state: BuildState, instance: Instance) -> str | None:
+    """Where the ref's latest earlier instance that went Live (Live still, or tainted since) keeps its data.
+
+    Failed, canceled and never-built instances are passed over: they hold no data to compare with.
+    """
+    uuid = instance.previous_uuid
+    while uuid is not None and (earlier := state.instances.get(uuid)) is not None:
+        if earlier.state in (InstanceState.LIVE, InstanceState.TAINTED) and earlier.location:
+            return earlier.location
+        uuid = earlier.previous_uuid
+    return None
 
 
 def instance_location(warehouse: str, ref: str, uuid: str) -> str:

@@ -279,6 +279,7 @@ class JobExecutor:
                     for ref in job.inputs(target.partition)
                     if ref in context.input_locations
                 },
+                plan.previous_locations.get(target.instance_uuid),
             )
             for target in plan.targets
         ]

@@ -12,6 +12,7 @@ from partbuild.orchestrator.checks import (
     no_nulls,
     row_count_at_least,
     row_count_within_ratio_of_inputs,
+    row_count_within_ratio_of_previous,
     unique,
 )
 
@@ -21,8 +22,10 @@ def written(spark: Any, path: Path, rows: list[tuple[Any, ...]], schema: str) ->
     return str(path)
 
 
-def context(spark: Any, location: str, inputs: dict[str, str] | None = None) -> CheckContext:
-    return CheckContext("x/1", "uuid-1", location, "x", inputs or {}, lambda: spark)
+def context(
+    spark: Any, location: str, inputs: dict[str, str] | None = None, previous: str | None = None
+) -> CheckContext:
+    return CheckContext("x/1", "uuid-1", location, "x", inputs or {}, lambda: spark, previous)
 
 
 def test_row_count_at_least(spark: Any, tmp_path: Path) -> None:
@@ -67,4 +70,20 @@ def test_row_count_within_ratio_of_inputs(spark: Any, tmp_path: Path) -> None:
     assert not row_count_within_ratio_of_inputs(0.9, 1.1).fn(context(spark, output, inputs)).passed
     assert row_count_within_ratio_of_inputs(0, 1).fn(context(spark, output)) == CheckOutcome(
         False, "no input to compare with"
+    )
+
+
+def test_row_count_within_ratio_of_previous(spark: Any, tmp_path: Path) -> None:
+    previous = written(spark, tmp_path / "previous", [(n,) for n in range(8)], "k int")
+    halved = written(spark, tmp_path / "halved", [(n,) for n in range(4)], "k int")
+    check = row_count_within_ratio_of_previous(0.8, 1.25)
+    assert check.fn(context(spark, halved, previous=previous)) == CheckOutcome(
+        False,
+        "4 rows from 8 rows of the previous instance: ratio 0.5 (not in [0.8, 1.25])",
+        {"rows": 4, "previous_rows": 8, "ratio": 0.5},
+    )
+    assert check.fn(context(spark, previous, previous=previous)).passed
+    # A first build has nothing to compare with: it passes and says so.
+    assert check.fn(context(spark, halved)) == CheckOutcome(
+        True, "4 rows; no earlier Live instance to compare with", {"rows": 4}
     )

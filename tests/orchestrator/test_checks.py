@@ -23,6 +23,7 @@ from partbuild.orchestrator.checks import (
     no_nulls,
     row_count_at_least,
     row_count_within_ratio_of_inputs,
+    row_count_within_ratio_of_previous,
     run_gate,
     unique,
 )
@@ -124,6 +125,8 @@ def test_checks_are_declared_with_unique_names() -> None:
         no_nulls()
     with pytest.raises(CheckDeclarationError):
         row_count_within_ratio_of_inputs(2, 1)
+    with pytest.raises(CheckDeclarationError, match="row_count_within_ratio_of_previous needs 0 <= low <= high"):
+        row_count_within_ratio_of_previous(-1, 1)
     job = Job("j", ["j/{n:int}"], run, checks=[row_count_at_least(1), no_nulls("a", "b"), unique("k")])
     assert [check.name for check in job.checks] == ["row_count_at_least_1", "no_nulls_a_b", "unique_k"]
 

@@ -663,6 +663,11 @@ def test_plan_run_resolves_targets_inputs_and_prior_failures() -> None:
     (rebuild_target,) = plan_run(s.state, graph, rebuild, "/wh").targets
     assert rebuild_target.instance_uuid == new_daily
     assert rebuild_target.location == f"/wh/{daily(DAYS[0])}/_instance={new_daily}"
+    # Checks may compare a rebuild with the ref's earlier Live instance (tainted now); a first build has none.
+    assert plan_run(s.state, graph, rebuild, "/wh").previous_locations == {
+        new_daily: instance_location("/wh", daily(DAYS[0]), old_daily)
+    }
+    assert plan.previous_locations == {}
 
 
 def test_plan_run_leaves_out_inputs_that_are_not_live() -> None:
