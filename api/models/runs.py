@@ -15,7 +15,7 @@ class InstanceChecksOut(BaseModel):
     """The checks a run's outcome recorded on one of its output instances (issue 24)."""
 
     instance_uuid: str
-    ref: str
+    ref: str | None = Field(description="None when retention dropped the instance since.")
     checks: list[CheckResultOut]
 
 
