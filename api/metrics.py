@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Iterator
+from itertools import islice
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from partbuild.api.models.partitions import check_result_name
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
-from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState, JobRun, JobRunState, WantState
 from partbuild.state.log.live import LiveState
 
 
@@ -32,6 +35,7 @@ class Metrics:
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
         self.registry.register(_SubscriptionCollector(live, db))
+        self.registry.register(_CheckCollector(live))
 
 
 class _StateCollector(Collector):
@@ -109,6 +113,67 @@ class _GroupCollector(Collector):
         for kind, count in fenced.items():
             rejected.add_metric([kind], count)
         yield from (members, epochs, unowned, rejected)
+
+
+CheckKey = tuple[str, str, str]  # (job, check, result)
+
+
+class _CheckCollector(Collector):
+    """Quality check results by job, check and result (passed, warning, failed, errored), from the folded outcomes.
+
+    Counted once per job-run outcome, incrementally: each scrape takes the runs created since the
+    last one (the runs table keeps creation order and never drops a run) and counts a run's checks
+    when it has ended; runs still queued or running wait for a later scrape. An ended run never
+    changes, so nothing is counted twice, and a restarted process counts the same from its replay.
+    """
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+        self._lock = threading.Lock()
+        self._counted: weakref.ref[BuildState] | None = None  # the state whose runs were counted
+        self._runs_seen = 0
+        self._pending: dict[str, None] = {}  # runs seen before they ended, oldest first
+        self._totals: Counter[CheckKey] = Counter()
+
+    def _count(self, state: BuildState) -> dict[CheckKey, int]:
+        with self._lock:
+            runs = state.job_runs
+            if self._counted is None or self._counted() is not state or len(runs) < self._runs_seen:
+                self._counted, self._runs_seen, self._pending, self._totals = weakref.ref(state), 0, {}, Counter()
+            new = len(runs) - self._runs_seen
+            if new > 0:
+                # Dicts keep insertion (= creation) order: the new runs are the last ones.
+                self._pending.update(dict.fromkeys(reversed(list(islice(reversed(runs), new)))))
+                self._runs_seen = len(runs)
+            for run_id in list(self._pending):
+                run = runs[run_id]
+                if run.state not in ACTIVE_RUN_STATES:
+                    del self._pending[run_id]
+                    self._totals.update(_outcome_checks(state, run))
+            return dict(self._totals)
+
+    def collect(self) -> Iterator[Metric]:
+        with self.live.read() as state:
+            totals = self._count(state)
+        family = CounterMetricFamily(
+            "partbuild_check_results",
+            "Quality check results recorded by job-run outcomes, by job, check and result",
+            labels=["job", "check", "result"],
+        )
+        for (job, check, result), count in sorted(totals.items()):
+            family.add_metric([job, check, result], count)
+        yield family
+
+
+def _outcome_checks(state: BuildState, run: JobRun) -> Iterator[CheckKey]:
+    """(job, check, result) of each check an ended run's outcome recorded (the entries at its outcome's seq)."""
+    if run.state not in (JobRunState.SUCCEEDED, JobRunState.FAILED):
+        return
+    for uuid in run.instance_uuids:
+        for seq, rows in state.check_results.get(uuid, ()):
+            if seq == run.updated_seq:
+                for name, passed, blocking, errored, _, _ in rows:
+                    yield run.job_label, name, check_result_name(passed, blocking, errored)
 
 
 class _SourceCollector(Collector):

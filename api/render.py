@@ -27,7 +27,7 @@ from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut
 from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
 from partbuild.api.models.operations import BucketLayoutOut
-from partbuild.api.models.partitions import InstanceOut, LineageNodeOut, LineageOut, RetentionReportOut
+from partbuild.api.models.partitions import CheckResultOut, InstanceOut, LineageNodeOut, LineageOut, RetentionReportOut
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
@@ -231,16 +231,16 @@ def instance_grid(instance: InstanceOut) -> Table:
             ("consumers", _joined(instance.consumers)),
             ("waiting on", _joined(instance.waiting_on)),
             ("note", instance.note),
-            ("checks", _checks_text(instance)),
+            ("checks", _checks_text(instance.checks)),
         ]
     )
 
 
-def _checks_text(instance: InstanceOut) -> str | None:
+def _checks_text(checks: list[CheckResultOut]) -> str | None:
     """One line per check: passed, failed (blocking), warning (a non-blocking failure) or errored."""
     lines = []
-    for check in instance.checks:
-        status = "errored" if check.errored else "passed" if check.passed else "failed" if check.blocking else "warning"
+    for check in checks:
+        status = check.result
         metrics = " ".join(f"{key}={value:g}" for key, value in sorted(check.metrics.items()))
         kind = "blocking" if check.blocking else "non-blocking"
         shown = f"{status} {check.name} ({kind}, seq {check.seq})"
@@ -248,6 +248,12 @@ def _checks_text(instance: InstanceOut) -> str | None:
             shown + (f": {check.description}" if check.description else "") + (f" [{metrics}]" if metrics else "")
         )
     return "\n".join(lines) or None
+
+
+def _run_checks_text(run: JobRunDetailOut) -> str | None:
+    """The checks the run's outcome recorded, under the ref and instance of each output they checked."""
+    parts = [f"{each.ref} ({each.instance_uuid}):\n{_checks_text(each.checks) or ''}" for each in run.checks]
+    return "\n".join(parts) or None
 
 
 def lineage_tree(lineage: LineageOut, direction: str) -> Tree:
@@ -278,10 +284,15 @@ def _lineage_branch(
         _lineage_branch(parent.add(label), other, links, nodes, seen)
 
 
+_CHECK_STYLES = {"passed": "green", "warning": "yellow", "failed": "red", "errored": "red"}
+
+
 def _node_label(node: LineageNodeOut | None, uuid: str) -> Text:
     label = Text(node.ref if node and node.ref else "(dropped by retention)")
     label.append("  ")
     label.append_text(state_text(node.state if node else None))
+    if node and node.check_result:
+        label.append(f"  checks {node.check_result}", style=_CHECK_STYLES[node.check_result])
     label.append(f"  {uuid}", style="dim")
     if node and node.built_by:
         label.append(f"  built by {node.built_by}", style="dim")
@@ -331,6 +342,7 @@ def run_grid(run: JobRunDetailOut) -> Table:
             ("retry after", when(run.retry_after_ms) if run.retry_after_ms else None),
             ("missing inputs", _joined(run.missing_refs)),
             ("cancel reason", run.cancel_reason),
+            ("checks", _run_checks_text(run)),
             ("as of seq", str(run.as_of_seq)),
         ]
     )

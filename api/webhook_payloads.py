@@ -2,9 +2,14 @@
 
 Three formats:
 
-- ``partbuild``: the API's own JSON (`/api/v1/events` shapes), plus the job run for job-run events.
-- ``cloudevents``: CloudEvents 1.0, structured JSON mode, with the ``partbuild`` payload as data.
-- ``openlineage``: OpenLineage run events, for job-run outcomes only.
+- ``partbuild``: the API's own JSON (`/api/v1/events` shapes), plus the job run for job-run events and,
+  for an event that records quality check results (a job-run outcome's `checks`), `check_results`:
+  per checked instance its ref and each check with its result (passed, warning, failed, errored).
+- ``cloudevents``: CloudEvents 1.0, structured JSON mode, with the ``partbuild`` payload as data
+  (`type` is ``dev.partbuild.<event type>``; an outcome's check results ride in its data).
+- ``openlineage``: OpenLineage run events, for job-run outcomes only; an outcome's check results are
+  the ``dataQualityAssertions`` facet of its output datasets, and the checks recorded on what a
+  successful run read (as of its event) the same facet among its inputs' input facets.
 
 The delivery engine calls `render` holding the state's read lock, so the state may be newer than
 the event (a run buffered at seq 10 may have succeeded since): what happened is read from the event,
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +34,7 @@ from cloudevents.core.bindings.http import to_structured
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.generated.data_quality_assertions_dataset import Assertion, DataQualityAssertionsDatasetFacet
 from openlineage.client.generated.dataset_version_dataset import DatasetVersionDatasetFacet
 from openlineage.client.generated.error_message_run import ErrorMessageRunFacet
 from openlineage.client.generated.parent_run import Job as ParentJob
@@ -36,10 +42,13 @@ from openlineage.client.generated.parent_run import ParentRunFacet
 from openlineage.client.generated.parent_run import Run as ParentRun
 from openlineage.client.serde import Serde
 
+from partbuild.api.models.runs import InstanceChecksOut
 from partbuild.api.service.events import event_out
+from partbuild.api.service.partitions import checks_out
 from partbuild.api.service.runs import job_run_out
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import CheckRow
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.fold.registry import BY_NAME, JOB_RUN_EVENT_TYPES, ROWS
 from partbuild.state.rules.subscriptions import FORMATS
@@ -135,7 +144,34 @@ def _partbuild_payload(delivery: _Delivery) -> dict[str, Any]:
         run = _job_run(delivery)
         # None when the state does not know the run (the fold rejected the buffer).
         payload["job_run"] = job_run_out(delivery.state, run).model_dump(mode="json") if run else None
+    checks = event_checks(delivery.event, delivery.event_type)
+    if checks:
+        payload["check_results"] = [_instance_checks(delivery, checked).model_dump(mode="json") for checked in checks]
     return payload
+
+
+def event_checks(event: pb.Event, event_type: str) -> Sequence[pb.InstanceChecks]:
+    """The check results an event records: its payload's `checks` (job-run outcomes), else none."""
+    payload = getattr(event, event_type)
+    field = payload.DESCRIPTOR.fields_by_name.get("checks")
+    if field is None or field.message_type is not pb.InstanceChecks.DESCRIPTOR:
+        return ()
+    return payload.checks  # type: ignore[no-any-return]
+
+
+def _instance_checks(delivery: _Delivery, checked: pb.InstanceChecks) -> InstanceChecksOut:
+    """One instance's checks as the API shows them, recorded at the delivery's seq."""
+    instance = delivery.state.instances.get(checked.instance_uuid)
+    ref = instance.ref if instance is not None else None
+    checks = checks_out((delivery.seq, check_rows(checked.results)))
+    return InstanceChecksOut(instance_uuid=checked.instance_uuid, ref=ref, checks=checks)
+
+
+def check_rows(results: Sequence[pb.CheckResult]) -> tuple[CheckRow, ...]:
+    """An event's check results as the fold records them (state/fold/checks.py's rows)."""
+    return tuple(
+        (r.name, r.passed, r.blocking, r.errored, r.description, tuple(sorted(r.metrics.items()))) for r in results
+    )
 
 
 def _render_partbuild(delivery: _Delivery) -> Rendered:
@@ -225,22 +261,60 @@ def _render_openlineage(delivery: _Delivery) -> Rendered | None:
             message=error, programmingLanguage=PROGRAMMING_LANGUAGE, producer=PRODUCER
         )
     inputs = _success_inputs(delivery.event.job_run_success) if delivery.event_type == "job_run_success" else []
+    recorded = event_checks(delivery.event, delivery.event_type)
+    checked = {each.instance_uuid: check_rows(each.results) for each in recorded}
     ol_event = RunEvent(
         eventType=OPENLINEAGE_STATES[delivery.event_type],
         eventTime=_event_time(delivery.event).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         run=Run(runId=openlineage_run_id(run.job_run_id), facets=facets),
         job=Job(namespace=OPENLINEAGE_NAMESPACE, name=run.job_label),
-        inputs=[_dataset(InputDataset, ref, uid) for ref, uid in _refs_with_uuids(state, inputs)],
-        outputs=[_dataset(OutputDataset, ref, uid) for ref, uid in outputs],
+        inputs=[_input_dataset(delivery, ref, uid) for ref, uid in _refs_with_uuids(state, inputs)],
+        outputs=[_dataset(OutputDataset, ref, uid, _assertions(checked.get(uid, ()))) for ref, uid in outputs],
         producer=PRODUCER,
     )
     return Rendered(Serde.to_json(ol_event).encode("utf-8"), JSON)
 
 
-def _dataset(kind: Callable[..., Any], ref: str, instance_uuid: str) -> Any:
-    """A partition ref as a dataset; the instance UUID is its version (a rebuild is a new one)."""
-    version = DatasetVersionDatasetFacet(datasetVersion=instance_uuid, producer=PRODUCER)
-    return kind(namespace=OPENLINEAGE_NAMESPACE, name=ref, facets={"version": version})
+def _dataset(kind: Callable[..., Any], ref: str, instance_uuid: str, checks: Any = None) -> Any:
+    """A partition ref as a dataset; the instance UUID is its version (a rebuild is a new one).
+
+    An output's `checks` (its `dataQualityAssertions` facet) are among its dataset facets: the dataset
+    version is the instance they checked.
+    """
+    facets: dict[str, Any] = {"version": DatasetVersionDatasetFacet(datasetVersion=instance_uuid, producer=PRODUCER)}
+    if checks is not None:
+        facets["dataQualityAssertions"] = checks
+    return kind(namespace=OPENLINEAGE_NAMESPACE, name=ref, facets=facets)
+
+
+def _input_dataset(delivery: _Delivery, ref: str, instance_uuid: str) -> Any:
+    """An input, with the checks recorded on it by the event's seq as an input facet (the state may be newer)."""
+    recorded = [entry for entry in delivery.state.check_results.get(instance_uuid, ()) if entry[0] <= delivery.seq]
+    dataset = _dataset(InputDataset, ref, instance_uuid)
+    if recorded:
+        dataset.inputFacets = {"dataQualityAssertions": _assertions(recorded[-1][1])}
+    return dataset
+
+
+def _assertions(rows: Sequence[CheckRow]) -> DataQualityAssertionsDatasetFacet | None:
+    """Checks as OpenLineage assertions: the check's name, success (passed; an errored check never succeeds),
+    severity (error: blocking; warn: not), its description and metrics (as `actual`); None for no checks.
+
+    No column: a check's result does not say which columns it looked at.
+    """
+    if not rows:
+        return None
+    assertions = [
+        Assertion(
+            assertion=name,
+            success=passed and not errored,
+            severity="error" if blocking else "warn",
+            description=description or None,
+            actual=" ".join(f"{key}={value:g}" for key, value in metrics) or None,
+        )
+        for name, passed, blocking, errored, description, metrics in rows
+    ]
+    return DataQualityAssertionsDatasetFacet(assertions=assertions, producer=PRODUCER)
 
 
 def _refs_with_uuids(state: BuildState, uuids: Iterable[str]) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
@@ -68,10 +69,35 @@ class RetentionRequest(StrictRequest):
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
 
 
+# What a check's result means: passed; warning (a non-blocking check failed: the instance may be Live);
+# failed (a blocking check failed: it kept the instance from going Live); errored (the check raised).
+CheckResultName = Literal["passed", "warning", "failed", "errored"]
+# Worst first: a lineage node's badge shows the worst result of its checks.
+CHECK_RESULTS_WORST_FIRST: tuple[CheckResultName, ...] = ("failed", "errored", "warning", "passed")
+
+
+def check_result_name(passed: bool, blocking: bool, errored: bool) -> CheckResultName:
+    """passed, warning, failed or errored (an errored check never counts as passed)."""
+    if errored:
+        return "errored"
+    if passed:
+        return "passed"
+    return "failed" if blocking else "warning"
+
+
+def worst_check_result(results: Iterable[CheckResultName]) -> CheckResultName | None:
+    """The worst of some checks' results (None for no checks)."""
+    found = set(results)
+    return next((name for name in CHECK_RESULTS_WORST_FIRST if name in found), None)
+
+
 class CheckResultOut(BaseModel):
     """One quality check's result on an instance, from the outcome recorded at `seq` (issue 24)."""
 
     name: str
+    result: CheckResultName = Field(
+        description="passed; warning (a non-blocking check failed); failed (a blocking one); errored (it raised)."
+    )
     passed: bool
     blocking: bool = Field(description="A failed blocking check kept the instance from going Live.")
     errored: bool = Field(description="The check raised: an error of the check, never a pass.")
@@ -111,6 +137,9 @@ class LineageNodeOut(BaseModel):
     state: InstanceStateName | None
     depth: int
     built_by: str | None
+    check_result: CheckResultName | None = Field(
+        default=None, description="The worst result of its checks (those of the last run that checked it); null: none."
+    )
 
 
 class LineageEdgeOut(BaseModel):

@@ -6,7 +6,17 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from partbuild.api.models.partitions import CheckResultOut
+
 JobRunStateName = Literal["queued", "running", "succeeded", "failed", "dep_miss", "canceled"]
+
+
+class InstanceChecksOut(BaseModel):
+    """The checks a run's outcome recorded on one of its output instances (issue 24)."""
+
+    instance_uuid: str
+    ref: str | None = Field(description="None when retention dropped the instance since.")
+    checks: list[CheckResultOut]
 
 
 class JobRunOut(BaseModel):
@@ -27,6 +37,10 @@ class JobRunOut(BaseModel):
     retry_after_ms: int
     missing_refs: list[str]
     cancel_reason: str | None
+    checks: list[InstanceChecksOut] = Field(
+        default_factory=list,
+        description="The checks its outcome recorded, per output instance checked (empty: none, or no outcome yet).",
+    )
 
 
 class JobRunDetailOut(JobRunOut):

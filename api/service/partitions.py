@@ -9,6 +9,7 @@ from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.models.common import PageOut, WrittenOut
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
+    CheckResultName,
     CheckResultOut,
     InstanceOut,
     InstanceStateName,
@@ -20,6 +21,8 @@ from partbuild.api.models.partitions import (
     RetentionRequest,
     SourceVersionRequest,
     TaintRequest,
+    check_result_name,
+    worst_check_result,
 )
 from partbuild.api.service.as_of import as_of_suffix, page_at
 from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
@@ -136,7 +139,8 @@ class PartitionsService(ServiceBase):
         with self._reading(min_seq, as_of_seq) as state:
             if uuid not in state.instances:
                 raise NotFound(f"no partition instance {uuid!r}")
-            return lineage_out(lineage(state, uuid, direction=direction, depth=depth), state.head_seq)
+            graph = lineage(state, uuid, direction=direction, depth=depth)
+            return lineage_out(graph, state.head_seq, state.check_results)
 
     def retention(self, request: RetentionRequest, user: str = ANONYMOUS) -> RetentionReportOut:
         """Drop instances superseded more than `retain_days` ago (or only say which)."""
@@ -206,6 +210,7 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
     return [
         CheckResultOut(
             name=name,
+            result=check_result_name(passed, blocking, errored),
             passed=passed,
             blocking=blocking,
             errored=errored,
@@ -217,7 +222,15 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
     ]
 
 
-def lineage_out(graph: Lineage, head_seq: int) -> LineageOut:
+def _worst_check(entries: tuple[CheckEntry, ...]) -> CheckResultName | None:
+    latest = latest_checks(entries)
+    if latest is None:
+        return None
+    return worst_check_result(check_result_name(row[1], row[2], row[3]) for row in latest[1])
+
+
+def lineage_out(graph: Lineage, head_seq: int, check_results: Mapping[str, tuple[CheckEntry, ...]]) -> LineageOut:
+    """The lineage answer, each node with the worst result of its latest checks (`check_results`: the state's)."""
     nodes = [
         LineageNodeOut(
             uuid=node_uuid,
@@ -225,6 +238,7 @@ def lineage_out(graph: Lineage, head_seq: int) -> LineageOut:
             state=state_name(node.state) if node else None,
             depth=graph.depth_of[node_uuid],
             built_by=node.built_by if node else None,
+            check_result=_worst_check(check_results.get(node_uuid, ())),
         )
         for node_uuid, node in graph.nodes.items()
     ]

@@ -6,9 +6,10 @@ from itertools import islice
 
 from partbuild.api.errors import Conflict, NotFound
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
-from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName
+from partbuild.api.models.runs import InstanceChecksOut, JobRunDetailOut, JobRunOut, JobRunStateName
 from partbuild.api.service.as_of import as_of_suffix, by, page_at
 from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, state_name
+from partbuild.api.service.partitions import checks_out
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
@@ -94,7 +95,28 @@ def job_run_out(state: BuildState, run: JobRun) -> JobRunOut:
         retry_after_ms=run.retry_after_ms,
         missing_refs=list(run.missing_refs),
         cancel_reason=run.cancel_reason,
+        checks=run_checks(state, run),
     )
+
+
+def run_checks(state: BuildState, run: JobRun) -> list[InstanceChecksOut]:
+    """The checks the run's outcome recorded on its outputs: the entries at its outcome's seq.
+
+    An outcome ends the run, so its seq is the run's `updated_seq`; later entries on the same
+    instances (a retry, checks run again) belong to other writers.
+    """
+    if run.state not in _CHECKED_STATES:
+        return []
+    found = []
+    for uuid in run.instance_uuids:
+        entry = next((e for e in state.check_results.get(uuid, ()) if e[0] == run.updated_seq), None)
+        instance = state.instances.get(uuid)
+        if entry is not None and instance is not None:
+            found.append(InstanceChecksOut(instance_uuid=uuid, ref=instance.ref, checks=checks_out(entry)))
+    return found
+
+
+_CHECKED_STATES = (JobRunState.SUCCEEDED, JobRunState.FAILED)  # the outcomes that may carry checks
 
 
 def run_inputs(run: JobRun, built: list[Instance | None]) -> list[str]:

@@ -24,10 +24,13 @@ Stable hooks for browser tests (ids and data-testid):
   `#lineage-status[data-state=pending|drawn|error]` (`data-nodes`, `data-edges`, `data-ms` once drawn),
   `#lineage-graph` (svg) of `g[data-testid=lineage-node][data-uuid][data-ref][data-state]` (each an
   `a` to the instance page) and `path[data-testid=lineage-edge][data-input][data-output]`;
-  `lineage-controls` (`lineage-direction`, `lineage-depth`), `lineage-table`/`lineage-row`.
+  `lineage-controls` (`lineage-direction`, `lineage-depth`), `lineage-table`/`lineage-row`; a node with
+  checks has `data-check` (its worst result) and a badge `g[data-testid=lineage-check][data-result]`;
+  `instance-checks` holds `checks-table`/`check-row[data-name][data-result][data-seq]` or `no-checks`.
 - changes page: `changes-list`/`change-row[data-seq][data-kind][data-id]` (`.state[data-state]` of
   `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
-- run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`.
+- run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`,
+  `run-checks` (a `checks-table` per output its outcome checked).
 - forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
   `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
   `#cancel-run-form`, `#taint-form`; errors `form-error`; error pages `error-status`.

@@ -13,8 +13,11 @@ from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
 from partbuild.api.webhook_payloads import render
 from partbuild.orchestrator.delivery.deliverer import Deliverer
+from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.log.events import envelope
 
+from golden_log import check_events
 from receiverkit import Receiver, failing_groups
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQ="
@@ -58,3 +61,49 @@ def test_metrics_follow_deliveries_failures_and_lag(tmp_path: Path) -> None:
     assert metric(text, "partbuild_subscription_queued", 'queue="dlq",subscription="hooks"') == 3
     assert metric(text, "partbuild_subscription_queued", 'queue="rq",subscription="hooks"') == 0
     assert metric(text, "partbuild_subscription_lag_events", labels) == 0
+
+
+def _check_counts(service: Service) -> dict[tuple[str, str, str], float]:
+    text = generate_latest(service.registry).decode()
+    found = re.findall(
+        r'^partbuild_check_results_total\{check="([^"]+)",job="([^"]+)",result="([^"]+)"\} (\S+)$', text, re.M
+    )
+    return {(job, check, result): float(count) for check, job, result, count in found}
+
+
+def test_check_results_are_counted_once_per_outcome_by_job_check_and_result(tmp_path: Path) -> None:
+    """Over the checks golden log: nothing while r1 runs; then each outcome's checks once, however often scraped;
+    a restarted process counts the same; a later outcome adds its own."""
+    events = check_events()
+    url = f"sqlite:///{tmp_path / 'pb.db'}"
+    expected = {
+        ("d", "rows_nonzero", "passed"): 2.0,  # r1 and r4
+        ("d", "url_not_null", "warning"): 1.0,  # r1: Live with a warning
+        ("d", "rows_nonzero", "errored"): 1.0,  # r2
+        ("d", "rows_nonzero", "failed"): 1.0,  # r3
+        ("d", "url_not_null", "passed"): 1.0,  # r3
+    }
+    with Database.open(url) as db:
+        service = Service(db)
+        service.log.append(events[:4])  # r1 buffered and heartbeating
+        service.refresh()
+        assert _check_counts(service) == {}
+        service.log.append(events[4:])
+        service.refresh()
+        assert _check_counts(service) == expected
+        assert _check_counts(service) == expected  # a second scrape counts nothing again
+    with Database.open(url) as db:
+        restarted = Service(db)
+        assert _check_counts(restarted) == expected
+        restarted.log.append([envelope(pb.WantCreate(want_id="w2", partition_refs=["e/1"]))])
+        restarted.refresh()
+        e1 = restarted.state.canonical["e/1"]
+        restarted.log.append([envelope(pb.JobRunBuffer(job_run_id="r5", job_label="e", instance_uuids=[e1]))])
+        restarted.refresh()
+        assert _check_counts(restarted) == expected  # r5 runs: nothing yet
+        warned = pb.CheckResult(name="url_not_null", passed=False, blocking=False)
+        checked = pb.InstanceChecks(instance_uuid=e1, results=[warned])
+        restarted.log.append([envelope(pb.JobRunSuccess(job_run_id="r5", checks=[checked]))])
+        restarted.refresh()
+        assert restarted.instance(e1).state == "live"
+        assert _check_counts(restarted) == {**expected, ("e", "url_not_null", "warning"): 1.0}

@@ -82,7 +82,7 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
 
     # An observed instance has no lineage: it is the only node.
     lineage = ok(client.get(f"{API}/instances/{v2['uuid']}/lineage", params={"direction": "both", "depth": 3}))
-    node = {"uuid": v2["uuid"], "ref": ref, "state": "live", "depth": 0, "built_by": None}
+    node = {"uuid": v2["uuid"], "ref": ref, "state": "live", "depth": 0, "built_by": None, "check_result": None}
     assert lineage == {"root": v2["uuid"], "as_of_seq": second_seq, "nodes": [node], "edges": []}
 
 
@@ -291,6 +291,7 @@ def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_the
     assert now["state"] == "live" and now["checks"] == [
         {
             "name": "rows_nonzero",
+            "result": "passed",
             "passed": True,
             "blocking": True,
             "errored": False,
@@ -300,6 +301,7 @@ def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_the
         },
         {
             "name": "url_not_null",
+            "result": "warning",
             "passed": False,
             "blocking": False,
             "errored": False,

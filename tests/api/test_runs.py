@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
 
+from clikit import run_cli
+from golden_log import check_events
 from httpkit import API, canonical, head_seq, listed, ok, problem, want
 from serverkit import ApiServer
 
@@ -87,3 +91,71 @@ def test_job_runs_as_of_a_seq_show_which_runs_existed_and_their_states_then(api_
         problem(client.get(path, params={"as_of_seq": canceled + 1}), 409, "is after the log head")
         for bad in (-1, "x", "2.0"):
             problem(client.get(path, params={"as_of_seq": bad}), 422, "query.as_of_seq")
+
+
+def test_a_job_runs_answer_shows_the_checks_its_outcome_recorded_as_of_any_seq(
+    api_server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24, over the checks golden log: a success with a warning (r1 at seq 5), an errored check (r2 at 7), a
+    blocking failure (r3 at 11), a pass (r4 at 17). Each run shows its own outcome's checks per output, none before
+    the outcome; the instance answer shows the latest; lineage nodes carry the worst result; the CLI prints them."""
+    client = api_server.client
+    api_server.log.append(check_events())
+
+    def run(run_id: str, **params: Any) -> dict[str, Any]:
+        return ok(client.get(f"{API}/job-runs/{run_id}", params={"min_seq": 18, **params}))
+
+    (warned,) = run("r1")["checks"]
+    d1 = warned["instance_uuid"]
+    assert warned["ref"] == "d/1" and warned["checks"] == [
+        {
+            "name": "rows_nonzero",
+            "result": "passed",
+            "passed": True,
+            "blocking": True,
+            "errored": False,
+            "description": "rows_nonzero said True",
+            "metrics": {"rows": 5.0},
+            "seq": 5,
+        },
+        {
+            "name": "url_not_null",
+            "result": "warning",
+            "passed": False,
+            "blocking": False,
+            "errored": False,
+            "description": "url_not_null said False",
+            "metrics": {"nulls": 2.0},
+            "seq": 5,
+        },
+    ]
+    assert run("r1", as_of_seq=4)["checks"] == [] and run("r1", as_of_seq=5)["checks"] == run("r1")["checks"]
+    assert ok(client.get(f"{API}/instances/{d1}"))["state"] == "live"
+
+    def results(body: dict[str, Any]) -> list[tuple[str, str, int]]:
+        return [(c["name"], c["result"], c["seq"]) for each in body["checks"] for c in each["checks"]]
+
+    # d/2 was checked twice: each run shows its own outcome's checks, the instance its latest.
+    assert results(run("r2")) == [("rows_nonzero", "errored", 7)]
+    assert results(run("r3")) == [("rows_nonzero", "failed", 11), ("url_not_null", "passed", 11)]
+    assert results(run("r3", as_of_seq=10)) == []  # r3 still running: its rejected successes recorded nothing
+    assert results(run("r4")) == [("rows_nonzero", "passed", 17)]
+    d2 = run("r2")["checks"][0]["instance_uuid"]
+    instance = ok(client.get(f"{API}/instances/{d2}"))
+    assert instance["state"] == "failed" and [c["result"] for c in instance["checks"]] == ["failed", "passed"]
+    then = ok(client.get(f"{API}/instances/{d2}", params={"as_of_seq": 7}))
+    assert [c["result"] for c in then["checks"]] == ["errored"]
+    listed_runs = ok(client.get(f"{API}/job-runs"))["items"]
+    assert {r["job_run_id"]: results(r) for r in listed_runs}["r3"] == results(run("r3"))
+
+    graph = ok(client.get(f"{API}/instances/{d1}/lineage", params={"direction": "upstream"}))
+    assert {node["ref"]: node["check_result"] for node in graph["nodes"]} == {"d/1": "warning", "raw/a": None}
+    past = ok(client.get(f"{API}/instances/{d1}/lineage", params={"direction": "upstream", "as_of_seq": 4}))
+    assert {node["ref"]: node["check_result"] for node in past["nodes"]} == {"d/1": None}
+
+    code, out, _ = run_cli(capsys, "runs", "show", "r1", "--server", api_server.url)
+    assert code == 0 and "warning url_not_null (non-blocking, seq 5)" in out and "passed rows_nonzero" in out
+    code, out, _ = run_cli(capsys, "runs", "show", "r1", "--server", api_server.url, "--as-of", "4")
+    assert code == 0 and "url_not_null" not in out
+    code, out, _ = run_cli(capsys, "lineage", d1, "--server", api_server.url)
+    assert code == 0 and "checks warning" in out, out

@@ -21,9 +21,12 @@ from partbuild.api.webhook_payloads import (
     renders,
 )
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope
+from partbuild.state.rules.ids import instance_uuid
 
 from foldkit import Story
+from golden_log import check_events
 from openlineagekit import RUN_EVENT_URL, openlineage_errors
 
 SUBSCRIPTION = "lineage hook/1"
@@ -320,3 +323,153 @@ def test_an_event_without_payload_renders_nothing() -> None:
             )
             is None
         )
+
+
+# ----------------------------------------------------------------- check results (issue 24)
+
+
+class Checked:
+    """The checks golden log folded (r1's success with a warning at seq 5, r2's errored check at 7, r3's blocking
+    failure at 11, r4's pass at 17), then a weekly built from d/1 and d/3 whose check passed (r5)."""
+
+    def __init__(self) -> None:
+        self.state = BuildState()
+        self.events: list[pb.Event] = []
+        for event in check_events():
+            self._apply(event)
+        self.d1, self.d3 = self.state.canonical["d/1"], self.state.canonical["d/3"]
+        wanted = self._apply(envelope(pb.WantCreate(want_id="wk", partition_refs=["wk/1"])))
+        self.weekly = instance_uuid(wanted, "wk/1")
+        self._apply(envelope(pb.JobRunBuffer(job_run_id="r5", job_label="wk", instance_uuids=[self.weekly])))
+        total = pb.CheckResult(name="total_matches", passed=True, blocking=True, metrics={"total": 12})
+        checks = [pb.InstanceChecks(instance_uuid=self.weekly, results=[total])]
+        success = pb.JobRunSuccess(job_run_id="r5", input_instance_uuids=[self.d1, self.d3], checks=checks)
+        self.weekly_seq = self._apply(envelope(success))
+
+    def _apply(self, event: pb.Event) -> int:
+        self.events.append(event)
+        self.state.apply(len(self.events), event)
+        return len(self.events)
+
+    def render(self, format: str, seq: int) -> Any:
+        event = self.events[seq - 1]
+        rendered = render(
+            format, subscription="s", message_id="m", seq=seq, event=event, ordering_key="d/1", state=self.state
+        )
+        assert rendered is not None
+        return json.loads(rendered.body)
+
+
+@pytest.fixture(scope="module")
+def checked() -> Checked:
+    return Checked()
+
+
+def test_partbuild_payload_of_an_outcome_carries_its_check_results_as_the_api_shows_them(checked: Checked) -> None:
+    payload = checked.render("partbuild", 5)
+    assert payload["event_type"] == "job_run_success"
+    assert payload["check_results"] == [
+        {
+            "instance_uuid": checked.d1,
+            "ref": "d/1",
+            "checks": [
+                {
+                    "name": "rows_nonzero",
+                    "result": "passed",
+                    "passed": True,
+                    "blocking": True,
+                    "errored": False,
+                    "description": "rows_nonzero said True",
+                    "metrics": {"rows": 5.0},
+                    "seq": 5,
+                },
+                {
+                    "name": "url_not_null",
+                    "result": "warning",
+                    "passed": False,
+                    "blocking": False,
+                    "errored": False,
+                    "description": "url_not_null said False",
+                    "metrics": {"nulls": 2.0},
+                    "seq": 5,
+                },
+            ],
+        }
+    ]
+    for seq, results in [(7, ["errored"]), (11, ["failed", "passed"])]:
+        failure = checked.render("partbuild", seq)
+        assert failure["event_type"] == "job_run_failure"
+        assert [c["result"] for c in failure["check_results"][0]["checks"]] == results
+        # The same as the API's job-run answer gives for the run.
+        assert failure["check_results"] == failure["job_run"]["checks"]
+    for seq in (2, 3, 4):  # a want, a buffer, a heartbeat: no checks recorded
+        assert "check_results" not in checked.render("partbuild", seq)
+
+
+def test_cloudevents_of_an_outcome_carry_its_check_results_in_their_data(checked: Checked) -> None:
+    envelope_ = checked.render("cloudevents", 5)
+    assert envelope_["type"] == "dev.partbuild.job_run_success"
+    assert envelope_["data"]["check_results"] == checked.render("partbuild", 5)["check_results"]
+
+
+def _assertions(dataset: dict[str, Any], where: str = "facets") -> list[dict[str, Any]]:
+    facet = dataset[where]["dataQualityAssertions"]
+    assert facet["_producer"] == "https://github.com/partbuild/partbuild"
+    return facet["assertions"]  # type: ignore[no-any-return]
+
+
+def test_openlineage_outputs_carry_their_checks_as_data_quality_assertions(checked: Checked) -> None:
+    success = checked.render("openlineage", 5)
+    assert openlineage_errors(success) == []
+    (output,) = success["outputs"]
+    assert output["name"] == "d/1" and _assertions(output) == [
+        {
+            "assertion": "rows_nonzero",
+            "success": True,
+            "severity": "error",
+            "description": "rows_nonzero said True",
+            "actual": "rows=5",
+            "params": {},
+        },
+        {
+            "assertion": "url_not_null",
+            "success": False,
+            "severity": "warn",
+            "description": "url_not_null said False",
+            "actual": "nulls=2",
+            "params": {},
+        },
+    ]
+    errored, failed = checked.render("openlineage", 7), checked.render("openlineage", 11)
+    assert openlineage_errors(errored) == openlineage_errors(failed) == []
+    assert [(a["assertion"], a["success"]) for a in _assertions(errored["outputs"][0])] == [("rows_nonzero", False)]
+    assert [(a["success"], a["severity"]) for a in _assertions(failed["outputs"][0])] == [
+        (False, "error"),
+        (True, "warn"),
+    ]
+    buffered = checked.render("openlineage", 3)
+    assert "dataQualityAssertions" not in buffered["outputs"][0]["facets"]
+
+
+def test_openlineage_inputs_carry_the_checks_recorded_on_them_as_an_input_facet(checked: Checked) -> None:
+    weekly = checked.render("openlineage", checked.weekly_seq)
+    assert openlineage_errors(weekly) == []
+    inputs = {dataset["name"]: dataset for dataset in weekly["inputs"]}
+    assert [(a["assertion"], a["success"]) for a in _assertions(inputs["d/1"], "inputFacets")] == [
+        ("rows_nonzero", True),
+        ("url_not_null", False),
+    ]
+    assert [a["actual"] for a in _assertions(inputs["d/3"], "inputFacets")] == ["rows=7"]
+    assert [a["actual"] for a in _assertions(weekly["outputs"][0])] == ["total=12"]
+    assert "dataQualityAssertions" not in weekly["outputs"][0].get("inputFacets", {})
+
+
+def test_openlineage_validation_rejects_a_broken_assertion(checked: Checked) -> None:
+    payload = checked.render("openlineage", 5)
+    for breakage in ("success", "assertion"):
+        broken = copy.deepcopy(payload)
+        broken["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"][0].pop(breakage)
+        assert openlineage_errors(broken), breakage
+    broken = copy.deepcopy(payload)
+    broken["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"][1]["success"] = "no"
+    assert openlineage_errors(broken)

@@ -9,6 +9,7 @@ session's local SparkSession; the test asks and reads over HTTP and through the 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,16 @@ def test_a_blocking_check_keeps_bad_data_from_going_live_and_a_fixed_rebuild_pas
     assert code == 0 and "warning url_not_null" in out and "passed rows_nonzero" in out
     code, out, _ = run_cli(capsys, "partitions", "instance", bad["uuid"], "--server", api.url, "--json")
     assert code == 0 and json.loads(out)["checks"] == bad["checks"]
+    # And in the run's answer, the web UI's instance page and /metrics (issue 24's "seen everywhere").
+    (recorded,) = ok(api.client.get(f"{API}/job-runs/{warned['built_by']}"))["checks"]
+    assert recorded["instance_uuid"] == warned["uuid"] and recorded["checks"] == warned["checks"]
+    assert {c["name"]: c["result"] for c in warned["checks"]}["url_not_null"] == "warning"
+    code, out, _ = run_cli(capsys, "runs", "show", warned["built_by"], "--server", api.url)
+    assert code == 0 and "warning url_not_null" in out
+    page = api.client.get(f"/instances/{warned['uuid']}").text
+    assert f'data-name="url_not_null" data-result="warning" data-seq="{warned["updated_seq"]}"' in page
+    counted = r'^partbuild_check_results_total\{check="url_not_null",job="daily",result="warning"\} [1-9]'
+    assert re.search(counted, api.client.get("/metrics").text, re.M)
 
     # Fix the data, want again: a new instance passes its checks, goes Live, and the weekly reads it.
     write_raw(spark, raw, 2, ["/c"])

@@ -41,6 +41,7 @@ RUN_EVENT = _validator(RUN_EVENT_URL)
 PARENT_FACET = _validator("https://openlineage.io/spec/1-0-1/ParentRunFacet.json")
 ERROR_FACET = _validator("https://openlineage.io/spec/facets/1-0-0/ErrorMessageRunFacet.json")
 VERSION_FACET = _validator("https://openlineage.io/spec/facets/1-0-0/DatasetVersionDatasetFacet.json")
+ASSERTIONS_FACET = _validator("https://openlineage.io/spec/1-0-1/DataQualityAssertionsDatasetFacet.json")
 
 
 def openlineage_errors(payload: dict[str, Any]) -> list[str]:
@@ -50,5 +51,10 @@ def openlineage_errors(payload: dict[str, Any]) -> list[str]:
     for validator in (PARENT_FACET, ERROR_FACET):  # each checks only its own key ("parent", "errorMessage")
         errors += [error.message for error in validator.iter_errors(run_facets)]
     for dataset in payload.get("inputs", []) + payload.get("outputs", []):
-        errors += [error.message for error in VERSION_FACET.iter_errors(dataset.get("facets", {}))]
+        facets = dataset.get("facets", {})
+        errors += [error.message for error in VERSION_FACET.iter_errors(facets)]
+        # Each checks only its own key ("dataQualityAssertions"): an output's among its dataset facets,
+        # an input's among its input facets.
+        for each in (facets, dataset.get("inputFacets", {})):
+            errors += [error.message for error in ASSERTIONS_FACET.iter_errors(each)]
     return errors

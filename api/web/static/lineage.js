@@ -1,10 +1,13 @@
 // The lineage graph of an instance page: fetch GET /api/v1/instances/{uuid}/lineage, lay it out
 // left to right with dagre (vendor/), draw it as SVG. Each node links to its instance page (keeping
-// the time travel); changing direction or depth redraws without a reload.
+// the time travel) and, when checks were recorded on it, a badge of their worst result (passed, warning,
+// failed, errored); changing direction or depth redraws without a reload.
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
-  var NODE_H = 40, CHAR_W = 7.2, PAD = 12;
+  var NODE_H = 40, CHAR_W = 7.2, PAD = 12, BADGE_W = 16;
+  // The worst result of a node's checks (null: none recorded), as a letter on a coloured square.
+  var BADGE_TEXT = { passed: "\u2713", warning: "!", failed: "\u2717", errored: "E" };
 
   function el(name, attrs, parent) {
     var node = document.createElementNS(SVG, name);
@@ -28,7 +31,9 @@
     g.setDefaultEdgeLabel(function () { return {}; });
     data.nodes.forEach(function (node) {
       var label = node.ref === null ? "dropped " + node.uuid.slice(0, 8) : node.ref;
-      var width = Math.min(420, Math.max(120, label.length * CHAR_W + 2 * PAD));
+      // Room for the check badge at the right end (it never covers the label).
+      var badge = node.check_result ? BADGE_W + 4 : 0;
+      var width = Math.min(420, Math.max(120, label.length * CHAR_W + 2 * PAD)) + badge;
       g.setNode(node.uuid, { width: width, height: NODE_H, label: label, node: node });
     });
     data.edges.forEach(function (edge) {
@@ -51,7 +56,15 @@
     title.textContent = box.label.length > 56 ? box.label.slice(0, 55) + "…" : box.label;
     var sub = el("text", { "class": "sub", "x": PAD, "y": 32 }, link);
     sub.textContent = state.replace(/_/g, " ") + " · " + id.slice(0, 8);
-    el("title", {}, group).textContent = box.label;
+    if (node.check_result) {
+      var badge = el("g", { "class": "badge c-" + node.check_result, "data-testid": "lineage-check",
+        "data-result": node.check_result, "transform": "translate(" + (box.width - BADGE_W - 6) + ",6)" }, link);
+      el("rect", { "width": BADGE_W, "height": BADGE_W, "rx": 3 }, badge);
+      el("text", { "x": BADGE_W / 2, "y": 12 }, badge).textContent = BADGE_TEXT[node.check_result] || "?";
+      el("title", {}, badge).textContent = "checks: " + node.check_result;
+    }
+    group.setAttribute("data-check", node.check_result || "");
+    el("title", {}, group).textContent = box.label + (node.check_result ? " (checks: " + node.check_result + ")" : "");
   }
 
   function draw(box, data) {

@@ -1,9 +1,9 @@
 """The web UI (api/web/) over a real Service on a real SQLite file, through Starlette's TestClient.
 
 One module-scoped app over a small state built with events (no Spark): a raw partition observed, a
-daily built from it by a job run, a want with a derivative want, a failed run, a ref and a comment
-holding markup, then a taint of the daily. Every page renders, time travel shows the state before
-the taint, markup renders as text, headers are set, and the forms refuse what they must.
+daily built from it by a job run (a passed and a warning check), a want with a derivative want, a failed
+run, a ref and a comment holding markup, then a taint of the daily. Every page renders, time travel shows
+the state before the taint, markup renders as text, headers are set, and the forms refuse what they must.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ RAW = "raw/clicks/date=2026-01-01"
 DAILY = "agg/daily_clicks/date=2026-01-01"
 EVIL = "evil/<script>alert(1)</script>"
 COMMENT = "<b>weekly</b> report & more"
+ROWS_PASSED = pb.CheckResult(name="rows_nonzero", passed=True, blocking=True, description="<b>5</b> rows")
 
 
 @dataclass
@@ -60,7 +61,9 @@ def _build_state(service: Service) -> tuple[str, str, int, int]:
     _append(service, derivative, from_job_run("run-0"))
     daily_uuid = service.state.canonical[DAILY]
     _append(service, pb.JobRunBuffer(job_run_id="run-1", job_label="daily_clicks", instance_uuids=[daily_uuid]))
-    _append(service, pb.JobRunSuccess(job_run_id="run-1", input_instance_uuids=[raw_uuid]))
+    warned = pb.CheckResult(name="url_not_null", blocking=False, description="2 null urls", metrics={"nulls": 2})
+    checked = pb.InstanceChecks(instance_uuid=daily_uuid, results=[ROWS_PASSED, warned])
+    _append(service, pb.JobRunSuccess(job_run_id="run-1", input_instance_uuids=[raw_uuid], checks=[checked]))
     service.create_want(WantRequest(refs=[EVIL, "other/x"], want_id="want-evil"))
     failing = [service.state.canonical["other/x"]]
     _append(service, pb.JobRunBuffer(job_run_id="run-2", job_label="other", instance_uuids=failing))
@@ -133,6 +136,22 @@ def test_missing_things_are_404_pages(world: World) -> None:
     assert "no partition instance" in _get(world, "/instances/nope", 404)
     assert "must be a seq" in _get(world, "/?as_of=x", 422)
     assert "after" in _get(world, f"/?as_of={world.taint_seq + 1000}", 409)
+
+
+def test_instance_and_run_pages_show_the_checks_as_of_a_seq(world: World) -> None:
+    """Issue 24: the daily's checks table (a warning among them) on its page and its run's; none before its run."""
+    html = _get(world, f"/instances/{world.daily_uuid}")
+    rows = re.findall(r'data-testid="check-row" data-name="([^"]+)" data-result="([^"]+)" data-seq="(\d+)"', html)
+    success_seq = int(rows[0][2])
+    assert rows == [("rows_nonzero", "passed", str(success_seq)), ("url_not_null", "warning", str(success_seq))]
+    assert "&lt;b&gt;5&lt;/b&gt; rows" in html and 'data-key="nulls">nulls=2</code>' in html
+    assert 'data-testid="no-checks"' not in html
+    run = _get(world, "/runs/run-1")
+    assert 'data-testid="run-checks"' in run and 'data-name="url_not_null" data-result="warning"' in run
+    before = _get(world, f"/instances/{world.daily_uuid}?as_of={success_seq - 1}")
+    assert 'data-testid="check-row"' not in before and f"No checks recorded as of seq {success_seq - 1}" in before
+    assert 'data-testid="run-checks"' not in _get(world, f"/runs/run-1?as_of={success_seq - 1}")
+    assert 'data-testid="run-checks"' not in _get(world, "/runs/run-2")
 
 
 def test_time_travel_shows_the_state_before_the_taint(world: World) -> None:
