@@ -109,9 +109,8 @@ class Orchestrator:
         self._last_decision: tuple[int, Decision] | None = None
         self.ticker = Ticker(graph, clock)  # the graph's schedules (orchestrator/ticks.py)
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
-        sources = [*graph.sources.values()]
         self.scanner = SourceScanner(
-            log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
+            log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock, digests=db.content_digests
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
