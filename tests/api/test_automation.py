@@ -60,9 +60,11 @@ def clock() -> Clock:
 
 @pytest.fixture
 def served(sqlite_url: str, clock: Clock) -> Iterator[ApiServer]:
-    with Database.open(sqlite_url, auto_upgrade=True) as db:
-        with serve_service(Service(db, graph=GRAPH, clock=clock)) as api:
-            yield api
+    with (
+        Database.open(sqlite_url, auto_upgrade=True) as db,
+        serve_service(Service(db, graph=GRAPH, clock=clock)) as api,
+    ):
+        yield api
 
 
 def tick_hourly(api: ApiServer, now_ms: int) -> None:
