@@ -28,7 +28,9 @@ def test_list_pause_resume_and_trigger(capsys: pytest.CaptureFixture[str], db: s
 
     code, out, _ = run_cli(capsys, "automation", "trigger", "often", "--db", db, "--graph", GRAPH, "--user", "ann")
     assert code == 0 and out.startswith("schedule often: ticked by hand, want schedule:often:manual:")
-    code, out, _ = run_cli(capsys, "automation", "pause", "often", "--reason", "disk full", "--db", db, "--graph", GRAPH)
+    code, out, _ = run_cli(
+        capsys, "automation", "pause", "often", "--reason", "disk full", "--db", db, "--graph", GRAPH
+    )
     assert (code, out.strip()) == (0, "schedule often: paused at seq 2")
 
     code, out, _ = run_cli(capsys, "automation", "list", "--db", db, "--graph", GRAPH, "--json")
