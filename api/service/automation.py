@@ -46,35 +46,35 @@ class AutomationService(ServiceBase):
     ) -> ScheduleWrittenOut:
         """Pause `name`: from now its times pass without ticks."""
         reason = request.reason if request is not None else ""
-        return self._control(name, pb.ScheduleControl(schedule=name, paused=True, reason=reason), user)
+        return self._control_schedule(name, pb.ScheduleControl(schedule=name, paused=True, reason=reason), user)
 
     def resume_schedule(self, name: str, user: str = ANONYMOUS) -> ScheduleWrittenOut:
         """Resume `name`: its catch-up policy decides what becomes of the times it missed."""
-        return self._control(name, pb.ScheduleControl(schedule=name, paused=False), user)
+        return self._control_schedule(name, pb.ScheduleControl(schedule=name, paused=False), user)
 
     def trigger_schedule(self, name: str, user: str = ANONYMOUS) -> ScheduleWrittenOut:
         """Tick `name` now, by hand: the want its function makes of the present time."""
-        schedule = self._declared(name)
+        schedule = self._declared_schedule(name)
         now = self.clock()
         event = tick_event(schedule, self.graph, DueTick(now, pb.TICK_KIND_MANUAL), now, manual(user))  # type: ignore[arg-type]
         if event.schedule_tick.error:
             raise InvalidInput(f"schedule {name!r}: {event.schedule_tick.error}")
         seq = self._write(self._checked(event.schedule_tick, user))[0]
         want_id = event.schedule_tick.want.want_id if event.schedule_tick.HasField("want") else None
-        return self._written(name, seq, want_id)
+        return self._schedule_written(name, seq, want_id)
 
-    def _control(self, name: str, control: pb.ScheduleControl, user: str) -> ScheduleWrittenOut:
-        self._known(name)
+    def _control_schedule(self, name: str, control: pb.ScheduleControl, user: str) -> ScheduleWrittenOut:
+        self._known_schedule(name)
         seq = self._write(self._checked(control, user))[0]
-        return self._written(name, seq)
+        return self._schedule_written(name, seq)
 
-    def _written(self, name: str, seq: int, want_id: str | None = None) -> ScheduleWrittenOut:
+    def _schedule_written(self, name: str, seq: int, want_id: str | None = None) -> ScheduleWrittenOut:
         declared = self.graph.schedules.get(name) if self.graph is not None else None
         with self.live.read() as state:
             schedule = schedule_out(name, declared, state.schedules.get(name), self.clock())
         return ScheduleWrittenOut(seq=seq, schedule=schedule, want_id=want_id)
 
-    def _declared(self, name: str) -> Schedule:
+    def _declared_schedule(self, name: str) -> Schedule:
         if self.graph is None:
             raise Conflict("this service has no graph, so no schedule's want function: serve it with --graph")
         schedule = self.graph.schedules.get(name)
@@ -82,7 +82,7 @@ class AutomationService(ServiceBase):
             raise NotFound(f"no schedule {name!r} in the served graph")
         return schedule
 
-    def _known(self, name: str) -> None:
+    def _known_schedule(self, name: str) -> None:
         """NotFound unless the served graph declares `name` or the log knows it (pausing a typo helps nobody)."""
         if self.graph is not None and name in self.graph.schedules:
             return
