@@ -25,6 +25,7 @@ import click
 from pydantic import ValidationError
 
 from partbuild.api.commands import (
+    automation,
     bucketing,
     changes,
     groups,
@@ -83,6 +84,7 @@ for command in (
     bucketing.config_group,
     groups.group_group,
     sources.sources_group,
+    automation.automation_group,
     subscriptions.subscriptions_group,
     subscriptions.deliver,
     tokens.tokens_group,

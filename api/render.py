@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from partbuild.api.models.automation import ScheduleOut
 from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut
 from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
@@ -125,6 +126,7 @@ def want_detail(want: WantDetailOut) -> Group:
             ("sla", _sla(want) if want.sla_seconds else None),
             ("comment", want.comment),
             ("source", want.source),
+            ("cause", want.cause),
             ("parent", want.parent_want_id),
             ("root", want.root_want_id if want.root_want_id != want.want_id else None),
             ("satisfied by", _joined(want.satisfied_by)),
@@ -404,6 +406,32 @@ def groups_table(groups: list[GroupSummaryOut]) -> Table:
             Text(group.leader_task_id),
             str(group.members),
             str(group.buckets_without_owner),
+        )
+    return table
+
+
+def schedules_table(schedules: list[ScheduleOut]) -> Table:
+    """One row a schedule: when it ticks, running or paused, its ticks, the last one and its want, the next."""
+    table = _table("SCHEDULE", "WHEN", "CATCH-UP", "STATE", "TICKS", "MISSED", "LAST TICK", "LAST WANT", "NEXT")
+    for schedule in schedules:
+        state = Text(f"paused: {schedule.pause_reason}" if schedule.pause_reason else "paused", style="yellow")
+        if not schedule.paused:
+            state = Text("running", style="green")
+        last = schedule.last_tick
+        last_text = f"{last.at} ({last.kind})" if last is not None else "-"
+        want = Text(schedule.last_want_id or "-")
+        if schedule.last_error:
+            want = Text(schedule.last_error, style="red")
+        table.add_row(
+            Text(schedule.name),
+            Text(schedule.when or "(log only)"),
+            schedule.catch_up or "-",
+            state,
+            f"{schedule.ticks:,}",
+            f"{schedule.missed:,}",
+            last_text,
+            want,
+            when(schedule.next_tick_ms),
         )
     return table
 

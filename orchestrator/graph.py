@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.checks import Check
+from partbuild.orchestrator.schedules import Schedule
 from partbuild.state.fold.validation import id_problem
 
 if TYPE_CHECKING:
@@ -236,9 +237,18 @@ class Resolution:
 class Graph:
     """A validated set of jobs and source datasets."""
 
-    def __init__(self, jobs: Iterable[Job], sources: Iterable[SourceDataset] = ()) -> None:
+    def __init__(
+        self, jobs: Iterable[Job], sources: Iterable[SourceDataset] = (), schedules: Iterable[Schedule] = ()
+    ) -> None:
         self.jobs: dict[str, Job] = {}
         self.sources: dict[str, SourceDataset] = {}
+        self.schedules: dict[str, Schedule] = {}
+        for schedule in schedules:
+            if not isinstance(schedule, Schedule):
+                raise GraphError(f"schedules must be Schedule objects (orchestrator/schedules.py), not {schedule!r}")
+            if schedule.name in self.schedules:
+                raise GraphError(f"two schedules are named {schedule.name!r}")
+            self.schedules[schedule.name] = schedule
         self._claims: list[tuple[PartitionPattern, Producer]] = []
         seen_templates: dict[str, str] = {}
         for job in jobs:

@@ -8,9 +8,11 @@ thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
 the newer state. A step also stops the runs the log ended (canceled, or failed as
 stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
-`RetentionPolicy`, an `InstanceRetention`. A worker with an `Ownership` (a static
-bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
-decides, fails stale runs and scans sources only for what it owns.
+`RetentionPolicy`, an `InstanceRetention`, and the ticks of the graph's schedules
+that came due (`Ticker`, orchestrator/ticks.py; the loop sleeps no later than the
+next). A worker with an `Ownership` (a static bucket, or a worker group's
+`GroupOwnership` with its `GroupWorker` thread) decides, fails stale runs, ticks
+schedules and scans sources only for what it owns.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from partbuild.orchestrator.buckets import Ownership, StaticBucket, start_bucket
 from partbuild.orchestrator.decide import (
@@ -36,6 +39,7 @@ from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sources.scanner import SourceScanner
+from partbuild.orchestrator.ticks import Ticker
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -103,10 +107,10 @@ class Orchestrator:
         # The last decision and the head it was made on: with nothing folded since and no retry
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
+        self.ticker = Ticker(graph, clock)  # the graph's schedules (orchestrator/ticks.py)
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
-        sources = [*graph.sources.values()]
         self.scanner = SourceScanner(
-            log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
+            log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock, digests=db.content_digests
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
@@ -133,6 +137,12 @@ class Orchestrator:
         """
         self.ownership = GroupOwnership(group.name, WORKER_ID)
         return GroupWorker(self.db, self.live, group, WORKER_ID, clock=self.clock, on_change=self.wake)
+
+    def _owns_key(self, state: BuildState) -> Callable[[str], bool]:
+        """Whether this worker acts for a key (a source, a schedule): alone, every one; else its bucket's owner."""
+        if self.ownership is None:
+            return _everything
+        return self.ownership.at(state).owns
 
     def _owns_source(self, state: BuildState, key: str) -> bool:
         """Whether this worker scans a source: every worker alone; in a set split by bucket or a group, one owner."""
@@ -184,6 +194,7 @@ class Orchestrator:
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
         with self.live.read() as state:
             events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.ownership)
+            events += self.ticker.due(state, now, self._owns_key(state), ORCHESTRATOR)
             decision = self._decide(state, now)
             events += decision.events
             if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
@@ -207,9 +218,8 @@ class Orchestrator:
                     self.ownership.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
-        self._next_due_ms = min(
-            (t for t in (decision.next_retry_ms, self.live.state.next_expiry_ms()) if t is not None), default=None
-        )
+        due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms)
+        self._next_due_ms = min((t for t in due_times if t is not None), default=None)
         return bool(events) or observed or dispatched
 
     def _stop_runs_the_log_ended(self) -> None:
@@ -346,3 +356,7 @@ class Orchestrator:
                 timeout = min(timeout, max(0.0, (self._next_due_ms - self.clock()) / 1000))
             self._listener.wait(timeout)
         self._wake.clear()
+
+
+def _everything(key: str) -> bool:
+    return True

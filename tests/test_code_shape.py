@@ -86,6 +86,16 @@ def test_each_resource_has_its_declarations_models_and_service_under_one_name() 
         importlib.import_module(f"partbuild.api.models.{name}")
 
 
+def test_no_two_resource_services_define_the_same_name() -> None:
+    """`Service` composes the resources' classes: a helper named twice would silently shadow the other's."""
+    owners: dict[str, list[str]] = {}
+    for base in Service.__bases__:
+        for name in vars(base):
+            if not name.startswith("__"):
+                owners.setdefault(name, []).append(base.__name__)
+    assert {name: classes for name, classes in owners.items() if len(classes) > 1} == {}
+
+
 def _api_models() -> list[type[BaseModel]]:
     found = []
     for module in pkgutil.iter_modules(models.__path__):

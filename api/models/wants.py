@@ -115,4 +115,8 @@ class WantDetailOut(WantOut):
 
     refs_status: list[RefStatusOut]
     tree: WantTreeOut
+    cause: str | None = Field(
+        default=None,
+        description='Why automation made it ("schedule nightly ticked at 2026-01-02T02:00:00Z"); null: asked for.',
+    )
     as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")

@@ -14,6 +14,7 @@ records to response models. Errors are the domain exceptions of `partbuild.api.e
 from __future__ import annotations
 
 from partbuild.api.service.audit import AuditService
+from partbuild.api.service.automation import AutomationService
 from partbuild.api.service.changes import ChangesService
 from partbuild.api.service.events import EventsService
 from partbuild.api.service.groups import GroupsService
@@ -33,6 +34,7 @@ class Service(
     RunsService,
     GroupsService,
     SourcesService,
+    AutomationService,
     SubscriptionsService,
     EventsService,
     ChangesService,

@@ -188,6 +188,7 @@ def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut
         **want_out(want, now_ms).model_dump(),
         refs_status=[_ref_status(state, ref, WAITING_DEPTH, set()) for ref in want.refs],
         tree=_tree(state, want, [MAX_TREE_NODES]),
+        cause=state.want_causes.get(want.want_id),
         as_of_seq=state.head_seq,
     )
 

@@ -1,7 +1,7 @@
 """partbuild's API, declared once: every operation's name, parameters, result and HTTP route, by resource.
 
-Each resource (wants, partitions, runs, groups, sources, subscriptions, events,
-changes, audit, operations) is a module here holding a Protocol of its operations, each
+Each resource (wants, partitions, runs, groups, sources, automation, subscriptions,
+events, changes, audit, operations) is a module here holding a Protocol of its operations, each
 marked with `@operation(...)`, and its `TAG` in the document. The same name is
 the resource's module in `partbuild.api.models` and `partbuild.api.service`.
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, get_type_hints
 
 from partbuild.api.surface.audit import AuditApi
+from partbuild.api.surface.automation import AutomationApi
 from partbuild.api.surface.changes import ChangesApi
 from partbuild.api.surface.common import (
     ANONYMOUS,
@@ -71,6 +72,7 @@ class Client(
     RunsApi,
     GroupsApi,
     SourcesApi,
+    AutomationApi,
     SubscriptionsApi,
     EventsApi,
     ChangesApi,

@@ -50,6 +50,7 @@ from partbuild.state.fold.records import (
     digested_counts,
 )
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
+from partbuild.state.fold.schedules import ScheduleRow
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.rules.group import GroupState
 from partbuild.state.rules.subscriptions import Subscription
@@ -92,6 +93,7 @@ class BuildState:
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
         Items(("check_results",)),  # since issue 24: empty (every older log), it hashes nothing
+        Items(("schedules", "want_causes")),  # since issue 25: empty in every older log
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
         History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
@@ -132,6 +134,10 @@ class BuildState:
         self.subscriptions: dict[str, Subscription] = {}
         # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
         self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
+        # schedule name -> what its ticks and pauses left (state/fold/schedules.py), once it ticked or paused.
+        self.schedules: dict[str, ScheduleRow] = {}
+        # want id -> why it exists, for the wants automation created ("schedule nightly ticked at ...").
+        self.want_causes: dict[str, str] = {}
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
         # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
         self.fields: dict[str, tuple[object, ...]] = {}

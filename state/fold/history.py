@@ -101,7 +101,7 @@ def field_at(state: BuildState, key: str, field: str, seq: int) -> tuple[Any, in
 # ----------------------------------------------------------------- versions of small records
 
 # BuildState attributes whose values are versioned whole (a dict of name -> small record or value).
-VERSIONED = ("groups", "bucket_layouts", "bucket_runs", "sources", "subscriptions")
+VERSIONED = ("groups", "bucket_layouts", "bucket_runs", "sources", "subscriptions", "schedules")
 
 
 def keep_versions(state: BuildState, seq: int, names: tuple[str, ...]) -> None:

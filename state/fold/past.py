@@ -438,6 +438,15 @@ class PastState:
         return versions_at(self.live, "subscriptions", self.head_seq)
 
     @cached_property
+    def schedules(self) -> dict[str, Any]:
+        return versions_at(self.live, "schedules", self.head_seq)
+
+    @property
+    def want_causes(self) -> Mapping[str, str]:
+        """Set with each want and never changed: looked up for a want that exists as of the seq, it is as then."""
+        return self.live.want_causes
+
+    @cached_property
     def bucket_layouts(self) -> dict[str, tuple[int, int]]:
         return versions_at(self.live, "bucket_layouts", self.head_seq)
 

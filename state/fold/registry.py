@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import buckets, clock, group, instances, job_runs, sources, subscriptions, wants
+from partbuild.state.fold import buckets, clock, group, instances, job_runs, schedules, sources, subscriptions, wants
 from partbuild.state.fold.history import VERSIONED, versioned
 from partbuild.state.fold.records import (
     Instance,
@@ -94,6 +94,14 @@ def _waiting_refs(state: BuildState, msg: pb.InstancesWaitUpstream) -> list[str]
 
 def _the_want(msg: pb.WantCreate | pb.WantCancel) -> tuple[str]:
     return (msg.want_id,)
+
+
+def _ticked_refs(state: BuildState, msg: pb.ScheduleTick) -> Sequence[str]:
+    return msg.want.partition_refs
+
+
+def _ticked_want(msg: pb.ScheduleTick) -> tuple[str, ...]:
+    return (msg.want.want_id,) if msg.HasField("want") else ()
 
 
 @dataclass(frozen=True)
@@ -251,6 +259,20 @@ ROWS: tuple[EventType, ...] = (
     ),
     # Not a build event: subscriptions made without event types keep what they always received.
     EventType("partition_gone", sources.check_partition_gone, sources.apply_partition_gone, refs=_the_ref),
+    EventType(
+        "schedule_tick",
+        schedules.check_schedule_tick,
+        schedules.apply_schedule_tick,
+        refs=_ticked_refs,
+        want_ids=_ticked_want,
+        versions=("schedules",),
+    ),
+    EventType(
+        "schedule_control",
+        schedules.check_schedule_control,
+        schedules.apply_schedule_control,
+        versions=("schedules",),
+    ),
 )
 
 # The record classes (and enums) a BuildState may hold, besides builtins: nothing else may be in a snapshot.
@@ -269,6 +291,7 @@ RECORD_CLASSES: tuple[type, ...] = (
     Subscription,
     CompositeTopic,
     StorageTopic,
+    schedules.ScheduleRow,
 )
 
 BY_NAME: dict[str, EventType] = {row.name: row for row in ROWS}

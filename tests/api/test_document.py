@@ -68,6 +68,18 @@ COVERED: dict[str, dict[str, str]] = {
         "GET /api/v1/groups": "test_worker_group_ownership_as_of_any_seq_and_heartbeats_now",
         "GET /api/v1/group/{name}": "test_worker_group_ownership_as_of_any_seq_and_heartbeats_now",
     },
+    "api/test_automation.py": {
+        "GET /api/v1/automation": "test_schedules_show_their_ticks_and_next_time_and_pausing_follows_the_folds_rules",
+        "POST /api/v1/automation/schedules/{name}/pause": (
+            "test_schedules_show_their_ticks_and_next_time_and_pausing_follows_the_folds_rules"
+        ),
+        "POST /api/v1/automation/schedules/{name}/resume": (
+            "test_schedules_show_their_ticks_and_next_time_and_pausing_follows_the_folds_rules"
+        ),
+        "POST /api/v1/automation/schedules/{name}/trigger": (
+            "test_a_tick_by_hand_wants_now_and_leaves_the_schedules_times_alone"
+        ),
+    },
     "api/test_sources.py": {
         "GET /api/v1/sources": "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",
         "POST /api/v1/sources/{name}/scan": "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",

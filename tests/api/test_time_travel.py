@@ -162,7 +162,7 @@ def lists(labels: list[str]) -> list[Read]:
     return found + [paged("job_runs", 1, job=label) for label in labels]
 
 
-WHOLE = [Read("groups"), Read("bucket_layouts"), Read("sources"), Read("list_subscriptions")]
+WHOLE = [Read("groups"), Read("bucket_layouts"), Read("sources"), Read("list_subscriptions"), Read("automation")]
 
 
 def reads_of(key: Key, log: Catalog, variant: int | None = None) -> list[Read]:

@@ -19,6 +19,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.schedules import tick_time_text
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
@@ -430,6 +431,55 @@ def check_events() -> list[pb.Event]:
     return events
 
 
+def schedule_events() -> list[pb.Event]:
+    """Issue 25's schedules: scheduled, catch-up, skipped and manual ticks with their wants, a failed want
+    function, pause and resume, and the copies and mistakes the fold rejects."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_800_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"s{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    hour = 3_600_000
+    t0 = 1_799_996_400_000  # 2027-01-15T07:00:00Z
+
+    def tick(kind: int, at: int, *refs: str, missed: int = 0, error: str = "", want_id: str = "") -> pb.ScheduleTick:
+        name = "hourly"
+        found = pb.ScheduleTick(schedule=name, tick_ms=at, kind=kind, missed=missed, error=error)
+        if refs:
+            manual_part = "manual:" if kind == pb.TICK_KIND_MANUAL else ""
+            stamp = tick_time_text(at)
+            found.want.CopyFrom(
+                pb.WantCreate(
+                    want_id=want_id or f"schedule:{name}:{manual_part}{stamp}",
+                    partition_refs=refs,
+                    data_timestamp_ms=at,
+                    ttl_seconds=7200,
+                )
+            )
+        return found
+
+    orchestrator = system("orchestrator")
+    add(tick(pb.TICK_KIND_SCHEDULED, t0, "h/1"), orchestrator)  # 1
+    add(tick(pb.TICK_KIND_SCHEDULED, t0, "h/1"), orchestrator)  # 2: rejected, the same time again (a copy)
+    add(tick(pb.TICK_KIND_CATCH_UP, t0 + 3 * hour, "h/4", missed=2), orchestrator)  # 3
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 2 * hour, "h/3"), orchestrator)  # 4: rejected, before the last tick
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 4 * hour, "h/5", want_id="other"), orchestrator)  # 5: rejected, want id
+    add(pb.ScheduleControl(schedule="hourly", paused=True, reason="upstream outage"), manual("ann"))  # 6
+    add(pb.ScheduleControl(schedule="hourly", paused=True), manual("ann"))  # 7: rejected, already paused
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 4 * hour, "h/5"), orchestrator)  # 8: rejected, paused
+    add(tick(pb.TICK_KIND_MANUAL, t0 + 4 * hour + 5, "h/5"), manual("ann"))  # 9: by hand, while paused
+    add(pb.ScheduleControl(schedule="hourly", paused=False), manual("ann"))  # 10
+    add(tick(pb.TICK_KIND_SKIPPED, t0 + 6 * hour, missed=1), orchestrator)  # 11
+    add(tick(pb.TICK_KIND_SKIPPED, t0 + 7 * hour, "h/8"), orchestrator)  # 12: rejected, a skipped tick's want
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 7 * hour, error="want function raised KeyError: 'x'"), orchestrator)  # 13
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 8 * hour, "h/9", "h/9"), orchestrator)  # 14: rejected, a ref twice
+    add(tick(pb.TICK_KIND_SCHEDULED, t0 + 8 * hour, "h/9"), orchestrator)  # 15
+    add(pb.ClockTick(), orchestrator)  # 16
+    return events
+
+
 @dataclass(frozen=True)
 class GoldenLog:
     """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
@@ -504,6 +554,12 @@ GOLDEN_LOGS = (
         "golden_log_checks.bin",
         check_events,
         "21f8b0fff707441cdfed499f1197a650e4f39a388bdd8531e44a27dcd2e30740",
+    ),
+    GoldenLog(
+        "schedules",  # schedule ticks with their wants, pauses (issue 25), 2026-11
+        "golden_log_schedules.bin",
+        schedule_events,
+        "cdbaa2a0fe51e03a49b7c749a0a4c099060ce1d2949b1c7a4cbf7876a4742c0b",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -26,6 +26,14 @@ class SubscriptionQueue(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUBSCRIPTION_QUEUE_MAIN: _ClassVar[SubscriptionQueue]
     SUBSCRIPTION_QUEUE_RQ: _ClassVar[SubscriptionQueue]
     SUBSCRIPTION_QUEUE_DLQ: _ClassVar[SubscriptionQueue]
+
+class TickKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TICK_KIND_UNSPECIFIED: _ClassVar[TickKind]
+    TICK_KIND_SCHEDULED: _ClassVar[TickKind]
+    TICK_KIND_CATCH_UP: _ClassVar[TickKind]
+    TICK_KIND_SKIPPED: _ClassVar[TickKind]
+    TICK_KIND_MANUAL: _ClassVar[TickKind]
 ERROR_CLASS_UNSPECIFIED: ErrorClass
 ERROR_CLASS_RETRYABLE: ErrorClass
 ERROR_CLASS_PERMANENT: ErrorClass
@@ -37,6 +45,11 @@ SUBSCRIPTION_QUEUE_UNSPECIFIED: SubscriptionQueue
 SUBSCRIPTION_QUEUE_MAIN: SubscriptionQueue
 SUBSCRIPTION_QUEUE_RQ: SubscriptionQueue
 SUBSCRIPTION_QUEUE_DLQ: SubscriptionQueue
+TICK_KIND_UNSPECIFIED: TickKind
+TICK_KIND_SCHEDULED: TickKind
+TICK_KIND_CATCH_UP: TickKind
+TICK_KIND_SKIPPED: TickKind
+TICK_KIND_MANUAL: TickKind
 
 class EventSource(_message.Message):
     __slots__ = ("manual", "job_run", "system")
@@ -69,7 +82,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone", "schedule_tick", "schedule_control")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +110,8 @@ class Event(_message.Message):
     SUBSCRIPTION_RESHARD_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
     PARTITION_GONE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_TICK_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_CONTROL_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -124,7 +139,9 @@ class Event(_message.Message):
     subscription_reshard: SubscriptionReshard
     subscription_offset_reset: SubscriptionOffsetReset
     partition_gone: PartitionGone
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ...) -> None: ...
+    schedule_tick: ScheduleTick
+    schedule_control: ScheduleControl
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ..., schedule_tick: _Optional[_Union[ScheduleTick, _Mapping]] = ..., schedule_control: _Optional[_Union[ScheduleControl, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -577,3 +594,29 @@ class SubscriptionOffsetReset(_message.Message):
     to_seq: int
     reason: str
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[_Union[SubscriptionQueue, str]] = ..., to_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ScheduleTick(_message.Message):
+    __slots__ = ("schedule", "tick_ms", "kind", "missed", "want", "error")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TICK_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIELD_NUMBER: _ClassVar[int]
+    WANT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    schedule: str
+    tick_ms: int
+    kind: TickKind
+    missed: int
+    want: WantCreate
+    error: str
+    def __init__(self, schedule: _Optional[str] = ..., tick_ms: _Optional[int] = ..., kind: _Optional[_Union[TickKind, str]] = ..., missed: _Optional[int] = ..., want: _Optional[_Union[WantCreate, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ScheduleControl(_message.Message):
+    __slots__ = ("schedule", "paused", "reason")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    schedule: str
+    paused: bool
+    reason: str
+    def __init__(self, schedule: _Optional[str] = ..., paused: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...

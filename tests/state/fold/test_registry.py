@@ -53,8 +53,8 @@ def row_problems(rows: tuple[EventType, ...]) -> list[str]:
             problems.append(f"registry row {row.name!r}: job_run={row.job_run}, but its message's job_run_id says not")
         if (row.fence_refs is not None) != ("fence" in fields):
             problems.append(f"registry row {row.name!r}: fence_refs disagrees with its message's fence field")
-        if row.want_ids is not None and "want_id" not in fields:
-            problems.append(f"registry row {row.name!r} names wants, but its message has no want_id")
+        if row.want_ids is not None and "want_id" not in fields and "want" not in fields:  # `want`: a WantCreate
+            problems.append(f"registry row {row.name!r} names wants, but its message has no want_id nor want")
         if row.run_phase is not None and (not row.job_run or row.run_phase not in RUN_PHASES):
             problems.append(f"registry row {row.name!r}: run phase {row.run_phase!r} of a non-run or unknown phase")
     return problems

@@ -1,0 +1,59 @@
+"""Models of automation (`/api/v1/automation`): schedules, their ticks, and pausing them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from partbuild.api.models.common import StrictRequest, WrittenOut
+from partbuild.state.fold.schedules import MAX_REASON_CHARS
+
+TickKindName = Literal["scheduled", "catch_up", "skipped", "manual"]
+CatchUpName = Literal["latest", "all", "none"]
+
+
+class ScheduleTickOut(BaseModel):
+    """A schedule's last tick that stood for one of its times (manual ticks are not: see `last_want_id`)."""
+
+    tick_ms: int = Field(description="The time it stood for, ms since the epoch.")
+    at: str = Field(description="The same, ISO 8601 in UTC.")
+    kind: TickKindName
+    seq: int = Field(description="Where the tick is in the log.")
+
+
+class ScheduleOut(BaseModel):
+    """One schedule: how the served graph declares it, and what the log says of it as of the seq."""
+
+    name: str
+    declared: bool = Field(description="The served graph declares it (false: only the log knows it; or no graph).")
+    when: str | None = Field(description='When it ticks: "cron 0 2 * * * Europe/Paris", "every 1:00:00".')
+    catch_up: CatchUpName | None = Field(description="What becomes of the times that pass while nobody ticks.")
+    paused: bool
+    pause_reason: str
+    ticks: int = Field(description="Ticks the log holds, every kind.")
+    missed: int = Field(description="Times given up by the catch-up policy, in all.")
+    last_tick: ScheduleTickOut | None
+    last_want_id: str | None = Field(description="The want of the last tick (manual ones included) that made one.")
+    last_error: str | None = Field(description="Why the last tick wanted nothing: its function failed.")
+    next_tick_ms: int | None = Field(
+        description="Its next time after the last tick and now: only for the present, for a declared running schedule."
+    )
+
+
+class AutomationOut(BaseModel):
+    """Every schedule of the served graph and of the log, by name."""
+
+    schedules: list[ScheduleOut]
+    as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")
+
+
+class ScheduleControlRequest(StrictRequest):
+    reason: str = Field(default="", max_length=MAX_REASON_CHARS)
+
+
+class ScheduleWrittenOut(WrittenOut):
+    """A pause, resume or tick by hand, where it landed, and the schedule after it."""
+
+    schedule: ScheduleOut
+    want_id: str | None = Field(default=None, description="A tick by hand: the want it made (null: none).")
