@@ -8,7 +8,8 @@ thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
 the newer state. A step also stops the runs the log ended (canceled, or failed as
 stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
-`RetentionPolicy`, an `InstanceRetention`. A worker with an `Ownership` (a static
+`RetentionPolicy`, an `InstanceRetention`; with jobs that publish, the `Publisher` then brings their
+catalog tables up to the state it folded (orchestrator/publish.py). A worker with an `Ownership` (a static
 bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
 decides, fails stale runs and scans sources only for what it owns.
 """
@@ -34,6 +35,7 @@ from partbuild.orchestrator.group.ownership import GroupOwnership
 from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
+from partbuild.orchestrator.publish import Publisher
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
@@ -104,6 +106,8 @@ class Orchestrator:
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
+        # Published jobs' tables follow the log (orchestrator/publish.py); None when no job publishes.
+        self.publisher = Publisher.for_graph(graph, self.executor.spark, warehouse)
         sources = [*graph.sources.values()]
         self.scanner = SourceScanner(
             log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
@@ -207,6 +211,8 @@ class Orchestrator:
                     self.ownership.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
+        if self.publisher is not None:
+            self.publisher.step(self.live)
         self._next_due_ms = min(
             (t for t in (decision.next_retry_ms, self.live.state.next_expiry_ms()) if t is not None), default=None
         )
@@ -330,6 +336,8 @@ class Orchestrator:
         if self.group is not None:  # after the runs: until they end, their buckets stay ours
             self.group.stop()
         self.catch_up()
+        if self.publisher is not None:  # the outcomes just folded
+            self.publisher.step(self.live)
         if self._owns_live:
             self.live.close()
         if self._listener is not None:
