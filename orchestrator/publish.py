@@ -129,8 +129,8 @@ def table_conflict(publishes: Iterable[tuple[str, Publish]]) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Target:
-    """A published job's table, and how its refs become partition values."""
+class Table:
+    """A published job's table: its declaration, the job's pattern, the partition columns (its fields, in order)."""
 
     publish: Publish
     pattern: _Pattern
@@ -148,13 +148,13 @@ class _Target:
 class Publisher:
     """Keeps the catalog tables of a graph's published jobs equal to their canonical Live instances."""
 
-    def __init__(self, targets: Mapping[str, _Target], spark: LazySpark, warehouse: str) -> None:
+    def __init__(self, targets: Mapping[str, Table], spark: LazySpark, warehouse: str) -> None:
         self._targets = dict(targets)  # job label -> its table
         self._spark = spark
         self._warehouse = warehouse.rstrip("/")
         self._seen_seq = -1  # the head last looked at; -1: not yet (the first step reconciles every ref)
         self._watched: dict[str, None] = {}  # runs of published jobs active at _seen_seq
-        self._shown: dict[str, str | None] = {}  # ref -> the location its partition points at (None: none)
+        self._shown: dict[str, str] = {}  # ref -> the location its partition points at (absent: no partition)
         self._retry: dict[str, None] = {}  # refs whose last change failed: looked at again each step
         self._unswept = {target.publish.table for target in self._targets.values()}  # start sweep still due
         self._ready: set[str] = set()  # tables known to exist
@@ -170,8 +170,13 @@ class Publisher:
         for label, job in graph.jobs.items():
             if job.publish is not None:
                 pattern = job.outputs[0]
-                targets[label] = _Target(job.publish, pattern, tuple(pattern.fields))  # type: ignore[arg-type]
+                targets[label] = Table(job.publish, pattern, tuple(pattern.fields))  # type: ignore[arg-type]
         return cls(targets, spark, warehouse) if targets else None
+
+    @property
+    def tables(self) -> Mapping[str, Table]:
+        """Job label -> the table it publishes."""
+        return self._targets
 
     # ----------------------------------------------------------------- finding what changed
 
@@ -274,11 +279,15 @@ class Publisher:
             except Exception as exc:  # Spark down, a metastore hiccup: the next step tries again
                 self.failures += 1
                 self._retry[ref] = None
+                self._ready.discard(target.publish.table)  # someone may have dropped it: look again, recreate
                 logger.warning("publishing %s to table %s failed: %s", ref, target.publish.table, _first_line(exc))
                 continue
             if self._shown.get(ref) != location:
                 done += 1
-            self._shown[ref] = location
+            if location is None:  # no entry is no partition: memory only for what the tables show
+                self._shown.pop(ref, None)
+            else:
+                self._shown[ref] = location
         self.applied += done
         return done
 
@@ -307,11 +316,7 @@ class Publisher:
             table = target.publish.table
             if table not in self._unswept:
                 continue
-            keep = {
-                target.values(ref)
-                for ref in [*(r for r, location in self._shown.items() if location), *self._retry]
-                if target.pattern.match(ref) is not None
-            }
+            keep = {target.values(ref) for ref in [*self._shown, *self._retry] if target.pattern.match(ref) is not None}
             try:
                 catalog = _Catalog(self._spark.get(), target)
                 if self._table_exists(catalog):
@@ -329,7 +334,7 @@ class Publisher:
 class _Catalog:
     """The statements the publisher sends for one table, every value a parameter marker."""
 
-    def __init__(self, session: Any, target: _Target) -> None:
+    def __init__(self, session: Any, target: Table) -> None:
         if session is None:
             raise RuntimeError("this orchestrator has no Spark session to publish with")
         self.session = session
