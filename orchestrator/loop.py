@@ -106,11 +106,9 @@ class Orchestrator:
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
-        # Published jobs' tables follow the log (orchestrator/publish.py); None when no job publishes.
-        self.publisher = Publisher.for_graph(graph, self.executor.spark, warehouse)
-        sources = [*graph.sources.values()]
+        self.publisher = Publisher.for_graph(graph, self.executor.spark, warehouse)  # None: no job publishes
         self.scanner = SourceScanner(
-            log, self.live, sources, owns=self._owns_source, clock=clock, digests=db.content_digests
+            log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock, digests=db.content_digests
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
