@@ -177,3 +177,36 @@ def test_a_restarted_orchestrator_reconciles_a_catalog_that_kept_its_partitions(
     second.step()
     assert setup.rows() == {("1", "/a", one)}
     assert second.publisher is not None and second.publisher.failures == 0
+
+
+def test_partition_values_and_locations_are_parameters_never_sql(sqlite_url: str, tmp_path: Path, spark: Any) -> None:
+    """Refs with quotes, backslashes and SQL in a str field: published as they are, and kept by a restart's sweep."""
+    database = f"published_{uuid.uuid4().hex[:12]}"
+    table = f"{database}.sites"
+
+    def run_site(ctx: JobContext) -> None:
+        for target in ctx.outputs:
+            frame = ctx.spark.createDataFrame([(target.partition["site"],)], "name string")
+            frame.coalesce(1).write.mode("overwrite").parquet(target.location)
+
+    graph = Graph([Job("sites", ["sites/site={site}"], run_site, publish=table)])
+    sites = ["it's", "a\\b", "x'); DROP TABLE t; --", "100%25"]
+    refs = [f"sites/site={site}" for site in sites]
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        made = Setup(db, graph, tmp_path / "warehouse", spark, table, tmp_path)
+        try:
+            build(made.orchestrator(), "sites", *refs)
+            answer = {(row["site"], row["name"]) for row in spark.sql(f"SELECT site, name FROM {table}").collect()}
+            assert answer == {(site, site) for site in sites}
+            made.made.pop().close()
+            stale = tmp_path / "stale"
+            spark.createDataFrame([("stale",)], "name string").write.parquet(str(stale))
+            spark.sql(f"ALTER TABLE {table} ADD PARTITION (site = 'gone''d') LOCATION :at", args={"at": str(stale)})
+            assert len(spark.sql(f"SELECT site FROM {table}").collect()) == len(sites) + 1
+            # A restart: its sweep reads SHOW PARTITIONS (escaped as paths), drops the stale one, keeps the rest.
+            made.orchestrator().step()
+            assert {row["site"] for row in spark.sql(f"SELECT site FROM {table}").collect()} == set(sites)
+        finally:
+            for orchestrator in made.made:
+                orchestrator.close()
+            spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
