@@ -22,12 +22,17 @@ makes it Live with neither, is picked up at the next start or the ref's next cha
 published job is reconciled once, and, for a table that exists (a Hive metastore keeps it across restarts;
 the in-memory catalog does not), partitions the log has nothing Live for are dropped.
 
-The publisher runs in the orchestrator's thread on the process's lazy session (the one jobs use): a graph
-with no published job has no publisher, and one with nothing to publish starts no Spark for it. A failed
-catalog call is logged and counted (`failures`), and the ref is tried again at the next step; it never stops
-the loop and never touches the log. Statements take every value (table name, partition values, locations)
-as a parameter marker (`IDENTIFIER(:table)`, `:p0`, `:location`, Spark 3.4+), so no SQL is built from a ref;
-the column names spliced in are pattern field names (`[A-Za-z_][A-Za-z0-9_]*`) or Spark's own `toDDL`.
+The publisher runs in the orchestrator's thread, after a step's decisions and dispatch, on the process's
+lazy session (the one jobs use): a graph with no published job has no publisher, and one with nothing to
+publish starts no Spark for it (on start over a log that knows refs of a published job, it does, to
+reconcile). Catalog calls hold that thread: a slow metastore slows the steps that publish, not the runs. A
+failed call is logged and counted (`failures`) and its ref tried again after a backoff (1 s, doubling, at
+most a minute); it never stops the loop and never touches the log. Every orchestrator publishing to one
+shared metastore (a worker group, bucket workers) follows the same log, so they converge on the same table.
+
+Statements take every value (table name, partition values, locations) as a parameter marker
+(`IDENTIFIER(:table)`, `:p0`, `:location`; tested with Spark 4), so no SQL is built from a ref; the column
+names spliced in are pattern field names (`[A-Za-z_][A-Za-z0-9_]*`) or Spark's own `StructType.toDDL`.
 """
 
 from __future__ import annotations
@@ -181,13 +186,26 @@ class Publisher:
     # ----------------------------------------------------------------- finding what changed
 
     def step(self, live: LiveState) -> int:
-        """Bring the tables up to the live state; returns how many partitions changed.
+        """Bring the tables up to the live state; returns how many partitions changed. Never raises.
 
         After a failure, nothing is tried before the backoff ends (a metastore that is down is not asked
         every 50 ms); what changed meanwhile is found then, since `_seen_seq` stays where it was.
         """
         if time.monotonic() < self._retry_after:
             return 0
+        try:
+            return self._step(live)
+        except Exception:  # a bug here must not stop the loop that builds: say it, back off, go on
+            self.failures += 1
+            self._back_off()
+            logger.exception("publishing failed")
+            return 0
+
+    def _back_off(self) -> None:
+        self._backoff_s = min(60.0, self._backoff_s * 2) if self._backoff_s else 1.0
+        self._retry_after = time.monotonic() + self._backoff_s
+
+    def _step(self, live: LiveState) -> int:
         if self._seen_seq == live.head_seq and not self._retry and not self._unswept:
             return 0
         with live.read() as state:
@@ -214,8 +232,7 @@ class Publisher:
         if self._unswept:
             self._sweep()
         if self._retry or self._unswept:
-            self._backoff_s = min(60.0, self._backoff_s * 2) if self._backoff_s else 1.0
-            self._retry_after = time.monotonic() + self._backoff_s
+            self._back_off()
         else:
             self._backoff_s = 0.0
         return changed
