@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.checks import Check
+from partbuild.orchestrator.publish import Publish, as_publish, publish_problem, table_conflict
 from partbuild.orchestrator.schedules import Schedule
 from partbuild.state.fold.validation import id_problem
 
@@ -171,6 +172,8 @@ class Job:
     # Quality checks run on each output before the run's outcome is recorded (orchestrator/checks.py):
     # a failed blocking one keeps the instance from going Live.
     checks: Sequence[Check] = ()
+    # A catalog table whose partitions follow this job's canonical Live instances (orchestrator/publish.py).
+    publish: Publish | str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
@@ -190,6 +193,9 @@ class Job:
         limit = self.batch_bytes
         if limit is not None and (type(limit) is not int or limit < 1):  # type(): True is an int too
             raise GraphError(f"job {self.label!r}: batch_bytes must be None or an int of at least 1, not {limit!r}")
+        object.__setattr__(self, "publish", as_publish(self.publish))
+        if self.publish is not None and (problem := publish_problem(patterns)):
+            raise GraphError(f"job {self.label!r}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,9 @@ class Graph:
                 raise GraphError(f"two source datasets are named {source.name!r}")
             self.sources[source.name] = source
             self._claim(source.pattern, source, f"source {source.name!r}", seen_templates)  # type: ignore[arg-type]
+        published = ((job.label, job.publish) for job in self.jobs.values() if isinstance(job.publish, Publish))
+        if conflict := table_conflict(published):
+            raise GraphError(conflict)
         self._cache: dict[str, Resolution] = {}
 
     def _claim(self, pattern: PartitionPattern, producer: Producer, who: str, seen: dict[str, str]) -> None:

@@ -10,9 +10,10 @@ the newer state. A step also stops the runs the log ended (canceled, or failed a
 stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
 `RetentionPolicy`, an `InstanceRetention`, and the ticks of the graph's schedules
 that came due (`Ticker`, orchestrator/ticks.py; the loop sleeps no later than the
-next). A worker with an `Ownership` (a static bucket, or a worker group's
-`GroupOwnership` with its `GroupWorker` thread) decides, fails stale runs, ticks
-schedules and scans sources only for what it owns.
+next); with jobs that publish, the `Publisher` then brings their catalog tables up
+to the state it folded (orchestrator/publish.py). A worker with an `Ownership` (a
+static bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
+decides, fails stale runs, ticks schedules and scans sources only for what it owns.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from partbuild.orchestrator.group.ownership import GroupOwnership
 from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
+from partbuild.orchestrator.publish import Publisher
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.orchestrator.ticks import Ticker
@@ -107,15 +109,25 @@ class Orchestrator:
         # The last decision and the head it was made on: with nothing folded since and no retry
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
-        self.ticker = Ticker(graph, clock)  # the graph's schedules (orchestrator/ticks.py)
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
+        self._start_helpers()
+        if self.group is not None:
+            self.group.start()  # last: heartbeats from here on, so nothing slow may follow
+
+    def _start_helpers(self) -> None:
+        """What acts beside the decisions: the schedules' ticker, the tables' publisher, the source scanner."""
+        self.ticker = Ticker(self.graph, self.clock)  # orchestrator/ticks.py
+        self.publisher = Publisher.for_graph(self.graph, self.executor.spark, self.warehouse)  # None: no job publishes
         self.scanner = SourceScanner(
-            log, self.live, [*graph.sources.values()], owns=self._owns_source, clock=clock, digests=db.content_digests
+            self.log,
+            self.live,
+            [*self.graph.sources.values()],
+            owns=self._owns_source,
+            clock=self.clock,
+            digests=self.db.content_digests,
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
-        if self.group is not None:
-            self.group.start()  # last: heartbeats from here on, so nothing slow may follow
 
     def _executor(self, spark: object, max_workers: int | None, heartbeat_interval_s: float) -> JobExecutor:
         """The job runner: as many threads as the jobs' concurrencies add up to, unless told."""
@@ -218,6 +230,8 @@ class Orchestrator:
                     self.ownership.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
+        if self.publisher is not None:
+            self.publisher.step(self.live)
         due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms)
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
         return bool(events) or observed or dispatched
@@ -340,6 +354,8 @@ class Orchestrator:
         if self.group is not None:  # after the runs: until they end, their buckets stay ours
             self.group.stop()
         self.catch_up()
+        if self.publisher is not None:  # the outcomes just folded
+            self.publisher.step(self.live)
         if self._owns_live:
             self.live.close()
         if self._listener is not None:

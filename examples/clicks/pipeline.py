@@ -176,6 +176,7 @@ def build_graph(
     raw_discovery: Discovery | None = None,
     stage_raw: Callable[[str], str] | None = None,
     checks: bool = True,
+    publish: str | None = None,
 ) -> Graph:
     """The W1 graph over raw data under `data_root`, for the `days` days from `start`.
 
@@ -183,7 +184,9 @@ def build_graph(
     under `<data_root>/raw/clicks`) instead of checking wanted days under `data_root`.
     `stage_raw`: see `run_daily`. `checks`: declare the quality checks (a daily is not
     empty, a weekly's total is the sum of its dailies'); the benchmark against the plain
-    loop, which checks nothing, leaves them out.
+    loop, which checks nothing, leaves them out. `publish`: a database name: the dailies and
+    weeklies are published as its tables `daily_clicks` and `weekly_clicks` (orchestrator/publish.py;
+    off by default, so nothing of it runs).
     """
     # Absolute, so locations stay valid whatever the job process's working directory.
     root = Path(data_root).absolute()
@@ -216,13 +219,19 @@ def build_graph(
     weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2)
     if checks:
         daily, weekly = replace(daily, checks=DAILY_CHECKS), replace(weekly, checks=WEEKLY_CHECKS)
+    if publish is not None:
+        daily, weekly = (
+            replace(daily, publish=f"{publish}.daily_clicks"),
+            replace(weekly, publish=f"{publish}.weekly_clicks"),
+        )
     return Graph(jobs=[daily, weekly], sources=[raw])
 
 
 def graph() -> Graph:
     """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS.
 
-    With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`.
+    With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`; with
+    PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB.
     """
     root = Path(os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data")).absolute()
     discovery = None
@@ -230,7 +239,8 @@ def graph() -> Graph:
         from partbuild.orchestrator.sources.discovery import filesystem_discovery
 
         discovery = filesystem_discovery(root / "raw" / "clicks", RAW_KEYS)
-    return build_graph(root, int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28")), raw_discovery=discovery)
+    days = int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28"))
+    return build_graph(root, days, raw_discovery=discovery, publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ from examples.clicks.pipeline import (
 )
 from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.graph import load_graph
+from partbuild.orchestrator.publish import Publish
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 D = 10
@@ -68,3 +69,15 @@ def test_the_env_configured_graph_discovers_raw_clicks_on_request(
     assert source.locate is None and source.discovery is not None
     assert source.discovery.keys == RAW_KEYS
     assert source.discovery.location_of("date=2026-01-01") == f"{tmp_path.absolute()}/raw/clicks/date=2026-01-01"
+
+
+def test_the_env_configured_graph_publishes_tables_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = REPO_ROOT / "examples" / "clicks" / "pipeline.py"
+    monkeypatch.setenv("PARTBUILD_CLICKS_ROOT", str(tmp_path))
+    assert [job.publish for job in load_graph(pipeline).jobs.values()] == [None, None]  # by default: no table
+    monkeypatch.setenv("PARTBUILD_CLICKS_PUBLISH", "clicks")
+    published = {label: job.publish for label, job in load_graph(pipeline).jobs.items()}
+    assert published == {
+        "daily_clicks": Publish("clicks.daily_clicks"),
+        "weekly_clicks": Publish("clicks.weekly_clicks"),
+    }
