@@ -38,6 +38,7 @@ from partbuild.state.fold.layout import (
     Setting,
     Table,
 )
+from partbuild.state.fold.rechecks import CheckRequest
 from partbuild.state.fold.records import (
     Instance,
     InstanceState,
@@ -92,6 +93,8 @@ class BuildState:
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
         Items(("check_results",)),  # since issue 24: empty (every older log), it hashes nothing
+        Items(("check_requests",)),  # checks run again (state/fold/rechecks.py): empty in older logs too
+        Index(("pending_check_requests",)),
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
         History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
@@ -132,6 +135,10 @@ class BuildState:
         self.subscriptions: dict[str, Subscription] = {}
         # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
         self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
+        # checks request id -> (instance UUID, requested seq, answered seq or 0), oldest first; the pending ones
+        # (state/fold/rechecks.py).
+        self.check_requests: dict[str, CheckRequest] = {}
+        self.pending_check_requests: dict[str, None] = {}
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
         # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
         self.fields: dict[str, tuple[object, ...]] = {}
