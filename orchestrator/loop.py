@@ -8,9 +8,11 @@ thread meanwhile). Only accepted JobRunBuffer events are dispatched: if another
 writer got there first the append conflicts and the step is simply redone on
 the newer state. A step also stops the runs the log ended (canceled, or failed as
 stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
-`RetentionPolicy`, an `InstanceRetention`. A worker with an `Ownership` (a static
-bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
-decides, fails stale runs and scans sources only for what it owns.
+`RetentionPolicy`, an `InstanceRetention`; it hands pending checks requests (a job's checks
+run again on a Live instance) to a `ChecksRerunner` thread (orchestrator/rechecks.py). A worker
+with an `Ownership` (a static bucket, or a worker group's `GroupOwnership` with its
+`GroupWorker` thread) decides, fails stale runs, scans sources and answers checks requests
+only for what it owns.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from partbuild.orchestrator.group.ownership import GroupOwnership
 from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
+from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.proto.v1 import events_pb2 as pb
@@ -110,6 +113,16 @@ class Orchestrator:
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
+        # Checks run again on Live instances when the log asks (orchestrator/rechecks.py), for the refs it owns.
+        self.rechecks = ChecksRerunner(
+            log,
+            self.live,
+            graph,
+            open_spark=self.executor.spark.get,
+            owns=self._owns_source,
+            clock=clock,
+            on_append=self.wake,
+        )
         if self.group is not None:
             self.group.start()  # last: heartbeats from here on, so nothing slow may follow
 
@@ -207,10 +220,11 @@ class Orchestrator:
                     self.ownership.check_layout(state)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
+        rechecking = self.rechecks.step()
         self._next_due_ms = min(
             (t for t in (decision.next_retry_ms, self.live.state.next_expiry_ms()) if t is not None), default=None
         )
-        return bool(events) or observed or dispatched
+        return bool(events) or observed or dispatched or rechecking
 
     def _stop_runs_the_log_ended(self) -> None:
         """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
@@ -292,7 +306,7 @@ class Orchestrator:
         refs of other buckets: a round-robin run from cron then exits, and the next
         bucket's run builds them.)
         """
-        if self.executor.running_ids() or self._pending:
+        if self.executor.running_ids() or self._pending or self.rechecks.busy():
             return False
         with self.live.read() as state:
             if self.ownership is None:
@@ -326,6 +340,7 @@ class Orchestrator:
     def close(self) -> None:
         """Stop scanning and taking runs; wait for those in flight and fold their outcomes; leave the group."""
         self.scanner.stop()
+        self.rechecks.close()
         self.executor.shutdown(wait=True)
         if self.group is not None:  # after the runs: until they end, their buckets stay ours
             self.group.stop()
