@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import cached_property
 
 from partbuild.orchestrator.buckets import Ownership, StaticBucket, start_bucket
 from partbuild.orchestrator.decide import (
@@ -113,16 +114,6 @@ class Orchestrator:
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
-        # Checks run again on Live instances when the log asks (orchestrator/rechecks.py), for the refs it owns.
-        self.rechecks = ChecksRerunner(
-            log,
-            self.live,
-            graph,
-            open_spark=self.executor.spark.get,
-            owns=self._owns_source,
-            clock=clock,
-            on_append=self.wake,
-        )
         if self.group is not None:
             self.group.start()  # last: heartbeats from here on, so nothing slow may follow
 
@@ -137,6 +128,23 @@ class Orchestrator:
             heartbeat_interval_s=heartbeat_interval_s,
             clock=self.clock,
             on_finished=self.wake,
+        )
+
+    @cached_property
+    def rechecks(self) -> ChecksRerunner:
+        """Checks run again on Live instances when the log asks (orchestrator/rechecks.py), for the refs it owns.
+
+        Made at its first use (a step, `is_idle` or `close`, all on the loop's thread).
+        """
+        spark = self.executor.spark
+        return ChecksRerunner(
+            self.log,
+            self.live,
+            self.graph,
+            open_spark=spark.get,
+            owns=self._owns_source,
+            clock=self.clock,
+            on_append=self.wake,
         )
 
     def _join(self, group: GroupConfig) -> GroupWorker:
