@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from partbuild.api.commands import (
     bucketing,
     changes,
+    checks,
     groups,
     log,
     partitions,
@@ -72,6 +73,7 @@ for command in (
     partitions.lineage_command,
     partitions.taint,
     partitions.observe,
+    checks.checks_group,
     runs.runs_group,
     changes.changes_command,
     serving.serve,
