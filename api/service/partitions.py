@@ -137,10 +137,10 @@ class PartitionsService(ServiceBase):
             if instance is None:
                 raise NotFound(f"no partition instance {uuid!r}")
             if instance.built_by is None:
-                raise InvalidInput(f"instance {uuid} of {instance.ref!r} is source data: no job's checks apply to it")
+                raise Conflict(f"instance {uuid} of {instance.ref!r} is source data: no job's checks apply to it")
             job = self._producer(instance.ref)
             if job is not None and not job.checks:
-                raise InvalidInput(f"job {job.label!r} declares no checks")
+                raise Conflict(f"job {job.label!r} declares no checks")
             comment = request.comment if request is not None else ""
             payload = pb.ChecksRequest(request_id=request_id, instance_uuid=uuid, comment=comment)
             event = self._event(payload, user)

@@ -357,7 +357,7 @@ def test_checks_run_again_on_request_pending_until_answered_and_a_blocking_failu
     ]
     before = head_seq(client)
     problem(client.post(f"{API}/instances/{uuid}/checks"), 409, "already requested", asked["request_id"])
-    problem(client.post(f"{API}/instances/{raw}/checks"), 422, "source data")
+    problem(client.post(f"{API}/instances/{raw}/checks"), 409, "source data")
     problem(client.post(f"{API}/instances/nope/checks"), 404, "nope")
     problem(client.post(f"{API}/instances/{uuid}/checks", json={"comment": "x", "extra": 1}), 422, "extra")
     assert head_seq(client) == before
@@ -381,7 +381,7 @@ def test_checks_run_again_on_request_pending_until_answered_and_a_blocking_failu
 
 
 def test_checks_cannot_run_again_for_a_job_of_the_graph_that_declares_none(sqlite_url: str) -> None:
-    """With a graph, the service knows a job without checks: a 422 naming the job, nothing appended."""
+    """With a graph, the service knows a job without checks: a 409 naming the job, nothing appended."""
     from partbuild.orchestrator.graph import Graph, Job, SourceDataset
 
     graph = Graph(
@@ -390,5 +390,5 @@ def test_checks_cannot_run_again_for_a_job_of_the_graph_that_declares_none(sqlit
     with Database.open(sqlite_url, auto_upgrade=True) as db, serve_service(Service(db, graph=graph)) as api:
         _, uuid = live_daily(api)
         before = head_seq(api.client)
-        problem(api.client.post(f"{API}/instances/{uuid}/checks"), 422, "job 'd' declares no checks")
+        problem(api.client.post(f"{API}/instances/{uuid}/checks"), 409, "job 'd' declares no checks")
         assert head_seq(api.client) == before

@@ -89,7 +89,7 @@ def test_a_changed_blocking_check_run_again_taints_what_fails_it_and_what_was_bu
 
         changed = rerun_graph(raw, [row_count_at_least(3, name="rows_at_least_3")])
         with orchestrated_api(db, changed, warehouse, spark) as api:
-            problem(api.client.post(f"{API}/instances/{weekly}/checks"), 422, "job 'weekly' declares no checks")
+            problem(api.client.post(f"{API}/instances/{weekly}/checks"), 409, "job 'weekly' declares no checks")
 
             passed = rechecked(api, d1)  # 3 rows: passes, taints nothing
             assert passed["state"] == "live" and [(c["name"], c["passed"]) for c in passed["checks"]] == [
