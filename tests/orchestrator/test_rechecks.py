@@ -6,6 +6,7 @@ orchestrator with another graph (the daily's checks added or changed) then answe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,21 @@ def test_a_job_without_checks_answers_skipped_and_an_owner_of_another_bucket_lea
     assert not state.pending_check_requests and rollup not in state.check_results
     answers = [e.checks_rerun for e in (s.to_event() for s in log.read(0, 1_000)) if e.HasField("checks_rerun")]
     assert [answer.skipped for answer in answers] == ["job rollup declares no checks"]
+
+
+def test_two_orchestrators_answering_at_once_record_one_answer_and_one_taint(
+    tmp_path: Path, orchestrators: OrchestratorFactory, log: EventLog, built: tuple[str, str]
+) -> None:
+    daily, rollup = built
+    ask(log, daily)
+    both = [orchestrators(graph(tmp_path, at_most(5))) for _ in range(2)]
+    threads = [threading.Thread(target=o.run_until_idle, kwargs={"timeout_s": 30}) for o in both]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    state = verified(both[0])  # no rejection: the second saw the answer (or lost the guarded append) and wrote nothing
+    events = [stored.to_event() for stored in log.read(0, 1_000)]
+    kinds = [event.WhichOneof("payload") for event in events]
+    assert kinds.count("checks_rerun") == 1 and kinds.count("partition_taint") == 1
+    assert (state.instances[daily].state, state.instances[rollup].state) == (I.TAINTED, I.TAINTED)
