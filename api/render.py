@@ -28,7 +28,14 @@ from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut
 from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
 from partbuild.api.models.operations import BucketLayoutOut
-from partbuild.api.models.partitions import CheckResultOut, InstanceOut, LineageNodeOut, LineageOut, RetentionReportOut
+from partbuild.api.models.partitions import (
+    CheckResultOut,
+    ChecksRequestedOut,
+    InstanceOut,
+    LineageNodeOut,
+    LineageOut,
+    RetentionReportOut,
+)
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
@@ -256,6 +263,27 @@ def _run_checks_text(run: JobRunDetailOut) -> str | None:
     """The checks the run's outcome recorded, under the ref and instance of each output they checked."""
     parts = [f"{each.ref} ({each.instance_uuid}):\n{_checks_text(each.checks) or ''}" for each in run.checks]
     return "\n".join(parts) or None
+
+
+def checks_requested_text(requested: ChecksRequestedOut) -> str:
+    """A checks request recorded, and where to see its answer."""
+    return (
+        f"checks of instance {requested.instance_uuid} requested at seq {requested.seq} "
+        f"(request {requested.request_id}); an orchestrator runs them and records the results"
+    )
+
+
+def checks_answered_text(requested: ChecksRequestedOut, instance: InstanceOut) -> str:
+    """A checks request answered: the instance's state now and its checks (none if the rerun skipped)."""
+    answered = next(r.answered_seq for r in instance.checks_requests if r.request_id == requested.request_id)
+    fresh = [check for check in instance.checks if check.seq == answered]
+    lines = [
+        f"checks of {instance.ref} ({instance.uuid}) run again at seq {answered}: the instance is {instance.state}"
+    ]
+    if instance.state == "tainted" and instance.note:
+        lines.append(f"tainted: {instance.note}")
+    lines.append(_checks_text(instance.model_copy(update={"checks": fresh})) or "no check ran (the rerun skipped)")
+    return "\n".join(lines)
 
 
 def lineage_tree(lineage: LineageOut, direction: str) -> Tree:

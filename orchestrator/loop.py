@@ -11,9 +11,11 @@ stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
 `RetentionPolicy`, an `InstanceRetention`, and the ticks of the graph's schedules
 that came due (`Ticker`, orchestrator/ticks.py; the loop sleeps no later than the
 next); with jobs that publish, the `Publisher` then brings their catalog tables up
-to the state it folded (orchestrator/publish.py). A worker with an `Ownership` (a
-static bucket, or a worker group's `GroupOwnership` with its `GroupWorker` thread)
-decides, fails stale runs, ticks schedules and scans sources only for what it owns.
+to the state it folded (orchestrator/publish.py); it hands pending checks requests
+(a job's checks run again on a Live instance) to a `ChecksRerunner` thread
+(orchestrator/rechecks.py). A worker with an `Ownership` (a static bucket, or a
+worker group's `GroupOwnership` with its `GroupWorker` thread) decides, fails stale
+runs, ticks schedules, scans sources and answers checks requests only for what it owns.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import cached_property
 
 from partbuild.orchestrator.buckets import Ownership, StaticBucket, start_bucket
 from partbuild.orchestrator.decide import (
@@ -39,6 +42,7 @@ from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.publish import Publisher
+from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.orchestrator.ticks import Ticker
@@ -142,6 +146,23 @@ class Orchestrator:
             on_finished=self.wake,
         )
 
+    @cached_property
+    def rechecks(self) -> ChecksRerunner:
+        """Checks run again on Live instances when the log asks (orchestrator/rechecks.py), for the refs it owns.
+
+        Made at its first use (a step, `is_idle` or `close`, all on the loop's thread).
+        """
+        spark = self.executor.spark
+        return ChecksRerunner(
+            self.log,
+            self.live,
+            self.graph,
+            open_spark=spark.get,
+            owns=self._owns_source,
+            clock=self.clock,
+            on_append=self.wake,
+        )
+
     def _join(self, group: GroupConfig) -> GroupWorker:
         """Member of `group` (started at the end of __init__): decide for the buckets it owns.
 
@@ -232,9 +253,10 @@ class Orchestrator:
         dispatched = self._dispatch()
         if self.publisher is not None:
             self.publisher.step(self.live)
+        rechecking = self.rechecks.step()
         due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms)
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
-        return bool(events) or observed or dispatched
+        return bool(events) or observed or dispatched or rechecking
 
     def _stop_runs_the_log_ended(self) -> None:
         """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
@@ -316,7 +338,7 @@ class Orchestrator:
         refs of other buckets: a round-robin run from cron then exits, and the next
         bucket's run builds them.)
         """
-        if self.executor.running_ids() or self._pending:
+        if self.executor.running_ids() or self._pending or self.rechecks.busy():
             return False
         with self.live.read() as state:
             if self.ownership is None:
@@ -350,6 +372,7 @@ class Orchestrator:
     def close(self) -> None:
         """Stop scanning and taking runs; wait for those in flight and fold their outcomes; leave the group."""
         self.scanner.stop()
+        self.rechecks.close()
         self.executor.shutdown(wait=True)
         if self.group is not None:  # after the runs: until they end, their buckets stay ours
             self.group.stop()

@@ -91,12 +91,12 @@ def lineage_command(
 ) -> None:
     """Instances an instance was built from (upstream) and built into (downstream); a REF means its current one."""
     with connect(target) as client:
-        root = _instance_uuid(client, uuid_or_ref, as_of)
+        root = instance_uuid_of(client, uuid_or_ref, as_of)
         found = client.lineage(root, direction=direction, depth=depth, as_of_seq=as_of)
     render.emit(found, as_json, lambda: render.lineage_tree(found, direction))
 
 
-def _instance_uuid(client: Client, uuid_or_ref: str, as_of: int | None) -> str:
+def instance_uuid_of(client: Client, uuid_or_ref: str, as_of: int | None) -> str:
     """The argument itself if it is an instance's UUID, else the UUID of the ref's canonical instance."""
     try:
         uuid.UUID(uuid_or_ref)

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from partbuild.api.models.common import MAX_COMMENT, JsonInt, NonNegative, Ref, StrictRequest
+from partbuild.api.models.common import MAX_COMMENT, JsonInt, NonNegative, Ref, StrictRequest, WrittenOut
 from partbuild.state.rules.refs import MAX_REF_BYTES
 
 MAX_LINEAGE_DEPTH = 50
@@ -106,6 +106,28 @@ class CheckResultOut(BaseModel):
     seq: int
 
 
+class ChecksRequestOut(BaseModel):
+    """A request to run the instance's job's checks again (`POST /instances/{uuid}/checks`)."""
+
+    request_id: str
+    requested_seq: int
+    answered_seq: int | None = Field(description="Where an orchestrator answered it (its results); null: pending.")
+
+
+class ChecksRunRequest(StrictRequest):
+    """Run a job's checks again on one of its Live instances."""
+
+    comment: str = Field(default="", max_length=MAX_COMMENT)
+
+
+class ChecksRequestedOut(WrittenOut):
+    """A checks request recorded: an orchestrator runs the checks and records the results on the instance."""
+
+    request_id: str
+    instance_uuid: str
+    link: str = Field(description="The instance: its `checks_requests` say when the request is answered.")
+
+
 class InstanceOut(BaseModel):
     uuid: str
     ref: str
@@ -128,6 +150,10 @@ class InstanceOut(BaseModel):
     version: SourceVersionRequest | None = None
     checks: list[CheckResultOut] = Field(
         default_factory=list, description="The checks of the last run that checked it (empty: none did)."
+    )
+    checks_requests: list[ChecksRequestOut] = Field(
+        default_factory=list,
+        description="Requests to run its checks again, oldest first (shown by `GET /instances/{uuid}` only).",
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid as uuids
 from collections.abc import Iterator, Mapping
 from itertools import islice, takewhile
 
@@ -11,6 +12,9 @@ from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
     CheckResultName,
     CheckResultOut,
+    ChecksRequestedOut,
+    ChecksRequestOut,
+    ChecksRunRequest,
     InstanceOut,
     InstanceStateName,
     LineageEdgeOut,
@@ -31,6 +35,7 @@ from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
+from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules.queries import Lineage, lineage, ref_history
 from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
@@ -122,7 +127,35 @@ class PartitionsService(ServiceBase):
             instance = state.instances.get(uuid)
             if instance is None:
                 raise NotFound(f"no partition instance {uuid!r}")
-            return instance_out(instance, state.check_results)
+            return instance_out(instance, state.check_results, state.check_requests)
+
+    def request_checks(
+        self, uuid: str, request: ChecksRunRequest | None = None, user: str = ANONYMOUS
+    ) -> ChecksRequestedOut:
+        """Ask an orchestrator to run the instance's job's current checks on it again (answered in the log)."""
+        request_id = uuids.uuid4().hex
+
+        def build(state: BuildState) -> list[pb.Event]:
+            instance = state.instances.get(uuid)
+            if instance is None:
+                raise NotFound(f"no partition instance {uuid!r}")
+            if instance.built_by is None:
+                raise Conflict(f"instance {uuid} of {instance.ref!r} is source data: no job's checks apply to it")
+            job = self._producer(instance.ref)
+            if job is not None and not job.checks:
+                raise Conflict(f"job {job.label!r} declares no checks")
+            comment = request.comment if request is not None else ""
+            payload = pb.ChecksRequest(request_id=request_id, instance_uuid=uuid, comment=comment)
+            event = self._event(payload, user)
+            reason = state.problem(event)  # the fold's own rules: Live, no request of it pending
+            if reason is not None:
+                raise Conflict(reason)
+            return [event]
+
+        seq = self._write(build)[0]
+        return ChecksRequestedOut(
+            seq=seq, request_id=request_id, instance_uuid=uuid, link=f"/api/v1/instances/{uuid}?min_seq={seq}"
+        )
 
     def lineage(
         self,
@@ -177,8 +210,13 @@ class PartitionsService(ServiceBase):
 # ----------------------------------------------------------------- records -> models
 
 
-def instance_out(instance: Instance, check_results: Mapping[str, tuple[CheckEntry, ...]] | None = None) -> InstanceOut:
-    """The instance's answer; with `check_results` (the state's), the checks of the last run that checked it."""
+def instance_out(
+    instance: Instance,
+    check_results: Mapping[str, tuple[CheckEntry, ...]] | None = None,
+    check_requests: Mapping[str, CheckRequest] | None = None,
+) -> InstanceOut:
+    """The instance's answer; with `check_results` (the state's), the checks of the last run (or rerun) that
+    checked it; with `check_requests`, the requests to run them again."""
     version = instance.version
     latest = latest_checks(check_results.get(instance.uuid, ())) if check_results is not None else None
     return InstanceOut(
@@ -202,6 +240,10 @@ def instance_out(instance: Instance, check_results: Mapping[str, tuple[CheckEntr
         note=instance.note,
         version=SourceVersionRequest(value=version[0], strong=version[1]) if version else None,
         checks=checks_out(latest) if latest is not None else [],
+        checks_requests=[
+            ChecksRequestOut(request_id=request_id, requested_seq=requested, answered_seq=answered or None)
+            for request_id, (_, requested, answered) in requests_of(check_requests or {}, instance.uuid)
+        ],
     )
 
 

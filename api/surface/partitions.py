@@ -13,6 +13,8 @@ from fastapi import Body, Path, Query
 from partbuild.api.models.common import PageOut, QueryInt, WrittenOut
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
+    ChecksRequestedOut,
+    ChecksRunRequest,
     InstanceOut,
     InstanceStateName,
     LineageOut,
@@ -59,6 +61,20 @@ class PartitionsApi(Protocol):
 
     @operation("GET", "/instances/{uuid}", "One partition instance by UUID", role=Role.READER)
     def instance(self, uuid: UuidPath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> InstanceOut: ...
+
+    @operation(
+        "POST",
+        "/instances/{uuid}/checks",
+        "Run the job's checks again on a Live instance; a blocking failure taints it",
+        status=202,
+        role=Role.WRITER,
+    )
+    def request_checks(
+        self,
+        uuid: UuidPath,
+        request: Annotated[ChecksRunRequest | None, Body()] = None,
+        user: User = ANONYMOUS,
+    ) -> ChecksRequestedOut: ...
 
     @operation("GET", "/instances/{uuid}/lineage", "Upstream and downstream instances to a depth", role=Role.READER)
     def lineage(

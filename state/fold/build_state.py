@@ -38,6 +38,7 @@ from partbuild.state.fold.layout import (
     Setting,
     Table,
 )
+from partbuild.state.fold.rechecks import CheckRequest
 from partbuild.state.fold.records import (
     Instance,
     InstanceState,
@@ -93,6 +94,8 @@ class BuildState:
         Items(("bucket_runs", "bucket_layouts")),
         Records(("groups", "sources", "subscriptions")),
         Items(("check_results",)),  # since issue 24: empty (every older log), it hashes nothing
+        Items(("check_requests",)),  # checks run again (state/fold/rechecks.py): empty in older logs too
+        Index(("pending_check_requests",)),
         Items(("schedules", "want_causes")),  # since issue 25: empty in every older log
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
@@ -134,6 +137,10 @@ class BuildState:
         self.subscriptions: dict[str, Subscription] = {}
         # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
         self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
+        # checks request id -> (instance UUID, requested seq, answered seq or 0), oldest first; the pending ones
+        # (state/fold/rechecks.py).
+        self.check_requests: dict[str, CheckRequest] = {}
+        self.pending_check_requests: dict[str, None] = {}
         # schedule name -> what its ticks and pauses left (state/fold/schedules.py), once it ticked or paused.
         self.schedules: dict[str, ScheduleRow] = {}
         # want id -> why it exists, for the wants automation created ("schedule nightly ticked at ...").

@@ -53,14 +53,15 @@ def checks_problem(
         if uuid in seen:
             return f"checks for instance {uuid} are listed more than once"
         seen.add(uuid)
-        rows = _rows(checked.results, uuid, success)
+        rows = check_rows(checked.results, uuid, success)
         if type(rows) is str:
             return rows
         plan.append((uuid, rows))  # type: ignore[arg-type]
     return tuple(plan)
 
 
-def _rows(results: Sequence[pb.CheckResult], uuid: str, success: bool) -> str | tuple[CheckRow, ...]:
+def check_rows(results: Sequence[pb.CheckResult], uuid: str, success: bool) -> str | tuple[CheckRow, ...]:
+    """Why one instance's results are invalid, or its rows; `success`: failed blocking or errored ones are refused."""
     rows: list[CheckRow] = []
     names: set[str] = set()
     for result in results:

@@ -53,6 +53,8 @@ def check_partition_taint(state: BuildState, seq: int, msg: pb.PartitionTaint, e
     current = state.canonical_instance(ref)
     if current is None:
         return f"partition {short(ref)} has no instance to taint"
+    if msg.instance_uuid and msg.instance_uuid != current.uuid:  # a writer that decided on an older state
+        return f"instance {short(msg.instance_uuid)} is no longer the canonical instance of {short(ref)}"
     if current.state != LIVE:
         return f"partition {short(ref)} is {current.state.name.lower()}; only a Live instance can be tainted"
     return ref, msg.reason or "tainted", _taint_cascade(state, [current], msg.only_this_ref), current

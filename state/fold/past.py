@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, PastCheckResults
 from partbuild.state.fold.history import HEARTBEAT, entries, field_at, run_entries, versions_at
+from partbuild.state.fold.rechecks import CheckRequest, PastCheckRequests, past_pending
 from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
     TERMINAL_WANT_STATES,
@@ -418,11 +419,17 @@ class PastState:
         self.wants_by_ref: Mapping[str, list[str]] = _PastWantsByRef(self)
         self.rejections: Sequence[Rejection] = _PastRejections(live.rejections, seq)
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = PastCheckResults(live.check_results, seq)
+        self.check_requests: Mapping[str, CheckRequest] = PastCheckRequests(live.check_requests, seq)
 
     @cached_property
     def clock_ms(self) -> int:
         """The log's clock as of the seq: the largest timestamp of an event applied by then."""
         return self._clock()
+
+    @cached_property
+    def pending_check_requests(self) -> dict[str, None]:
+        """Checks requests not answered as of the seq, oldest first."""
+        return past_pending(self.check_requests)
 
     # The small records, as of the seq (versions: state/fold/history.py).
     @cached_property

@@ -28,7 +28,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold import buckets, clock, group, instances, job_runs, schedules, sources, subscriptions, wants
+from partbuild.state.fold import (
+    buckets,
+    clock,
+    group,
+    instances,
+    job_runs,
+    rechecks,
+    schedules,
+    sources,
+    subscriptions,
+    wants,
+)
 from partbuild.state.fold.history import VERSIONED, versioned
 from partbuild.state.fold.records import (
     Instance,
@@ -90,6 +101,15 @@ def _the_ref(state: BuildState, msg: pb.PartitionTaint | pb.PartitionObserved | 
 
 def _waiting_refs(state: BuildState, msg: pb.InstancesWaitUpstream) -> list[str]:
     return instance_refs(state, [wait.instance_uuid for wait in msg.waits])
+
+
+def _requested_refs(state: BuildState, msg: pb.ChecksRequest) -> list[str]:
+    return instance_refs(state, (msg.instance_uuid,))
+
+
+def _rechecked_refs(state: BuildState, msg: pb.ChecksRerun) -> list[str]:
+    request = state.check_requests.get(msg.request_id)
+    return instance_refs(state, (request[0],)) if request is not None else []
 
 
 def _the_want(msg: pb.WantCreate | pb.WantCancel) -> tuple[str]:
@@ -259,6 +279,8 @@ ROWS: tuple[EventType, ...] = (
     ),
     # Not a build event: subscriptions made without event types keep what they always received.
     EventType("partition_gone", sources.check_partition_gone, sources.apply_partition_gone, refs=_the_ref),
+    EventType("checks_request", rechecks.check_checks_request, rechecks.apply_checks_request, refs=_requested_refs),
+    EventType("checks_rerun", rechecks.check_checks_rerun, rechecks.apply_checks_rerun, refs=_rechecked_refs),
     EventType(
         "schedule_tick",
         schedules.check_schedule_tick,

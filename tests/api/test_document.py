@@ -39,6 +39,9 @@ COVERED: dict[str, dict[str, str]] = {
         "POST /api/v1/partitions/taint": "test_taint_then_taint_again_conflicts",
         "POST /api/v1/partitions/observe": "test_observe_then_canonical_history_and_instance_as_of_seq",
         "GET /api/v1/instances/{uuid}": "test_observe_then_canonical_history_and_instance_as_of_seq",
+        "POST /api/v1/instances/{uuid}/checks": (
+            "test_checks_run_again_on_request_pending_until_answered_and_a_blocking_failure_taints"
+        ),
         "POST /api/v1/retention": "test_retention_previews_then_drops_superseded_instances",
     },
     "e2e/test_api_w1.py": {

@@ -59,6 +59,7 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "note": None,
         "version": None,
         "checks": [],
+        "checks_requests": [],
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)
@@ -318,3 +319,78 @@ def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_the
     assert code == 0 and "passed rows_nonzero" in out and "warning url_not_null" in out
     code, out, _ = run_cli(capsys, "partitions", "instance", uuid, "--server", api_server.url, "--as-of", str(seq - 1))
     assert code == 0 and "rows_nonzero" not in out
+
+
+def live_daily(api_server: ApiServer) -> tuple[str, str]:
+    """A source partition and a daily built from it, Live (the events an orchestrator would append): their UUIDs."""
+    from partbuild.proto.v1 import events_pb2 as pb
+    from partbuild.state.log.events import envelope, from_job_run, system
+
+    client = api_server.client
+    observe(client, "src/a", "/data/a")
+    want(client, ["d/1"], want_id="w")
+    raw, uuid = canonical(client, "src/a")["uuid"], canonical(client, "d/1")["uuid"]
+    api_server.log.append(
+        [
+            envelope(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[uuid]), source=system("o")),
+            envelope(pb.JobRunSuccess(job_run_id="r1", input_instance_uuids=[raw]), source=from_job_run("r1")),
+        ]
+    )
+    return raw, uuid
+
+
+def test_checks_run_again_on_request_pending_until_answered_and_a_blocking_failure_taints(
+    api_server: ApiServer,
+) -> None:
+    """Issue 24: POST /instances/{uuid}/checks records a request (202) the instance shows as pending; once an
+    orchestrator answers (here: its events appended by hand), the instance shows the results and the taint; as of the
+    request's seq it is still pending. A second request while one is pending, a source or unknown instance, a
+    tainted one, or a body with an unknown field is refused and appends nothing."""
+    from partbuild.proto.v1 import events_pb2 as pb
+    from partbuild.state.log.events import envelope, system
+
+    client = api_server.client
+    raw, uuid = live_daily(api_server)
+    asked = ok(client.post(f"{API}/instances/{uuid}/checks", json={"comment": "new check"}), 202)
+    assert set(asked) == {"seq", "request_id", "instance_uuid", "link"} and asked["instance_uuid"] == uuid
+    shown = ok(client.get(asked["link"]))
+    assert shown["checks_requests"] == [
+        {"request_id": asked["request_id"], "requested_seq": asked["seq"], "answered_seq": None}
+    ]
+    before = head_seq(client)
+    problem(client.post(f"{API}/instances/{uuid}/checks"), 409, "already requested", asked["request_id"])
+    problem(client.post(f"{API}/instances/{raw}/checks"), 409, "source data")
+    problem(client.post(f"{API}/instances/nope/checks"), 404, "nope")
+    problem(client.post(f"{API}/instances/{uuid}/checks", json={"comment": "x", "extra": 1}), 422, "extra")
+    assert head_seq(client) == before
+
+    failed = pb.CheckResult(name="rows_nonzero", passed=False, blocking=True, description="0 rows")
+    answer = pb.ChecksRerun(
+        request_id=asked["request_id"], checks=pb.InstanceChecks(instance_uuid=uuid, results=[failed])
+    )
+    taint = pb.PartitionTaint(
+        partition_ref="d/1", reason="check rows_nonzero failed on d/1: 0 rows", instance_uuid=uuid
+    )
+    written = api_server.log.append([envelope(answer, source=system("o")), envelope(taint, source=system("o"))])
+    now = ok(client.get(f"{API}/instances/{uuid}", params={"min_seq": written.last_seq}))
+    assert (now["state"], now["note"]) == ("tainted", "check rows_nonzero failed on d/1: 0 rows")
+    assert now["checks_requests"][0]["answered_seq"] == written.first_seq
+    assert [(c["name"], c["passed"], c["seq"]) for c in now["checks"]] == [("rows_nonzero", False, written.first_seq)]
+    then = ok(client.get(f"{API}/instances/{uuid}", params={"as_of_seq": asked["seq"]}))
+    assert then["state"] == "live" and then["checks"] == [] and then["checks_requests"][0]["answered_seq"] is None
+    assert ok(client.get(f"{API}/instances/{uuid}", params={"as_of_seq": asked["seq"] - 1}))["checks_requests"] == []
+    problem(client.post(f"{API}/instances/{uuid}/checks"), 409, "tainted")
+
+
+def test_checks_cannot_run_again_for_a_job_of_the_graph_that_declares_none(sqlite_url: str) -> None:
+    """With a graph, the service knows a job without checks: a 409 naming the job, nothing appended."""
+    from partbuild.orchestrator.graph import Graph, Job, SourceDataset
+
+    graph = Graph(
+        [Job("d", ["d/{n:int}"], lambda ctx: None)], [SourceDataset("src", "src/{name}", locate=lambda p: None)]
+    )
+    with Database.open(sqlite_url, auto_upgrade=True) as db, serve_service(Service(db, graph=graph)) as api:
+        _, uuid = live_daily(api)
+        before = head_seq(api.client)
+        problem(api.client.post(f"{API}/instances/{uuid}/checks"), 409, "job 'd' declares no checks")
+        assert head_seq(api.client) == before

@@ -431,6 +431,46 @@ def check_events() -> list[pb.Event]:
     return events
 
 
+def checks_rerun_events() -> list[pb.Event]:
+    """Issue 24's checks run again on Live instances: a request, a passing rerun, a skipped one, a failing
+    rerun with its taint (cascading to the weekly built from the daily), and what the fold refuses."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_810_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"k{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def rerun(request_id: str, uuid: str, passed: bool, rows: float) -> pb.ChecksRerun:
+        said = pb.CheckResult(name="rows_nonzero", passed=passed, blocking=True, description=f"{rows:g} rows")
+        said.metrics["rows"] = rows
+        return pb.ChecksRerun(request_id=request_id, checks=pb.InstanceChecks(instance_uuid=uuid, results=[said]))
+
+    connector, orchestrator, ann = system("connector"), system("orchestrator"), manual("ann")
+    raw = instance_uuid(add(pb.PartitionObserved(partition_ref="raw/a", location="/data/a"), connector), "raw/a")  # 1
+    wanted = add(pb.WantCreate(want_id="w", partition_refs=["d/1", "wk/1"]), ann)  # 2
+    d1, wk = instance_uuid(wanted, "d/1"), instance_uuid(wanted, "wk/1")
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[d1]), orchestrator)  # 3
+    add(pb.JobRunSuccess(job_run_id="r1", input_instance_uuids=[raw]), from_job_run("r1"))  # 4
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="wk", instance_uuids=[wk]), orchestrator)  # 5
+    add(pb.JobRunSuccess(job_run_id="r2", input_instance_uuids=[d1]), from_job_run("r2"))  # 6
+    add(pb.ChecksRequest(request_id="q1", instance_uuid=d1, comment="new check"), ann)  # 7
+    add(rerun("q1", d1, True, 5), orchestrator)  # 8
+    add(rerun("q1", d1, True, 5), orchestrator)  # 9: rejected, already answered
+    add(pb.ChecksRequest(request_id="q2", instance_uuid=wk), ann)  # 10
+    add(pb.ChecksRerun(request_id="q2", skipped="job wk declares no checks"), orchestrator)  # 11
+    add(pb.ChecksRequest(request_id="q3", instance_uuid=d1), ann)  # 12
+    add(pb.ChecksRequest(request_id="q4", instance_uuid=d1), ann)  # 13: rejected, q3 is pending
+    add(rerun("q3", d1, False, 0), orchestrator)  # 14
+    reason = "check rows_nonzero failed on d/1: 0 rows (checks run again, request q3)"
+    add(pb.PartitionTaint(partition_ref="d/1", reason=reason, instance_uuid=d1), orchestrator)  # 15: taints d/1, wk/1
+    add(pb.PartitionTaint(partition_ref="d/1", reason=reason, instance_uuid=d1), orchestrator)  # 16: rejected, moved
+    add(pb.ChecksRequest(request_id="q5", instance_uuid=raw), ann)  # 17: rejected, source data
+    add(pb.ChecksRequest(request_id="q6", instance_uuid=d1), ann)  # 18: rejected, tainted
+    add(pb.ClockTick(), orchestrator)  # 19
+    return events
+
+
 def schedule_events() -> list[pb.Event]:
     """Issue 25's schedules: scheduled, catch-up, skipped and manual ticks with their wants, a failed want
     function, pause and resume, and the copies and mistakes the fold rejects."""
@@ -554,6 +594,12 @@ GOLDEN_LOGS = (
         "golden_log_checks.bin",
         check_events,
         "21f8b0fff707441cdfed499f1197a650e4f39a388bdd8531e44a27dcd2e30740",
+    ),
+    GoldenLog(
+        "checks_rerun",  # checks run again on Live instances, their taint (issue 24), 2026-11
+        "golden_log_checks_rerun.bin",
+        checks_rerun_events,
+        "1f322f9274ee13c31580cabe454fb9b8137ef9129945a52bd52e107729c73599",
     ),
     GoldenLog(
         "schedules",  # schedule ticks with their wants, pauses (issue 25), 2026-11

@@ -389,6 +389,8 @@ def _prints(state: BuildState) -> dict[Key, object]:
         prints.update(((kind, ident), dumps(record.digest_values())) for ident, record in table.items())
     prints.update((("group", name), repr(group)) for name, group in state.groups.items())  # immutable records
     prints.update((("subscription", name), dumps(sub.digest_values())) for name, sub in state.subscriptions.items())
+    for request_id, (uuid, _, answered) in state.check_requests.items():  # an instance shows its checks requests
+        prints[("uuid", uuid)] = (prints.get(("uuid", uuid)), request_id, answered)
     return prints
 
 

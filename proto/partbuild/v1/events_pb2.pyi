@@ -82,7 +82,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone", "schedule_tick", "schedule_control")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone", "checks_request", "checks_rerun", "schedule_tick", "schedule_control")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,8 @@ class Event(_message.Message):
     SUBSCRIPTION_RESHARD_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_OFFSET_RESET_FIELD_NUMBER: _ClassVar[int]
     PARTITION_GONE_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_RERUN_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_TICK_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_CONTROL_FIELD_NUMBER: _ClassVar[int]
     event_id: str
@@ -139,9 +141,11 @@ class Event(_message.Message):
     subscription_reshard: SubscriptionReshard
     subscription_offset_reset: SubscriptionOffsetReset
     partition_gone: PartitionGone
+    checks_request: ChecksRequest
+    checks_rerun: ChecksRerun
     schedule_tick: ScheduleTick
     schedule_control: ScheduleControl
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ..., schedule_tick: _Optional[_Union[ScheduleTick, _Mapping]] = ..., schedule_control: _Optional[_Union[ScheduleControl, _Mapping]] = ...) -> None: ...
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ..., checks_request: _Optional[_Union[ChecksRequest, _Mapping]] = ..., checks_rerun: _Optional[_Union[ChecksRerun, _Mapping]] = ..., schedule_tick: _Optional[_Union[ScheduleTick, _Mapping]] = ..., schedule_control: _Optional[_Union[ScheduleControl, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -320,14 +324,16 @@ class JobRunMissingDeps(_message.Message):
     def __init__(self, job_run_id: _Optional[str] = ..., missing_refs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionTaint(_message.Message):
-    __slots__ = ("partition_ref", "reason", "only_this_ref")
+    __slots__ = ("partition_ref", "reason", "only_this_ref", "instance_uuid")
     PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ONLY_THIS_REF_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
     partition_ref: str
     reason: str
     only_this_ref: bool
-    def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ...) -> None: ...
+    instance_uuid: str
+    def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ..., instance_uuid: _Optional[str] = ...) -> None: ...
 
 class PartitionObserved(_message.Message):
     __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata", "version", "version_strong")
@@ -594,6 +600,26 @@ class SubscriptionOffsetReset(_message.Message):
     to_seq: int
     reason: str
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[_Union[SubscriptionQueue, str]] = ..., to_seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ChecksRequest(_message.Message):
+    __slots__ = ("request_id", "instance_uuid", "comment")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    instance_uuid: str
+    comment: str
+    def __init__(self, request_id: _Optional[str] = ..., instance_uuid: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+
+class ChecksRerun(_message.Message):
+    __slots__ = ("request_id", "checks", "skipped")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    checks: InstanceChecks
+    skipped: str
+    def __init__(self, request_id: _Optional[str] = ..., checks: _Optional[_Union[InstanceChecks, _Mapping]] = ..., skipped: _Optional[str] = ...) -> None: ...
 
 class ScheduleTick(_message.Message):
     __slots__ = ("schedule", "tick_ms", "kind", "missed", "want", "error")

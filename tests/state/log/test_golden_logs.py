@@ -251,3 +251,23 @@ def test_the_checks_golden_log_keeps_each_outcomes_results_and_rejects_what_the_
         ("url_not_null", False, False),
     ]
     assert state.wants["w"].state == WantState.FAILED
+
+
+def test_the_checks_rerun_golden_log_answers_each_request_once_and_taints_on_a_blocking_failure() -> None:
+    """Issue 24, checks on what is already Live: a passing rerun, a skipped one, a failing one whose taint reaches
+    the weekly built from the daily; a second answer, a second pending request, a stale taint and requests for a
+    source or a tainted instance are rejected."""
+    state = replayed(read("checks_rerun"))
+    assert [r.seq for r in state.rejections] == [9, 13, 16, 17, 18]
+    reasons = [r.reason for r in state.rejections]
+    assert "already answered at seq 8" in reasons[0] and "already requested (request 'q3', pending)" in reasons[1]
+    assert "no longer the canonical instance" in reasons[2] and "source data" in reasons[3] and "tainted" in reasons[4]
+    assert {rid: answered for rid, (_, _, answered) in state.check_requests.items()} == {"q1": 8, "q2": 11, "q3": 14}
+    assert not state.pending_check_requests
+    d1 = state.check_requests["q1"][0]
+    wk = state.check_requests["q2"][0]
+    assert [seq for seq, _ in state.check_results[d1]] == [8, 14] and wk not in state.check_results
+    assert (state.instances[d1].state, state.instances[wk].state) == (InstanceState.TAINTED, InstanceState.TAINTED)
+    assert state.instances[d1].note == "check rows_nonzero failed on d/1: 0 rows (checks run again, request q3)"
+    assert state.instances[wk].note.startswith("upstream d/1 tainted: check rows_nonzero failed")
+    assert state.canonical["d/1"] != d1 and state.instances[state.canonical["d/1"]].state == InstanceState.MISSING
