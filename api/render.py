@@ -282,7 +282,7 @@ def checks_answered_text(requested: ChecksRequestedOut, instance: InstanceOut) -
     ]
     if instance.state == "tainted" and instance.note:
         lines.append(f"tainted: {instance.note}")
-    lines.append(_checks_text(instance.model_copy(update={"checks": fresh})) or "no check ran (the rerun skipped)")
+    lines.append(_checks_text(fresh) or "no check ran (the rerun skipped)")
     return "\n".join(lines)
 
 

@@ -151,11 +151,13 @@ def _partbuild_payload(delivery: _Delivery) -> dict[str, Any]:
 
 
 def event_checks(event: pb.Event, event_type: str) -> Sequence[pb.InstanceChecks]:
-    """The check results an event records: its payload's `checks` (job-run outcomes), else none."""
+    """The check results an event records: its payload's `checks` (job-run outcomes, a checks rerun), else none."""
     payload = getattr(event, event_type)
     field = payload.DESCRIPTOR.fields_by_name.get("checks")
     if field is None or field.message_type is not pb.InstanceChecks.DESCRIPTOR:
         return ()
+    if not field.is_repeated:  # ChecksRerun: one instance's results, unset when the rerun skipped
+        return (payload.checks,) if payload.HasField("checks") else ()
     return payload.checks  # type: ignore[no-any-return]
 
 

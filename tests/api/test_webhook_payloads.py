@@ -26,7 +26,7 @@ from partbuild.state.log.events import envelope
 from partbuild.state.rules.ids import instance_uuid
 
 from foldkit import Story
-from golden_log import check_events
+from golden_log import check_events, checks_rerun_events
 from openlineagekit import RUN_EVENT_URL, openlineage_errors
 
 SUBSCRIPTION = "lineage hook/1"
@@ -404,6 +404,27 @@ def test_partbuild_payload_of_an_outcome_carries_its_check_results_as_the_api_sh
         assert failure["check_results"] == failure["job_run"]["checks"]
     for seq in (2, 3, 4):  # a want, a buffer, a heartbeat: no checks recorded
         assert "check_results" not in checked.render("partbuild", seq)
+
+
+def test_a_checks_rerun_carries_its_one_instance_s_results_and_a_skipped_one_none() -> None:
+    state, events = BuildState(), checks_rerun_events()
+    for seq, event in enumerate(events, 1):
+        state.apply(seq, event)
+
+    def rendered(seq: int) -> Any:
+        event = events[seq - 1]
+        body = render(
+            "partbuild", subscription="s", message_id="m", seq=seq, event=event, ordering_key="d/1", state=state
+        )
+        assert body is not None
+        return json.loads(body.body)
+
+    passed, failed = rendered(8), rendered(14)  # the golden log's passing and failing reruns of d/1
+    assert passed["event_type"] == "checks_rerun"
+    (checked,) = passed["check_results"]
+    assert (checked["ref"], [c["result"] for c in checked["checks"]]) == ("d/1", ["passed"])
+    assert [c["result"] for c in failed["check_results"][0]["checks"]] == ["failed"]
+    assert "check_results" not in rendered(11)  # skipped: the job declares no checks
 
 
 def test_cloudevents_of_an_outcome_carry_its_check_results_in_their_data(checked: Checked) -> None:
