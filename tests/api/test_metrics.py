@@ -17,7 +17,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope
 
-from golden_log import check_events
+from golden_log import check_events, checks_rerun_events
 from receiverkit import Receiver, failing_groups
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQ="
@@ -107,3 +107,18 @@ def test_check_results_are_counted_once_per_outcome_by_job_check_and_result(tmp_
         restarted.refresh()
         assert restarted.instance(e1).state == "live"
         assert _check_counts(restarted) == {**expected, ("e", "url_not_null", "warning"): 1.0}
+
+
+def test_checks_run_again_are_counted_once_each_when_answered(tmp_path: Path) -> None:
+    """Over the checks-rerun golden log: q1 passes, q2 skips (nothing), q3 fails; a pending request counts nothing."""
+    events = checks_rerun_events()
+    with Database.open(f"sqlite:///{tmp_path / 'pb.db'}") as db:
+        service = Service(db)
+        service.log.append(events[:7])  # d/1 and wk/1 built without checks; q1 asked, not answered
+        service.refresh()
+        assert _check_counts(service) == {}
+        service.log.append(events[7:])
+        service.refresh()
+        expected = {("d", "rows_nonzero", "passed"): 1.0, ("d", "rows_nonzero", "failed"): 1.0}
+        assert _check_counts(service) == expected
+        assert _check_counts(service) == expected  # scraped again: nothing counted twice
