@@ -238,6 +238,7 @@ class _Decider:
                     by_failures[failures, key].append(instance)
             for batch in self._batches(job, by_failures.values(), room):
                 buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
+                buffer.code_version = job.code_version or ""  # what the instances were built by
                 buffer.instance_uuids.extend(instance.uuid for instance in batch)
                 self._stamped(buffer)  # the fold checks every partition is in the bucket(s) it may build
                 run_id = buffer.job_run_id

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.checks import Check
+from partbuild.orchestrator.code_versions import code_version_problem, derived_code_version
 from partbuild.orchestrator.publish import Publish, as_publish, publish_problem, table_conflict
 from partbuild.orchestrator.schedules import Schedule
 from partbuild.state.fold.validation import id_problem
@@ -174,6 +175,9 @@ class Job:
     checks: Sequence[Check] = ()
     # A catalog table whose partitions follow this job's canonical Live instances (orchestrator/publish.py).
     publish: Publish | str | None = None
+    # What each run records as the code that built its instances (orchestrator/code_versions.py); None: derived
+    # from `run`'s source. Live instances built by another version are stale (state/rules/staleness.py).
+    code_version: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
@@ -195,6 +199,12 @@ class Job:
             raise GraphError(f"job {self.label!r}: batch_bytes must be None or an int of at least 1, not {limit!r}")
         object.__setattr__(self, "publish", as_publish(self.publish))
         if self.publish is not None and (problem := publish_problem(patterns)):
+            raise GraphError(f"job {self.label!r}: {problem}")
+        if self.code_version is None:
+            object.__setattr__(self, "code_version", derived_code_version(self.run))
+            if self.code_version is None:
+                raise GraphError(f"job {self.label!r}: its run function has no source nor code; declare code_version")
+        elif problem := code_version_problem(self.code_version):
             raise GraphError(f"job {self.label!r}: {problem}")
 
 

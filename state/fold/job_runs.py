@@ -28,7 +28,7 @@ from partbuild.state.fold.transitions import (
     set_note,
     wait_for_upstream,
 )
-from partbuild.state.fold.validation import id_problem, short, upstream_refs_problem
+from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem, short, upstream_refs_problem
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -96,6 +96,8 @@ def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, even
     problem = id_problem("job_run_id", run_id) or id_problem("job_label", msg.job_label)
     if problem:
         return problem
+    if len(msg.code_version) > MAX_ID_LENGTH:  # empty is allowed: unknown
+        return f"code_version is longer than {MAX_ID_LENGTH} characters"
     if run_id in state.job_runs:
         return f"job run {short(run_id)} already exists"
     uuids = tuple(msg.instance_uuids)
@@ -137,6 +139,9 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
         keep_versions(state, seq, _LAYOUTS)
     # The instances' own UUID strings, not the event's copies: one string per UUID in memory.
     run = JobRun(run_id, label, tuple(map(_uuid_of, instances)), seq, event.timestamp_ms)
+    version = event.job_run_buffer.code_version
+    if version:  # one string per version in memory, not one per run
+        run.code_version = intern(version)
     state.job_runs[run_id] = run
     state.active_run_ids[run_id] = None
     state.run_counts[_QUEUED] += 1

@@ -276,7 +276,7 @@ class Want(_Record):
 class JobRun(_Record):
     """One attempt of a job to build a set of partition instances."""
 
-    __slots__ = (  # noqa: RUF023 (sorted, but `history`, left out of the digest, comes last)
+    __slots__ = (  # noqa: RUF023 (sorted, but `history`, left out of the digest, and the fields added later)
         "cancel_reason",
         "created_ms",
         "created_seq",
@@ -293,8 +293,10 @@ class JobRun(_Record):
         "updated_ms",
         "updated_seq",
         "history",
+        "code_version",
     )
     digest_leaves_out = ("history",)
+    added_later = ("code_version",)
 
     def __init__(
         self, job_run_id: str, job_label: str, instance_uuids: tuple[str, ...], seq: int, created_ms: int
@@ -317,6 +319,9 @@ class JobRun(_Record):
         # Its state changes before the latest and its heartbeats (but the one that made it Running), with
         # their event times, packed as an Instance's history is (state/fold/history.py).
         self.history = 0
+        # The job's code version the run was buffered with; None: unknown (an old log). The instances it builds
+        # reach it through `built_by` (a slot on Instance would cost each of a million instances 8 bytes).
+        self.code_version: str | None = None
 
 
 class Rejection(_Record):

@@ -178,18 +178,20 @@ class WantCancel(_message.Message):
     def __init__(self, want_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobRunBuffer(_message.Message):
-    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket", "fence")
+    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket", "fence", "code_version")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_LABEL_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     job_label: str
     instance_uuids: _containers.RepeatedScalarFieldContainer[str]
     bucket: BucketScope
     fence: DecisionFence
-    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ...) -> None: ...
+    code_version: str
+    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., code_version: _Optional[str] = ...) -> None: ...
 
 class BucketScope(_message.Message):
     __slots__ = ("namespace", "bucket_id", "bucket_total")
