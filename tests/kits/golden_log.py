@@ -520,6 +520,35 @@ def schedule_events() -> list[pb.Event]:
     return events
 
 
+def code_version_events() -> list[pb.Event]:
+    """Issue 25's code versions: runs buffered with the job's code version (one without, as old logs have
+    them), a success and a failure under versions, and a version too long for the fold."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_820_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"c{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    orchestrator, ann = system("orchestrator"), manual("ann")
+    refs = ["wk/1", "wk/2", "wk/3", "wk/4"]
+    wanted = add(pb.WantCreate(want_id="w", partition_refs=refs), ann)  # 1
+    wk = [instance_uuid(wanted, ref) for ref in refs]
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="wk", instance_uuids=[wk[0]], code_version="v1"), orchestrator)  # 2
+    add(pb.JobRunSuccess(job_run_id="r1"), from_job_run("r1"))  # 3
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="wk", instance_uuids=[wk[1]]), orchestrator)  # 4: no version
+    add(pb.JobRunSuccess(job_run_id="r2"), from_job_run("r2"))  # 5
+    too_long = pb.JobRunBuffer(job_run_id="r3", job_label="wk", instance_uuids=[wk[2]], code_version="v" * 257)
+    add(too_long, orchestrator)  # 6: rejected, the version is too long
+    add(pb.JobRunBuffer(job_run_id="r3", job_label="wk", instance_uuids=[wk[2]], code_version="v2"), orchestrator)  # 7
+    add(pb.JobRunSuccess(job_run_id="r3"), from_job_run("r3"))  # 8
+    add(pb.JobRunBuffer(job_run_id="r4", job_label="wk", instance_uuids=[wk[3]], code_version="v2"), orchestrator)  # 9
+    failure = pb.JobRunFailure(job_run_id="r4", error_class=pb.ERROR_CLASS_PERMANENT, message="boom")
+    add(failure, from_job_run("r4"))  # 10
+    add(pb.ClockTick(), orchestrator)  # 11
+    return events
+
+
 @dataclass(frozen=True)
 class GoldenLog:
     """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
@@ -606,6 +635,12 @@ GOLDEN_LOGS = (
         "golden_log_schedules.bin",
         schedule_events,
         "cdbaa2a0fe51e03a49b7c749a0a4c099060ce1d2949b1c7a4cbf7876a4742c0b",
+    ),
+    GoldenLog(
+        "code_versions",  # job runs recorded with their job's code version (issue 25), 2026-11
+        "golden_log_code_versions.bin",
+        code_version_events,
+        "8b57280d45e79b32bac75f052af376c34f3a5a69efdce3b8ac9ac0dd46b96b75",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -271,3 +271,17 @@ def test_the_checks_rerun_golden_log_answers_each_request_once_and_taints_on_a_b
     assert state.instances[d1].note == "check rows_nonzero failed on d/1: 0 rows (checks run again, request q3)"
     assert state.instances[wk].note.startswith("upstream d/1 tainted: check rows_nonzero failed")
     assert state.canonical["d/1"] != d1 and state.instances[state.canonical["d/1"]].state == InstanceState.MISSING
+
+
+def test_the_code_versions_golden_log_keeps_each_runs_version_and_rejects_one_too_long() -> None:
+    """Issue 25, code versions: runs keep the version they were buffered with (none: unknown, as old logs)."""
+    state = replayed(read("code_versions"))
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(6, "job_run_buffer")]
+    assert "code_version is longer than 256 characters" in state.rejections[0].reason
+    versions = {run_id: (run.state, run.code_version) for run_id, run in state.job_runs.items()}
+    assert versions == {
+        "r1": (JobRunState.SUCCEEDED, "v1"),
+        "r2": (JobRunState.SUCCEEDED, None),
+        "r3": (JobRunState.SUCCEEDED, "v2"),
+        "r4": (JobRunState.FAILED, "v2"),
+    }

@@ -1,0 +1,119 @@
+"""Stale instances: Live ones built by a code version other than their job's current one.
+
+The version that built an instance is a fact of the log: its `built_by` run's
+`code_version` (recorded at the run's JobRunBuffer). Whether it is stale compares
+that fact with the graph served now, so a read as of an earlier seq says whether the
+instance then Live was built by a version other than the one served now. An
+instance whose run recorded no version (a log written before versions were) is
+never stale: upgrading partbuild rebuilds nothing.
+
+`StaleIndex` follows a BuildState as it grows (like `listing.ListingIndex`): per job
+label and version, the runs that recorded it, so listing a job's stale instances
+reads only that job's runs of other versions, never every instance of every job.
+Reads of now drop the runs that can no longer have a Live instance (terminal, none
+of theirs Live: an instance never becomes Live again), so once a job is rebuilt its
+old runs cost nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Iterator, Mapping
+
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun
+
+_LIVE = InstanceState.LIVE
+
+
+def built_version(state: BuildState, instance: Instance) -> str | None:
+    """The code version of the run that built `instance` (None: source data, not built yet, or unknown)."""
+    run_id = instance.built_by
+    if run_id is None:
+        return None
+    run = state.job_runs.get(run_id)
+    return None if run is None else run.code_version
+
+
+def is_stale(state: BuildState, instance: Instance, current: Mapping[str, str | None]) -> bool:
+    """Whether `instance` is Live, built by a known version, and its job's current version (`current`, by job
+    label: the served graph's) is another one. A job missing from `current` makes nothing stale."""
+    if instance.state != _LIVE or instance.built_by is None:
+        return False
+    run = state.job_runs.get(instance.built_by)
+    if run is None or run.code_version is None:
+        return False
+    now = current.get(run.job_label)
+    return now is not None and now != run.code_version
+
+
+class StaleIndex:
+    """Runs by job label and code version, updated by the one folding thread (`update`), read by many."""
+
+    def __init__(self) -> None:
+        self._known_runs = 0
+        # label -> version -> run ids in creation order (every versioned run: reads as of a seq need them all)
+        self._runs: dict[str, dict[str, list[str]]] = {}
+        # label -> version -> run ids that may still have a Live instance now (pruned by reads of now)
+        self._current: dict[str, dict[str, dict[str, None]]] = {}
+        self._lock = threading.Lock()
+
+    def update(self, state: BuildState) -> None:
+        """Take in the runs `state` gained since the last update (dicts keep creation order)."""
+        new = len(state.job_runs) - self._known_runs
+        if new <= 0:
+            return
+        fresh = [run for run, _ in zip(reversed(state.job_runs.values()), range(new), strict=False)][::-1]
+        with self._lock:
+            for run in fresh:
+                if run.code_version is not None:
+                    self._runs.setdefault(run.job_label, {}).setdefault(run.code_version, []).append(run.job_run_id)
+                    by_version = self._current.setdefault(run.job_label, {})
+                    by_version.setdefault(run.code_version, {})[run.job_run_id] = None
+            self._known_runs = len(state.job_runs)
+
+    def versions(self, label: str) -> list[str]:
+        """The code versions runs of `label` recorded, in the order first seen."""
+        with self._lock:
+            return list(self._runs.get(label, {}))
+
+    def stale(self, state: BuildState, label: str, current: str, limit: int, *, now: bool = True) -> list[Instance]:
+        """Up to `limit` Live instances of job `label` built by a version other than `current`, oldest partitions
+        last (refs in descending order: for date-keyed partitions, newest first). `now`: `state` is the live
+        state (runs without a Live instance are dropped for later reads); else a state as of a seq (a PastState,
+        which lists only what existed then)."""
+        return heapq.nlargest(limit, self._candidates(state, label, current, now), key=_ref_of)
+
+    def count(self, state: BuildState, label: str, current: str, *, now: bool = True) -> int:
+        """How many Live instances of `label` are stale."""
+        return sum(1 for _ in self._candidates(state, label, current, now))
+
+    def _candidates(self, state: BuildState, label: str, current: str, now: bool) -> Iterator[Instance]:
+        with self._lock:
+            if now:
+                groups = [list(ids) for version, ids in self._current.get(label, {}).items() if version != current]
+            else:
+                groups = [list(ids) for version, ids in self._runs.get(label, {}).items() if version != current]
+        runs, instances = state.job_runs, state.instances
+        for ids in groups:
+            for run_id in ids:
+                run = runs.get(run_id)
+                if run is None:  # as of a seq: a run that came later (the rest came later too)
+                    break
+                found = False
+                for uuid in run.instance_uuids:
+                    instance = instances.get(uuid)
+                    if instance is not None and instance.state == _LIVE and instance.built_by == run_id:
+                        found = True
+                        yield instance
+                if now and not found and run.state not in ACTIVE_RUN_STATES:
+                    self._drop(run)
+
+    def _drop(self, run: JobRun) -> None:
+        with self._lock:
+            self._current.get(run.job_label, {}).get(run.code_version or "", {}).pop(run.job_run_id, None)
+
+
+def _ref_of(instance: Instance) -> str:
+    return instance.ref
