@@ -35,6 +35,7 @@ from partbuild.api.models.partitions import (
     LineageNodeOut,
     LineageOut,
     RetentionReportOut,
+    StaleOut,
 )
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
@@ -194,7 +195,7 @@ def instances_table(instances: list[InstanceOut]) -> Table:
     for instance in instances:
         table.add_row(
             Text(instance.ref),
-            state_text(instance.state),
+            state_text(instance.state) + (" (stale)" if instance.stale else ""),
             instance.uuid,
             Text(instance.built_by or "-"),
             f"{instance.row_count:,}",
@@ -236,6 +237,7 @@ def instance_grid(instance: InstanceOut) -> Table:
             ("bytes", f"{instance.byte_count:,}" if instance.byte_count else None),
             ("metadata", metadata),
             ("version", _version(instance)),
+            ("code version", _code_version(instance)),
             ("inputs", _joined(instance.inputs)),
             ("consumers", _joined(instance.consumers)),
             ("waiting on", _joined(instance.waiting_on)),
@@ -650,6 +652,21 @@ def progress_bar(description: str, *, show: bool = True) -> Progress:
     """A transient bar with count and time left on stderr, shown only on a terminal."""
     columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     return Progress(*columns, console=err_console, transient=True, disable=not (show and err_console.is_terminal))
+
+
+def _code_version(instance: InstanceOut) -> str | None:
+    """The code version that built it, "(stale)" when the served graph's job has another."""
+    if instance.code_version is None:
+        return None
+    return f"{instance.code_version} (stale: its job's code changed)" if instance.stale else instance.code_version
+
+
+def stale_table(answer: StaleOut) -> Table:
+    """A job's stale Live instances, with the version each was built by."""
+    table = _table("REF", "UUID", "BUILT BY", "CODE VERSION")
+    for instance in answer.instances:
+        table.add_row(Text(instance.ref), instance.uuid, Text(instance.built_by or "-"), instance.code_version or "-")
+    return table
 
 
 def _version(instance: InstanceOut) -> str | None:

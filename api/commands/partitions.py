@@ -28,6 +28,15 @@ from partbuild.api.models.partitions import (
 )
 from partbuild.api.surface import Client
 
+graph_option = click.option(
+    "--graph", "graph_path", help="With --db: whose jobs' code versions say what is stale (a server uses its own)."
+)
+
+
+def _graph(graph_path: str | None) -> Any:
+    return read_graph(graph_path) if graph_path is not None else None
+
+
 partitions_group = listing_group(
     "partitions",
     "List partitions (their current instances) ordered by ref",
@@ -36,8 +45,9 @@ partitions_group = listing_group(
         click.option(
             "--state", type=click.Choice(get_args(InstanceStateName)), help="Only current instances in this state."
         ),
+        click.option("--stale", is_flag=True, help="Only Live instances built by another code version than now."),
     ],
-    lambda client, state, **page: client.partitions(state_filter=state, **page),
+    lambda client, state, stale, **page: client.partitions(state_filter=state, stale_filter=stale, **page),
     render.instances_table,
     "partitions",
 )
@@ -48,9 +58,10 @@ partitions_group = listing_group(
 @click.argument("ref")
 @as_of_option
 @json_option
-def partitions_show(target: Target, ref: str, as_of: int | None, as_json: bool) -> None:
+@graph_option
+def partitions_show(target: Target, ref: str, as_of: int | None, as_json: bool, graph_path: str | None) -> None:
     """The current (canonical) instance of a ref."""
-    with connect(target) as client:
+    with connect(target, graph=_graph(graph_path)) as client:
         instance = client.canonical(ref, as_of)
     render.emit(instance, as_json, lambda: render.instance_grid(instance))
 
@@ -67,14 +78,33 @@ def partitions_history(target: Target, ref: str, as_of: int | None, as_json: boo
     render.emit(found, as_json, lambda: render.history_table(found))
 
 
+@partitions_group.command("stale")
+@target_options
+@click.argument("job")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="At most this many.")
+@as_of_option
+@json_option
+@graph_option
+def partitions_stale(
+    target: Target, job: str, limit: int, as_of: int | None, as_json: bool, graph_path: str | None
+) -> None:
+    """A job's Live instances built by another code version than the served graph's, oldest partitions last."""
+    with connect(target, graph=_graph(graph_path)) as client:
+        answer = client.stale(job, limit, as_of)
+    render.emit(answer, as_json, lambda: render.stale_table(answer))
+
+
 @partitions_group.command("instance")
 @target_options
 @click.argument("instance_uuid", metavar="UUID")
 @as_of_option
 @json_option
-def partitions_instance(target: Target, instance_uuid: str, as_of: int | None, as_json: bool) -> None:
+@graph_option
+def partitions_instance(
+    target: Target, instance_uuid: str, as_of: int | None, as_json: bool, graph_path: str | None
+) -> None:
     """One partition instance by UUID (current or superseded)."""
-    with connect(target) as client:
+    with connect(target, graph=_graph(graph_path)) as client:
         instance = client.instance(instance_uuid, as_of)
     render.emit(instance, as_json, lambda: render.instance_grid(instance))
 

@@ -155,6 +155,17 @@ class InstanceOut(BaseModel):
         default_factory=list,
         description="Requests to run its checks again, oldest first (shown by `GET /instances/{uuid}` only).",
     )
+    code_version: str | None = Field(
+        default=None,
+        description="The code version of the job run that built it, as the log recorded it (null: source data, "
+        "not built yet, or built before versions were recorded).",
+    )
+    stale: bool = Field(
+        default=False,
+        description="Live and built by a code version other than its job's in the graph served now (even as of an "
+        "earlier seq: the version recorded is a fact of the log, the comparison is with the graph now). False "
+        "without a served graph, for a job it no longer has, and for an unknown version.",
+    )
 
 
 class LineageNodeOut(BaseModel):
@@ -188,3 +199,15 @@ class RetentionReportOut(BaseModel):
     instances: list[str] = Field(description="UUIDs of the first instances that go (at most 1,000).")
     seq: int | None = Field(description="Where the InstanceRetention event landed; null on a dry run or no-op.")
     dry_run: bool
+
+
+class StaleOut(BaseModel):
+    """A job's Live instances built by another code version than the served graph's, oldest partitions last."""
+
+    job: str
+    code_version: str = Field(description="The job's code version in the graph served now.")
+    stale_count: int = Field(description="How many of its Live instances are stale (all of them, not only listed).")
+    instances: list[InstanceOut] = Field(
+        description="At most `limit` of them, refs in descending order (date-keyed partitions: newest first)."
+    )
+    as_of_seq: int

@@ -36,6 +36,7 @@ from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
 from partbuild.state.log.store import AppendConflict, WriteLockLost
 from partbuild.state.rules.listing import ListingIndex
+from partbuild.state.rules.staleness import StaleIndex
 
 MAX_WRITE_ATTEMPTS = 20
 
@@ -67,8 +68,14 @@ class ServiceBase:
         self._write_lock = threading.Lock()  # in-process writers take turns
         self.metrics = Metrics(self.live, db)
         self.listing = ListingIndex()
+        self.stale_index = StaleIndex()
+        # The served graph's code version of each job: instances built by another are stale.
+        self.code_versions: dict[str, str | None] = (
+            {label: job.code_version for label, job in graph.jobs.items()} if graph is not None else {}
+        )
         with self.live.read() as state:
             self.listing.update(state)
+            self.stale_index.update(state)
         self.live.on_fold(self._folded)
 
     @property
@@ -83,6 +90,7 @@ class ServiceBase:
     def _folded(self, state: BuildState, count: int, seconds: float) -> None:
         self.metrics.catch_up_seconds.observe(seconds)
         self.listing.update(state)
+        self.stale_index.update(state)
 
     def refresh(self) -> int:
         """Fold whatever was appended since the last refresh; returns how many events."""

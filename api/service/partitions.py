@@ -24,6 +24,7 @@ from partbuild.api.models.partitions import (
     RetentionReportOut,
     RetentionRequest,
     SourceVersionRequest,
+    StaleOut,
     TaintRequest,
     check_result_name,
     worst_check_result,
@@ -39,6 +40,7 @@ from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules.queries import Lineage, lineage, ref_history
 from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
+from partbuild.state.rules.staleness import built_version, is_stale
 
 DAY_MS = 86_400_000
 RETENTION_LISTED = 1_000
@@ -51,13 +53,17 @@ class PartitionsService(ServiceBase):
         self,
         prefix: str = "",
         state_filter: InstanceStateName | None = None,
+        stale_filter: bool = False,
         cursor: str | None = None,
         limit: int = 100,
         as_of_seq: int | None = None,
         min_seq: int | None = None,
     ) -> PageOut[InstanceOut]:
-        """Canonical instances ordered by ref (of the refs that had one by `as_of_seq`), under a prefix, in a state."""
+        """Canonical instances ordered by ref (of the refs that had one by `as_of_seq`), under a prefix, in a state
+        (and stale: built by another code version than the served graph's)."""
         check_limit(limit)
+        if stale_filter and self.graph is None:
+            raise Conflict("this API serves no graph: it knows no job's current code version to call anything stale")
         if cursor is not None and as_of_seq is None:
             self._known_ref_cursor(cursor)
         with self._reading(min_seq, as_of_seq) as state:
@@ -72,7 +78,9 @@ class PartitionsService(ServiceBase):
             instances = (state.canonical_instance(ref) for ref in under_prefix)
             wanted = InstanceState[state_filter.upper()] if state_filter else None
             matching = (i for i in instances if i is not None and (wanted is None or i.state == wanted))
-            items = [instance_out(instance, state.check_results) for instance in islice(matching, limit)]
+            if stale_filter:
+                matching = (i for i in matching if is_stale(state, i, self.code_versions))
+            items = [self.instance_answer(state, instance) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)
 
@@ -81,14 +89,14 @@ class PartitionsService(ServiceBase):
             instance = state.canonical_instance(ref)
             if instance is None:
                 raise NotFound(f"partition {ref!r} has no instance{as_of_suffix(as_of_seq)}")
-            return instance_out(instance, state.check_results)
+            return self.instance_answer(state, instance)
 
     def history(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> list[InstanceOut]:
         with self._reading(min_seq, as_of_seq) as state:
             found = ref_history(state, ref)
             if not found:
                 raise NotFound(f"partition {ref!r} has no instance")
-            return [instance_out(instance, state.check_results) for instance in found]
+            return [self.instance_answer(state, instance) for instance in found]
 
     def taint(self, request: TaintRequest, user: str = ANONYMOUS) -> WrittenOut:
         def build(state: BuildState) -> list[pb.Event]:
@@ -127,7 +135,7 @@ class PartitionsService(ServiceBase):
             instance = state.instances.get(uuid)
             if instance is None:
                 raise NotFound(f"no partition instance {uuid!r}")
-            return instance_out(instance, state.check_results, state.check_requests)
+            return self.instance_answer(state, instance, requests=True)
 
     def request_checks(
         self, uuid: str, request: ChecksRunRequest | None = None, user: str = ANONYMOUS
@@ -196,6 +204,35 @@ class PartitionsService(ServiceBase):
         report.seq = self._write(build)[0]
         return report
 
+    def stale(self, job: str, limit: int = 100, as_of_seq: int | None = None, min_seq: int | None = None) -> StaleOut:
+        """Job `job`'s Live instances built by a code version other than the served graph's, oldest partitions last."""
+        check_limit(limit)
+        current = self.code_versions.get(job)
+        if self.graph is None:
+            raise Conflict("this API serves no graph: it knows no job's current code version")
+        if job not in self.graph.jobs or current is None:
+            raise NotFound(f"the served graph has no job {job!r}")
+        with self._reading(min_seq, as_of_seq) as state:
+            now = as_of_seq is None
+            found = self.stale_index.stale(state, job, current, limit, now=now)
+            return StaleOut(
+                job=job,
+                code_version=current,
+                stale_count=self.stale_index.count(state, job, current, now=now),
+                instances=[self.instance_answer(state, instance) for instance in found],
+                as_of_seq=state.head_seq,
+            )
+
+    def instance_answer(self, state: BuildState, instance: Instance, *, requests: bool = False) -> InstanceOut:
+        """`instance_out` with its checks, its code version and whether that is stale (the served graph's)."""
+        return instance_out(
+            instance,
+            state.check_results,
+            state.check_requests if requests else None,
+            code_version=built_version(state, instance),
+            stale=is_stale(state, instance, self.code_versions),
+        )
+
     def _known_ref_cursor(self, cursor: str) -> None:
         """A partitions cursor names a ref listed on an earlier page (refs never disappear); else NotFound."""
         for attempt in range(2):
@@ -214,6 +251,9 @@ def instance_out(
     instance: Instance,
     check_results: Mapping[str, tuple[CheckEntry, ...]] | None = None,
     check_requests: Mapping[str, CheckRequest] | None = None,
+    *,
+    code_version: str | None = None,
+    stale: bool = False,
 ) -> InstanceOut:
     """The instance's answer; with `check_results` (the state's), the checks of the last run (or rerun) that
     checked it; with `check_requests`, the requests to run them again."""
@@ -244,6 +284,8 @@ def instance_out(
             ChecksRequestOut(request_id=request_id, requested_seq=requested, answered_seq=answered or None)
             for request_id, (_, requested, answered) in requests_of(check_requests or {}, instance.uuid)
         ],
+        code_version=code_version,
+        stale=stale,
     )
 
 

@@ -21,6 +21,7 @@ from partbuild.api.models.partitions import (
     ObserveRequest,
     RetentionReportOut,
     RetentionRequest,
+    StaleOut,
     TaintRequest,
 )
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
@@ -34,6 +35,11 @@ InstanceStateFilter = Annotated[
     InstanceStateName | None, Query(alias="state", description="Only current instances in this state.")
 ]
 
+StaleFilter = Annotated[
+    bool,
+    Query(alias="stale", description="Only Live instances built by another code version than the served graph's."),
+]
+
 
 class PartitionsApi(Protocol):
     @operation("GET", "/partitions", "Canonical instances ordered by ref", role=Role.READER)
@@ -41,6 +47,7 @@ class PartitionsApi(Protocol):
         self,
         prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
         state_filter: InstanceStateFilter = None,
+        stale_filter: StaleFilter = False,
         cursor: Cursor = None,
         limit: Limit = 100,
         as_of_seq: AsOfSeq = None,
@@ -90,3 +97,17 @@ class PartitionsApi(Protocol):
         "POST", "/retention", "Drop instances superseded over a number of days ago (or preview it)", role=Role.ADMIN
     )
     def retention(self, request: Annotated[RetentionRequest, Body()], user: User = ANONYMOUS) -> RetentionReportOut: ...
+
+    @operation(
+        "GET",
+        "/jobs/{job}/stale",
+        "A job's Live instances built by another code version than the served graph's, oldest partitions last",
+        role=Role.READER,
+    )
+    def stale(
+        self,
+        job: Annotated[str, Path(max_length=256, description="A job's label in the served graph.")],
+        limit: Limit = 100,
+        as_of_seq: AsOfSeq = None,
+        min_seq: MinSeq = None,
+    ) -> StaleOut: ...

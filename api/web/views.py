@@ -21,7 +21,6 @@ from partbuild.api.models.partitions import InstanceOut
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.wants import WantOut
 from partbuild.api.service import Service
-from partbuild.api.service.partitions import instance_out
 from partbuild.api.service.runs import job_run_out
 from partbuild.api.service.wants import want_out
 from partbuild.state.fold.build_state import BuildState
@@ -133,7 +132,7 @@ def partitions_listing(
         # A ref the state does not know yet (time travel) is skipped: its instance came later.
         keyed = ((ref, state.canonical_instance(ref)) for ref in refs)
         page = _take(keyed, lambda i: i is not None and (wanted is None or i.state == wanted))
-        page.items = [instance_out(instance) for instance in page.items]
+        page.items = [service.instance_answer(state, instance) for instance in page.items]
     return page
 
 

@@ -32,6 +32,9 @@ COVERED: dict[str, dict[str, str]] = {
         "GET /api/v1/wants/{want_id}": "test_create_want_and_get_it",
         "POST /api/v1/wants/{want_id}/cancel": "test_cancel_want_then_cancel_again_conflicts",
     },
+    "api/test_code_versions.py": {
+        "GET /api/v1/jobs/{job}/stale": "test_a_new_version_of_the_weekly_marks_every_live_weekly_stale_and_no_daily",
+    },
     "api/test_partitions.py": {
         "GET /api/v1/partitions": "test_list_partitions_by_prefix_and_state_with_cursor_paging",
         "GET /api/v1/partitions/canonical/{ref}": "test_observe_then_canonical_history_and_instance_as_of_seq",

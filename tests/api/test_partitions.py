@@ -60,6 +60,8 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "version": None,
         "checks": [],
         "checks_requests": [],
+        "code_version": None,
+        "stale": False,
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)

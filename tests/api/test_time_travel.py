@@ -53,6 +53,7 @@ from partbuild.api.models.runs import JobRunStateName
 from partbuild.api.models.wants import WantStateName
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS
+from partbuild.orchestrator.graph import Graph, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 
@@ -113,6 +114,21 @@ class Sides:
             yield self.seq
 
 
+CURRENT_VERSION = "v2"  # every job's code version in the served graph: runs of another recorded one are stale
+
+
+def versions_graph(events: list[pb.Event]) -> Graph:
+    """A graph of the log's job labels (outputs no log names), each at `CURRENT_VERSION`: what stale compares with."""
+    labels = sorted({event.job_run_buffer.job_label for event in events if event.HasField("job_run_buffer")})
+    return Graph(
+        [Job(label, [f"versions-{n}/{{x}}"], _noop, code_version=CURRENT_VERSION) for n, label in enumerate(labels)]
+    )
+
+
+def _noop(ctx: object) -> None:
+    """A job body: reads never run it."""
+
+
 @contextmanager
 def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0) -> Iterator[Sides]:
     """The two sides; with `snapshot_at`, the live one loads a snapshot of that seq and folds the rest."""
@@ -124,9 +140,10 @@ def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0) -> Iterato
         if events[snapshot_at:]:
             live_db.log.append(events[snapshot_at:])
         oracle_db = stack.enter_context(Database.open(f"sqlite:///{folder / 'oracle.db'}", auto_upgrade=True))
-        live = Service(live_db, clock=lambda: NOW_MS)
+        graph = versions_graph(events)
+        live = Service(live_db, clock=lambda: NOW_MS, graph=graph)
         stack.callback(live.stop)
-        oracle = Service(oracle_db)
+        oracle = Service(oracle_db, graph=graph)
         oracle.clock = lambda: oracle.state.clock_ms  # the time as of its head: the log's clock then
         stack.callback(oracle.stop)
         assert live.state.head_seq == len(events) and live.live.loaded.snapshot_seq == snapshot_at
@@ -159,6 +176,8 @@ def lists(labels: list[str]) -> list[Read]:
     found += [paged("partitions", 1, state_filter=state) for state in get_args(InstanceStateName)]
     found += [paged("wants", 1, state_filter=state) for state in get_args(WantStateName)]
     found += [paged("job_runs", 1, state_filter=state) for state in get_args(JobRunStateName)]
+    found += [paged("partitions", 1, stale_filter=True)]
+    found += [Read("stale", (("job", label), ("limit", PAGE))) for label in labels]
     return found + [paged("job_runs", 1, job=label) for label in labels]
 
 
