@@ -26,7 +26,8 @@ Stable hooks for browser tests (ids and data-testid):
   `a` to the instance page) and `path[data-testid=lineage-edge][data-input][data-output]`;
   `lineage-controls` (`lineage-direction`, `lineage-depth`), `lineage-table`/`lineage-row`; a node with
   checks has `data-check` (its worst result) and a badge `g[data-testid=lineage-check][data-result]`;
-  `instance-checks` holds `checks-table`/`check-row[data-name][data-result][data-seq]` or `no-checks`.
+  `instance-checks` holds `checks-table`/`check-row[data-name][data-result][data-seq]` or `no-checks`;
+  `instance-code-version`, and `stale-badge` by the state (also in a `partition-row`) when it is stale.
 - changes page: `changes-list`/`change-row[data-seq][data-kind][data-id]` (`.state[data-state]` of
   `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
 - run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`,
