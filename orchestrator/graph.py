@@ -175,8 +175,9 @@ class Job:
     checks: Sequence[Check] = ()
     # A catalog table whose partitions follow this job's canonical Live instances (orchestrator/publish.py).
     publish: Publish | str | None = None
-    # What each run records as the code that built its instances (orchestrator/code_versions.py); None: derived
-    # from `run`'s source. Live instances built by another version are stale (state/rules/staleness.py).
+    # What each run records as the code that built its instances; None: derived from `run`'s source (comments
+    # and formatting leave it, a change of the function's code moves it, code it calls does not: see
+    # orchestrator/code_versions.py). Live instances built by another version are stale (state/rules/staleness.py).
     code_version: str | None = None
 
     def __post_init__(self) -> None:

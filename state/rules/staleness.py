@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState
 
 _LIVE = InstanceState.LIVE
 
@@ -55,8 +55,8 @@ class StaleIndex:
         self._known_runs = 0
         # label -> version -> run ids in creation order (every versioned run: reads as of a seq need them all)
         self._runs: dict[str, dict[str, list[str]]] = {}
-        # label -> version -> run ids that may still have a Live instance now (pruned by reads of now)
-        self._current: dict[str, dict[str, dict[str, None]]] = {}
+        # label -> version -> the run ids that may still have a Live instance now (reads of now prune them)
+        self._current: dict[str, dict[str, list[str]]] = {}
         self._lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
@@ -69,8 +69,8 @@ class StaleIndex:
             for run in fresh:
                 if run.code_version is not None:
                     self._runs.setdefault(run.job_label, {}).setdefault(run.code_version, []).append(run.job_run_id)
-                    by_version = self._current.setdefault(run.job_label, {})
-                    by_version.setdefault(run.code_version, {})[run.job_run_id] = None
+                    current = self._current.setdefault(run.job_label, {})
+                    current.setdefault(run.code_version, []).append(run.job_run_id)
             self._known_runs = len(state.job_runs)
 
     def versions(self, label: str) -> list[str]:
@@ -91,13 +91,12 @@ class StaleIndex:
 
     def _candidates(self, state: BuildState, label: str, current: str, now: bool) -> Iterator[Instance]:
         with self._lock:
-            if now:
-                groups = [list(ids) for version, ids in self._current.get(label, {}).items() if version != current]
-            else:
-                groups = [list(ids) for version, ids in self._runs.get(label, {}).items() if version != current]
+            table = self._current if now else self._runs
+            groups = [(version, ids, len(ids)) for version, ids in table.get(label, {}).items() if version != current]
         runs, instances = state.job_runs, state.instances
-        for ids in groups:
-            for run_id in ids:
+        for version, ids, known in groups:
+            kept: list[str] = []
+            for run_id in ids[:known]:
                 run = runs.get(run_id)
                 if run is None:  # as of a seq: a run that came later (the rest came later too)
                     break
@@ -107,12 +106,16 @@ class StaleIndex:
                     if instance is not None and instance.state == _LIVE and instance.built_by == run_id:
                         found = True
                         yield instance
-                if now and not found and run.state not in ACTIVE_RUN_STATES:
-                    self._drop(run)
+                if found or run.state in ACTIVE_RUN_STATES:
+                    kept.append(run_id)
+            if now and len(kept) < known:  # the others never have a Live instance again
+                self._keep(label, version, ids, known, kept)
 
-    def _drop(self, run: JobRun) -> None:
+    def _keep(self, label: str, version: str, scanned: list[str], known: int, kept: list[str]) -> None:
         with self._lock:
-            self._current.get(run.job_label, {}).get(run.code_version or "", {}).pop(run.job_run_id, None)
+            by_version = self._current[label]
+            if by_version.get(version) is scanned:  # no other reader replaced it meanwhile
+                by_version[version] = kept + scanned[known:]  # and what `update` appended since
 
 
 def _ref_of(instance: Instance) -> str:
