@@ -53,7 +53,7 @@ from partbuild.api.models.runs import JobRunStateName
 from partbuild.api.models.wants import WantStateName
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS
-from partbuild.orchestrator.graph import Graph, Job
+from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 
@@ -118,11 +118,16 @@ CURRENT_VERSION = "v2"  # every job's code version in the served graph: runs of 
 
 
 def versions_graph(events: list[pb.Event]) -> Graph:
-    """A graph of the log's job labels (outputs no log names), each at `CURRENT_VERSION`: what stale compares with."""
+    """A graph of the log's job labels (outputs no log names), each at `CURRENT_VERSION`: what stale compares with.
+    Labels no graph may have (the fold takes any id, a job's label has no slash) are left out: never stale."""
     labels = sorted({event.job_run_buffer.job_label for event in events if event.HasField("job_run_buffer")})
-    return Graph(
-        [Job(label, [f"versions-{n}/{{x}}"], _noop, code_version=CURRENT_VERSION) for n, label in enumerate(labels)]
-    )
+    jobs = []
+    for n, label in enumerate(labels):
+        try:
+            jobs.append(Job(label, [f"versions-{n}/{{x}}"], _noop, code_version=CURRENT_VERSION))
+        except GraphError:
+            continue
+    return Graph(jobs)
 
 
 def _noop(ctx: object) -> None:
