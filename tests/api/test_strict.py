@@ -244,6 +244,7 @@ def path_values(server: ApiServer) -> dict[str, str]:
         "uuid": live["uuid"],
         "job_run_id": "no-such-run",
         "name": "no-such-group",
+        "job": "no-such-job",
     }
 
 
