@@ -177,6 +177,10 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
         hops = int(depth) if depth.isascii() and depth.isdigit() else 2
         hops = min(hops, MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
+        # Inputs are shown by ref: the graph drawn upstream names them; otherwise one hop up does.
+        upstream = graph if chosen != "downstream" and hops >= 1 else None
+        upstream = upstream or service.lineage(uuid, direction="upstream", depth=1, as_of_seq=page.as_of)
+        input_refs = {node.uuid: node.ref for node in upstream.nodes if node.ref is not None}
         lineage = {
             "direction": chosen,
             "depth": hops,
@@ -184,7 +188,14 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
             "nodes": graph.nodes[:LINEAGE_LISTED],
             "edges": graph.edges,
         }
-        return render_page(page, "instance.html", instance=instance, lineage=lineage, max_depth=MAX_LINEAGE_DEPTH)
+        return render_page(
+            page,
+            "instance.html",
+            instance=instance,
+            lineage=lineage,
+            max_depth=MAX_LINEAGE_DEPTH,
+            input_refs=input_refs,
+        )
 
     return serve_page(request, build)
 
