@@ -175,6 +175,18 @@ def test_an_instance_s_inputs_are_shown_by_ref_whichever_way_its_graph_is_drawn(
         assert inputs is not None and f'data-testid="instance-link">{RAW}</a>' in inputs.group(1), (query, inputs)
 
 
+def test_a_want_page_shows_its_progress_and_runs_as_of_a_seq(world: World) -> None:
+    def progress(html: str) -> dict[str, str]:
+        return dict(re.findall(r'data-testid="progress-count" data-state="([^"]+)">.*?</span> (\d+)</span>', html))
+
+    before = _get(world, f"/wants/want-root?as_of={world.before_taint}")
+    assert progress(before) == {"live": "1"} and 'data-testid="want-runs"' in before and "/runs/run-1" in before
+    now = _get(world, "/wants/want-root")  # the taint replaced the daily with a new, unbuilt instance
+    assert progress(now) == {"missing": "1"} and 'data-testid="want-runs"' not in now
+    detail = world.service.want("want-root", as_of_seq=world.before_taint)
+    assert (detail.progress, detail.runs) == ({"live": 1}, ["run-1"])
+
+
 def test_the_timeline_keeps_its_words_apart(world: World) -> None:
     html = _get(world, f"/partition?ref={DAILY}")
     items = re.findall(r'<li class="timeline-item".*?</li>', html, re.S)
