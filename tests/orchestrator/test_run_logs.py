@@ -114,3 +114,37 @@ def test_secrets_never_reach_the_store(tmp_path: Path, database: Database, monke
 
 def test_redact_line_keeps_ordinary_text() -> None:
     assert redact_line("wrote 12 rows to /data/x (token count 3)") == "wrote 12 rows to /data/x (token count 3)"
+
+
+def test_an_orchestrator_keeps_its_runs_lines_across_a_restart_and_prunes_old_ones(tmp_path: Path) -> None:
+    """A real orchestrator run: its lines are in the store after it closes and after the database is opened
+    again; a later orchestrator's step prunes lines older than the age cap and keeps newer ones."""
+    from partbuild.orchestrator.loop import Orchestrator
+    from partbuild.state.log.events import envelope, manual
+    from partbuild.state.ops.run_logs import RunLogLine
+
+    def job(ctx: JobContext) -> None:
+        ctx.log.info("built %s", ctx.outputs[0].ref)
+
+    graph = Graph([Job("j", ["j/{n:int}"], job)])
+    url = f"sqlite:///{tmp_path / 'partbuild.db'}"
+    with Database.open(url, auto_upgrade=True) as db:
+        db.log.append([envelope(pb.WantCreate(want_id="w", partition_refs=["j/1"]), source=manual("t"))])
+        first = Orchestrator(db, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
+        try:
+            assert first.run_until_idle(timeout_s=20)
+        finally:
+            first.close()
+        (run_id,) = first.state.job_runs
+    with Database.open(url) as db:
+        assert [x.text for x in db.run_logs.lines(run_id)] == ["built j/1"]
+        day = 24 * 3600 * 1000
+        now = db.run_logs.lines(run_id)[0].time_ms
+        db.run_logs.append([RunLogLine("old-run", 1, now - 20 * day, "INFO", "from long ago")])
+        second = Orchestrator(db, graph, warehouse=str(tmp_path), source_check_interval_s=0, poll_interval_s=0.01)
+        try:
+            second.step()
+        finally:
+            second.close()
+        assert db.run_logs.lines("old-run") == []
+        assert [x.text for x in db.run_logs.lines(run_id)] == ["built j/1"]
