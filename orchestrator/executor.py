@@ -10,7 +10,10 @@ another worker): `cancel` stops it and it records nothing more. Heartbeats
 (`JobRunHeartbeat`, every `heartbeat_interval_s`) keep a run from being failed as
 stale; the `JobContext` a job function gets is in `context`. A job's quality
 checks run in the run's thread after its function returns and before its
-outcome is appended (`_gate`, `checks.run_gate`).
+outcome is appended (`_gate`, `checks.run_gate`). With a `RunLogWriter` (`run_logs`), each run's
+`ctx.log` is a logger of its own whose lines, a failure's traceback and the
+run's Spark jobs are kept per run (`orchestrator/run_logs.py`), all written
+before the run's outcome is appended.
 """
 
 from __future__ import annotations
