@@ -36,7 +36,7 @@ from partbuild.api.models.partitions import (
     LineageOut,
     RetentionReportOut,
 )
-from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, RunLogLineOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
 from partbuild.state.log.audit import AuditReport
@@ -659,3 +659,9 @@ def _version(instance: InstanceOut) -> str | None:
     if instance.version is None:
         return None
     return f"{instance.version.value} ({'strong' if instance.version.strong else 'weak'})"
+
+
+def run_log_line(line: RunLogLineOut) -> str:
+    """One run-log line as `runs logs` prints it: number, UTC time, level, text (plain: no markup)."""
+    when = dt.datetime.fromtimestamp(line.time_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return f"{line.line_no:>6} {when} {line.level:<8} {line.text}"

@@ -44,6 +44,7 @@ from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.publish import Publisher
 from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
+from partbuild.orchestrator.run_logs import RUN_LOG_MAX_AGE_MS, RUN_LOG_PRUNE_EVERY_MS, RunLogWriter
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.orchestrator.ticks import Ticker
 from partbuild.proto.v1 import events_pb2 as pb
@@ -113,6 +114,8 @@ class Orchestrator:
         # The last decision and the head it was made on: with nothing folded since and no retry
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
+        self.run_log_max_age_ms = RUN_LOG_MAX_AGE_MS  # the run logs' age cap
+        self._run_logs_pruned_ms = 0
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
         self._start_helpers()
         if self.group is not None:
@@ -144,7 +147,18 @@ class Orchestrator:
             heartbeat_interval_s=heartbeat_interval_s,
             clock=self.clock,
             on_finished=self.wake,
+            run_logs=RunLogWriter(self.db.run_logs, clock=self.clock),
         )
+
+    def _prune_run_logs(self, now: int) -> None:
+        """The run logs' age cap (orchestrator/run_logs.py), at most once per `RUN_LOG_PRUNE_EVERY_MS`."""
+        if now < self._run_logs_pruned_ms + RUN_LOG_PRUNE_EVERY_MS:
+            return
+        self._run_logs_pruned_ms = now
+        try:
+            self.db.run_logs.prune(now - self.run_log_max_age_ms)
+        except Exception:  # lines only: the next prune tries again
+            logger.warning("could not prune the run logs", exc_info=True)
 
     @cached_property
     def rechecks(self) -> ChecksRerunner:
@@ -249,6 +263,7 @@ class Orchestrator:
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
                 with self.live.read() as state:
                     self.ownership.check_layout(state)
+        self._prune_run_logs(now)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
         if self.publisher is not None:

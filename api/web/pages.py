@@ -30,7 +30,7 @@ Stable hooks for browser tests (ids and data-testid):
 - changes page: `changes-list`/`change-row[data-seq][data-kind][data-id]` (`.state[data-state]` of
   `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
 - run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`,
-  `run-checks` (a `checks-table` per output its outcome checked).
+  `run-checks` (a `checks-table` per output its outcome checked), `run-logs` (`run-log-line`s, `run-log-status`).
 - automation page: `schedules-list`/`schedule-row[data-schedule][data-paused]` (`schedule-state`,
   `schedule-wants` of `want-link`s, `schedule-error`), `schedule-form` (`schedule-pause`, `schedule-resume`,
   `schedule-trigger`).

@@ -51,6 +51,7 @@ COVERED: dict[str, dict[str, str]] = {
     },
     "api/test_runs.py": {
         "POST /api/v1/job-runs/{job_run_id}/cancel": "test_cancel_job_run_then_cancel_again_conflicts",
+        "GET /api/v1/job-runs/{job_run_id}/logs": "test_job_run_logs_are_paged_and_followed_while_the_run_is_active",
     },
     "api/test_events.py": {
         "GET /api/v1/events": "test_events_are_the_raw_log_paged_by_seq",
