@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("partbuild")
 
-MAX_PER_STEP = 500  # firings a step; the rest wait for the next one
+MAX_PER_STEP = 200  # firings a step; the rest wait for the next one
 MAX_WALK = 32  # earlier instances of a ref looked at to find what its readers were built from
 MAX_TRIES = 3  # a firing the fold keeps rejecting is given up after this many appends (logged)
 _WATCHED = frozenset({"partition_observed", "job_run_success"})
@@ -184,10 +184,14 @@ class _Pending:
     change: Change
     due_ms: int
     tries: int = 0
+    _want_id: str = ""
 
     @property
     def want_id(self) -> str:
-        return reaction_want_id(self.job, self.reaction.kind, self.change.uuid, self.ref)
+        """Made when first asked for (at the firing): a change replaced within its window never needs one."""
+        if not self._want_id:
+            self._want_id = reaction_want_id(self.job, self.reaction.kind, self.change.uuid, self.ref)
+        return self._want_id
 
 
 @dataclass
@@ -221,14 +225,13 @@ class Reactor:
             self.seen_head = head  # what happened before this orchestrator started is not reacted to
         if head <= self.seen_head:
             return
-        scratch = pb.Event()
+        fresh = self._fresh
         for page in log.iter_payload_pages(after_seq=self.seen_head, upto_seq=head):
             for seq, payload in page:
-                scratch.ParseFromString(payload)
-                if scratch.WhichOneof("payload") in _WATCHED:
-                    event = pb.Event()
-                    event.CopyFrom(scratch)
-                    self._fresh.append((seq, event))
+                event = pb.Event()
+                event.ParseFromString(payload)
+                if event.WhichOneof("payload") in _WATCHED:
+                    fresh.append((seq, event))
         self.seen_head = head
 
     def due(
@@ -298,11 +301,11 @@ class Reactor:
         wants = state.wants
         next_due: int | None = None
         for key, pending in sorted(self.pending.items(), key=lambda item: item[1].due_ms):
-            if pending.want_id in wants or _live(state, pending.ref) or not owns(pending.ref):
-                del self.pending[key]  # fired (by us or a copy), built meanwhile, or no longer ours
-                continue
             if pending.due_ms > now_ms or len(events) >= self.max_per_step:
                 next_due = pending.due_ms if next_due is None else min(next_due, pending.due_ms)
+                break  # in due order: the rest are later, or wait for the next step's batch
+            if pending.want_id in wants or _live(state, pending.ref) or not owns(pending.ref):
+                del self.pending[key]  # fired (by us or a copy), built meanwhile, or no longer ours
                 continue
             if pending.tries >= MAX_TRIES:
                 logger.warning("reaction %s of job %s: the log keeps rejecting its want of %s", *_named(pending))
