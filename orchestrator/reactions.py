@@ -264,7 +264,7 @@ class Reactor:
                 consumer = instances.get(uuid)
                 if consumer is None:
                     continue
-                job = self._job_of(consumer.ref)
+                job = self._built_by(state, consumer)
                 if job is not None and job in self.upstream and not _live(state, consumer.ref):
                     yield job, self.upstream[job], consumer.ref
             return
@@ -274,6 +274,13 @@ class Reactor:
             for ref in affected_refs(self.graph, job, reaction, change.ref):
                 if not _live(state, ref):
                     yield job.label, reaction, ref
+
+    def _built_by(self, state: BuildState, consumer: Instance) -> str | None:
+        """The job of an instance that has inputs: its run's (a dict read), else the graph's for its ref."""
+        run = state.job_runs.get(consumer.built_by) if consumer.built_by is not None else None
+        if run is not None and run.job_label in self.graph.jobs:  # a job renamed since: the graph says
+            return run.job_label
+        return self._job_of(consumer.ref)
 
     def _job_of(self, ref: str) -> str | None:
         from partbuild.orchestrator.graph import GraphError, Job
