@@ -134,6 +134,8 @@ def want_detail(want: WantDetailOut) -> Group:
             ("comment", want.comment),
             ("source", want.source),
             ("cause", want.cause),
+            ("progress", ", ".join(f"{state} {count}" for state, count in want.progress.items())),
+            ("runs", _joined(want.runs[:10]) + (f"\n... {len(want.runs) - 10} more" if len(want.runs) > 10 else "")),
             ("parent", want.parent_want_id),
             ("root", want.root_want_id if want.root_want_id != want.want_id else None),
             ("satisfied by", _joined(want.satisfied_by)),

@@ -4,9 +4,9 @@ Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
 `/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
 `/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
 with dagre), `/runs`, `/runs/{id}`, `/events`, `/changes?from=A&to=B` (what changed between two seqs),
-`/audit`, `/system` (worker groups, bucketing, sources,
-subscriptions). Posts: `/actions/want`,
-`/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint` (CSRF double-submit, writers only).
+`/audit`, `/automation` (schedules, their ticks and wants), `/system` (worker groups, bucketing, sources,
+subscriptions). Posts: `/actions/want`, `/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint`,
+`/actions/schedule` (pause, resume, tick now) (CSRF double-submit, writers only).
 
 Stable hooks for browser tests (ids and data-testid):
 - every page: `#main`, `[data-testid=time-travel-banner][data-as-of]` when time travelling,
@@ -31,6 +31,9 @@ Stable hooks for browser tests (ids and data-testid):
   `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
 - run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`,
   `run-checks` (a `checks-table` per output its outcome checked).
+- automation page: `schedules-list`/`schedule-row[data-schedule][data-paused]` (`schedule-state`,
+  `schedule-wants` of `want-link`s, `schedule-error`), `schedule-form` (`schedule-pause`, `schedule-resume`,
+  `schedule-trigger`).
 - forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
   `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
   `#cancel-run-form`, `#taint-form`; errors `form-error`; error pages `error-status`.
@@ -174,6 +177,10 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
         hops = int(depth) if depth.isascii() and depth.isdigit() else 2
         hops = min(hops, MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
+        # Inputs are shown by ref: the graph drawn upstream names them; otherwise one hop up does.
+        upstream = graph if chosen != "downstream" and hops >= 1 else None
+        upstream = upstream or service.lineage(uuid, direction="upstream", depth=1, as_of_seq=page.as_of)
+        input_refs = {node.uuid: node.ref for node in upstream.nodes if node.ref is not None}
         lineage = {
             "direction": chosen,
             "depth": hops,
@@ -181,7 +188,14 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
             "nodes": graph.nodes[:LINEAGE_LISTED],
             "edges": graph.edges,
         }
-        return render_page(page, "instance.html", instance=instance, lineage=lineage, max_depth=MAX_LINEAGE_DEPTH)
+        return render_page(
+            page,
+            "instance.html",
+            instance=instance,
+            lineage=lineage,
+            max_depth=MAX_LINEAGE_DEPTH,
+            input_refs=input_refs,
+        )
 
     return serve_page(request, build)
 
@@ -253,6 +267,14 @@ def audit_page(request: Request) -> HTMLResponse:
             rejected = state.rejections[-100:][::-1]
             total, seq = len(state.rejections), state.head_seq
         return render_page(page, "audit.html", report=report, rejected=rejected, rejected_total=total, state_seq=seq)
+
+    return serve_page(request, build)
+
+
+@router.get("/automation", response_class=HTMLResponse)
+def automation_page(request: Request) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        return render_page(page, "automation.html", schedules=service.automation(as_of_seq=page.as_of).schedules)
 
     return serve_page(request, build)
 

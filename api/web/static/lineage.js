@@ -55,7 +55,10 @@
     var title = el("text", { "x": PAD, "y": 16 }, link);
     title.textContent = box.label.length > 56 ? box.label.slice(0, 55) + "…" : box.label;
     var sub = el("text", { "class": "sub", "x": PAD, "y": 32 }, link);
-    sub.textContent = state.replace(/_/g, " ") + " · " + id.slice(0, 8);
+    // A superseded Live node is an older version: its location may hold other data now.
+    sub.textContent = state.replace(/_/g, " ") + (node.superseded ? " (superseded)" : "") + " · " + id.slice(0, 8);
+    if (node.superseded) { group.setAttribute("class", group.getAttribute("class") + " superseded"); }
+    group.setAttribute("data-superseded", node.superseded ? "true" : "false");
     if (node.check_result) {
       var badge = el("g", { "class": "badge c-" + node.check_result, "data-testid": "lineage-check",
         "data-result": node.check_result, "transform": "translate(" + (box.width - BADGE_W - 6) + ",6)" }, link);
@@ -85,6 +88,12 @@
     });
     var suffix = box.getAttribute("data-link-suffix") || "";
     g.nodes().forEach(function (id) { drawNode(svg, g, id, data.root, suffix); });
+    // A wide fan-in stacks the inputs high: open with the root in view, not the first inputs.
+    var root = g.node(data.root);
+    if (root) {
+      box.scrollTop = Math.max(0, root.y - box.clientHeight / 2);
+      box.scrollLeft = Math.max(0, root.x - box.clientWidth / 2);
+    }
     status(box, "drawn", data.nodes.length + " instances, " + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
       { nodes: data.nodes.length, edges: g.edges().length, ms: Math.round(performance.now() - started) });
   }

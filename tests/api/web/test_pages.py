@@ -168,6 +168,35 @@ def test_time_travel_shows_the_state_before_the_taint(world: World) -> None:
     assert 'data-kind="wants"' not in early and 'data-kind="instances" data-state="live"' in early
 
 
+def test_an_instance_s_inputs_are_shown_by_ref_whichever_way_its_graph_is_drawn(world: World) -> None:
+    for query in ("", "?direction=downstream", "?depth=0"):
+        html = _get(world, f"/instances/{world.daily_uuid}{query}")
+        inputs = re.search(r'data-testid="instance-inputs">(.*?)</dd>', html, re.S)
+        assert inputs is not None and f'data-testid="instance-link">{RAW}</a>' in inputs.group(1), (query, inputs)
+
+
+def test_a_want_page_shows_its_progress_and_runs_as_of_a_seq(world: World) -> None:
+    def progress(html: str) -> dict[str, str]:
+        return dict(re.findall(r'data-testid="progress-count" data-state="([^"]+)">.*?</span> (\d+)</span>', html))
+
+    before = _get(world, f"/wants/want-root?as_of={world.before_taint}")
+    assert progress(before) == {"live": "1"} and 'data-testid="want-runs"' in before and "/runs/run-1" in before
+    now = _get(world, "/wants/want-root")  # the taint replaced the daily with a new, unbuilt instance
+    assert progress(now) == {"missing": "1"} and 'data-testid="want-runs"' not in now
+    detail = world.service.want("want-root", as_of_seq=world.before_taint)
+    assert (detail.progress, detail.runs) == ({"live": 1}, ["run-1"])
+
+
+def test_the_timeline_keeps_its_words_apart(world: World) -> None:
+    html = _get(world, f"/partition?ref={DAILY}")
+    items = re.findall(r'<li class="timeline-item".*?</li>', html, re.S)
+    text = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", item)) for item in items]  # as a browser spaces it
+    tainted = next(line for line in text if "tainted" in line)
+    assert re.search(r"superseded at seq \d+ built by run-1 late clicks", tainted), tainted
+    squeezed = [re.sub(r"<[^>]+>", "", item) for item in items]  # no tag may be all that separates two words
+    assert not any(re.search(r"\d+built by|run-1late", line) for line in squeezed), squeezed
+
+
 def _recorded_iso(world: World, seq: int) -> str:
     (row,) = world.service.log.read(seq - 1, 1)
     return dt.datetime.fromtimestamp(row.recorded_at_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
