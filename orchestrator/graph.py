@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.checks import Check
 from partbuild.orchestrator.publish import Publish, as_publish, publish_problem, table_conflict
+from partbuild.orchestrator.reactions import Reaction, invertible, reaction_problem
 from partbuild.orchestrator.schedules import Schedule
 from partbuild.state.fold.validation import id_problem
 
@@ -174,9 +175,14 @@ class Job:
     checks: Sequence[Check] = ()
     # A catalog table whose partitions follow this job's canonical Live instances (orchestrator/publish.py).
     publish: Publish | str | None = None
+    # What makes it want its partitions again without anyone asking (orchestrator/reactions.py).
+    reactions: Sequence[Reaction] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
+        object.__setattr__(self, "reactions", tuple(self.reactions))
+        if problem := reaction_problem(self, self.reactions):
+            raise GraphError(f"job {self.label!r}: {problem}")
         names = [check.name for check in self.checks if isinstance(check, Check)]
         if len(names) != len(self.checks):
             raise GraphError(f"job {self.label!r}: checks must be Check objects (orchestrator/checks.py)")
@@ -271,6 +277,12 @@ class Graph:
         published = ((job.label, job.publish) for job in self.jobs.values() if isinstance(job.publish, Publish))
         if conflict := table_conflict(published):
             raise GraphError(conflict)
+        source_patterns = [source.pattern for source in self.sources.values()]
+        for job in self.jobs.values():
+            if any(r.inverts_pattern for r in job.reactions) and not invertible(job, source_patterns):
+                raise GraphError(
+                    f"job {job.label!r}: on_source_arrival needs affected= (no output fits a source's fields)"
+                )
         self._cache: dict[str, Resolution] = {}
 
     def _claim(self, pattern: PartitionPattern, producer: Producer, who: str, seen: dict[str, str]) -> None:
