@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-from click.utils import make_default_short_help
 
 from partbuild.api.errors import ApiError, ClientError
 
@@ -132,7 +131,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "up",
         "HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.",
     ),
-    "want": ("wants", "want", "Record a want for one or more partition refs (or a batch of wants from --file)."),
+    "want": ("wants", "want", "Record a want for one or more partition refs (or for the refs of --file)."),
     "wants": ("wants", "wants_group", "List wants, oldest first (also 'wants list'); subcommands below."),
 }
 
@@ -162,7 +161,7 @@ class PartbuildGroup(click.Group):
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(name) for name in names)
         rows = [
-            (name, make_default_short_help(COMMANDS[name][2], limit))
+            (name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit))
             if name in COMMANDS and name not in self.commands
             else (name, self.commands[name].get_short_help_str(limit))
             for name in names

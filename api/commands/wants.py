@@ -31,9 +31,14 @@ from partbuild.state.rules.refs import ref_problem
     "--file",
     "refs_file",
     type=click.File("r", encoding="utf-8"),
-    help="Read refs from FILE, one a line ('-': stdin): one want per ref, in requests of 10,000 refs.",
+    help="Read refs from FILE, one a line ('-': stdin): one want naming them all (at most 10,000 refs).",
 )
-@click.option("--one-want", is_flag=True, help="With --file: a single want naming every ref.")
+@click.option(
+    "--want-per-ref",
+    is_flag=True,
+    help="With --file: one want per ref instead, sent in requests of 10,000 refs (any number of refs).",
+)
+@click.option("--one-want", is_flag=True, hidden=True)  # the default since --want-per-ref; kept for old scripts
 @click.option("--graph", "graph_path", help="With --db: refuse refs that no job or source of this graph produces.")
 @click.option("--want-id", help="Id of the want (default: a new random id).")
 @click.option("--comment", default="", help="Why the data is wanted.")
@@ -46,6 +51,7 @@ def want(
     target: Target,
     refs: tuple[str, ...],
     refs_file: IO[str] | None,
+    want_per_ref: bool,
     one_want: bool,
     graph_path: str | None,
     want_id: str | None,
@@ -56,18 +62,21 @@ def want(
     user: str,
     as_json: bool,
 ) -> None:
-    """Record a want for one or more partition refs (or a batch of wants from --file)."""
+    """Record a want for one or more partition refs (or for the refs of --file)."""
+    if want_per_ref and (refs_file is None or one_want):
+        raise click.UsageError("--want-per-ref goes with --file, and not with --one-want")
     wanted = _refs_from(refs, refs_file)
     graph = read_graph(graph_path) if graph_path is not None else None
     if graph is not None and target.server is None:
         _check_producible(graph, wanted)  # all refs before the first request: bad input changes nothing
-    groups = [list(wanted)] if refs_file is None or one_want else [[ref] for ref in wanted]
-    if len(groups) > 1 and want_id is not None:
+    groups = [[ref] for ref in wanted] if want_per_ref else [list(wanted)]
+    if want_per_ref and want_id is not None:
         raise click.BadParameter(
-            "names one want; a batch gets generated ids (or use --one-want)", param_hint="'--want-id'"
+            "names one want; --want-per-ref makes many with generated ids", param_hint="'--want-id'"
         )
     if len(groups[0]) > MAX_BATCH_REFS:
-        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs", param_hint="'REFS'")
+        hint = " (--want-per-ref makes one want per ref)" if refs_file is not None else ""
+        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs{hint}", param_hint="'REFS'")
     timestamp_ms = None
     if data_timestamp is not None:
         timestamp_ms = int(data_timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000)

@@ -166,9 +166,7 @@ def test_month_year_and_hour_fields_refuse_other_text(template: str, ref: str) -
 
 def test_a_month_formats_any_day_of_it_and_sits_beside_dates_and_years() -> None:
     assert PartitionPattern("m/{m:month}").format(m=dt.date(2026, 2, 17)) == "m/2026-02"
-    graph = Graph(
-        [Job("d", ["x/{d:date}"], noop), Job("m", ["x/{m:month}"], noop), Job("y", ["x/{y:year}"], noop)]
-    )
+    graph = Graph([Job("d", ["x/{d:date}"], noop), Job("m", ["x/{m:month}"], noop), Job("y", ["x/{y:year}"], noop)])
     assert [graph.resolve(ref).producer.label for ref in ("x/2026-01-05", "x/2026-01", "x/2026")] == [  # type: ignore[union-attr]
         "d",
         "m",
