@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import IO, get_args
+from typing import IO, TYPE_CHECKING, get_args
 
 import click
 
 from partbuild.api import render
-from partbuild.api.client import create_wants_chunked
 from partbuild.api.commands.common import (
     Target,
     as_of_option,
@@ -20,8 +19,10 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName
-from partbuild.orchestrator.graph import Graph, GraphError
 from partbuild.state.rules.refs import ref_problem
+
+if TYPE_CHECKING:
+    from partbuild.orchestrator.graph import Graph
 
 
 @click.command()
@@ -91,6 +92,8 @@ def want(
         )
         for group in groups
     ]
+    from partbuild.api.client import create_wants_chunked  # here: `wants --server` need not import it
+
     bar = render.progress_bar("wanting", show=len(wanted) > MAX_BATCH_REFS)
     with connect(target, must_exist=False, graph=graph) as client, bar:
         task = bar.add_task("wanting", total=len(wanted))
@@ -132,6 +135,8 @@ def _refs_from(args: tuple[str, ...], source: IO[str] | None) -> list[str]:
 
 
 def _check_producible(graph: Graph, refs: list[str]) -> None:
+    from partbuild.orchestrator.graph import GraphError
+
     for ref in refs:
         try:
             graph.resolve(ref)

@@ -1,5 +1,6 @@
 """`partbuild --version` and `--help` start lean: in a fresh interpreter they import none of the heavy
-libraries (a command's module, with SQLAlchemy, FastAPI, pydantic or Spark, loads only when it runs).
+libraries (a command's module, with SQLAlchemy, FastAPI, pydantic or Spark, loads only when it runs); a
+`--server` read imports no database or Spark library (the HTTP client still needs FastAPI's declarations).
 Times are in bench/cli_start.py; here only what is imported, which does not depend on the machine's load."""
 
 from __future__ import annotations
@@ -25,8 +26,19 @@ HEAVY = (
     "starlette",
     "uvicorn",
     "partbuild.api.commands.common",
+    "partbuild.api.service",
     "partbuild.state.log.store",
 )
+# What a read through a server never needs: the database, migrations, the service, Spark, the server.
+NOT_FOR_SERVER_READS = {
+    "alembic",
+    "py4j",
+    "pyspark",
+    "sqlalchemy",
+    "uvicorn",
+    "partbuild.api.service",
+    "partbuild.state.log.store",
+}
 
 _PROBE = """
 import json, sys
@@ -60,3 +72,11 @@ def test_the_probe_sees_heavy_imports_when_a_command_runs() -> None:
     code, heavy, _ = _start("db", "--help")
     assert code == 0
     assert {"sqlalchemy", "partbuild.api.commands.common"} <= set(heavy)
+
+
+@pytest.mark.parametrize("args", [["runs"], ["wants"], ["partitions", "show", "a/b"], ["lineage", "a/b"]])
+def test_a_server_read_imports_no_database_nor_spark(args: list[str]) -> None:
+    code, heavy, _ = _start(*args, "--server", "http://127.0.0.1:9")  # nothing listens: exit 1, after the imports
+    assert code == 1
+    assert "partbuild.api.commands.common" in heavy  # the command did load
+    assert NOT_FOR_SERVER_READS.isdisjoint(heavy), heavy
