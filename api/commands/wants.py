@@ -70,14 +70,7 @@ def want(
     graph = read_graph(graph_path) if graph_path is not None else None
     if graph is not None and target.server is None:
         _check_producible(graph, wanted)  # all refs before the first request: bad input changes nothing
-    groups = [[ref] for ref in wanted] if want_per_ref else [list(wanted)]
-    if want_per_ref and want_id is not None:
-        raise click.BadParameter(
-            "names one want; --want-per-ref makes many with generated ids", param_hint="'--want-id'"
-        )
-    if len(groups[0]) > MAX_BATCH_REFS:
-        hint = " (--want-per-ref makes one want per ref)" if refs_file is not None else ""
-        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs{hint}", param_hint="'REFS'")
+    groups = _groups(wanted, want_per_ref=want_per_ref, want_id=want_id, from_file=refs_file is not None)
     timestamp_ms = None
     if data_timestamp is not None:
         timestamp_ms = int(data_timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000)
@@ -110,6 +103,18 @@ def want(
                 f"at seqs {created.first_seq}..{created.last_seq}"
             ),
         )
+
+
+def _groups(wanted: list[str], *, want_per_ref: bool, want_id: str | None, from_file: bool) -> list[list[str]]:
+    """The refs of each want to record: all in one, or one want per ref."""
+    if want_per_ref and want_id is not None:
+        raise click.BadParameter(
+            "names one want; --want-per-ref makes many with generated ids", param_hint="'--want-id'"
+        )
+    if not want_per_ref and len(wanted) > MAX_BATCH_REFS:
+        hint = " (--want-per-ref makes one want per ref)" if from_file else ""
+        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs{hint}", param_hint="'REFS'")
+    return [[ref] for ref in wanted] if want_per_ref else [list(wanted)]
 
 
 def _refs_from(args: tuple[str, ...], source: IO[str] | None) -> list[str]:
