@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import BaseModel
@@ -39,9 +39,11 @@ from partbuild.api.models.partitions import (
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, RunLogLineOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
-from partbuild.state.log.audit import AuditReport
-from partbuild.state.log.replay import Progress as ProgressCallback
 from partbuild.state.rules.group import format_buckets
+
+if TYPE_CHECKING:  # annotations only: the log's modules bring SQLAlchemy, which a `--server` read does not need
+    from partbuild.state.log.audit import AuditReport
+    from partbuild.state.log.replay import Progress as ProgressCallback
 
 # Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 200)

@@ -39,11 +39,24 @@ class _FieldType:
     format: Callable[[Any], str]
 
 
+def _format_month(day: dt.date) -> str:
+    return f"{day.year:04d}-{day.month:02d}"  # not strftime: %Y does not pad years before 1000
+
+
 FIELD_TYPES: dict[str, _FieldType] = {
     "str": _FieldType(r"[^/]+", str, str),
     # No leading zeros: `x/007` and `x/7` must not be two refs of one partition.
     "int": _FieldType(r"0|-?[1-9][0-9]*", int, str),
     "date": _FieldType(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", dt.date.fromisoformat, dt.date.isoformat),
+    # A month is the date of its first day (`2026-01`); a date of another day formats as its month.
+    "month": _FieldType(r"[0-9]{4}-[0-9]{2}", lambda text: dt.date.fromisoformat(f"{text}-01"), _format_month),
+    "year": _FieldType(r"[0-9]{4}", int, lambda year: f"{year:04d}"),
+    # An hour is a naive datetime (UTC by convention) on the hour: `2026-01-05T13`.
+    "hour": _FieldType(
+        r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}",
+        lambda text: dt.datetime.strptime(text, "%Y-%m-%dT%H"),
+        lambda moment: f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}",
+    ),
 }
 
 
@@ -66,7 +79,8 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
 class PartitionPattern:
     """A ref template with typed fields, e.g. `agg/daily_clicks/date={date:date}`.
 
-    Field types: str (default, no slash), int, date (YYYY-MM-DD), and any registered with
+    Field types: str (default, no slash), int, date (YYYY-MM-DD), month (YYYY-MM, a date on the 1st),
+    year (YYYY, an int), hour (YYYY-MM-DDTHH, a datetime on the hour), and any registered with
     `register_field_type` (the clicks example adds isoweek, YYYY-Www).
     """
 

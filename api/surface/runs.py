@@ -9,7 +9,7 @@ from fastapi import Body, Path, Query
 from partbuild.api.models.common import CancelRequest, PageOut, QueryFloat, QueryInt, WrittenOut
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName, RunLogsOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "job runs"
 RunIdPath = Annotated[str, Path(description="A job run's id.")]
