@@ -30,6 +30,7 @@ from partbuild.api.commands import (
     changes,
     checks,
     groups,
+    jobs,
     log,
     partitions,
     runs,
@@ -90,6 +91,8 @@ for command in (
     subscriptions.subscriptions_group,
     subscriptions.deliver,
     tokens.tokens_group,
+    jobs.graph_group,
+    jobs.jobs_group,
 ):
     cli.add_command(command)
 

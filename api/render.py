@@ -657,3 +657,16 @@ def _version(instance: InstanceOut) -> str | None:
     if instance.version is None:
         return None
     return f"{instance.version.value} ({'strong' if instance.version.strong else 'weak'})"
+
+
+def summary_text(summary: Any) -> str:
+    """A job's (or source's) partitions by state: `name (job): 12 partitions — live 10, failed 2`."""
+    counts = ", ".join(f"{state} {count}" for state, count in summary.counts.items()) or "none known"
+    return f"{summary.name} ({summary.kind}, {' '.join(summary.patterns)}): {summary.total} partitions: {counts}"
+
+
+def job_graph_text(found: Any) -> str:
+    """The job graph: a line per node with its counts, then a line per edge."""
+    lines = [summary_text(node) for node in found.nodes]
+    lines += [f"{edge.input} -> {edge.output}" for edge in found.edges] or ["(no dependencies known)"]
+    return "\n".join([*lines, f"(as of seq {found.as_of_seq})"])

@@ -18,6 +18,7 @@ from partbuild.api.service.automation import AutomationService
 from partbuild.api.service.changes import ChangesService
 from partbuild.api.service.events import EventsService
 from partbuild.api.service.groups import GroupsService
+from partbuild.api.service.jobs import JobsService
 from partbuild.api.service.operations import OperationsService
 from partbuild.api.service.partitions import PartitionsService
 from partbuild.api.service.runs import RunsService
@@ -40,5 +41,6 @@ class Service(
     ChangesService,
     AuditService,
     OperationsService,
+    JobsService,
 ):
     """Validated writes and consistent reads over one event log: every operation of `Client`."""

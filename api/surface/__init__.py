@@ -40,6 +40,7 @@ from partbuild.api.surface.common import (
 )
 from partbuild.api.surface.events import EventsApi
 from partbuild.api.surface.groups import GroupsApi
+from partbuild.api.surface.jobs import JobsApi
 from partbuild.api.surface.operations import OperationsApi
 from partbuild.api.surface.partitions import PartitionsApi
 from partbuild.api.surface.runs import RunsApi
@@ -78,6 +79,7 @@ class Client(
     ChangesApi,
     AuditApi,
     OperationsApi,
+    JobsApi,
     Protocol,
 ):
     """Every read and write of partbuild, as the CLI, the HTTP API and tests use them."""

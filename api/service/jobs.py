@@ -1,0 +1,224 @@
+"""Jobs and source datasets of the served graph: partition counts by state, the status grid, the job graph.
+
+A job's partitions are the refs the log knows of its output patterns (refs with an
+instance): the listing index keeps each pattern's refs sorted (`refs_matching`,
+one pass over the refs under the pattern's literal prefix, kept until refs are
+added), so a grid takes them in key order and bisects a key range. Counts look
+each ref's canonical instance up (as of a seq on a PastState); the live answer is
+kept per head seq, so a page of repeated reads folds nothing twice.
+
+Pattern-level dependencies: a job's `inputs` is a function of a partition, so its
+edges are found by asking it about one known partition of the job (its first ref
+in key order) and resolving each input ref to its producer; a job with no known
+partition yet has no edges drawn.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
+from partbuild.api.models.partitions import check_result_name, worst_check_result
+from partbuild.api.service.base import ServiceBase
+from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import latest_checks
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.rules import grid
+from partbuild.state.rules.grid import Cell, Month
+
+WARNING = "warning"
+TAINTED = InstanceState.TAINTED.name.lower()
+GRID_STATES = [state.name.lower() for state in InstanceState] + [WARNING]
+
+
+@dataclass(frozen=True)
+class Node:
+    """A job or a source dataset of the graph, by name."""
+
+    name: str
+    kind: NodeKind
+    patterns: tuple[PartitionPattern, ...]
+
+
+@dataclass(frozen=True)
+class GridView:
+    """A grid answer: the node, its counts, its cells (bounded) or day rows, as of a seq."""
+
+    summary: PartitionsSummaryOut
+    cells: list[Cell]
+    months: list[Month] | None  # a day layout when the node's one field is a date and the span fits
+    shown: int  # refs in the key range and state filter
+    start: str | None
+    end: str | None
+    state: str | None
+
+
+def cell_state(state: BuildState, ref: str) -> str | None:
+    """The grid's state of `ref` (None: no instance as of the state's seq): its canonical instance's, but `tainted`
+    for a Missing one that replaced a tainted one (not rebuilt yet), `warning` for a Live one whose latest checks
+    warned or errored."""
+    instance = state.canonical_instance(ref)
+    if instance is None:
+        return None
+    if instance.state == InstanceState.MISSING and instance.previous_uuid is not None:
+        # A taint makes a fresh Missing instance canonical at once: the partition stays "tainted" until rebuilt.
+        previous = state.instances.get(instance.previous_uuid)
+        if previous is not None and previous.state == InstanceState.TAINTED:
+            return TAINTED
+    if instance.state == InstanceState.LIVE:
+        latest = latest_checks(state.check_results.get(instance.uuid, ()))
+        if latest is not None and worst_check_result(check_result_name(r[1], r[2], r[3]) for r in latest[1]) in (
+            "warning",
+            "errored",
+        ):
+            return WARNING
+    return instance.state.name.lower()
+
+
+class JobsService(ServiceBase):
+    """Partition counts and grids of the graph's jobs and sources; the pattern-level job graph."""
+
+    _counts_lock = threading.Lock()
+
+    def partitions_summary(
+        self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
+    ) -> PartitionsSummaryOut:
+        node = self._node(name)
+        with self._reading(min_seq, as_of_seq) as state:
+            return self._summary(state, node, as_of_seq is None)
+
+    def job_graph(self, as_of_seq: int | None = None, min_seq: int | None = None) -> JobGraphOut:
+        graph = self._served_graph()
+        nodes = _nodes(graph)
+        with self._reading(min_seq, as_of_seq) as state:
+            summaries = [self._summary(state, node, as_of_seq is None) for node in nodes]
+            edges: dict[tuple[str, str], None] = {}
+            for node in nodes:
+                if node.kind != "job":
+                    continue
+                known = (r for r in self._refs_of(node) if as_of_seq is None or state.canonical_instance(r) is not None)
+                sample = next(known, None)
+                for producer in _producers_read(graph, sample) if sample is not None else ():
+                    edges[(producer, node.name)] = None
+            return JobGraphOut(
+                as_of_seq=state.head_seq,
+                nodes=summaries,
+                edges=[GraphEdgeOut(input=a, output=b) for a, b in edges],
+            )
+
+    def partitions_grid(
+        self,
+        name: str,
+        start: str | None = None,
+        end: str | None = None,
+        state_filter: str | None = None,
+        as_of_seq: int | None = None,
+    ) -> GridView:
+        """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order."""
+        if state_filter is not None and state_filter not in GRID_STATES:
+            raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
+        node = self._node(name)
+        with self._reading(None, as_of_seq) as state:
+            summary = self._summary(state, node, as_of_seq is None)
+            refs = self._refs_of(node)
+            low, high = grid.in_range(refs, start, end)
+            looked = ((ref, cell_state(state, ref)) for ref in refs[low:high])
+            cells = [(ref, found) for ref, found in looked if found is not None]
+        if state_filter is not None:
+            cells = [cell for cell in cells if cell[1] == state_filter]
+        months = None
+        date_field = _only_date_field(node)
+        if date_field is not None and state_filter is None:
+            days = [_day(node, ref, date_field) for ref, _ in cells]
+            if all(day is not None for day in days):
+                months = grid.day_layout(cells, days)  # type: ignore[arg-type]  # None: checked above
+        return GridView(summary, grid.bounded(cells), months, len(cells), start, end, state_filter)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _served_graph(self) -> Graph:
+        if self.graph is None:
+            raise NotFound("this server serves no graph: start it with --graph")
+        return self.graph
+
+    def _node(self, name: str) -> Node:
+        graph = self._served_graph()
+        job = graph.jobs.get(name)
+        if job is not None:
+            return _job_node(job)
+        source = graph.sources.get(name)
+        if source is not None:
+            return Node(source.name, "source", (source.pattern,))  # type: ignore[arg-type]
+        raise NotFound(f"no job or source dataset named {name!r} in the served graph")
+
+    def _refs_of(self, node: Node) -> list[str]:
+        """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them."""
+        found: list[str] = []
+        for pattern in node.patterns:
+            found += self.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
+        return sorted(found) if len(node.patterns) > 1 else found
+
+    def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
+        key = (node.name, state.head_seq)
+        cache = self.__dict__.setdefault("_counts_cache", {})
+        counts = cache.get(key) if live else None
+        if counts is None:
+            counted = Counter(cell_state(state, ref) for ref in self._refs_of(node))
+            counted.pop(None, None)
+            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+            if live:
+                with self._counts_lock:
+                    if len(cache) > 1_000:
+                        cache.clear()
+                    cache[key] = counts
+        return PartitionsSummaryOut(
+            name=node.name,
+            kind=node.kind,
+            patterns=[pattern.template for pattern in node.patterns],
+            total=sum(counts.values()),
+            counts=counts,
+            as_of_seq=state.head_seq,
+        )
+
+
+def _job_node(job: Job) -> Node:
+    return Node(job.label, "job", tuple(job.outputs))  # type: ignore[arg-type]  # patterns after __post_init__
+
+
+def _nodes(graph: Graph) -> list[Node]:
+    sources = [Node(s.name, "source", (s.pattern,)) for s in graph.sources.values()]  # type: ignore[arg-type]
+    return sources + [_job_node(job) for job in graph.jobs.values()]
+
+
+def _producers_read(graph: Graph, ref: str) -> list[str]:
+    """The jobs and sources that produce what building `ref` reads (unresolvable inputs are left out)."""
+    found: dict[str, None] = {}
+    try:
+        inputs = graph.inputs_of(ref)
+    except (GraphError, ValueError, KeyError, TypeError):  # the user's inputs function may refuse an odd ref
+        return []
+    for input_ref in inputs:
+        try:
+            producer = graph.resolve(input_ref).producer
+        except GraphError:
+            continue
+        found[producer.label if isinstance(producer, Job) else producer.name] = None
+    return list(found)
+
+
+def _only_date_field(node: Node) -> str | None:
+    """The one field of a one-pattern node, when it is a date (the grid then lays days out by month)."""
+    if len(node.patterns) != 1 or len(node.patterns[0].fields) != 1:
+        return None
+    name, kind = next(iter(node.patterns[0].fields.items()))
+    return name if kind is FIELD_TYPES["date"] else None
+
+
+def _day(node: Node, ref: str, field: str) -> dt.date | None:
+    fields = node.patterns[0].match(ref)
+    return None if fields is None else fields[field]
