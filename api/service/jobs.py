@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from partbuild.api.errors import InvalidInput, NotFound
@@ -26,7 +27,7 @@ from partbuild.api.models.partitions import check_result_name, worst_check_resul
 from partbuild.api.service.base import ServiceBase
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import latest_checks
+from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.rules import grid
@@ -35,6 +36,8 @@ from partbuild.state.rules.grid import Cell, Month
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()
 GRID_STATES = [state.name.lower() for state in InstanceState] + [WARNING]
+_NAMES = {state: state.name.lower() for state in InstanceState}
+_LIVE, _MISSING, _TAINTED = InstanceState.LIVE, InstanceState.MISSING, InstanceState.TAINTED
 
 
 @dataclass(frozen=True)
@@ -63,35 +66,57 @@ def cell_state(state: BuildState, ref: str) -> str | None:
     """The grid's state of `ref` (None: no instance as of the state's seq): its canonical instance's, but `tainted`
     for a Missing one that replaced a tainted one (not rebuilt yet), `warning` for a Live one whose latest checks
     warned or errored."""
-    if isinstance(state, PastState):
-        # As of a seq, only the states are needed: read them from the live records' histories (rebuilding whole
-        # past Instance records, as `canonical_instance` does, costs several times more per ref).
-        live, seq = state.live, state.head_seq
-        uuid = canonical_at(live, ref, seq)
+    found = cell_states(state, [ref])
+    return found[0][1] if found else None
+
+
+def cell_states(state: BuildState, refs: Iterable[str]) -> list[tuple[str, str]]:
+    """(ref, grid state) of each of `refs` that has an instance as of the state's seq, in their order.
+
+    One tight loop (a grid asks for 100,000): dict lookups, the state names precomputed. As of a seq the
+    states come from the live records and their histories (`canonical_at`, `instance_state_at`, with their
+    common case inline: a record unchanged since that seq), not from rebuilt past Instance records."""
+    past = isinstance(state, PastState)
+    live: BuildState = state.live if past else state  # type: ignore[attr-defined]
+    seq = state.head_seq
+    canonical, instances, checked = live.canonical, live.instances, live.check_results
+    out: list[tuple[str, str]] = []
+    append = out.append
+    for ref in refs:
+        uuid = canonical.get(ref)
         if uuid is None:
-            return None
-        instance = live.instances[uuid]
-        found = instance_state_at(live, instance, seq)[0]
-        previous = live.instances.get(instance.previous_uuid) if instance.previous_uuid is not None else None
-        previous_state = instance_state_at(live, previous, seq)[0] if previous is not None else None
-    else:
-        current = state.canonical_instance(ref)
-        if current is None:
-            return None
-        uuid, found = current.uuid, current.state
-        previous = state.instances.get(current.previous_uuid) if current.previous_uuid is not None else None
-        previous_state = previous.state if previous is not None else None
-    if found == InstanceState.MISSING and previous_state == InstanceState.TAINTED:
-        # A taint makes a fresh Missing instance canonical at once: the partition stays "tainted" until rebuilt.
-        return TAINTED
-    if found == InstanceState.LIVE:
-        latest = latest_checks(state.check_results.get(uuid, ()))
-        if latest is not None and worst_check_result(check_result_name(r[1], r[2], r[3]) for r in latest[1]) in (
-            "warning",
-            "errored",
-        ):
-            return WARNING
-    return found.name.lower()
+            continue
+        instance = instances.get(uuid)
+        if past and (instance is None or instance.created_seq > seq):
+            uuid = canonical_at(live, ref, seq)
+            if uuid is None:
+                continue
+            instance = instances[uuid]
+        assert instance is not None
+        found = instance.state if not past or instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]
+        if found is _LIVE:
+            if uuid in checked and _warned(state.check_results.get(uuid, ())):
+                append((ref, WARNING))
+                continue
+        elif found is _MISSING and instance.previous_uuid is not None:
+            previous = instances.get(instance.previous_uuid)
+            if previous is not None:
+                before = previous.state if not past or previous.updated_seq <= seq else None
+                if before is None:
+                    before = instance_state_at(live, previous, seq)[0]
+                if before is _TAINTED:
+                    # A taint makes a fresh Missing instance canonical at once: "tainted" until rebuilt.
+                    append((ref, TAINTED))
+                    continue
+        append((ref, _NAMES[found]))
+    return out
+
+
+def _warned(entries: tuple[CheckEntry, ...]) -> bool:
+    latest = latest_checks(entries)
+    if latest is None:
+        return False
+    return worst_check_result(check_result_name(r[1], r[2], r[3]) for r in latest[1]) in ("warning", "errored")
 
 
 class JobsService(ServiceBase):
@@ -140,8 +165,11 @@ class JobsService(ServiceBase):
         with self._reading(None, as_of_seq) as state:
             refs = self._refs_of(node)
             low, high = grid.in_range(refs, start, end)
-            looked = ((ref, cell_state(state, ref)) for ref in refs[low:high])
-            cells = [(ref, found) for ref, found in looked if found is not None]
+            every = self._live_cells(state, node)[0] if as_of_seq is None else None
+            if every is not None and len(every) == len(refs):  # every known ref has an instance now: aligned
+                cells = every[low:high]
+            else:
+                cells = cell_states(state, refs[low:high])
             # The legend counts the key range (one pass: the cells'); without a range, the job's summary.
             counted = Counter(found for _, found in cells)
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
@@ -181,19 +209,29 @@ class JobsService(ServiceBase):
         return sorted(found) if len(node.patterns) > 1 else found
 
     def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
-        key = (node.name, state.head_seq)
-        cache = self.__dict__.setdefault("_counts_cache", {})
-        counts = cache.get(key) if live else None  # (a past read may meet retention: it reads again)
-        if counts is None:
-            counted = Counter(cell_state(state, ref) for ref in self._refs_of(node))
-            counted.pop(None, None)
+        if live:
+            counts = self._live_cells(state, node)[1]
+        else:
+            counted = Counter(found for _, found in cell_states(state, self._refs_of(node)))
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
-            if live:
-                with self._counts_lock:
-                    if len(cache) > 1_000:
-                        cache.clear()
-                    cache[key] = counts
         return _summary_out(node, counts, state.head_seq)
+
+    def _live_cells(self, state: BuildState, node: Node) -> tuple[list[tuple[str, str]], dict[str, int]]:
+        """Every known ref of `node` with its grid state in the live `state`, and their counts: one pass per head
+        seq, kept until the head moves (a grid of the live state is then a slice of it)."""
+        key = (node.name, state.head_seq)
+        cache: dict[tuple[str, int], tuple[list[tuple[str, str]], dict[str, int]]]
+        cache = self.__dict__.setdefault("_cells_cache", {})
+        found = cache.get(key)
+        if found is None:
+            cells = cell_states(state, self._refs_of(node))
+            counted = Counter(state for _, state in cells)
+            found = cells, {name: counted[name] for name in GRID_STATES if counted[name]}
+            with self._counts_lock:
+                for old in [k for k in cache if k[0] == node.name]:
+                    del cache[old]  # one head per node: the older ones are never asked again
+                cache[key] = found
+        return found
 
 
 def _summary_out(node: Node, counts: dict[str, int], seq: int) -> PartitionsSummaryOut:
