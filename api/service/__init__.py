@@ -3,7 +3,7 @@
 `Service` implements `partbuild.api.surface.Client` in-process (the CLI's `--db`
 back end) and is what the HTTP routes call. It is composed of one class per
 resource (`wants`, `partitions`, `runs`, `groups`, `sources`, `subscriptions`,
-`events`, `changes`, `audit`, `operations`: the same modules as in `partbuild.api.surface`
+`events`, `changes`, `audit`, `jobs`, `operations`: the same modules as in `partbuild.api.surface`
 and `partbuild.api.models`), each deriving from `base.ServiceBase`, which holds
 the database, the live state (its own, or the one a process shares with its
 orchestrator in `up`, so one process holds one BuildState), the guarded append

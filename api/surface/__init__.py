@@ -1,7 +1,7 @@
 """partbuild's API, declared once: every operation's name, parameters, result and HTTP route, by resource.
 
 Each resource (wants, partitions, runs, groups, sources, automation, subscriptions,
-events, changes, audit, operations) is a module here holding a Protocol of its operations, each
+events, changes, audit, jobs, operations) is a module here holding a Protocol of its operations, each
 marked with `@operation(...)`, and its `TAG` in the document. The same name is
 the resource's module in `partbuild.api.models` and `partbuild.api.service`.
 
