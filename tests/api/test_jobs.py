@@ -13,13 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-from gridkit import TAINTED, grid_graph, grid_service, write_history
 
 from partbuild.api.cli import main
 from partbuild.api.service.jobs import cell_state
 from partbuild.state.database import Database
-from partbuild.state.rules.grid import NO_INSTANCE, bounded, day_layout, runs
 
+from gridkit import TAINTED, grid_graph, grid_service, write_history
 from httpkit import ok, problem
 from serverkit import ApiServer, serve_service
 
@@ -140,24 +139,6 @@ def test_the_grid_shows_each_ref_in_its_state_by_day_and_follows_time_travel(sql
         assert {c.first: c.state for c in past.cells} == {ref: s for ref, s in then.items() if s is not None}
         with pytest.raises(Exception, match="state must be one of"):
             service.partitions_grid("daily_clicks", state_filter="nope")
-
-
-def test_big_grids_stay_bounded_as_runs_and_ranges() -> None:
-    cells = [(f"r{n:06d}", "live" if n % 1000 else "failed") for n in range(100_000)]
-    merged = list(runs(cells))
-    assert len(merged) == 200 and sum(c.count for c in merged) == 100_000
-    shown = bounded(cells, most=150)  # 200 runs do not fit: 150 ranges of equal size, mixed where states mix
-    assert len(shown) <= 150 and sum(c.count for c in shown) == 100_000
-    assert {c.state for c in shown} == {"live", "mixed"}
-    assert all(dict(c.counts).get("failed", 0) >= 1 for c in shown if c.state == "mixed")
-    assert bounded(cells[:10]) == [c for c in bounded(cells[:10]) if c.single]
-    import datetime as dt
-
-    day = dt.date(2026, 1, 30)
-    layout = day_layout([("a", "live"), ("b", "failed")], [day, day + dt.timedelta(days=3)])
-    assert layout is not None and [(m.month, len(m.days)) for m in layout] == [(1, 2), (2, 2)]
-    assert [s for m in layout for _, s, _ in m.days] == ["live", NO_INSTANCE, NO_INSTANCE, "failed"]
-    assert day_layout([("a", "live"), ("b", "live")], [day, day + dt.timedelta(days=5000)]) is None
 
 
 def test_the_cli_shows_the_graph_and_a_summary(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gridkit import TAINTED, grid_graph, write_history
 from playwright.sync_api import expect
 
 from partbuild.api.service import Service
 from partbuild.state.database import Database
 
 from browserkit import Tab, visit
+from gridkit import TAINTED, grid_graph, write_history
 from serverkit import ApiServer, serve_service
 
 pytestmark = pytest.mark.browser

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from gridkit import TAINTED, grid_service, write_history
 
 from partbuild.api.app import create_app
 from partbuild.api.service import Service
+
+from gridkit import TAINTED, grid_service, write_history
 
 
 @dataclass
