@@ -50,6 +50,15 @@ class Node:
 
 
 @dataclass(frozen=True)
+class LiveCells:
+    """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts."""
+
+    cells: list[tuple[str, str]]
+    starts: list[int]
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
 class GridView:
     """A grid answer: the node, its counts, its cells (bounded) or day rows, as of a seq."""
 
@@ -165,24 +174,40 @@ class JobsService(ServiceBase):
         with self._reading(None, as_of_seq) as state:
             refs = self._refs_of(node)
             low, high = grid.in_range(refs, start, end)
-            every = self._live_cells(state, node)[0] if as_of_seq is None else None
-            if every is not None and len(every) == len(refs):  # every known ref has an instance now: aligned
-                cells = every[low:high]
+            live = self._live_cells(state, node) if as_of_seq is None else None
+            if live is not None and len(live.cells) == len(refs):  # every known ref has an instance now: aligned
+                # Runs of the range from the cached ones: a page costs its runs, not its refs.
+                merged = grid.runs_between(live.cells, live.starts, low, high)
+                small = high - low <= grid.MAX_CELLS
+                cells = (
+                    live.cells[low:high] if small or state_filter is not None or len(merged) > grid.MAX_CELLS else []
+                )
             else:
                 cells = cell_states(state, refs[low:high])
-            # The legend counts the key range (one pass: the cells'); without a range, the job's summary.
-            counted = Counter(found for _, found in cells)
+                merged = list(grid.runs(cells))
+            counted: Counter[str] = Counter()
+            for run in merged:  # the legend counts the key range; without a range, the job's summary
+                counted[run.state] += run.count
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
             summary = _summary_out(node, counts, state.head_seq)
         if state_filter is not None:
             cells = [cell for cell in cells if cell[1] == state_filter]
+            shown, merged = len(cells), list(grid.runs(cells))
+        else:
+            shown = summary.total
         months = None
         date_field = _only_date_field(node)
-        if date_field is not None and state_filter is None:
+        if date_field is not None and state_filter is None and shown <= grid.MAX_CELLS:
             days = [_day(node, ref, date_field) for ref, _ in cells]
             if all(day is not None for day in days):
                 months = grid.day_layout(cells, days)  # type: ignore[arg-type]  # None: checked above
-        return GridView(summary, grid.bounded(cells), months, len(cells), start, end, state_filter)
+        if shown <= grid.MAX_CELLS:
+            shape = [Cell(ref, ref, found, 1) for ref, found in cells]
+        elif len(merged) <= grid.MAX_CELLS:
+            shape = merged
+        else:
+            shape = grid.bounded(cells)
+        return GridView(summary, shape, months, shown, start, end, state_filter)
 
     # ----------------------------------------------------------------- helpers
 
@@ -210,23 +235,23 @@ class JobsService(ServiceBase):
 
     def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
         if live:
-            counts = self._live_cells(state, node)[1]
+            counts = self._live_cells(state, node).counts
         else:
             counted = Counter(found for _, found in cell_states(state, self._refs_of(node)))
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
         return _summary_out(node, counts, state.head_seq)
 
-    def _live_cells(self, state: BuildState, node: Node) -> tuple[list[tuple[str, str]], dict[str, int]]:
-        """Every known ref of `node` with its grid state in the live `state`, and their counts: one pass per head
-        seq, kept until the head moves (a grid of the live state is then a slice of it)."""
+    def _live_cells(self, state: BuildState, node: Node) -> LiveCells:
+        """Every known ref of `node` with its grid state in the live `state`, their runs and counts: one pass per
+        head seq, kept until the head moves (a grid of the live state then costs its runs)."""
         key = (node.name, state.head_seq)
-        cache: dict[tuple[str, int], tuple[list[tuple[str, str]], dict[str, int]]]
-        cache = self.__dict__.setdefault("_cells_cache", {})
+        cache: dict[tuple[str, int], LiveCells] = self.__dict__.setdefault("_cells_cache", {})
         found = cache.get(key)
         if found is None:
             cells = cell_states(state, self._refs_of(node))
             counted = Counter(state for _, state in cells)
-            found = cells, {name: counted[name] for name in GRID_STATES if counted[name]}
+            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+            found = LiveCells(cells, grid.run_starts(cells), counts)
             with self._counts_lock:
                 for old in [k for k in cache if k[0] == node.name]:
                     del cache[old]  # one head per node: the older ones are never asked again

@@ -106,3 +106,25 @@ def in_range(refs: list[str], start: str | None, end: str | None) -> tuple[int, 
     low = bisect_left(refs, start) if start else 0
     high = bisect_right(refs, end) if end else len(refs)
     return low, max(low, high)
+
+
+def run_starts(cells: list[tuple[str, str]]) -> list[int]:
+    """The index of the first cell of each run of equal state (kept with the cells: ranges then cost their runs)."""
+    starts, previous = [], None
+    for index, (_, state) in enumerate(cells):
+        if state != previous:
+            starts.append(index)
+            previous = state
+    return starts
+
+
+def runs_between(cells: list[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:
+    """The runs of `cells[low:high]` from the whole list's `run_starts`: a bisection, then one step per run."""
+    out = []
+    run = max(0, bisect_right(starts, low) - 1)
+    while run < len(starts) and starts[run] < high:
+        first = max(starts[run], low)
+        end = min(starts[run + 1] if run + 1 < len(starts) else len(cells), high)
+        out.append(Cell(cells[first][0], cells[end - 1][0], cells[first][1], end - first))
+        run += 1
+    return out

@@ -117,3 +117,16 @@ def test_a_big_grid_stays_bounded(tmp_path: Path) -> None:
         assert len(page.text) < 20_000
         zoom = client.get("/jobs/raw_clicks", params={"start": refs[10], "end": refs[19]})
         assert sorted(cells(zoom.text)) == refs[10:20]
+        # Every other day tainted: 2,500 runs of one ref each, more than a page holds: 2,000 ranges at most,
+        # each mixed; the legend still counts every ref, and the state filter shows the tainted ones.
+        taints = [pb.PartitionTaint(partition_ref=ref, reason="bad", only_this_ref=True) for ref in refs[::2]]
+        service.log.append([envelope(t, source=manual("t"), timestamp_ms=2) for t in taints])
+        service.refresh()
+        page = client.get("/jobs/raw_clicks")
+        ranges = re.findall(r'data-count="(\d+)" data-state="([a-z]+)"', page.text)
+        assert 0 < len(ranges) <= 2_000 and {state for _, state in ranges} == {"mixed"}
+        assert sum(int(count) for count, _ in ranges) == 2_500
+        legend = dict(re.findall(r'data-testid="legend-item" data-state="([a-z_]+)" data-count="(\d+)"', page.text))
+        assert legend == {"live": "1250", "tainted": "1250"}
+        tainted = client.get("/jobs/raw_clicks", params={"state": "tainted"})
+        assert cells(tainted.text) == dict.fromkeys(refs[::2], "tainted")  # 1,250 fit: one cell each
