@@ -3,9 +3,11 @@
 A job's partitions are the refs the log knows of its output patterns (refs with an
 instance): the listing index keeps each pattern's refs sorted (`refs_matching`,
 one pass over the refs under the pattern's literal prefix, kept until refs are
-added), so a grid takes them in key order and bisects a key range. Counts look
-each ref's canonical instance up (as of a seq on a PastState); the live answer is
-kept per head seq, so a page of repeated reads folds nothing twice.
+added), so a grid takes them in key order and bisects a key range. In the live
+state each ref's grid state, the runs of equal state and the counts are one pass
+per head seq, kept until the head moves: a grid then costs the runs of its range,
+the summary nothing. As of a seq each ref of the range is looked up in the past
+(from the live records' histories, `cell_states`): a pass over the range each time.
 
 Pattern-level dependencies: a job's `inputs` is a function of a partition, so its
 edges are found by asking it about one known partition of the job (its first ref
