@@ -1,4 +1,4 @@
-"""Jobs of the served graph over HTTP, the service's grid and the CLI: partition counts by state, the job graph.
+"""Jobs of the served graph over HTTP and the service's grid: partition counts by state, the job graph.
 
 The log is the W1 history of `timetravelkit.w1_history` (taints, permanent failures, check warnings),
 served with `gridkit.grid_graph()` (site 0's raw, daily and weekly patterns) by a real uvicorn. Counts
@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from partbuild.api.cli import main
 from partbuild.api.service.jobs import cell_state
 from partbuild.state.database import Database
 
@@ -139,19 +138,3 @@ def test_the_grid_shows_each_ref_in_its_state_by_day_and_follows_time_travel(sql
         assert {c.first: c.state for c in past.cells} == {ref: s for ref, s in then.items() if s is not None}
         with pytest.raises(Exception, match="state must be one of"):
             service.partitions_grid("daily_clicks", state_filter="nope")
-
-
-def test_the_cli_shows_the_graph_and_a_summary(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    write_history(sqlite_url)
-    graph_file = "tests/kits/gridkit_graph.py"
-    for args in (["graph", "show"], ["jobs", "summary", "daily_clicks"]):
-        with pytest.raises(SystemExit) as exited:
-            main([*args, "--db", sqlite_url, "--graph", graph_file])
-        assert exited.value.code in (0, None)
-    out = capsys.readouterr().out
-    assert "raw_clicks -> daily_clicks" in out and "daily_clicks -> weekly_clicks" in out
-    assert "daily_clicks (job, agg/daily_clicks/site=0/date={date:date}): 65 partitions: " in out
-    assert "failed 5, tainted 1, warning 1" in out
-    with pytest.raises(SystemExit) as exited:
-        main(["jobs", "summary", "nope", "--db", sqlite_url, "--graph", graph_file])
-    assert exited.value.code == 2
