@@ -66,11 +66,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "demo",
         "Write a simulated W1 history (wants, dep misses, retries, taints) into an empty log.",
     ),
+    "graph": ("jobs", "graph_group", "The served graph of jobs and source datasets."),
     "group": (
         "groups",
         "group_group",
         "Worker groups: orchestrators sharing a namespace's buckets through a leader (docs/worker-group.md).",
     ),
+    "jobs": ("jobs", "jobs_group", "Jobs (and source datasets) of the served graph."),
     "lineage": (
         "partitions",
         "lineage_command",

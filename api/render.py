@@ -667,3 +667,16 @@ def run_log_line(line: RunLogLineOut) -> str:
     """One run-log line as `runs logs` prints it: number, UTC time, level, text (plain: no markup)."""
     when = dt.datetime.fromtimestamp(line.time_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return f"{line.line_no:>6} {when} {line.level:<8} {line.text}"
+
+
+def summary_text(summary: Any) -> str:
+    """A job's (or source's) partitions by state: `name (job): 12 partitions — live 10, failed 2`."""
+    counts = ", ".join(f"{state} {count}" for state, count in summary.counts.items()) or "none known"
+    return f"{summary.name} ({summary.kind}, {' '.join(summary.patterns)}): {summary.total} partitions: {counts}"
+
+
+def job_graph_text(found: Any) -> str:
+    """The job graph: a line per node with its counts, then a line per edge."""
+    lines = [summary_text(node) for node in found.nodes]
+    lines += [f"{edge.input} -> {edge.output}" for edge in found.edges] or ["(no dependencies known)"]
+    return "\n".join([*lines, f"(as of seq {found.as_of_seq})"])

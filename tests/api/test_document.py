@@ -84,6 +84,10 @@ COVERED: dict[str, dict[str, str]] = {
             "test_a_tick_by_hand_wants_now_and_leaves_the_schedules_times_alone"
         ),
     },
+    "api/test_jobs.py": {
+        "GET /api/v1/jobs/{name}/partitions/summary": "test_summary_counts_what_the_partitions_list_reports",
+        "GET /api/v1/graph": "test_the_graph_has_three_nodes_two_edges_and_the_summaries_counts",
+    },
     "api/test_sources.py": {
         "GET /api/v1/sources": "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",
         "POST /api/v1/sources/{name}/scan": "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",
