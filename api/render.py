@@ -12,7 +12,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import BaseModel
@@ -37,12 +37,14 @@ from partbuild.api.models.partitions import (
     RetentionReportOut,
     StaleOut,
 )
-from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
+from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, RunLogLineOut
 from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
 from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
-from partbuild.state.log.audit import AuditReport
-from partbuild.state.log.replay import Progress as ProgressCallback
 from partbuild.state.rules.group import format_buckets
+
+if TYPE_CHECKING:  # annotations only: the log's modules bring SQLAlchemy, which a `--server` read does not need
+    from partbuild.state.log.audit import AuditReport
+    from partbuild.state.log.replay import Progress as ProgressCallback
 
 # Piped output is read by scripts and people alike: never cut a digest to fit 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -135,6 +137,8 @@ def want_detail(want: WantDetailOut) -> Group:
             ("comment", want.comment),
             ("source", want.source),
             ("cause", want.cause),
+            ("progress", ", ".join(f"{state} {count}" for state, count in want.progress.items())),
+            ("runs", _joined(want.runs[:10]) + (f"\n... {len(want.runs) - 10} more" if len(want.runs) > 10 else "")),
             ("parent", want.parent_want_id),
             ("root", want.root_want_id if want.root_want_id != want.want_id else None),
             ("satisfied by", _joined(want.satisfied_by)),
@@ -674,3 +678,22 @@ def _version(instance: InstanceOut) -> str | None:
     if instance.version is None:
         return None
     return f"{instance.version.value} ({'strong' if instance.version.strong else 'weak'})"
+
+
+def run_log_line(line: RunLogLineOut) -> str:
+    """One run-log line as `runs logs` prints it: number, UTC time, level, text (plain: no markup)."""
+    when = dt.datetime.fromtimestamp(line.time_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return f"{line.line_no:>6} {when} {line.level:<8} {line.text}"
+
+
+def summary_text(summary: Any) -> str:
+    """A job's (or source's) partitions by state: `name (job): 12 partitions — live 10, failed 2`."""
+    counts = ", ".join(f"{state} {count}" for state, count in summary.counts.items()) or "none known"
+    return f"{summary.name} ({summary.kind}, {' '.join(summary.patterns)}): {summary.total} partitions: {counts}"
+
+
+def job_graph_text(found: Any) -> str:
+    """The job graph: a line per node with its counts, then a line per edge."""
+    lines = [summary_text(node) for node in found.nodes]
+    lines += [f"{edge.input} -> {edge.output}" for edge in found.edges] or ["(no dependencies known)"]
+    return "\n".join([*lines, f"(as of seq {found.as_of_seq})"])

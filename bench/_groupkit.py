@@ -353,7 +353,7 @@ def api_server(db: str, workdir: Path) -> Iterator[Api]:
 
 
 def want_each(client: HttpClient, refs: list[str]) -> WantBatchCreatedOut:
-    """One want per ref, recorded through the API (`POST /api/v1/wants/batch`, as `partbuild want --file`)."""
+    """One want per ref, recorded through the API (`POST /api/v1/wants/batch`, as `want --file --want-per-ref`)."""
     return create_wants_chunked(client, [WantRequest(refs=[ref]) for ref in refs], "bench")
 
 

@@ -8,7 +8,7 @@ for a SQLite file): `partbuild serve` for the API, then k `partbuild run --group
 workers on `bench/graphs/sleep.py` (`--buckets 32`), wait until the group's current
 epoch has exactly those k members, every bucket owned and loads within one bucket,
 let the workers settle (3 s), then record M wants of one partition each in one request
-(`POST /api/v1/wants/batch`, what `partbuild want --file` sends) and time from just
+(`POST /api/v1/wants/batch`, what `partbuild want --file --want-per-ref` sends) and time from just
 before the request to the envelope timestamp of the event that made the last want
 SUCCESSFUL (the log's own clock, same machine: no polling delay in the figure).
 runs/s = M / that time. Then SIGTERM the workers (they leave the group cleanly).

@@ -10,7 +10,10 @@ another worker): `cancel` stops it and it records nothing more. Heartbeats
 (`JobRunHeartbeat`, every `heartbeat_interval_s`) keep a run from being failed as
 stale; the `JobContext` a job function gets is in `context`. A job's quality
 checks run in the run's thread after its function returns and before its
-outcome is appended (`_gate`, `checks.run_gate`).
+outcome is appended (`_gate`, `checks.run_gate`). With a `RunLogWriter` (`run_logs`), each run's
+`ctx.log` is a logger of its own whose lines, a failure's traceback and the
+run's Spark jobs are kept per run (`orchestrator/run_logs.py`), all written
+before the run's outcome is appended.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from google.protobuf.message import Message
 from partbuild.orchestrator.checks import CheckTarget, run_gate
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
+from partbuild.orchestrator.run_logs import RunLogWriter, spark_job_lines
 from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import Clock, envelope, from_job_run, wall_clock_ms
@@ -64,12 +68,14 @@ class JobExecutor:
         heartbeat_interval_s: float = 5.0,
         clock: Clock = wall_clock_ms,
         on_finished: Callable[[], None] | None = None,
+        run_logs: RunLogWriter | None = None,
     ) -> None:
         self.spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self._append = append
         self._resolve = resolve
         self._clock = clock
         self._on_finished = on_finished or (lambda: None)
+        self._run_logs = run_logs  # each run's `ctx.log` lines go there too (orchestrator/run_logs.py)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="partbuild-run")
         self._running: dict[str, RunPlan] = {}  # submitted and not finished (waiting, parked or executing)
         self._started: set[str] = set()  # their job has started: heartbeats, unless canceled
@@ -119,6 +125,8 @@ class JobExecutor:
         self._pool.shutdown(wait=wait)
         self._stopping.set()
         self._ticker.join(timeout=5)
+        if self._run_logs is not None:
+            self._run_logs.shutdown()
 
     def _blocked(self, plan: RunPlan) -> bool:
         return any(target.instance_uuid in self._building for target in plan.targets)
@@ -140,6 +148,9 @@ class JobExecutor:
         """Run the job unless it was canceled first; the outcome to record, or None."""
         run_id = plan.job_run_id
         log = logger.getChild(plan.job.label)
+        run_log = self._run_logs.open(run_id, log) if self._run_logs is not None else None
+        if run_log is not None:
+            log = run_log.logger  # the run's own logger: its lines are kept per run, and still reach `log`
         tagged = threading.Event()  # set once this run's thread labels its Spark jobs
 
         def open_spark() -> Any:
@@ -176,9 +187,14 @@ class JobExecutor:
             finally:
                 if tagged.is_set():
                     self._untag_spark_jobs(plan)
+                    self._log_spark_jobs(run_id, log)
         except Exception as exc:  # e.g. the log is unreachable: the heartbeat timeout recovers the run
+            self._run_ending(run_id)
             log.exception("job run %s could not be executed: %s", run_id, exc)
             return None
+        finally:
+            if run_log is not None:
+                run_log.close()
 
     def _start(self, run_id: str) -> bool:
         """Record that the run is running, unless it was canceled while it waited."""
@@ -248,14 +264,17 @@ class JobExecutor:
             log.info("job run %s is missing %s", run_id, exc.refs)
             return pb.JobRunMissingDeps(job_run_id=run_id, missing_refs=exc.refs)
         except PermanentJobError as exc:
-            log.error("job run %s failed permanently: %s", run_id, exc)
+            self._run_ending(run_id)
+            log.error("job run %s failed permanently: %s", run_id, exc, exc_info=True)
             return _failure(run_id, exc, permanent=True)
         except Exception as exc:
             if self._is_canceled(run_id):  # most likely its Spark jobs were canceled: not a failure
                 log.info("job run %s stopped after it was canceled: %s", run_id, _first_line(exc))
                 return None
             exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
-            log.warning("job run %s failed (%s): %s", run_id, "retries exhausted" if exhausted else "retryable", exc)
+            self._run_ending(run_id)  # the traceback goes in the run's log even past its cap
+            state = "retries exhausted" if exhausted else "retryable"
+            log.warning("job run %s failed (%s): %s", run_id, state, exc, exc_info=True)
             return _failure(run_id, exc, permanent=exhausted)
         if not plan.job.checks:
             return _success(plan, context)
@@ -300,6 +319,21 @@ class JobExecutor:
         return pb.JobRunFailure(
             job_run_id=run_id, error_class=error_class, message=verdict.failure, checks=verdict.results
         )
+
+    def _run_ending(self, run_id: str) -> None:
+        if self._run_logs is not None:
+            self._run_logs.ending(run_id)
+
+    def _log_spark_jobs(self, run_id: str, log: logging.Logger) -> None:
+        """The run's Spark jobs (id, status, duration) as its log's last lines; nothing on Spark Connect."""
+        if self._run_logs is None or (session := self.spark.started) is None:
+            return
+        self._run_ending(run_id)
+        try:
+            for line in spark_job_lines(session, run_id):
+                log.info("%s", line)
+        except Exception:  # only a summary: the run's outcome does not depend on it
+            logger.debug("could not list the Spark jobs of job run %s", run_id, exc_info=True)
 
     def _is_live(self, ref: str) -> bool:
         return self._resolve is not None and self._resolve(ref) is not None

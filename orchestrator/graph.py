@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from partbuild.orchestrator.checks import Check
 from partbuild.orchestrator.code_versions import code_version_problem, derived_code_version
 from partbuild.orchestrator.publish import Publish, as_publish, publish_problem, table_conflict
+from partbuild.orchestrator.reactions import Reaction, invertible, reaction_problem
 from partbuild.orchestrator.schedules import Schedule
 from partbuild.state.fold.validation import id_problem
 
@@ -39,11 +40,24 @@ class _FieldType:
     format: Callable[[Any], str]
 
 
+def _format_month(day: dt.date) -> str:
+    return f"{day.year:04d}-{day.month:02d}"  # not strftime: %Y does not pad years before 1000
+
+
 FIELD_TYPES: dict[str, _FieldType] = {
     "str": _FieldType(r"[^/]+", str, str),
     # No leading zeros: `x/007` and `x/7` must not be two refs of one partition.
     "int": _FieldType(r"0|-?[1-9][0-9]*", int, str),
     "date": _FieldType(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", dt.date.fromisoformat, dt.date.isoformat),
+    # A month is the date of its first day (`2026-01`); a date of another day formats as its month.
+    "month": _FieldType(r"[0-9]{4}-[0-9]{2}", lambda text: dt.date.fromisoformat(f"{text}-01"), _format_month),
+    "year": _FieldType(r"[0-9]{4}", int, lambda year: f"{year:04d}"),
+    # An hour is a naive datetime (UTC by convention) on the hour: `2026-01-05T13`.
+    "hour": _FieldType(
+        r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}",
+        lambda text: dt.datetime.strptime(text, "%Y-%m-%dT%H"),
+        lambda moment: f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}",
+    ),
 }
 
 
@@ -66,7 +80,8 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?\}")
 class PartitionPattern:
     """A ref template with typed fields, e.g. `agg/daily_clicks/date={date:date}`.
 
-    Field types: str (default, no slash), int, date (YYYY-MM-DD), and any registered with
+    Field types: str (default, no slash), int, date (YYYY-MM-DD), month (YYYY-MM, a date on the 1st),
+    year (YYYY, an int), hour (YYYY-MM-DDTHH, a datetime on the hour), and any registered with
     `register_field_type` (the clicks example adds isoweek, YYYY-Www).
     """
 
@@ -175,6 +190,8 @@ class Job:
     checks: Sequence[Check] = ()
     # A catalog table whose partitions follow this job's canonical Live instances (orchestrator/publish.py).
     publish: Publish | str | None = None
+    # What makes it want its partitions again without anyone asking (orchestrator/reactions.py).
+    reactions: Sequence[Reaction] = ()
     # What each run records as the code that built its instances; None: derived from `run`'s source (comments
     # and formatting leave it, a change of the function's code moves it, code it calls does not: see
     # orchestrator/code_versions.py). Live instances built by another version are stale (state/rules/staleness.py).
@@ -182,6 +199,9 @@ class Job:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
+        object.__setattr__(self, "reactions", tuple(self.reactions))
+        if problem := reaction_problem(self, self.reactions):
+            raise GraphError(f"job {self.label!r}: {problem}")
         names = [check.name for check in self.checks if isinstance(check, Check)]
         if len(names) != len(self.checks):
             raise GraphError(f"job {self.label!r}: checks must be Check objects (orchestrator/checks.py)")
@@ -282,6 +302,12 @@ class Graph:
         published = ((job.label, job.publish) for job in self.jobs.values() if isinstance(job.publish, Publish))
         if conflict := table_conflict(published):
             raise GraphError(conflict)
+        source_patterns = [source.pattern for source in self.sources.values()]
+        for job in self.jobs.values():
+            if any(r.inverts_pattern for r in job.reactions) and not invertible(job, source_patterns):
+                raise GraphError(
+                    f"job {job.label!r}: on_source_arrival needs affected= (no output fits a source's fields)"
+                )
         self._cache: dict[str, Resolution] = {}
 
     def _claim(self, pattern: PartitionPattern, producer: Producer, who: str, seen: dict[str, str]) -> None:

@@ -10,12 +10,13 @@ the newer state. A step also stops the runs the log ended (canceled, or failed a
 stale elsewhere), appends a `ClockTick` when a want's TTL ran out, and, with a
 `RetentionPolicy`, an `InstanceRetention`, and the ticks of the graph's schedules
 that came due (`Ticker`, orchestrator/ticks.py; the loop sleeps no later than the
-next); with jobs that publish, the `Publisher` then brings their catalog tables up
-to the state it folded (orchestrator/publish.py); it hands pending checks requests
-(a job's checks run again on a Live instance) to a `ChecksRerunner` thread
-(orchestrator/rechecks.py). A worker with an `Ownership` (a static bucket, or a
-worker group's `GroupOwnership` with its `GroupWorker` thread) decides, fails stale
-runs, ticks schedules, scans sources and answers checks requests only for what it owns.
+next) and the firings of the jobs' reactions (`Reactor`, orchestrator/reactions.py); with
+jobs that publish, the `Publisher` then brings their catalog tables up to the state it
+folded (orchestrator/publish.py); it hands pending checks requests (a job's checks run
+again on a Live instance) to a `ChecksRerunner` thread (orchestrator/rechecks.py). A
+worker with an `Ownership` (a static bucket, or a worker group's `GroupOwnership` with
+its `GroupWorker` thread) decides, fails stale runs, ticks schedules, fires reactions,
+scans sources and answers checks requests only for what it owns.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.publish import Publisher
+from partbuild.orchestrator.reactions import Reactor
 from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
+from partbuild.orchestrator.run_logs import RUN_LOG_MAX_AGE_MS, RUN_LOG_PRUNE_EVERY_MS, RunLogWriter
 from partbuild.orchestrator.sources.scanner import SourceScanner
 from partbuild.orchestrator.ticks import Ticker
 from partbuild.proto.v1 import events_pb2 as pb
@@ -113,6 +116,8 @@ class Orchestrator:
         # The last decision and the head it was made on: with nothing folded since and no retry
         # due, deciding again gives the same answer, so idle steps skip the O(active refs) work.
         self._last_decision: tuple[int, Decision] | None = None
+        self.run_log_max_age_ms = RUN_LOG_MAX_AGE_MS  # the run logs' age cap
+        self._run_logs_pruned_ms = 0
         self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
         self._start_helpers()
         if self.group is not None:
@@ -121,6 +126,7 @@ class Orchestrator:
     def _start_helpers(self) -> None:
         """What acts beside the decisions: the schedules' ticker, the tables' publisher, the source scanner."""
         self.ticker = Ticker(self.graph, self.clock)  # orchestrator/ticks.py
+        self.reactor = Reactor(self.graph)  # orchestrator/reactions.py
         self.publisher = Publisher.for_graph(self.graph, self.executor.spark, self.warehouse)  # None: no job publishes
         self.scanner = SourceScanner(
             self.log,
@@ -144,7 +150,18 @@ class Orchestrator:
             heartbeat_interval_s=heartbeat_interval_s,
             clock=self.clock,
             on_finished=self.wake,
+            run_logs=RunLogWriter(self.db.run_logs, clock=self.clock),
         )
+
+    def _prune_run_logs(self, now: int) -> None:
+        """The run logs' age cap (orchestrator/run_logs.py), at most once per `RUN_LOG_PRUNE_EVERY_MS`."""
+        if now < self._run_logs_pruned_ms + RUN_LOG_PRUNE_EVERY_MS:
+            return
+        self._run_logs_pruned_ms = now
+        try:
+            self.db.run_logs.prune(now - self.run_log_max_age_ms)
+        except Exception:  # lines only: the next prune tries again
+            logger.warning("could not prune the run logs", exc_info=True)
 
     @cached_property
     def rechecks(self) -> ChecksRerunner:
@@ -225,9 +242,12 @@ class Orchestrator:
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
+        if self.reactor.declared:  # the events folded since the last step, read outside the state's lock
+            self.reactor.read(self.log, self.live.head_seq)
         with self.live.read() as state:
             events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.ownership)
             events += self.ticker.due(state, now, self._owns_key(state), ORCHESTRATOR)
+            events += self.reactor.due(state, now, self._owns_key(state), ORCHESTRATOR)
             decision = self._decide(state, now)
             events += decision.events
             if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
@@ -249,12 +269,14 @@ class Orchestrator:
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
                 with self.live.read() as state:
                     self.ownership.check_layout(state)
+        self._prune_run_logs(now)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
         if self.publisher is not None:
             self.publisher.step(self.live)
         rechecking = self.rechecks.step()
-        due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms)
+        reacting = self.reactor.next_due_ms if self.reactor.pending else None
+        due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms, reacting)
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
         return bool(events) or observed or dispatched or rechecking
 

@@ -29,9 +29,8 @@ import datetime as dt
 import enum
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from partbuild.proto.v1 import events_pb2 as pb
 
@@ -77,7 +76,7 @@ class Schedule:
             raise ScheduleError(f"schedule {self.name!r}: want must be a function of the tick's time")
         if (self.cron is None) == (self.every is None):
             raise ScheduleError(f"schedule {self.name!r}: give a cron expression or an interval (every), one of them")
-        if self.cron is not None and not croniter.is_valid(self.cron):
+        if self.cron is not None and not _croniter().is_valid(self.cron):
             raise ScheduleError(f"schedule {self.name!r}: {self.cron!r} is not a cron expression")
         if self.every is not None and self.every < dt.timedelta(seconds=1):
             raise ScheduleError(f"schedule {self.name!r}: an interval is at least one second")
@@ -114,7 +113,7 @@ class Schedule:
                 yield tick
                 tick += period
         start = dt.datetime.fromtimestamp(after_ms / 1000, tz=self.zone)
-        times = croniter(self.cron, start)
+        times = _croniter()(self.cron, start)
         while True:
             moment = times.get_next(dt.datetime)
             if not _repeated(moment):
@@ -126,9 +125,9 @@ class Schedule:
             period = _ms(self.every)
             return at_ms // period * period
         moment = dt.datetime.fromtimestamp(at_ms / 1000, tz=self.zone)
-        if croniter.match(self.cron, moment) and at_ms % 60_000 == 0 and not _repeated(moment):
+        if _croniter().match(self.cron, moment) and at_ms % 60_000 == 0 and not _repeated(moment):
             return at_ms
-        times = croniter(self.cron, moment)
+        times = _croniter()(self.cron, moment)
         while _repeated(found := times.get_prev(dt.datetime)):
             pass
         return int(found.timestamp() * 1000)
@@ -192,6 +191,14 @@ def due_ticks(schedule: Schedule, last_tick_ms: int, first_seen_ms: int, now_ms:
 def tick_time(schedule: Schedule, tick_ms: int) -> dt.datetime:
     """The tick's time as the want function gets it: aware, in the schedule's time zone."""
     return dt.datetime.fromtimestamp(tick_ms / 1000, tz=schedule.zone)
+
+
+def _croniter() -> Any:
+    """croniter, imported when a cron schedule is first used: its import probes the interpreter with a
+    child process (`file -b`, platform.architecture), which every graph without cron schedules is spared."""
+    from croniter import croniter
+
+    return croniter
 
 
 def _repeated(moment: dt.datetime) -> bool:

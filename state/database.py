@@ -4,7 +4,7 @@ The event log (`state/log/`) is the truth: everything in `BuildState` can be
 rebuilt from it. The operational stores (`state/ops/`) hold what changes too
 often or is too private to be history: worker-group heartbeats, where each
 subscription's deliveries stand, API tokens, leader locks, the content digests of
-source files. They share the log's database so one URL configures a deployment,
+source files, the lines job runs logged. They share the log's database so one URL configures a deployment,
 but they are reached here, through the database, never through `EventLog`.
 """
 
@@ -19,12 +19,13 @@ from partbuild.state.ops.content_digests import ContentDigestStore
 from partbuild.state.ops.deliveries import DeliveryStore
 from partbuild.state.ops.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.ops.members import MemberStore
+from partbuild.state.ops.run_logs import RunLogStore
 from partbuild.state.ops.tokens import TokenStore
 
 
 class Database(EngineHandle):
     """The handle of one database: `log`, and the operational `members`, `deliveries`, `tokens`,
-    `content_digests`, leader locks.
+    `content_digests`, `run_logs`, leader locks.
 
     `Database.open(url)` owns its engine; the log it hands out shares it and is closed with it.
     """
@@ -37,6 +38,7 @@ class Database(EngineHandle):
         self.deliveries = DeliveryStore(engine)
         self.tokens = TokenStore(engine)
         self.content_digests = ContentDigestStore(engine)
+        self.run_logs = RunLogStore(engine)
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at."""

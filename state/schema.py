@@ -221,3 +221,18 @@ source_partition_digests = sa.Table(
     sa.Column("content", sa.String(64), nullable=False),
     sa.Column("updated_ms", sa.BigInteger(), nullable=False),
 )
+
+# ----------------------------------------------------------------- run logs
+# What each job run logged (issue 26 item 3): its `ctx.log` lines, an error's traceback, the Spark jobs it
+# started. Operational, never history: bounded per run by the writer (orchestrator/run_logs.py) and overall
+# by age (`RunLogStore.prune`, by `time_ms`, hence its index). Texts are redacted before they get here.
+run_log_lines = sa.Table(
+    "run_log_lines",
+    metadata,
+    sa.Column("job_run_id", sa.String(64), primary_key=True),
+    sa.Column("line_no", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("time_ms", sa.BigInteger(), nullable=False),
+    sa.Column("level", sa.String(10), nullable=False),
+    sa.Column("text", sa.Text(), nullable=False),
+    sa.Index("ix_run_log_lines_time", "time_ms"),
+)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import croniter  # noqa: F401  (its import runs `file -b` on the interpreter: here, before any test is charged with it)
 import pytest
 import sqlalchemy as sa
 

@@ -10,21 +10,16 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import sqlalchemy as sa
 
-from partbuild.api import render
-from partbuild.api.client import HttpClient
 from partbuild.api.models.common import MAX_PAGE, MAX_SAFE_INT
-from partbuild.api.service import Service
-from partbuild.api.surface import Client
-from partbuild.orchestrator.graph import Graph, GraphError, load_graph
-from partbuild.state.database import Database
-from partbuild.state.db import WriteBoundSettingError
-from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
-from partbuild.state.migrate import SchemaNotReady
+
+if TYPE_CHECKING:  # the rest only when a command reads: `--server` needs no SQLAlchemy, `--help` nothing heavy
+    from partbuild.api.surface import Client
+    from partbuild.orchestrator.graph import Graph
+    from partbuild.state.database import Database
 
 DEFAULT_DB = "sqlite:///partbuild.db"
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
@@ -85,15 +80,6 @@ host_option = click.option("--host", default="127.0.0.1", show_default=True, hel
 port_option = click.option(
     "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port)."
 )
-snapshot_every_option = click.option(
-    "--snapshot-every",
-    type=click.IntRange(min=0),
-    default=DEFAULT_SNAPSHOT_EVERY,
-    show_default=True,
-    envvar="PARTBUILD_SNAPSHOT_EVERY",
-    help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never).",
-)
-
 retain_days_option = click.option(
     "--retain-days",
     type=click.IntRange(min=0),
@@ -152,6 +138,8 @@ def target_options(command: Callable[..., None]) -> Callable[..., None]:
 def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = None) -> Iterator[Client]:
     """A client for `target`: HTTP to the server, or a service in this process over the database."""
     if target.server is not None:
+        from partbuild.api.client import HttpClient
+
         if graph is not None:
             raise click.BadParameter(
                 "applies only with --db; a server checks refs against its own graph", param_hint="'--graph'"
@@ -159,6 +147,9 @@ def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = No
         with HttpClient(target.server, token=target.token) as client:
             yield client
         return
+    from partbuild.api import render
+    from partbuild.api.service import Service
+
     with open_database(target.db_url, must_exist=must_exist) as db:
         if db.log.head() >= render.PROGRESS_THRESHOLD and render.err_console.is_terminal:
             with render.err_console.status("reading the log"):
@@ -170,6 +161,8 @@ def connect(target: Target, *, must_exist: bool = True, graph: Graph | None = No
 
 def sqlite_path(db_url: str) -> Path | None:
     """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    import sqlalchemy as sa
+
     url = sa.make_url(db_url)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return None
@@ -178,6 +171,12 @@ def sqlite_path(db_url: str) -> Path | None:
 
 def open_database(db_url: str, *, must_exist: bool) -> Database:
     """Open the database (its log and operational stores), turning every way this can fail into one clear line."""
+    import sqlalchemy as sa
+
+    from partbuild.state.database import Database
+    from partbuild.state.db import WriteBoundSettingError
+    from partbuild.state.migrate import SchemaNotReady
+
     try:
         path = sqlite_path(db_url)
     except sa.exc.ArgumentError:
@@ -198,6 +197,8 @@ def open_database(db_url: str, *, must_exist: bool) -> Database:
 
 def read_graph(path: str) -> Graph:
     """The graph of a `--graph` file, or a bad `--graph` value."""
+    from partbuild.orchestrator.graph import GraphError, load_graph
+
     try:
         return load_graph(path)
     except GraphError as exc:

@@ -42,3 +42,31 @@ add_cancel_command(
     lambda client, run_id, request, user: client.cancel_job_run(run_id, request, user),
     "Stop a queued or running job run: its Spark jobs are cancelled, its partitions built again later.",
 )
+
+
+@runs_group.command("logs")
+@target_options
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
+@click.option(
+    "--after", type=click.IntRange(min=0), default=0, show_default=True, help="Only lines numbered above this."
+)
+@json_option
+def runs_logs(target: Target, run_id: str, follow: bool, after: int, as_json: bool) -> None:
+    """A job run's log lines (redacted); --json prints one JSON object per line (JSON Lines)."""
+    from partbuild.api.render import run_log_line  # here, not at import: the CLI starts fast
+
+    page_size = 1000
+    with connect(target) as client:
+        while True:
+            page = client.job_run_logs(run_id, after=after, limit=page_size, follow=FOLLOW_WAIT_S if follow else 0.0)
+            for line in page.lines:
+                click.echo(line.model_dump_json() if as_json else run_log_line(line))
+            after = page.next_after
+            if len(page.lines) == page_size:
+                continue  # a full page: more lines are there now
+            if not follow or not page.active:
+                return
+
+
+FOLLOW_WAIT_S = 10.0  # each request of `runs logs --follow` waits this long for a line at most

@@ -24,18 +24,27 @@ from partbuild.api.commands.common import (
     port_option,
     read_graph,
     retain_days_option,
-    snapshot_every_option,
 )
 from partbuild.api.commands.signals import on_stop_signal
 from partbuild.api.commands.tokens import insecure_option, refuse_open_access
-from partbuild.api.service import Service
 from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
 from partbuild.state.log.live import LiveState
+from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
 logger = logging.getLogger("partbuild")
+
+
+snapshot_every_option = click.option(
+    "--snapshot-every",
+    type=click.IntRange(min=0),
+    default=DEFAULT_SNAPSHOT_EVERY,
+    show_default=True,
+    envvar="PARTBUILD_SNAPSHOT_EVERY",
+    help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never).",
+)
 
 
 class SparkSetting(click.ParamType):
@@ -123,6 +132,7 @@ def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> N
 def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: bool, snapshot_every: int) -> None:
     """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
     from partbuild.api.app import create_app
+    from partbuild.api.service import Service  # here: `run` serves no HTTP and need not import it
 
     graph = read_graph(graph_path) if graph_path is not None else None
     sock = _listen(host, port)
@@ -170,6 +180,7 @@ def up(
     flight finish and records their outcomes before the process exits.
     """
     from partbuild.api.app import create_app
+    from partbuild.api.service import Service
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
     from partbuild.orchestrator.loop import Orchestrator

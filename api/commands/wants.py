@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import IO, get_args
+from typing import IO, TYPE_CHECKING, get_args
 
 import click
 
 from partbuild.api import render
-from partbuild.api.client import create_wants_chunked
 from partbuild.api.commands.common import (
     Target,
     as_of_option,
@@ -20,8 +19,10 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.commands.listing import add_cancel_command, listing_group
 from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName
-from partbuild.orchestrator.graph import Graph, GraphError
 from partbuild.state.rules.refs import ref_problem
+
+if TYPE_CHECKING:
+    from partbuild.orchestrator.graph import Graph
 
 
 @click.command()
@@ -31,9 +32,14 @@ from partbuild.state.rules.refs import ref_problem
     "--file",
     "refs_file",
     type=click.File("r", encoding="utf-8"),
-    help="Read refs from FILE, one a line ('-': stdin): one want per ref, in requests of 10,000 refs.",
+    help="Read refs from FILE, one a line ('-': stdin): one want naming them all (at most 10,000 refs).",
 )
-@click.option("--one-want", is_flag=True, help="With --file: a single want naming every ref.")
+@click.option(
+    "--want-per-ref",
+    is_flag=True,
+    help="With --file: one want per ref instead, sent in requests of 10,000 refs (any number of refs).",
+)
+@click.option("--one-want", is_flag=True, hidden=True)  # the default since --want-per-ref; kept for old scripts
 @click.option("--graph", "graph_path", help="With --db: refuse refs that no job or source of this graph produces.")
 @click.option("--want-id", help="Id of the want (default: a new random id).")
 @click.option("--comment", default="", help="Why the data is wanted.")
@@ -46,6 +52,7 @@ def want(
     target: Target,
     refs: tuple[str, ...],
     refs_file: IO[str] | None,
+    want_per_ref: bool,
     one_want: bool,
     graph_path: str | None,
     want_id: str | None,
@@ -56,18 +63,14 @@ def want(
     user: str,
     as_json: bool,
 ) -> None:
-    """Record a want for one or more partition refs (or a batch of wants from --file)."""
+    """Record a want for one or more partition refs (or for the refs of --file)."""
+    if want_per_ref and (refs_file is None or one_want):
+        raise click.UsageError("--want-per-ref goes with --file, and not with --one-want")
     wanted = _refs_from(refs, refs_file)
     graph = read_graph(graph_path) if graph_path is not None else None
     if graph is not None and target.server is None:
         _check_producible(graph, wanted)  # all refs before the first request: bad input changes nothing
-    groups = [list(wanted)] if refs_file is None or one_want else [[ref] for ref in wanted]
-    if len(groups) > 1 and want_id is not None:
-        raise click.BadParameter(
-            "names one want; a batch gets generated ids (or use --one-want)", param_hint="'--want-id'"
-        )
-    if len(groups[0]) > MAX_BATCH_REFS:
-        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs", param_hint="'REFS'")
+    groups = _groups(wanted, want_per_ref=want_per_ref, want_id=want_id, from_file=refs_file is not None)
     timestamp_ms = None
     if data_timestamp is not None:
         timestamp_ms = int(data_timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000)
@@ -82,6 +85,8 @@ def want(
         )
         for group in groups
     ]
+    from partbuild.api.client import create_wants_chunked  # here: `wants --server` need not import it
+
     bar = render.progress_bar("wanting", show=len(wanted) > MAX_BATCH_REFS)
     with connect(target, must_exist=False, graph=graph) as client, bar:
         task = bar.add_task("wanting", total=len(wanted))
@@ -98,6 +103,18 @@ def want(
                 f"at seqs {created.first_seq}..{created.last_seq}"
             ),
         )
+
+
+def _groups(wanted: list[str], *, want_per_ref: bool, want_id: str | None, from_file: bool) -> list[list[str]]:
+    """The refs of each want to record: all in one, or one want per ref."""
+    if want_per_ref and want_id is not None:
+        raise click.BadParameter(
+            "names one want; --want-per-ref makes many with generated ids", param_hint="'--want-id'"
+        )
+    if not want_per_ref and len(wanted) > MAX_BATCH_REFS:
+        hint = " (--want-per-ref makes one want per ref)" if from_file else ""
+        raise click.BadParameter(f"a single want names at most {MAX_BATCH_REFS:,} refs{hint}", param_hint="'REFS'")
+    return [[ref] for ref in wanted] if want_per_ref else [list(wanted)]
 
 
 def _refs_from(args: tuple[str, ...], source: IO[str] | None) -> list[str]:
@@ -123,6 +140,8 @@ def _refs_from(args: tuple[str, ...], source: IO[str] | None) -> list[str]:
 
 
 def _check_producible(graph: Graph, refs: list[str]) -> None:
+    from partbuild.orchestrator.graph import GraphError
+
     for ref in refs:
         try:
             graph.resolve(ref)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from partbuild.api.models.common import StrictRequest, WrittenOut
 from partbuild.state.fold.schedules import MAX_REASON_CHARS
 
+RECENT_WANTS = 10
 TickKindName = Literal["scheduled", "catch_up", "skipped", "manual"]
 CatchUpName = Literal["latest", "all", "none"]
 
@@ -38,6 +39,9 @@ class ScheduleOut(BaseModel):
     last_error: str | None = Field(description="Why the last tick wanted nothing: its function failed.")
     next_tick_ms: int | None = Field(
         description="Its next time after the last tick and now: only for the present, for a declared running schedule."
+    )
+    recent_want_ids: list[str] = Field(
+        default_factory=list, description=f"The wants its last ticks made, newest first (at most {RECENT_WANTS})."
     )
 
 

@@ -177,6 +177,13 @@ class LineageNodeOut(BaseModel):
     check_result: CheckResultName | None = Field(
         default=None, description="The worst result of its checks (those of the last run that checked it); null: none."
     )
+    superseded: bool = Field(
+        default=False,
+        description=(
+            "A newer instance of its ref is canonical (as of the seq): a Live one is an older version, "
+            "whose location may hold other data now (a source partition observed again)."
+        ),
+    )
 
 
 class LineageEdgeOut(BaseModel):

@@ -47,3 +47,21 @@ class JobRunDetailOut(JobRunOut):
     """One job run as of a seq."""
 
     as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")
+
+
+class RunLogLineOut(BaseModel):
+    """One line a job run logged (redacted when it was written)."""
+
+    line_no: int = Field(description="Counts from 1 within the run: pass the last one as `after` for the next page.")
+    time_ms: int
+    level: str = Field(description="The logging level name: DEBUG, INFO, WARNING, ERROR, CRITICAL.")
+    text: str
+
+
+class RunLogsOut(BaseModel):
+    """A page of a job run's log lines."""
+
+    job_run_id: str
+    lines: list[RunLogLineOut]
+    next_after: int = Field(description="The `after` of the next page: the last line number given (or `after`).")
+    active: bool = Field(description="Whether the run was queued or running when read: more lines may come.")

@@ -110,11 +110,27 @@ class WantTreeOut(BaseModel):
     children: list[WantTreeOut]
 
 
+MAX_WANT_RUNS = 100
+
+
 class WantDetailOut(WantOut):
     """A want as of a seq: its fields, where each of its refs stands, and its derivative wants."""
 
     refs_status: list[RefStatusOut]
     tree: WantTreeOut
+    progress: dict[str, int] = Field(
+        default_factory=dict,
+        description=(
+            "How many of its refs' canonical instances are in each state (a backfill's progress); 'none': no instance."
+        ),
+    )
+    runs: list[str] = Field(
+        default_factory=list,
+        description=(
+            f"The job runs that built (or are building) its refs' canonical instances, newest first "
+            f"(at most {MAX_WANT_RUNS})."
+        ),
+    )
     cause: str | None = Field(
         default=None,
         description='Why automation made it ("schedule nightly ticked at 2026-01-02T02:00:00Z"); null: asked for.',

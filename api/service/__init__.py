@@ -3,7 +3,7 @@
 `Service` implements `partbuild.api.surface.Client` in-process (the CLI's `--db`
 back end) and is what the HTTP routes call. It is composed of one class per
 resource (`wants`, `partitions`, `runs`, `groups`, `sources`, `subscriptions`,
-`events`, `changes`, `audit`, `operations`: the same modules as in `partbuild.api.surface`
+`events`, `changes`, `audit`, `jobs`, `operations`: the same modules as in `partbuild.api.surface`
 and `partbuild.api.models`), each deriving from `base.ServiceBase`, which holds
 the database, the live state (its own, or the one a process shares with its
 orchestrator in `up`, so one process holds one BuildState), the guarded append
@@ -18,6 +18,7 @@ from partbuild.api.service.automation import AutomationService
 from partbuild.api.service.changes import ChangesService
 from partbuild.api.service.events import EventsService
 from partbuild.api.service.groups import GroupsService
+from partbuild.api.service.jobs import JobsService
 from partbuild.api.service.operations import OperationsService
 from partbuild.api.service.partitions import PartitionsService
 from partbuild.api.service.runs import RunsService
@@ -40,5 +41,6 @@ class Service(
     ChangesService,
     AuditService,
     OperationsService,
+    JobsService,
 ):
     """Validated writes and consistent reads over one event log: every operation of `Client`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.models.automation import (
+    RECENT_WANTS,
     AutomationOut,
     ScheduleControlRequest,
     ScheduleOut,
@@ -22,8 +23,11 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.schedules import DueTick, Schedule
 from partbuild.orchestrator.ticks import tick_event
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.schedules import ScheduleRow, tick_time_text
 from partbuild.state.log.events import manual
+
+MAX_WALKED = 100_000
 
 
 class AutomationService(ServiceBase):
@@ -36,8 +40,12 @@ class AutomationService(ServiceBase):
             present = as_of_seq is None or as_of_seq >= self.live.state.head_seq
             now = self.clock() if present else None
             names = sorted({*declared, *state.schedules})
+            recent = recent_wants(state, set(names))
             return AutomationOut(
-                schedules=[schedule_out(name, declared.get(name), state.schedules.get(name), now) for name in names],
+                schedules=[
+                    schedule_out(name, declared.get(name), state.schedules.get(name), now, recent.get(name, []))
+                    for name in names
+                ],
                 as_of_seq=state.head_seq,
             )
 
@@ -93,7 +101,33 @@ class AutomationService(ServiceBase):
         raise NotFound(f"no schedule {name!r}: neither {where} one of that name")
 
 
-def schedule_out(name: str, declared: Schedule | None, row: ScheduleRow | None, now_ms: int | None) -> ScheduleOut:
+def recent_wants(state: BuildState, names: set[str]) -> dict[str, list[str]]:
+    """The wants each schedule's last ticks made, newest first: a walk back over the automation-made wants.
+
+    `want_causes` holds a key per want automation made, in creation order; the walk stops once every
+    schedule has its RECENT_WANTS, or after MAX_WALKED keys (a schedule silent for that long shows fewer).
+    Wants made after the state's seq are passed over (as of a seq, `state.wants` does not hold them).
+    """
+    found: dict[str, list[str]] = {name: [] for name in names}
+    wants = state.wants
+    for walked, want_id in enumerate(reversed(state.want_causes)):
+        if walked >= MAX_WALKED or all(len(ids) >= RECENT_WANTS for ids in found.values()):
+            break
+        if not want_id.startswith("schedule:") or want_id not in wants:
+            continue
+        ids = found.get(want_id.split(":", 2)[1])
+        if ids is not None and len(ids) < RECENT_WANTS:
+            ids.append(want_id)
+    return found
+
+
+def schedule_out(
+    name: str,
+    declared: Schedule | None,
+    row: ScheduleRow | None,
+    now_ms: int | None,
+    recent_want_ids: list[str] | None = None,
+) -> ScheduleOut:
     """A schedule as the API shows it; `now_ms` only for the present (a next tick of the past means nothing)."""
     row = row or ScheduleRow()
     last = None
@@ -117,4 +151,5 @@ def schedule_out(name: str, declared: Schedule | None, row: ScheduleRow | None, 
         last_want_id=row.last_want_id or None,
         last_error=row.last_error or None,
         next_tick_ms=next_tick,
+        recent_want_ids=recent_want_ids or [],
     )

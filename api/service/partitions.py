@@ -323,6 +323,7 @@ def lineage_out(graph: Lineage, head_seq: int, check_results: Mapping[str, tuple
             depth=graph.depth_of[node_uuid],
             built_by=node.built_by if node else None,
             check_result=_worst_check(check_results.get(node_uuid, ())),
+            superseded=bool(node.superseded_seq) if node else False,
         )
         for node_uuid, node in graph.nodes.items()
     ]

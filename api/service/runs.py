@@ -1,19 +1,30 @@
-"""Job runs: list, one run with what it built and read, cancel."""
+"""Job runs: list, one run with what it built and read, its log lines, cancel."""
 
 from __future__ import annotations
 
+import time
 from itertools import islice
 
-from partbuild.api.errors import Conflict, NotFound
+from partbuild.api.errors import Conflict, InvalidInput, NotFound
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
-from partbuild.api.models.runs import InstanceChecksOut, JobRunDetailOut, JobRunOut, JobRunStateName
+from partbuild.api.models.runs import (
+    InstanceChecksOut,
+    JobRunDetailOut,
+    JobRunOut,
+    JobRunStateName,
+    RunLogLineOut,
+    RunLogsOut,
+)
 from partbuild.api.service.as_of import as_of_suffix, by, page_at
 from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, state_name
 from partbuild.api.service.partitions import checks_out
 from partbuild.api.surface import ANONYMOUS
+from partbuild.api.surface.runs import MAX_FOLLOW_S, MAX_LOG_PAGE
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, JobRun, JobRunState
+
+LOG_POLL_S = 0.2  # how often a follow looks for new lines
 
 
 class RunsService(ServiceBase):
@@ -49,6 +60,41 @@ class RunsService(ServiceBase):
             if run is None:
                 raise NotFound(f"no job run {job_run_id!r}" + as_of_suffix(as_of_seq))
             return JobRunDetailOut(**job_run_out(state, run).model_dump(), as_of_seq=state.head_seq)
+
+    def job_run_logs(self, job_run_id: str, after: int = 0, limit: int = 1000, follow: float = 0.0) -> RunLogsOut:
+        """The run's lines numbered above `after` (orchestrator/run_logs.py writes them, redacted).
+
+        With `follow`, an empty page waits up to that many seconds for a line while the run is active;
+        it answers as soon as a line comes or the run ends (its last lines are written before its outcome).
+        """
+        if not 1 <= limit <= MAX_LOG_PAGE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_LOG_PAGE}, got {limit}")
+        if after < 0:
+            raise InvalidInput(f"after must not be negative, got {after}")
+        if not 0 <= follow <= MAX_FOLLOW_S:
+            raise InvalidInput(f"follow must be between 0 and {MAX_FOLLOW_S} seconds, got {follow}")
+        deadline = time.monotonic() + follow
+        self.live.catch_up()  # a run's end is read from the log as it is now: a follow must not outlast it
+        while True:
+            active = self._run_active(job_run_id)  # before reading lines: an ended run's lines are all written
+            lines = self.db.run_logs.lines(job_run_id, after=after, limit=limit)
+            if lines or not active or time.monotonic() >= deadline:
+                break
+            time.sleep(min(LOG_POLL_S, max(0.0, deadline - time.monotonic())))
+            self.live.catch_up()
+        return RunLogsOut(
+            job_run_id=job_run_id,
+            lines=[RunLogLineOut(line_no=x.line_no, time_ms=x.time_ms, level=x.level, text=x.text) for x in lines],
+            next_after=lines[-1].line_no if lines else after,
+            active=active,
+        )
+
+    def _run_active(self, job_run_id: str) -> bool:
+        with self._reading() as state:
+            run = state.job_runs.get(job_run_id)
+            if run is None:
+                raise NotFound(f"no job run {job_run_id!r}")
+            return run.state in ACTIVE_RUN_STATES
 
     def cancel_job_run(
         self, job_run_id: str, request: CancelRequest | None = None, user: str = ANONYMOUS

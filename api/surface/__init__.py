@@ -1,7 +1,7 @@
 """partbuild's API, declared once: every operation's name, parameters, result and HTTP route, by resource.
 
 Each resource (wants, partitions, runs, groups, sources, automation, subscriptions,
-events, changes, audit, operations) is a module here holding a Protocol of its operations, each
+events, changes, audit, jobs, operations) is a module here holding a Protocol of its operations, each
 marked with `@operation(...)`, and its `TAG` in the document. The same name is
 the resource's module in `partbuild.api.models` and `partbuild.api.service`.
 
@@ -40,6 +40,7 @@ from partbuild.api.surface.common import (
 )
 from partbuild.api.surface.events import EventsApi
 from partbuild.api.surface.groups import GroupsApi
+from partbuild.api.surface.jobs import JobsApi
 from partbuild.api.surface.operations import OperationsApi
 from partbuild.api.surface.partitions import PartitionsApi
 from partbuild.api.surface.runs import RunsApi
@@ -78,6 +79,7 @@ class Client(
     ChangesApi,
     AuditApi,
     OperationsApi,
+    JobsApi,
     Protocol,
 ):
     """Every read and write of partbuild, as the CLI, the HTTP API and tests use them."""

@@ -9,7 +9,7 @@ from fastapi import Query
 from partbuild.api.models.audit import AuditOut
 from partbuild.api.models.common import QueryBool, QueryInt
 from partbuild.api.surface.common import AsOfSeq, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "audit"
 

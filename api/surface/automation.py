@@ -8,7 +8,7 @@ from fastapi import Body, Path
 
 from partbuild.api.models.automation import AutomationOut, ScheduleControlRequest, ScheduleWrittenOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "automation"
 ScheduleNamePath = Annotated[str, Path(description="A schedule's name.", examples=["nightly"])]

@@ -9,7 +9,7 @@ from fastapi import Query
 from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut, QueryInt
 from partbuild.api.surface.common import MAX_SEQ, Cursor, Limit, MinSeq, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "changes"
 

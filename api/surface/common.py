@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Header, Query
 
 from partbuild.api.models.common import MAX_PAGE, MAX_SAFE_INT, QueryInt
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 MAX_SEQ = MAX_SAFE_INT
 ANONYMOUS = "anonymous"

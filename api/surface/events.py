@@ -9,7 +9,7 @@ from fastapi import Query
 from partbuild.api.models.common import PageOut, QueryInt
 from partbuild.api.models.events import StoredEventOut
 from partbuild.api.surface.common import MAX_SEQ, Limit, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "events"
 

@@ -12,7 +12,7 @@ from fastapi import Body
 from partbuild.api.models.common import WrittenOut
 from partbuild.api.models.operations import BucketLayoutOut, HealthOut, ReshardRequest
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "operations"
 

@@ -25,7 +25,7 @@ from partbuild.api.models.partitions import (
     TaintRequest,
 )
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "partitions"
 UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]

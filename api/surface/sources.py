@@ -8,7 +8,7 @@ from fastapi import Path
 
 from partbuild.api.models.sources import ScanRequestedOut, SourceOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "sources"
 SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=["raw_clicks"])]

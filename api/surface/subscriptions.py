@@ -20,7 +20,7 @@ from partbuild.api.models.subscriptions import (
     SubscriptionWrittenOut,
 )
 from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, AsOfSeq, Limit, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "subscriptions"
 SubscriptionNamePath = Annotated[str, Path(description="A subscription's name.", examples=["alerts"])]

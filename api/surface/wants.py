@@ -18,7 +18,7 @@ from partbuild.api.models.wants import (
     WantStateName,
 )
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "wants"
 WantIdPath = Annotated[str, Path(description="A want's id.")]

@@ -1,4 +1,4 @@
-"""The form posts: want, cancel a want, cancel a job run, taint a ref.
+"""The form posts: want, cancel a want, cancel a job run, taint a ref, pause, resume or tick a schedule.
 
 Each is refused (403, nothing appended) unless the identity may write and the
 CSRF field matches its cookie; then it calls the same `Service` method as the
@@ -108,6 +108,23 @@ async def taint_action(request: Request) -> Response:
         lambda: service_of(request).taint(parse_model(TaintRequest, body), identity.name),
         "/partition?" + urlencode({"ref": ref}),
     )
+
+
+@router.post("/actions/schedule")
+async def schedule_action(request: Request) -> Response:
+    accepted = await _accepted(request)
+    if isinstance(accepted, Response):
+        return accepted
+    identity, fields = accepted
+    service, name, action = service_of(request), _one(fields, "schedule"), _one(fields, "action")
+    calls = {
+        "pause": lambda: service.pause_schedule(name, None, identity.name),
+        "resume": lambda: service.resume_schedule(name, identity.name),
+        "trigger": lambda: service.trigger_schedule(name, identity.name),
+    }
+    if action not in calls:
+        return error_page(request, service, 422, f"action must be pause, resume or trigger, not {action[:40]!r}")
+    return await _write(request, calls[action], "/automation")
 
 
 def _cancel(fields: dict[str, list[str]]) -> CancelRequest:

@@ -4,9 +4,10 @@ Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
 `/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
 `/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
 with dagre), `/runs`, `/runs/{id}`, `/events`, `/changes?from=A&to=B` (what changed between two seqs),
-`/audit`, `/system` (worker groups, bucketing, sources,
-subscriptions). Posts: `/actions/want`,
-`/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint` (CSRF double-submit, writers only).
+`/audit`, `/automation` (schedules, their ticks and wants), `/jobs` (the job graph, drawn by static/lineage.js),
+`/jobs/{name}` (its partition grid), `/system` (worker groups, bucketing, sources, subscriptions). Posts:
+`/actions/want`, `/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint`, `/actions/schedule` (pause,
+resume, tick now) (CSRF double-submit, writers only).
 
 Stable hooks for browser tests (ids and data-testid):
 - every page: `#main`, `[data-testid=time-travel-banner][data-as-of]` when time travelling,
@@ -31,7 +32,15 @@ Stable hooks for browser tests (ids and data-testid):
 - changes page: `changes-list`/`change-row[data-seq][data-kind][data-id]` (`.state[data-state]` of
   `from`/`to`); the banner's `time-travel-changes` link (from its seq to the head).
 - run page: `run-state`, `run-timeline`, `run-outputs`/`output-row`, `run-inputs`, `run-error`,
-  `run-checks` (a `checks-table` per output its outcome checked).
+  `run-checks` (a `checks-table` per output its outcome checked), `run-logs` (`run-log-line`s, `run-log-status`).
+- automation page: `schedules-list`/`schedule-row[data-schedule][data-paused]` (`schedule-state`,
+  `schedule-wants` of `want-link`s, `schedule-error`), `schedule-form` (`schedule-pause`, `schedule-resume`,
+  `schedule-trigger`).
+- job graph: `#lineage[data-kind=graph]` as on the instance page, nodes `lineage-node[data-uuid=NAME]`
+  with `data-counts`; `job-graph-table`/`job-node-row[data-name]` with `node-count[data-state]` and a grid link.
+- grid: `grid-legend`/`legend-item[data-state][data-count]`, `grid-cells` of `grid-cell[data-ref][data-state]`
+  (a range: `data-first`, `data-last`, `data-count`, a zoom link), `grid-months`/`grid-month[data-year][data-month]`
+  of `grid-cell` (a day with no instance: `data-state=none`), `grid-filter` (state, start, end).
 - forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
   `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
   `#cancel-run-form`, `#taint-form`; errors `form-error`; error pages `error-status`.
@@ -50,6 +59,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from partbuild.api.errors import TITLES, ApiError, InvalidInput
 from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
 from partbuild.api.service import Service
+from partbuild.api.service.jobs import GRID_STATES
 from partbuild.api.web import identity as seam
 from partbuild.api.web import views
 from partbuild.api.web.event_view import EVENT_TYPES, events_page
@@ -175,6 +185,10 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
         hops = int(depth) if depth.isascii() and depth.isdigit() else 2
         hops = min(hops, MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
+        # Inputs are shown by ref: the graph drawn upstream names them; otherwise one hop up does.
+        upstream = graph if chosen != "downstream" and hops >= 1 else None
+        upstream = upstream or service.lineage(uuid, direction="upstream", depth=1, as_of_seq=page.as_of)
+        input_refs = {node.uuid: node.ref for node in upstream.nodes if node.ref is not None}
         lineage = {
             "direction": chosen,
             "depth": hops,
@@ -182,7 +196,14 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
             "nodes": graph.nodes[:LINEAGE_LISTED],
             "edges": graph.edges,
         }
-        return render_page(page, "instance.html", instance=instance, lineage=lineage, max_depth=MAX_LINEAGE_DEPTH)
+        return render_page(
+            page,
+            "instance.html",
+            instance=instance,
+            lineage=lineage,
+            max_depth=MAX_LINEAGE_DEPTH,
+            input_refs=input_refs,
+        )
 
     return serve_page(request, build)
 
@@ -258,6 +279,14 @@ def audit_page(request: Request) -> HTMLResponse:
     return serve_page(request, build)
 
 
+@router.get("/automation", response_class=HTMLResponse)
+def automation_page(request: Request) -> HTMLResponse:
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        return render_page(page, "automation.html", schedules=service.automation(as_of_seq=page.as_of).schedules)
+
+    return serve_page(request, build)
+
+
 @router.get("/system", response_class=HTMLResponse)
 def system_page(request: Request) -> HTMLResponse:
     def build(page: PageContext, service: Service) -> HTMLResponse:
@@ -287,3 +316,27 @@ async def in_thread(function: Callable[..., Any], *args: Any) -> Any:
 def form_failure(request: Request, exc: ApiError | FormInvalid, **data: Any) -> HTMLResponse:
     status = exc.status if isinstance(exc, ApiError) else 422
     return error_page(request, service_of(request), status, str(exc), **data)
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def job_graph_page(request: Request) -> HTMLResponse:
+    """The served graph's jobs and sources (drawn by static/lineage.js from `GET /api/v1/graph`), with counts."""
+
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        return render_page(page, "jobs.html", graph=service.job_graph(as_of_seq=page.as_of))
+
+    return serve_page(request, build)
+
+
+@router.get("/jobs/{name}", response_class=HTMLResponse)
+def job_grid_page(request: Request, name: str) -> HTMLResponse:
+    """A job's (or source's) partition status grid, filtered by state and key range (`start`, `end`)."""
+    filters = _query(request, "state", "start", "end")
+
+    def build(page: PageContext, service: Service) -> HTMLResponse:
+        view = service.partitions_grid(
+            name, filters["start"] or None, filters["end"] or None, filters["state"] or None, as_of_seq=page.as_of
+        )
+        return render_page(page, "job_grid.html", view=view, filters=filters, grid_states=GRID_STATES)
+
+    return serve_page(request, build)

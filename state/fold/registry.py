@@ -34,6 +34,7 @@ from partbuild.state.fold import (
     group,
     instances,
     job_runs,
+    reactions,
     rechecks,
     schedules,
     sources,
@@ -122,6 +123,14 @@ def _ticked_refs(state: BuildState, msg: pb.ScheduleTick) -> Sequence[str]:
 
 def _ticked_want(msg: pb.ScheduleTick) -> tuple[str, ...]:
     return (msg.want.want_id,) if msg.HasField("want") else ()
+
+
+def _reaction_refs(state: BuildState, msg: pb.ReactionFired) -> Sequence[str]:
+    return msg.want.partition_refs
+
+
+def _reaction_want(msg: pb.ReactionFired) -> tuple[str, ...]:
+    return (msg.want.want_id,)
 
 
 @dataclass(frozen=True)
@@ -294,6 +303,13 @@ ROWS: tuple[EventType, ...] = (
         schedules.check_schedule_control,
         schedules.apply_schedule_control,
         versions=("schedules",),
+    ),
+    EventType(
+        "reaction_fired",
+        reactions.check_reaction_fired,
+        reactions.apply_reaction_fired,
+        refs=_reaction_refs,
+        want_ids=_reaction_want,
     ),
 )
 

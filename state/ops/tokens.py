@@ -12,7 +12,6 @@ first use, so every process serving the database signs and checks with the same 
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import re
 import secrets
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, RowMapping
 
 from partbuild.state.db import begin_write
+from partbuild.state.ops.roles import Role
 from partbuild.state.schema import api_tokens as table
 from partbuild.state.schema import session_keys
 
@@ -29,29 +29,6 @@ TOKEN_PREFIX = "pbt_"
 TOKEN_BYTES = 32
 # Names travel as the user of events and in log lines: plain, short, printable ASCII.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
-
-
-class Role(enum.Enum):
-    """What a token may do; each role may do everything the roles before it may."""
-
-    READER = "reader"
-    WRITER = "writer"
-    ADMIN = "admin"
-
-    def allows(self, needed: Role) -> bool:
-        """Whether this role may do what `needed` may."""
-        return _RANK[self] >= _RANK[needed]
-
-    @classmethod
-    def parse(cls, name: str) -> Role:
-        """The role called `name`; ValueError naming the roles otherwise."""
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(f"unknown role {name!r}: one of {', '.join(r.value for r in cls)}") from None
-
-
-_RANK = {role: rank for rank, role in enumerate(Role)}
 
 
 class TokenExists(ValueError):

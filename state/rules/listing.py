@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
-from itertools import islice
+from collections.abc import Callable, Iterator
+from itertools import islice, takewhile
 from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
@@ -122,6 +122,8 @@ class ListingIndex:
         self._refs = _SortedRefs()
         self._known_refs = 0
         self._first_floor = 0  # the newest first seq known exactly: no later ref's first is before it
+        self._matching: dict[str, tuple[list[str], list[str]]] = {}  # key -> (the sorted refs it was taken of, refs)
+        self._matching_lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
         """Take in what `state` gained since the last update."""
@@ -152,6 +154,20 @@ class ListingIndex:
     def refs(self) -> list[str]:
         """Every ref with an instance, sorted."""
         return self._refs.sorted()[0]
+
+    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]:
+        """Sorted refs under `prefix` for which `match` is truthy (a pattern's refs: the grid's per-job index), kept
+        under `key` until refs are added (the refs under a prefix are contiguous: a bisection, then one pass)."""
+        refs = self.refs()
+        with self._matching_lock:
+            cached = self._matching.get(key)
+            if cached is not None and cached[0] is refs:
+                return cached[1]
+        under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
+        found = [ref for ref in under if match(ref)]
+        with self._matching_lock:
+            self._matching[key] = (refs, found)
+        return found
 
     def refs_from(self, prefix: str, after: str | None) -> islice[str]:
         """Sorted refs at or after `prefix`, strictly after `after` when given."""

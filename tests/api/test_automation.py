@@ -99,6 +99,7 @@ def test_schedules_show_their_ticks_and_next_time_and_pausing_follows_the_folds_
         "last_want_id": None,
         "last_error": None,
         "next_tick_ms": None,
+        "recent_want_ids": [],
     }
     assert before["hourly"]["next_tick_ms"] == T0 + HOUR
     assert before["broken"]["when"] == "cron 0 3 * * * Europe/Paris"
@@ -109,6 +110,7 @@ def test_schedules_show_their_ticks_and_next_time_and_pausing_follows_the_folds_
     assert hourly["last_tick"] == {"tick_ms": T0, "at": "2027-01-15T08:00:00Z", "kind": "scheduled", "seq": ticked_seq}
     want_id = hourly["last_want_id"]
     assert want_id == "schedule:hourly:2027-01-15T08:00:00Z" and hourly["ticks"] == 1
+    assert hourly["recent_want_ids"] == [want_id]
     want = ok(served.client.get(f"{API}/wants/{want_id}"))
     assert want["cause"] == "schedule hourly ticked at 2027-01-15T08:00:00Z"
     assert want["refs"] == ["report/20270115080000"] and want["ttl_seconds"] == 3600

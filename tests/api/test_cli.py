@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 
+from partbuild.api.cli import COMMANDS, cli, load_command
 from partbuild.state.log.store import EventLog
 
 from clikit import run_cli
@@ -105,3 +107,32 @@ def test_db_upgrade_creates_schema(capsys: pytest.CaptureFixture[str], db_url: s
     assert code == 0 and "log head seq 0" in out
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)  # idempotent
     assert code == 0
+
+
+# ----------------------------------------------------------------- the lazy command table
+
+# Loaded at collection: importing some libraries the commands use runs a child process (`file -b`).
+LOADED = {name: load_command(name) for name in COMMANDS}
+
+
+def test_each_row_of_the_command_table_names_its_command_and_help() -> None:
+    for name, (_, _, text) in COMMANDS.items():
+        command = LOADED[name]
+        assert command.name == name
+        first_paragraph = " ".join((command.help or "").split("\n\n")[0].split())
+        assert text == first_paragraph, name
+
+
+def test_help_lists_the_commands_as_an_eager_group_would(capsys: pytest.CaptureFixture[str]) -> None:
+    eager = click.Group("partbuild", help=cli.help, params=cli.params, context_settings=cli.context_settings)
+    for name in COMMANDS:
+        eager.add_command(LOADED[name], name)
+    fresh = type(cli)("partbuild", help=cli.help, params=cli.params, context_settings=cli.context_settings)
+
+    def help_of(group: click.Group) -> str:
+        return group.get_help(click.Context(group, info_name="partbuild", **cli.context_settings))
+
+    assert help_of(fresh) == help_of(eager)
+    assert fresh.commands == {}  # listing them loaded none
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0 and out.strip() == help_of(eager).strip()

@@ -54,6 +54,7 @@ COVERED: dict[str, dict[str, str]] = {
     },
     "api/test_runs.py": {
         "POST /api/v1/job-runs/{job_run_id}/cancel": "test_cancel_job_run_then_cancel_again_conflicts",
+        "GET /api/v1/job-runs/{job_run_id}/logs": "test_job_run_logs_are_paged_and_followed_while_the_run_is_active",
     },
     "api/test_events.py": {
         "GET /api/v1/events": "test_events_are_the_raw_log_paged_by_seq",
@@ -85,6 +86,10 @@ COVERED: dict[str, dict[str, str]] = {
         "POST /api/v1/automation/schedules/{name}/trigger": (
             "test_a_tick_by_hand_wants_now_and_leaves_the_schedules_times_alone"
         ),
+    },
+    "api/test_jobs.py": {
+        "GET /api/v1/jobs/{name}/partitions/summary": "test_summary_counts_what_the_partitions_list_reports",
+        "GET /api/v1/graph": "test_the_graph_has_three_nodes_two_edges_and_the_summaries_counts",
     },
     "api/test_sources.py": {
         "GET /api/v1/sources": "test_sources_show_scans_redacted_and_a_scan_request_makes_a_pass_due",

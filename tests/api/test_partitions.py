@@ -86,7 +86,13 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
     # An observed instance has no lineage: it is the only node.
     lineage = ok(client.get(f"{API}/instances/{v2['uuid']}/lineage", params={"direction": "both", "depth": 3}))
     node = {"uuid": v2["uuid"], "ref": ref, "state": "live", "depth": 0, "built_by": None, "check_result": None}
+    node["superseded"] = False
     assert lineage == {"root": v2["uuid"], "as_of_seq": second_seq, "nodes": [node], "edges": []}
+    # The first version is still Live, but superseded: its node says so, as of now and not as of before.
+    older = ok(client.get(f"{API}/instances/{v1['uuid']}/lineage"))["nodes"]
+    assert [(n["state"], n["superseded"]) for n in older] == [("live", True)]
+    then = ok(client.get(f"{API}/instances/{v1['uuid']}/lineage", params={"as_of_seq": first_seq}))["nodes"]
+    assert [(n["state"], n["superseded"]) for n in then] == [("live", False)]
 
 
 def test_canonical_path_keeps_the_slashes_of_a_ref(shared_client: httpx.Client) -> None:

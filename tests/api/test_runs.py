@@ -3,12 +3,16 @@ runs of a real build: tests/e2e/test_api_w1.py)."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.log.events import envelope
+from partbuild.state.ops.run_logs import RunLogLine
 
 from clikit import run_cli
 from golden_log import check_events
@@ -159,3 +163,59 @@ def test_a_job_runs_answer_shows_the_checks_its_outcome_recorded_as_of_any_seq(
     assert code == 0 and "url_not_null" not in out
     code, out, _ = run_cli(capsys, "lineage", d1, "--server", api_server.url)
     assert code == 0 and "checks warning" in out, out
+
+
+def _log_lines(run_id: str, first: int, texts: list[str]) -> list[RunLogLine]:
+    return [RunLogLine(run_id, first + n, 1_700_000_000_000 + n, "INFO", text) for n, text in enumerate(texts)]
+
+
+def test_job_run_logs_are_paged_and_followed_while_the_run_is_active(
+    api_server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lines come in pages by line number; `follow` waits for a line logged meanwhile while the run is
+    active, and answers at once when it has ended; `runs logs` prints them, `--follow` until the run ends."""
+    client, log, store = api_server.client, api_server.log, api_server.service.db.run_logs
+    want(client, ["j/1"], want_id="j-1")
+    uuid = canonical(client, "j/1")["uuid"]
+    log.append([envelope(pb.JobRunBuffer(job_run_id="run-1", job_label="j", instance_uuids=[uuid]))])
+    log.append([envelope(pb.JobRunHeartbeat(job_run_id="run-1"))])
+    store.append(_log_lines("run-1", 1, ["one", "two", "three"]))
+    url = f"{API}/job-runs/run-1/logs"
+
+    page = ok(client.get(url, params={"limit": 2}))
+    assert [(x["line_no"], x["text"]) for x in page["lines"]] == [(1, "one"), (2, "two")]
+    assert (page["next_after"], page["active"]) == (2, True)
+    page = ok(client.get(url, params={"after": 2}))
+    assert ([x["text"] for x in page["lines"]], page["next_after"]) == (["three"], 3)
+    assert ok(client.get(url, params={"after": 3}))["lines"] == []  # no follow: no wait
+
+    later = threading.Timer(0.5, lambda: store.append(_log_lines("run-1", 4, ["logged later"])))
+    later.start()
+    started = time.monotonic()
+    page = ok(client.get(url, params={"after": 3, "follow": 20}))
+    later.join()
+    assert [x["text"] for x in page["lines"]] == ["logged later"]
+    assert time.monotonic() - started < 10  # answered when the line came, not at the end of the wait
+
+    code, out, _ = run_cli(capsys, "runs", "logs", "run-1", "--server", api_server.url, "--after", "1")
+    assert code == 0
+    assert [line.split(maxsplit=4)[-1] for line in out.splitlines()] == ["two", "three", "logged later"]
+    assert out.splitlines()[0].split()[:2] == ["2", "2023-11-14"]
+
+    ended = threading.Timer(0.5, lambda: log.append([envelope(pb.JobRunSuccess(job_run_id="run-1"))]))
+    ended.start()
+    code, out, _ = run_cli(capsys, "runs", "logs", "run-1", "--server", api_server.url, "--follow", "--json")
+    ended.join()
+    assert code == 0  # --follow returned once the run ended
+    assert [json.loads(line)["text"] for line in out.splitlines()] == ["one", "two", "three", "logged later"]
+    started = time.monotonic()
+    page = ok(client.get(url, params={"after": 4, "follow": 20}))
+    assert (page["lines"], page["active"]) == ([], False)
+    assert time.monotonic() - started < 10  # an ended run is not waited on
+
+    problem(client.get(f"{API}/job-runs/nope/logs"), 404, "nope")
+    problem(client.get(url, params={"limit": 0}), 422, "limit")
+    problem(client.get(url, params={"follow": 31}), 422, "follow")
+    problem(client.get(url, params={"after": -1}), 422, "after")
+    code, _, err = run_cli(capsys, "runs", "logs", "nope", "--server", api_server.url)
+    assert code != 0 and "nope" in err

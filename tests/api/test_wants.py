@@ -57,6 +57,8 @@ def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
         "satisfied_by": [],
         "cancel_reason": None,
         "tree": {"want_id": "w-1", "state": "idle", "refs": ["agg/a/x=1", "src/b"], "children": []},
+        "progress": {"missing": 2},  # both refs' instances, by state
+        "runs": [],
         "cause": None,  # asked for by a person: no automation made it
         "as_of_seq": created["seq"],
     }

@@ -290,6 +290,7 @@ def test_every_page_of_the_navigation_loads_without_a_console_error(
         ("partitions", "Partitions"),
         ("runs", "Job runs"),
         ("events", "Event log"),
+        ("automation", "Automation"),
     ]:
         tab.page.locator(f"[data-testid=nav-{name}]").click()
         expect(tab.page).to_have_title(re.compile(f"^{title} ·"))

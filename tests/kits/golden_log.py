@@ -19,6 +19,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.reactions import reaction_want_id
 from partbuild.state.fold.schedules import tick_time_text
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
@@ -520,6 +521,64 @@ def schedule_events() -> list[pb.Event]:
     return events
 
 
+def reaction_events() -> list[pb.Event]:
+    """Issue 25's reactions: upstream changes down a chain and a source's arrival firing wants, and the copies
+    and mistakes the fold rejects."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_820_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"r{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def fired(job: str, kind: int, cause: tuple[str, str, str], ref: str, want_id: str = "") -> pb.ReactionFired:
+        cause_ref, uuid, previous = cause
+        want_id = want_id or reaction_want_id(job, kind, uuid, ref)
+        want = pb.WantCreate(want_id=want_id, partition_refs=[ref], ttl_seconds=3600)
+        return pb.ReactionFired(
+            job=job,
+            kind=kind,
+            cause_ref=cause_ref,
+            cause_instance_uuid=uuid,
+            previous_instance_uuid=previous,
+            want=want,
+        )
+
+    upstream, arrival = pb.REACTION_KIND_UPSTREAM_CHANGE, pb.REACTION_KIND_SOURCE_ARRIVAL
+    connector, orchestrator, ann = system("connector"), system("orchestrator"), manual("ann")
+    seen = pb.PartitionObserved(partition_ref="raw/a", location="/data/a", version="v1", version_strong=True)
+    raw1 = instance_uuid(add(seen, connector), "raw/a")  # 1
+    wanted = add(pb.WantCreate(want_id="w", partition_refs=["d/1", "wk/1"]), ann)  # 2
+    d1, wk1 = instance_uuid(wanted, "d/1"), instance_uuid(wanted, "wk/1")
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[d1]), orchestrator)  # 3
+    add(pb.JobRunSuccess(job_run_id="r1", input_instance_uuids=[raw1]), from_job_run("r1"))  # 4
+    add(pb.JobRunBuffer(job_run_id="r2", job_label="wk", instance_uuids=[wk1]), orchestrator)  # 5
+    add(pb.JobRunSuccess(job_run_id="r2", input_instance_uuids=[d1]), from_job_run("r2"))  # 6
+    seen = pb.PartitionObserved(partition_ref="raw/a", location="/data/a2", version="v2", version_strong=True)
+    changed = add(seen, connector)  # 7: new data, taints d/1 and wk/1
+    raw2, d1b, wk1b = (instance_uuid(changed, ref) for ref in ("raw/a", "d/1", "wk/1"))
+    add(fired("d", upstream, ("raw/a", raw2, raw1), "d/1"), orchestrator)  # 8
+    add(fired("d", upstream, ("raw/a", raw2, raw1), "d/1"), orchestrator)  # 9: rejected, a copy (the want exists)
+    add(fired("d", upstream, ("raw/a", raw2, raw1), "d/1", want_id="mine"), orchestrator)  # 10: rejected, want id
+    add(fired("d", upstream, ("d/1", raw2, raw1), "d/1"), orchestrator)  # 11: rejected, not an instance of d/1
+    add(pb.JobRunBuffer(job_run_id="r3", job_label="d", instance_uuids=[d1b]), orchestrator)  # 12
+    add(pb.JobRunSuccess(job_run_id="r3", input_instance_uuids=[raw2]), from_job_run("r3"))  # 13
+    add(fired("wk", upstream, ("d/1", d1b, d1), "wk/1"), orchestrator)  # 14: the weekly follows its daily
+    add(pb.JobRunBuffer(job_run_id="r4", job_label="wk", instance_uuids=[wk1b]), orchestrator)  # 15
+    add(pb.JobRunSuccess(job_run_id="r4", input_instance_uuids=[d1b]), from_job_run("r4"))  # 16
+    raw_b = instance_uuid(add(pb.PartitionObserved(partition_ref="raw/b", location="/data/b"), connector), "raw/b")
+    add(fired("d", arrival, ("raw/b", raw_b, ""), "d/2"), orchestrator)  # 18: a source's first arrival
+    add(fired("d", arrival, ("raw/b", raw_b, raw1), "d/3"), orchestrator)  # 19: rejected, an arrival supersedes none
+    two = fired("d", arrival, ("raw/b", raw_b, ""), "d/3")
+    two.want.partition_refs.append("d/4")
+    add(two, orchestrator)  # 20: rejected, two refs
+    add(
+        pb.ReactionFired(job="d", kind=upstream, cause_ref="raw/b", cause_instance_uuid=raw_b), orchestrator
+    )  # 21: no want
+    add(pb.ClockTick(), orchestrator)  # 22
+    return events
+
+
 def code_version_events() -> list[pb.Event]:
     """Issue 25's code versions: runs buffered with the job's code version (one without, as old logs have
     them), a success and a failure under versions, and a version too long for the fold."""
@@ -635,6 +694,12 @@ GOLDEN_LOGS = (
         "golden_log_schedules.bin",
         schedule_events,
         "cdbaa2a0fe51e03a49b7c749a0a4c099060ce1d2949b1c7a4cbf7876a4742c0b",
+    ),
+    GoldenLog(
+        "reactions",  # reactions firing wants, their copies rejected (issue 25), 2026-11
+        "golden_log_reactions.bin",
+        reaction_events,
+        "f3dcb5e51fb70c1259c9d263346611a357dcd42c62dc7f3b3239e6a9b01324db",
     ),
     GoldenLog(
         "code_versions",  # job runs recorded with their job's code version (issue 25), 2026-11

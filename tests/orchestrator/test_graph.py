@@ -128,6 +128,53 @@ def test_isoweek() -> None:
 
 
 @pytest.mark.parametrize(
+    ("template", "ref", "value"),
+    [
+        ("m/{m:month}", "m/2026-01", dt.date(2026, 1, 1)),
+        ("m/{m:month}", "m/0999-12", dt.date(999, 12, 1)),
+        ("y/{y:year}", "y/2026", 2026),
+        ("y/{y:year}", "y/0999", 999),
+        ("h/{h:hour}", "h/2026-01-05T13", dt.datetime(2026, 1, 5, 13)),
+        ("h/{h:hour}", "h/2026-01-05T00", dt.datetime(2026, 1, 5, 0)),
+    ],
+)
+def test_month_year_and_hour_fields_parse_and_format_back(template: str, ref: str, value: Any) -> None:
+    pattern = PartitionPattern(template)
+    field = template.split("{")[1].split(":")[0]
+    assert pattern.match(ref) == {field: value}
+    assert pattern.format(**{field: value}) == ref
+
+
+@pytest.mark.parametrize(
+    ("template", "ref"),
+    [
+        ("m/{m:month}", "m/2026-13"),
+        ("m/{m:month}", "m/2026-00"),
+        ("m/{m:month}", "m/2026-1"),
+        ("m/{m:month}", "m/2026-01-05"),
+        ("y/{y:year}", "y/26"),
+        ("y/{y:year}", "y/20260"),
+        ("h/{h:hour}", "h/2026-01-05T24"),
+        ("h/{h:hour}", "h/2026-01-05T1"),
+        ("h/{h:hour}", "h/2026-01-05 13"),
+        ("h/{h:hour}", "h/2026-02-30T01"),
+    ],
+)
+def test_month_year_and_hour_fields_refuse_other_text(template: str, ref: str) -> None:
+    assert PartitionPattern(template).match(ref) is None
+
+
+def test_a_month_formats_any_day_of_it_and_sits_beside_dates_and_years() -> None:
+    assert PartitionPattern("m/{m:month}").format(m=dt.date(2026, 2, 17)) == "m/2026-02"
+    graph = Graph([Job("d", ["x/{d:date}"], noop), Job("m", ["x/{m:month}"], noop), Job("y", ["x/{y:year}"], noop)])
+    assert [graph.resolve(ref).producer.label for ref in ("x/2026-01-05", "x/2026-01", "x/2026")] == [  # type: ignore[union-attr]
+        "d",
+        "m",
+        "y",
+    ]
+
+
+@pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         ({"label": "a/b"}, "no slash"),

@@ -1,7 +1,9 @@
 // The lineage graph of an instance page: fetch GET /api/v1/instances/{uuid}/lineage, lay it out
 // left to right with dagre (vendor/), draw it as SVG. Each node links to its instance page (keeping
 // the time travel) and, when checks were recorded on it, a badge of their worst result (passed, warning,
-// failed, errored); changing direction or depth redraws without a reload.
+// failed, errored); changing direction or depth redraws without a reload. The job graph page
+// (#lineage[data-kind=graph], GET /api/v1/graph) is drawn the same way: a node per job or source
+// (its name is its id, its counts by state its second line) linking to its grid (data-link-base).
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
@@ -23,6 +25,20 @@
     Object.keys(extra || {}).forEach(function (key) { line.setAttribute("data-" + key, extra[key]); });
   }
 
+  // The job graph's answer in the lineage's shape: nodes by name, edges from producer to reader.
+  function asLineage(data) {
+    return {
+      root: null, as_of_seq: data.as_of_seq,
+      nodes: data.nodes.map(function (node) {
+        var counts = Object.keys(node.counts).map(function (k) { return k.replace(/_/g, " ") + " " + node.counts[k]; });
+        var worst = ["failed", "upstream_failed", "tainted", "warning", "building", "missing"].filter(function (k) { return node.counts[k]; })[0];
+        return { uuid: node.name, ref: node.name, state: worst || (node.total ? "live" : "none"), depth: 0,
+                 sub: node.kind + " · " + (counts.join(", ") || "no partitions"), counts: counts.join(",") };
+      }),
+      edges: data.edges
+    };
+  }
+
   function layout(data) {
     var g = new dagre.graphlib.Graph({ multigraph: false });
     // tight-tree ranking: lineage is layered already (a job's outputs one rank after its inputs), so
@@ -33,6 +49,7 @@
       var label = node.ref === null ? "dropped " + node.uuid.slice(0, 8) : node.ref;
       // Room for the check badge at the right end (it never covers the label).
       var badge = node.check_result ? BADGE_W + 4 : 0;
+      if (node.sub) { label = label.length < node.sub.length ? node.sub : label; }
       var width = Math.min(420, Math.max(120, label.length * CHAR_W + 2 * PAD)) + badge;
       g.setNode(node.uuid, { width: width, height: NODE_H, label: label, node: node });
     });
@@ -50,12 +67,18 @@
       "data-uuid": id, "data-ref": node.ref === null ? "" : node.ref, "data-state": state,
       "transform": "translate(" + (box.x - box.width / 2) + "," + (box.y - box.height / 2) + ")"
     }, svg);
-    var link = el("a", { "href": "/instances/" + encodeURIComponent(id) + suffix }, group);
+    var base = document.getElementById("lineage").getAttribute("data-link-base") || "/instances/";
+    var link = el("a", { "href": base + encodeURIComponent(id) + suffix }, group);
+    if (node.counts !== undefined) { group.setAttribute("data-counts", node.counts); }
     el("rect", { "width": box.width, "height": box.height, "rx": 4 }, link);
     var title = el("text", { "x": PAD, "y": 16 }, link);
     title.textContent = box.label.length > 56 ? box.label.slice(0, 55) + "…" : box.label;
     var sub = el("text", { "class": "sub", "x": PAD, "y": 32 }, link);
-    sub.textContent = state.replace(/_/g, " ") + " · " + id.slice(0, 8);
+    // A superseded Live node is an older version: its location may hold other data now.
+    var stateText = state.replace(/_/g, " ") + (node.superseded ? " (superseded)" : "");
+    sub.textContent = node.sub || stateText + " · " + id.slice(0, 8);
+    if (node.superseded) { group.setAttribute("class", group.getAttribute("class") + " superseded"); }
+    group.setAttribute("data-superseded", node.superseded ? "true" : "false");
     if (node.check_result) {
       var badge = el("g", { "class": "badge c-" + node.check_result, "data-testid": "lineage-check",
         "data-result": node.check_result, "transform": "translate(" + (box.width - BADGE_W - 6) + ",6)" }, link);
@@ -85,6 +108,12 @@
     });
     var suffix = box.getAttribute("data-link-suffix") || "";
     g.nodes().forEach(function (id) { drawNode(svg, g, id, data.root, suffix); });
+    // A wide fan-in stacks the inputs high: open with the root in view, not the first inputs.
+    var root = g.node(data.root);
+    if (root) {
+      box.scrollTop = Math.max(0, root.y - box.clientHeight / 2);
+      box.scrollLeft = Math.max(0, root.x - box.clientWidth / 2);
+    }
     status(box, "drawn", data.nodes.length + " instances, " + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
       { nodes: data.nodes.length, edges: g.edges().length, ms: Math.round(performance.now() - started) });
   }
@@ -101,7 +130,7 @@
           return body;
         });
       })
-      .then(function (data) { draw(box, data); })
+      .then(function (data) { draw(box, box.getAttribute("data-kind") === "graph" ? asLineage(data) : data); })
       .catch(function (error) { status(box, "error", "Could not draw the lineage: " + error.message); });
   }
 

@@ -368,7 +368,9 @@ def test_want_file_batch_of_25000_refs_takes_three_requests(
     monkeypatch.setattr(Service, "create_wants", counting)  # the in-process server's service too
     refs = tmp_path / "refs.txt"
     refs.write_text("".join(f"backfill/day={n:05d}\n" for n in range(25_000)))
-    code, out, err = run_cli(capsys, "want", "--file", str(refs), "--comment", "backfill", *where, "--json")
+    code, out, err = run_cli(
+        capsys, "want", "--file", str(refs), "--want-per-ref", "--comment", "backfill", *where, "--json"
+    )
     assert code == 0, err
     assert sizes == [10_000, 10_000, 5_000]
     batch = json.loads(out)
@@ -381,17 +383,37 @@ def test_want_file_batch_of_25000_refs_takes_three_requests(
     assert {w["comment"] for w in listed} == {"backfill"}
 
 
-def test_want_file_from_stdin_and_as_one_want(
+def test_want_file_from_stdin_is_one_want_by_default(
     capsys: pytest.CaptureFixture[str], where: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import io
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x/1\n\n  x/2  \nx/3\n")))
-    code, out, err = run_cli(capsys, "want", "--file", "-", "--one-want", "--want-id", "all-3", *where, "--json")
+    code, out, err = run_cli(capsys, "want", "--file", "-", "--want-id", "all-3", *where, "--json")
     assert code == 0, err
     assert [w["want_id"] for w in json.loads(out)["wants"]] == ["all-3"]
     code, out, _ = run_cli(capsys, "wants", "show", "all-3", *where, "--json")
     assert json.loads(out)["refs"] == ["x/1", "x/2", "x/3"]
+    code, out, _ = run_cli(capsys, "wants", *where, "--json")
+    assert len(json.loads(out)["items"]) == 1  # a backfill is one row in the wants list
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--want-per-ref", "--want-id", "w"], "--want-per-ref makes many with generated ids"),
+        (["--want-per-ref", "--one-want"], "--want-per-ref goes with --file, and not with --one-want"),
+    ],
+)
+def test_want_per_ref_conflicts_exit_2(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    refs = tmp_path / "refs.txt"
+    refs.write_text("x/1\nx/2\n")
+    code, _, err = run_cli(capsys, "want", "--file", str(refs), *extra, "--db", sqlite_url)
+    assert code == 2 and err.count("\n") == 1 and message in err
+    code, _, err = run_cli(capsys, "want", "x/1", "--want-per-ref", "--db", sqlite_url)
+    assert code == 2 and "--want-per-ref goes with --file" in err
 
 
 # ----------------------------------------------------------------- bad input: exit 2, one line, nothing changed
@@ -461,8 +483,8 @@ def test_file_errors_name_the_line(capsys: pytest.CaptureFixture[str], sqlite_ur
     code, _, err = run_cli(capsys, "want", "--file", str(tmp_path / "absent.txt"), "--db", sqlite_url)
     assert code == 2 and "No such file or directory" in err and err.count("\n") == 1
     refs.write_text("".join(f"a/{n}\n" for n in range(10_001)))
-    code, _, err = run_cli(capsys, "want", "--file", str(refs), "--one-want", "--db", sqlite_url)
-    assert code == 2 and "a single want names at most 10,000 refs" in err
+    code, _, err = run_cli(capsys, "want", "--file", str(refs), "--db", sqlite_url)
+    assert code == 2 and "a single want names at most 10,000 refs (--want-per-ref makes one want per ref)" in err
     assert not Path(sqlite_url.removeprefix("sqlite:///")).exists()  # bad input did not even create the database
 
 
@@ -568,6 +590,6 @@ def test_chunked_batch_over_a_server_records_nothing_when_a_later_chunk_is_bad(
     refs = tmp_path / "refs.txt"
     refs.write_text("\n".join([*(f"ok/{n}" for n in range(15_000)), "nobody/makes/this"]) + "\n")
     with http_api(sqlite_url, graph) as url:
-        code, _, err = run_cli(capsys, "want", "--file", str(refs), "--server", url)
+        code, _, err = run_cli(capsys, "want", "--file", str(refs), "--want-per-ref", "--server", url)
         assert code == 2 and err.count("\n") == 1 and "no job or source dataset produces 'nobody/makes/this'" in err
         assert head_of(sqlite_url) == 0

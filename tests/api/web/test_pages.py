@@ -111,7 +111,13 @@ def test_every_page_renders_its_key_content(world: World) -> None:
         f"/partition?ref={DAILY}": ['data-testid="timeline"', f'data-uuid="{world.daily_uuid}"', "tainted"],
         f"/instances/{world.daily_uuid}": ['id="lineage-graph"', f'data-uuid="{world.raw_uuid}"', "/runs/run-1"],
         "/runs": ['data-run-id="run-1"', 'data-run-id="run-2"'],
-        "/runs/run-1": ['data-testid="run-outputs"', f'data-uuid="{world.daily_uuid}"', "succeeded"],
+        "/runs/run-1": [
+            'data-testid="run-outputs"',
+            f'data-uuid="{world.daily_uuid}"',
+            "succeeded",
+            'data-logs-url="/api/v1/job-runs/run-1/logs" data-follow="off"',
+            '<script src="/static/run_logs.js" defer></script>',
+        ],
         "/events": ['data-testid="events-list"', f'data-seq="{world.taint_seq}"', 'data-type="partition_taint"'],
         "/events?type=want_create&want=want-child": ['data-type="want_create"'],
         "/system": ['data-testid="groups-list"', 'data-testid="sources-list"', 'data-testid="subscriptions-list"'],
@@ -166,6 +172,35 @@ def test_time_travel_shows_the_state_before_the_taint(world: World) -> None:
     assert f'data-as-of="{world.before_taint}"' in by_time
     early = _get(world, "/?as_of=1")
     assert 'data-kind="wants"' not in early and 'data-kind="instances" data-state="live"' in early
+
+
+def test_an_instance_s_inputs_are_shown_by_ref_whichever_way_its_graph_is_drawn(world: World) -> None:
+    for query in ("", "?direction=downstream", "?depth=0"):
+        html = _get(world, f"/instances/{world.daily_uuid}{query}")
+        inputs = re.search(r'data-testid="instance-inputs">(.*?)</dd>', html, re.S)
+        assert inputs is not None and f'data-testid="instance-link">{RAW}</a>' in inputs.group(1), (query, inputs)
+
+
+def test_a_want_page_shows_its_progress_and_runs_as_of_a_seq(world: World) -> None:
+    def progress(html: str) -> dict[str, str]:
+        return dict(re.findall(r'data-testid="progress-count" data-state="([^"]+)">.*?</span> (\d+)</span>', html))
+
+    before = _get(world, f"/wants/want-root?as_of={world.before_taint}")
+    assert progress(before) == {"live": "1"} and 'data-testid="want-runs"' in before and "/runs/run-1" in before
+    now = _get(world, "/wants/want-root")  # the taint replaced the daily with a new, unbuilt instance
+    assert progress(now) == {"missing": "1"} and 'data-testid="want-runs"' not in now
+    detail = world.service.want("want-root", as_of_seq=world.before_taint)
+    assert (detail.progress, detail.runs) == ({"live": 1}, ["run-1"])
+
+
+def test_the_timeline_keeps_its_words_apart(world: World) -> None:
+    html = _get(world, f"/partition?ref={DAILY}")
+    items = re.findall(r'<li class="timeline-item".*?</li>', html, re.S)
+    text = [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", item)) for item in items]  # as a browser spaces it
+    tainted = next(line for line in text if "tainted" in line)
+    assert re.search(r"superseded at seq \d+ built by run-1 late clicks", tainted), tainted
+    squeezed = [re.sub(r"<[^>]+>", "", item) for item in items]  # no tag may be all that separates two words
+    assert not any(re.search(r"\d+built by|run-1late", line) for line in squeezed), squeezed
 
 
 def _recorded_iso(world: World, seq: int) -> str:

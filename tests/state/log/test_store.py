@@ -306,8 +306,14 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "i23_2_content_digests"
-        assert {"delivery_offsets", "delivery_messages", "delivery_groups", "api_tokens"} <= _table_names(engine)
+        assert current_revision(engine) == head_revision() == "i26_3_run_logs"
+        assert {
+            "delivery_offsets",
+            "delivery_messages",
+            "delivery_groups",
+            "api_tokens",
+            "run_log_lines",
+        } <= _table_names(engine)
         with Database.open(db_url, auto_upgrade=False) as db:
             log = db.log
             assert [e.event_id for e in log.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
@@ -328,7 +334,7 @@ def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: s
     """The postgres URL's search_path isolates the tables and alembic_version in its own schema."""
     deliveries = {"delivery_offsets", "delivery_control", "delivery_heads", "delivery_messages", "delivery_groups"}
     expected = {"alembic_version", "events", "log_head", "snapshots", "group_members", "delivery_secrets", *deliveries}
-    expected |= {"api_tokens", "session_keys", "source_file_digests", "source_partition_digests"}
+    expected |= {"api_tokens", "session_keys", "source_file_digests", "source_partition_digests", "run_log_lines"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

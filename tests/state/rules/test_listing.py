@@ -8,6 +8,7 @@ from itertools import takewhile
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import envelope
 from partbuild.state.rules.listing import FANOUT, LEVELS, ListingIndex
 
 from foldkit import Story
@@ -99,3 +100,22 @@ def test_wants_between_two_seqs_in_creation_order() -> None:
     assert list(index.wants.between(2, 4)) == ["w2", "w3"]
     assert list(index.wants.between(4, 2)) == []
     assert (index.wants.has_seq(3), index.wants.has_seq(6)) == (True, False)
+
+
+def is_int(ref: str) -> bool:
+    """A pattern `d/{n:int}`'s match, on refs under `d/`."""
+    return ref[2:].isdigit()
+
+
+def test_refs_matching_keeps_a_patterns_refs_sorted_until_refs_are_added() -> None:
+    state = BuildState()
+    index = ListingIndex()
+    for seq, ref in enumerate(["d/2", "d/10", "e/1", "d/x", "c/1"], start=1):
+        state.apply(seq, envelope(pb.PartitionObserved(partition_ref=ref, location="/x")))
+    index.update(state)
+    found = index.refs_matching("d", "d/", is_int)
+    assert found == ["d/10", "d/2"]  # sorted as text; `d/x` is no int
+    assert index.refs_matching("d", "d/", is_int) is found  # kept
+    state.apply(6, envelope(pb.PartitionObserved(partition_ref="d/3", location="/x")))
+    index.update(state)
+    assert index.refs_matching("d", "d/", is_int) == ["d/10", "d/2", "d/3"]

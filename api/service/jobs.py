@@ -1,0 +1,310 @@
+"""Jobs and source datasets of the served graph: partition counts by state, the status grid, the job graph.
+
+A job's partitions are the refs the log knows of its output patterns (refs with an
+instance): the listing index keeps each pattern's refs sorted (`refs_matching`,
+one pass over the refs under the pattern's literal prefix, kept until refs are
+added), so a grid takes them in key order and bisects a key range. In the live
+state each ref's grid state, the runs of equal state and the counts are one pass
+per head seq, kept until the head moves: a grid then costs the runs of its range,
+the summary nothing. As of a seq each ref of the range is looked up in the past
+(from the live records' histories, `cell_states`): a pass over the range each time.
+
+Pattern-level dependencies: a job's `inputs` is a function of a partition, so its
+edges are found by asking it about one known partition of the job (its first ref
+in key order) and resolving each input ref to its producer; a job with no known
+partition yet has no edges drawn.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
+from partbuild.api.models.partitions import check_result_name, worst_check_result
+from partbuild.api.service.base import ServiceBase
+from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import CheckEntry, latest_checks
+from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.rules import grid
+from partbuild.state.rules.grid import Cell, Month
+
+WARNING = "warning"
+TAINTED = InstanceState.TAINTED.name.lower()
+GRID_STATES = [state.name.lower() for state in InstanceState] + [WARNING]
+_NAMES = {state: state.name.lower() for state in InstanceState}
+_LIVE, _MISSING, _TAINTED = InstanceState.LIVE, InstanceState.MISSING, InstanceState.TAINTED
+
+
+@dataclass(frozen=True)
+class Node:
+    """A job or a source dataset of the graph, by name."""
+
+    name: str
+    kind: NodeKind
+    patterns: tuple[PartitionPattern, ...]
+
+
+@dataclass(frozen=True)
+class LiveCells:
+    """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts."""
+
+    cells: list[tuple[str, str]]
+    starts: list[int]
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True)
+class GridView:
+    """A grid answer: the node, its counts, its cells (bounded) or day rows, as of a seq."""
+
+    summary: PartitionsSummaryOut  # of the key range (the whole job without one), before the state filter
+    cells: list[Cell]
+    months: list[Month] | None  # a day layout when the node's one field is a date and the span fits
+    shown: int  # refs in the key range and state filter
+    start: str | None
+    end: str | None
+    state: str | None
+
+
+def cell_state(state: BuildState, ref: str) -> str | None:
+    """The grid's state of `ref` (None: no instance as of the state's seq): its canonical instance's, but `tainted`
+    for a Missing one that replaced a tainted one (not rebuilt yet), `warning` for a Live one whose latest checks
+    warned or errored."""
+    found = cell_states(state, [ref])
+    return found[0][1] if found else None
+
+
+def cell_states(state: BuildState, refs: Iterable[str]) -> list[tuple[str, str]]:
+    """(ref, grid state) of each of `refs` that has an instance as of the state's seq, in their order.
+
+    One tight loop (a grid asks for 100,000): dict lookups, the state names precomputed. As of a seq the
+    states come from the live records and their histories (`canonical_at`, `instance_state_at`, with their
+    common case inline: a record unchanged since that seq), not from rebuilt past Instance records."""
+    past = isinstance(state, PastState)
+    live: BuildState = state.live if past else state  # type: ignore[attr-defined]
+    seq = state.head_seq
+    canonical, instances, checked = live.canonical, live.instances, live.check_results
+    out: list[tuple[str, str]] = []
+    append = out.append
+    for ref in refs:
+        uuid = canonical.get(ref)
+        if uuid is None:
+            continue
+        instance = instances.get(uuid)
+        if past and (instance is None or instance.created_seq > seq):
+            uuid = canonical_at(live, ref, seq)
+            if uuid is None:
+                continue
+            instance = instances[uuid]
+        assert instance is not None
+        found = instance.state if not past or instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]
+        if found is _LIVE:
+            if uuid in checked and _warned(state.check_results.get(uuid, ())):
+                append((ref, WARNING))
+                continue
+        elif found is _MISSING and instance.previous_uuid is not None:
+            previous = instances.get(instance.previous_uuid)
+            if previous is not None:
+                before = previous.state if not past or previous.updated_seq <= seq else None
+                if before is None:
+                    before = instance_state_at(live, previous, seq)[0]
+                if before is _TAINTED:
+                    # A taint makes a fresh Missing instance canonical at once: "tainted" until rebuilt.
+                    append((ref, TAINTED))
+                    continue
+        append((ref, _NAMES[found]))
+    return out
+
+
+def _warned(entries: tuple[CheckEntry, ...]) -> bool:
+    latest = latest_checks(entries)
+    if latest is None:
+        return False
+    return worst_check_result(check_result_name(r[1], r[2], r[3]) for r in latest[1]) in ("warning", "errored")
+
+
+class JobsService(ServiceBase):
+    """Partition counts and grids of the graph's jobs and sources; the pattern-level job graph."""
+
+    _counts_lock = threading.Lock()
+
+    def partitions_summary(
+        self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
+    ) -> PartitionsSummaryOut:
+        node = self._node(name)
+        with self._reading(min_seq, as_of_seq) as state:
+            return self._summary(state, node, as_of_seq is None)
+
+    def job_graph(self, as_of_seq: int | None = None, min_seq: int | None = None) -> JobGraphOut:
+        graph = self._served_graph()
+        nodes = _nodes(graph)
+        with self._reading(min_seq, as_of_seq) as state:
+            summaries = [self._summary(state, node, as_of_seq is None) for node in nodes]
+            edges: dict[tuple[str, str], None] = {}
+            for node in nodes:
+                if node.kind != "job":
+                    continue
+                known = (r for r in self._refs_of(node) if as_of_seq is None or state.canonical_instance(r) is not None)
+                sample = next(known, None)
+                for producer in _producers_read(graph, sample) if sample is not None else ():
+                    edges[(producer, node.name)] = None
+            return JobGraphOut(
+                as_of_seq=state.head_seq,
+                nodes=summaries,
+                edges=[GraphEdgeOut(input=a, output=b) for a, b in edges],
+            )
+
+    def partitions_grid(
+        self,
+        name: str,
+        start: str | None = None,
+        end: str | None = None,
+        state_filter: str | None = None,
+        as_of_seq: int | None = None,
+    ) -> GridView:
+        """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order."""
+        if state_filter is not None and state_filter not in GRID_STATES:
+            raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
+        node = self._node(name)
+        with self._reading(None, as_of_seq) as state:
+            refs = self._refs_of(node)
+            low, high = grid.in_range(refs, start, end)
+            live = self._live_cells(state, node) if as_of_seq is None else None
+            if live is not None and len(live.cells) == len(refs):  # every known ref has an instance now: aligned
+                # Runs of the range from the cached ones: a page costs its runs, not its refs.
+                merged = grid.runs_between(live.cells, live.starts, low, high)
+                small = high - low <= grid.MAX_CELLS
+                cells = (
+                    live.cells[low:high] if small or state_filter is not None or len(merged) > grid.MAX_CELLS else []
+                )
+            else:
+                cells = cell_states(state, refs[low:high])
+                merged = list(grid.runs(cells))
+            counted: Counter[str] = Counter()
+            for run in merged:  # the legend counts the key range; without a range, the job's summary
+                counted[run.state] += run.count
+            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+            summary = _summary_out(node, counts, state.head_seq)
+        if state_filter is not None:
+            cells = [cell for cell in cells if cell[1] == state_filter]
+            shown, merged = len(cells), list(grid.runs(cells))
+        else:
+            shown = summary.total
+        months = None
+        date_field = _only_date_field(node)
+        if date_field is not None and state_filter is None and shown <= grid.MAX_CELLS:
+            days = [_day(node, ref, date_field) for ref, _ in cells]
+            if all(day is not None for day in days):
+                months = grid.day_layout(cells, days)  # type: ignore[arg-type]  # None: checked above
+        if shown <= grid.MAX_CELLS:
+            shape = [Cell(ref, ref, found, 1) for ref, found in cells]
+        elif len(merged) <= grid.MAX_CELLS:
+            shape = merged
+        else:
+            shape = grid.bounded(cells)
+        return GridView(summary, shape, months, shown, start, end, state_filter)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _served_graph(self) -> Graph:
+        if self.graph is None:
+            raise NotFound("this server serves no graph: start it with --graph")
+        return self.graph
+
+    def _node(self, name: str) -> Node:
+        graph = self._served_graph()
+        job = graph.jobs.get(name)
+        if job is not None:
+            return _job_node(job)
+        source = graph.sources.get(name)
+        if source is not None:
+            return Node(source.name, "source", (source.pattern,))  # type: ignore[arg-type]
+        raise NotFound(f"no job or source dataset named {name!r} in the served graph")
+
+    def _refs_of(self, node: Node) -> list[str]:
+        """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them."""
+        found: list[str] = []
+        for pattern in node.patterns:
+            found += self.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
+        return sorted(found) if len(node.patterns) > 1 else found
+
+    def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
+        if live:
+            counts = self._live_cells(state, node).counts
+        else:
+            counted = Counter(found for _, found in cell_states(state, self._refs_of(node)))
+            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+        return _summary_out(node, counts, state.head_seq)
+
+    def _live_cells(self, state: BuildState, node: Node) -> LiveCells:
+        """Every known ref of `node` with its grid state in the live `state`, their runs and counts: one pass per
+        head seq, kept until the head moves (a grid of the live state then costs its runs)."""
+        key = (node.name, state.head_seq)
+        cache: dict[tuple[str, int], LiveCells] = self.__dict__.setdefault("_cells_cache", {})
+        found = cache.get(key)
+        if found is None:
+            cells = cell_states(state, self._refs_of(node))
+            counted = Counter(state for _, state in cells)
+            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+            found = LiveCells(cells, grid.run_starts(cells), counts)
+            with self._counts_lock:
+                for old in [k for k in cache if k[0] == node.name]:
+                    del cache[old]  # one head per node: the older ones are never asked again
+                cache[key] = found
+        return found
+
+
+def _summary_out(node: Node, counts: dict[str, int], seq: int) -> PartitionsSummaryOut:
+    return PartitionsSummaryOut(
+        name=node.name,
+        kind=node.kind,
+        patterns=[pattern.template for pattern in node.patterns],
+        total=sum(counts.values()),
+        counts=counts,
+        as_of_seq=seq,
+    )
+
+
+def _job_node(job: Job) -> Node:
+    return Node(job.label, "job", tuple(job.outputs))  # type: ignore[arg-type]  # patterns after __post_init__
+
+
+def _nodes(graph: Graph) -> list[Node]:
+    sources = [Node(s.name, "source", (s.pattern,)) for s in graph.sources.values()]  # type: ignore[arg-type]
+    return sources + [_job_node(job) for job in graph.jobs.values()]
+
+
+def _producers_read(graph: Graph, ref: str) -> list[str]:
+    """The jobs and sources that produce what building `ref` reads (unresolvable inputs are left out)."""
+    found: dict[str, None] = {}
+    try:
+        inputs = graph.inputs_of(ref)
+    except (GraphError, ValueError, KeyError, TypeError):  # the user's inputs function may refuse an odd ref
+        return []
+    for input_ref in inputs:
+        try:
+            producer = graph.resolve(input_ref).producer
+        except GraphError:
+            continue
+        found[producer.label if isinstance(producer, Job) else producer.name] = None
+    return list(found)
+
+
+def _only_date_field(node: Node) -> str | None:
+    """The one field of a one-pattern node, when it is a date (the grid then lays days out by month)."""
+    if len(node.patterns) != 1 or len(node.patterns[0].fields) != 1:
+        return None
+    name, kind = next(iter(node.patterns[0].fields.items()))
+    return name if kind is FIELD_TYPES["date"] else None
+
+
+def _day(node: Node, ref: str, field: str) -> dt.date | None:
+    fields = node.patterns[0].match(ref)
+    return None if fields is None else fields[field]

@@ -1,0 +1,29 @@
+"""Jobs and source datasets of the served graph: partition counts by state and the pattern-level graph."""
+
+from __future__ import annotations
+
+from typing import Annotated, Protocol
+
+from fastapi import Path
+
+from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
+from partbuild.api.surface.common import AsOfSeq, MinSeq, operation
+from partbuild.state.ops.tokens import Role
+
+TAG = "jobs"
+NamePath = Annotated[str, Path(description="A job's label or a source dataset's name (a job first).")]
+
+
+class JobsApi(Protocol):
+    @operation(
+        "GET",
+        "/jobs/{name}/partitions/summary",
+        "How many of a job's (or source's) known partitions are in each state",
+        role=Role.READER,
+    )
+    def partitions_summary(
+        self, name: NamePath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None
+    ) -> PartitionsSummaryOut: ...
+
+    @operation("GET", "/graph", "The served graph: jobs, sources, their dependencies and counts", role=Role.READER)
+    def job_graph(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> JobGraphOut: ...

@@ -1,0 +1,80 @@
+"""CLI start-up, before and after, in one run: `partbuild --version`, `partbuild --help` and a `--server` read.
+
+Each figure is the wall time of a whole `partbuild` process (what a user waits for), the median of
+`--runs` runs, the two checkouts' runs interleaved so both see the same load. The `--server` read is
+`partbuild wants --server URL --limit 10` against one real `partbuild serve` (of this checkout) on a small
+SQLite log written by `partbuild demo`; both checkouts' clients read from the same server, so only the
+client's start-up differs. Targets (issue 26, item 4): --version and --help under 0.3 s, a --server read
+under 0.5 s. Not an instance-count benchmark: `--instances` does not apply.
+
+    .venv/bin/python bench/cli_start.py [--before /work/wt/fast-cli-before] [--runs 7]
+
+`--before` is a checkout (with its own .venv) of the commit to compare with, e.g.
+`git worktree add /work/wt/fast-cli-before <commit> && make -C /work/wt/fast-cli-before .venv/bin/.installed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _common import machine
+from _servekit import Server
+
+HERE = Path(__file__).resolve().parent.parent
+TARGETS_S = {"--version": 0.3, "--help": 0.3, "--server read": 0.5}
+
+
+def timed(command: list[str]) -> float:
+    """Wall seconds of one whole process; it must succeed."""
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()[:300]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", type=Path, default=Path("/work/wt/fast-cli-before"))
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    sides = {"before": args.before / ".venv/bin/partbuild", "after": HERE / ".venv/bin/partbuild"}
+    for side, exe in sides.items():
+        if not exe.exists():
+            raise SystemExit(f"no {exe} ({side}): make its .venv first")
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="cli-start-") as tmp:
+        workdir = Path(tmp)
+        db_file = workdir / "demo.db"
+        timed([str(sides["after"]), "demo", "--db", f"sqlite:///{db_file}", "--weeks", "2", "--sites", "1"])
+        with Server(sides["after"], db_file, workdir, startup_timeout_s=120, min_available_gib=0.5) as server:
+            print(f"server: {server.base_url}, log head {server.head_seq}")
+            commands = {
+                "--version": ["--version"],
+                "--help": ["--help"],
+                "--server read": ["wants", "--server", server.base_url, "--limit", "10"],
+            }
+            times: dict[tuple[str, str], list[float]] = {}
+            for exe in sides.values():  # a first, unmeasured run of each: bytecode and page cache warm
+                for argv in commands.values():
+                    timed([str(exe), *argv])
+            for _ in range(args.runs):
+                for name, argv in commands.items():
+                    for side, exe in sides.items():
+                        times.setdefault((name, side), []).append(timed([str(exe), *argv]))
+    print(f"\nmedians of {args.runs} runs (seconds, whole processes):")
+    print(f"{'command':<16}{'before':>9}{'after':>9}{'target':>9}  met")
+    for name, target in TARGETS_S.items():
+        before = statistics.median(times[(name, "before")])
+        after = statistics.median(times[(name, "after")])
+        print(f"{name:<16}{before:>9.3f}{after:>9.3f}{target:>9.2f}  {'yes' if after < target else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The partition status grid (issue 26) on a state of 1,000,000 partition instances.
+
+Target: the grid page over 100,000 partitions of one job within 200 ms p99 of server time (the live state;
+the same as of an earlier seq is measured too, without a target: each such page looks its refs up in the past).
+
+Builds (or reuses, from `--cache`, default /work/benchdata) the simulated W1 log of at least
+`--instances` partition instances (`time_travel.cached_log`), loads it into one in-process
+`Service` with a graph declaring W1's patterns with their `site` field (`daily_clicks`:
+`agg/daily_clicks/site={site:int}/date={date:date}`, about 467,000 dailies at full size),
+and asks the web app (Starlette's TestClient, with the `Server-Timing` wrapper of
+`_common.server_timing`: the figures are the app's own time per request) for:
+- `/jobs/daily_clicks?start=A&end=B`: a key range holding `--partitions` dailies (100,000), at random
+  offsets; the answer aggregates runs of equal state, so its HTML stays bounded (its size is printed);
+- the same as of a random earlier seq (`?as_of=N`: the past state's canonical instances);
+- `GET /api/v1/jobs/daily_clicks/partitions/summary` (counts of all the job's partitions; kept per head seq).
+The first request of each kind (it builds the index of the pattern's refs, or the past state) is
+reported on its own line.
+
+    .venv/bin/python bench/grid.py [--instances 1000000] [--partitions 100000] [--requests 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from _common import FULL_SIZE, machine, percentile, server_timing
+from time_travel import cached_log
+
+from partbuild.api.app import create_app
+from partbuild.api.service import Service
+from partbuild.orchestrator.graph import Graph, Job, Partition, SourceDataset
+from partbuild.state.database import Database
+
+TARGET_P99_MS = 200.0
+DAILY = "agg/daily_clicks/site={site:int}/date={date:date}"
+
+
+def _no_run(_: object) -> None:
+    raise AssertionError("the benchmark runs no job")
+
+
+def _daily_inputs(partition: Partition) -> list[str]:
+    return [f"raw/clicks/site={partition['site']}/date={partition['date'].isoformat()}"]
+
+
+def bench_graph() -> Graph:
+    return Graph(
+        jobs=[Job("daily_clicks", [DAILY], run=_no_run, inputs=_daily_inputs)],
+        sources=[SourceDataset("raw_clicks", "raw/clicks/site={site:int}/date={date:date}", locate=lambda _: None)],
+    )
+
+
+def server_ms(response: object) -> float:
+    header = response.headers["server-timing"]  # type: ignore[attr-defined]
+    found = re.search(r"dur=([0-9.]+)", header)
+    assert found is not None, header
+    return float(found.group(1))
+
+
+def line(label: str, values: list[float], target: float | None = None) -> str:
+    p50, p99 = statistics.median(values), percentile(values, 0.99)
+    verdict = "" if target is None else (" (meets)" if p99 <= target else " (MISSES)")
+    return f"  {label:<44} n={len(values):>4}  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  max {max(values):7.1f} ms{verdict}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--instances", type=int, default=FULL_SIZE)
+    parser.add_argument("--partitions", type=int, default=100_000, help="Dailies in each grid's key range.")
+    parser.add_argument("--requests", type=int, default=50, help="Requests per kind (after a warm-up).")
+    parser.add_argument("--cache", default="/work/benchdata", help="Where the W1 log is cached.")
+    parser.add_argument("--seed", type=int, default=26)
+    args = parser.parse_args()
+    from fastapi.testclient import TestClient
+
+    path = cached_log(Path(args.cache), args.instances)
+    print(f"machine: {machine()}", flush=True)
+    started = time.perf_counter()
+    with Database.open(f"sqlite:///{path}") as db:
+        service = Service(db, graph=bench_graph())
+        head = service.live.head_seq
+        print(
+            f"loaded: {len(service.state.instances):,} instances, head seq {head:,}, "
+            f"in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+        rng = random.Random(args.seed)
+        with TestClient(server_timing(create_app(service))) as client:  # type: ignore[arg-type]
+            first = client.get("/api/v1/jobs/daily_clicks/partitions/summary")
+            assert first.status_code == 200, first.text
+            total = first.json()["total"]
+            refs = service.listing.refs_matching(
+                DAILY, "agg/daily_clicks/site=", bench_graph().jobs["daily_clicks"].outputs[0].match
+            )
+            size = min(args.partitions, len(refs))
+            print(
+                f"daily_clicks: {total:,} partitions; grids of {size:,}; first summary {server_ms(first):.0f} ms",
+                flush=True,
+            )
+
+            def grid_path(as_of: int | None) -> str:
+                low = rng.randrange(0, len(refs) - size + 1)
+                query = f"start={refs[low]}&end={refs[low + size - 1]}"
+                return f"/jobs/daily_clicks?{query}" + (f"&as_of={as_of}" if as_of is not None else "")
+
+            timings: dict[str, list[float]] = {"grid": [], "grid as of a seq": [], "summary": []}
+            sizes: list[int] = []
+            seqs = [rng.randrange(head // 2, head) for _ in range(3)]
+            for seq in seqs:  # the first read of a past seq builds it: reported apart
+                response = client.get(grid_path(seq))
+                assert response.status_code == 200, response.text[:300]
+                print(f"  first grid as of seq {seq:,}: {server_ms(response):.0f} ms", flush=True)
+            for _ in range(3):  # warm-up
+                client.get(grid_path(None))
+            for _ in range(args.requests):
+                response = client.get(grid_path(None))
+                assert response.status_code == 200
+                timings["grid"].append(server_ms(response))
+                sizes.append(len(response.content))
+                response = client.get(grid_path(rng.choice(seqs)))
+                assert response.status_code == 200
+                timings["grid as of a seq"].append(server_ms(response))
+                response = client.get("/api/v1/jobs/daily_clicks/partitions/summary")
+                timings["summary"].append(server_ms(response))
+        service.stop()
+    print(
+        f"results ({args.instances:,} instances, grids of {size:,} partitions, target p99 <= {TARGET_P99_MS:.0f} ms):"
+    )
+    print(line(f"grid page, {size:,} partitions", timings["grid"], TARGET_P99_MS))
+    print(line(f"grid page as of a seq, {size:,} partitions", timings["grid as of a seq"]))
+    print(line(f"summary, {total:,} partitions (per head seq)", timings["summary"]))
+    print(f"  grid page HTML: max {max(sizes):,} bytes")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The partition status grid of one pattern: each known ref's cell state, runs of equal state, a day layout.
+
+Pure functions over refs already in key order (the listing index's sorted refs, a
+pattern's own refs under its literal prefix): the service looks the states up as
+of a seq and these shape them so a page stays bounded (`MAX_CELLS`).
+
+A cell's state is its canonical instance's state, lowercased, except a Live
+instance whose latest checks warned (a non-blocking check failed): `warning`.
+Refs the log knows nothing of are no cells at all; in a day layout the days
+between the first and the last known one that have no instance are `none`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+MAX_CELLS = 2_000  # the most cells (single refs or ranges) a grid answer holds
+NO_INSTANCE = "none"
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One ref, or a run of consecutive refs (`first`..`last`, `count` of them) in one state (or `mixed`)."""
+
+    first: str
+    last: str
+    state: str
+    count: int
+    counts: tuple[tuple[str, int], ...] = ()  # a mixed range's states
+
+    @property
+    def single(self) -> bool:
+        return self.count == 1
+
+
+def runs(cells: Iterable[tuple[str, str]]) -> Iterator[Cell]:
+    """Consecutive (ref, state) pairs of equal state as one Cell each."""
+    first = last = state = ""
+    count = 0
+    for ref, cell_state in cells:
+        if count and cell_state == state:
+            last, count = ref, count + 1
+            continue
+        if count:
+            yield Cell(first, last, state, count)
+        first = last = ref
+        state, count = cell_state, 1
+    if count:
+        yield Cell(first, last, state, count)
+
+
+def bounded(cells: list[tuple[str, str]], most: int = MAX_CELLS) -> list[Cell]:
+    """At most `most` cells: one per ref if they fit, else runs of equal state, else `most` ranges of equal size
+    (a range holding several states is `mixed`, with their counts): a zoom (a key range) shows it in detail."""
+    if len(cells) <= most:
+        return [Cell(ref, ref, state, 1) for ref, state in cells]
+    merged = list(runs(cells))
+    if len(merged) <= most:
+        return merged
+    size = -(-len(cells) // most)
+    out = []
+    for start in range(0, len(cells), size):
+        chunk = cells[start : start + size]
+        counted = Counter(state for _, state in chunk)
+        state = chunk[0][1] if len(counted) == 1 else MIXED
+        out.append(Cell(chunk[0][0], chunk[-1][0], state, len(chunk), tuple(sorted(counted.items()))))
+    return out
+
+
+@dataclass(frozen=True)
+class Month:
+    """One row of a day layout: the days of a month within the span shown."""
+
+    year: int
+    month: int
+    days: list[tuple[dt.date, str, str | None]]  # (day, state, ref or None when no instance)
+
+
+def day_layout(cells: list[tuple[str, str]], days: list[dt.date], most: int = MAX_CELLS) -> list[Month] | None:
+    """Rows of months holding every day from the first known to the last (`days[i]` is `cells[i]`'s date), the
+    days without an instance as `none`; None when the span is more than `most` days (then runs are shown)."""
+    if not cells:
+        return []
+    by_day = {day: (ref, state) for day, (ref, state) in zip(days, cells, strict=True)}
+    first, last = min(by_day), max(by_day)
+    if (last - first).days + 1 > most:
+        return None
+    months: list[Month] = []
+    day = first
+    while day <= last:
+        if not months or (months[-1].year, months[-1].month) != (day.year, day.month):
+            months.append(Month(day.year, day.month, []))
+        ref, state = by_day.get(day, (None, NO_INSTANCE))
+        months[-1].days.append((day, state, ref))
+        day += dt.timedelta(days=1)
+    return months
+
+
+def in_range(refs: list[str], start: str | None, end: str | None) -> tuple[int, int]:
+    """The slice of sorted `refs` from `start` to `end` (both included; None: open)."""
+    low = bisect_left(refs, start) if start else 0
+    high = bisect_right(refs, end) if end else len(refs)
+    return low, max(low, high)
+
+
+def run_starts(cells: list[tuple[str, str]]) -> list[int]:
+    """The index of the first cell of each run of equal state (kept with the cells: ranges then cost their runs)."""
+    starts, previous = [], None
+    for index, (_, state) in enumerate(cells):
+        if state != previous:
+            starts.append(index)
+            previous = state
+    return starts
+
+
+def runs_between(cells: list[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:
+    """The runs of `cells[low:high]` from the whole list's `run_starts`: a bisection, then one step per run."""
+    out = []
+    run = max(0, bisect_right(starts, low) - 1)
+    while run < len(starts) and starts[run] < high:
+        first = max(starts[run], low)
+        end = min(starts[run + 1] if run + 1 < len(starts) else len(cells), high)
+        out.append(Cell(cells[first][0], cells[end - 1][0], cells[first][1], end - first))
+        run += 1
+    return out

@@ -1,0 +1,140 @@
+"""Jobs of the served graph over HTTP and the service's grid: partition counts by state, the job graph.
+
+The log is the W1 history of `timetravelkit.w1_history` (taints, permanent failures, check warnings),
+served with `gridkit.grid_graph()` (site 0's raw, daily and weekly patterns) by a real uvicorn. Counts
+are checked against what `GET /api/v1/partitions` reports of each ref, now and as of earlier seqs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from partbuild.api.service.jobs import cell_state
+from partbuild.state.database import Database
+
+from gridkit import TAINTED, grid_graph, grid_service, write_history
+from httpkit import ok, problem
+from serverkit import ApiServer, serve_service
+
+DAILY_PREFIX = "agg/daily_clicks/site=0/"
+
+
+@pytest.fixture
+def served(sqlite_url: str) -> Iterator[ApiServer]:
+    write_history(sqlite_url)
+    from partbuild.api.service import Service
+
+    with Database.open(sqlite_url, auto_upgrade=True) as db, serve_service(Service(db, graph=grid_graph())) as api:
+        yield api
+
+
+def listed_states(client: httpx.Client, prefix: str, **params: Any) -> dict[str, str]:
+    """Each ref under `prefix` and its canonical instance's state, as the partitions list reports them."""
+    body = ok(client.get("/api/v1/partitions", params={"prefix": prefix, "limit": 1000, **params}))
+    assert body["next_cursor"] is None
+    return {item["ref"]: item["state"] for item in body["items"]}
+
+
+def expected_counts(items: dict[str, str], warned: set[str], tainted: set[str]) -> dict[str, int]:
+    """The grid's states of what the partitions list reports (`warned`: their checks warned; `tainted`: their
+    Missing instance replaced a tainted one)."""
+    return dict(
+        Counter(
+            "warning" if ref in warned and state == "live" else "tainted" if ref in tainted else state
+            for ref, state in items.items()
+        )
+    )
+
+
+def tainted_refs(client: httpx.Client, items: dict[str, str], **params: Any) -> set[str]:
+    """Refs whose Missing canonical instance replaced a tainted one (their history says so)."""
+    found = set()
+    for ref, state in items.items():
+        if state == "missing":
+            history = ok(client.get(f"/api/v1/partitions/history/{ref}", params=params))
+            if len(history) > 1 and history[1]["state"] == "tainted":
+                found.add(ref)
+    return found
+
+
+def warned_refs(client: httpx.Client, prefix: str, **params: Any) -> set[str]:
+    """Refs whose canonical instance is Live and whose latest checks warned (or errored)."""
+    body = ok(client.get("/api/v1/partitions", params={"prefix": prefix, "limit": 1000, **params}))
+    return {item["ref"] for item in body["items"] if any(c["result"] in ("warning", "errored") for c in item["checks"])}
+
+
+def test_summary_counts_what_the_partitions_list_reports(served: ApiServer) -> None:
+    client = served.client
+    summary = ok(client.get("/api/v1/jobs/daily_clicks/partitions/summary"))
+    states = listed_states(client, DAILY_PREFIX)
+    assert summary["kind"] == "job" and summary["patterns"] == ["agg/daily_clicks/site=0/date={date:date}"]
+    assert summary["total"] == len(states) > 56  # 8 weeks of dailies and more
+    tainted = tainted_refs(client, states)
+    assert tainted == {TAINTED}
+    assert summary["counts"] == expected_counts(states, warned_refs(client, DAILY_PREFIX), tainted)
+    assert {"live", "tainted", "failed", "upstream_building", "warning"} <= set(summary["counts"])
+    # As of an earlier seq: the state replayed there, only the refs known then.
+    half = summary["as_of_seq"] // 2
+    past = ok(client.get("/api/v1/jobs/daily_clicks/partitions/summary", params={"as_of_seq": half}))
+    then = listed_states(client, DAILY_PREFIX, as_of_seq=half)
+    assert past["as_of_seq"] == half and past["total"] == len(then) < len(states)
+    warned_then, tainted_then = (
+        warned_refs(client, DAILY_PREFIX, as_of_seq=half),
+        tainted_refs(client, then, as_of_seq=half),
+    )
+    assert past["counts"] == expected_counts(then, warned_then, tainted_then)
+    source = ok(client.get("/api/v1/jobs/raw_clicks/partitions/summary"))
+    assert source["kind"] == "source" and source["total"] == len(listed_states(client, "raw/clicks/site=0/"))
+    problem(client.get("/api/v1/jobs/nope/partitions/summary"), 404, "no job or source dataset named 'nope'")
+    problem(client.get("/api/v1/jobs/daily_clicks/partitions/summary", params={"as_of_seq": 10**9}), 409)
+
+
+def test_the_graph_has_three_nodes_two_edges_and_the_summaries_counts(served: ApiServer) -> None:
+    client = served.client
+    graph = ok(client.get("/api/v1/graph"))
+    nodes = {node["name"]: node for node in graph["nodes"]}
+    assert sorted(nodes) == ["daily_clicks", "raw_clicks", "weekly_clicks"]
+    edges = {(edge["input"], edge["output"]) for edge in graph["edges"]}
+    assert edges == {("raw_clicks", "daily_clicks"), ("daily_clicks", "weekly_clicks")}
+    for name, node in nodes.items():
+        assert node == ok(client.get(f"/api/v1/jobs/{name}/partitions/summary"))
+    early = ok(client.get("/api/v1/graph", params={"as_of_seq": 1}))
+    assert early["edges"] == [] and all(node["total"] <= 1 for node in early["nodes"])
+
+
+def test_a_server_without_a_graph_says_so(api_server: ApiServer) -> None:
+    problem(api_server.client.get("/api/v1/graph"), 404, "serves no graph")
+    problem(api_server.client.get("/api/v1/jobs/x/partitions/summary"), 404, "serves no graph")
+
+
+def test_the_grid_shows_each_ref_in_its_state_by_day_and_follows_time_travel(sqlite_url: str) -> None:
+    head = write_history(sqlite_url)
+    with grid_service(sqlite_url) as service:
+        view = service.partitions_grid("daily_clicks")
+        days = [day for month in view.months or [] for day in month.days]
+        with service.reading() as state:
+            known = {ref: cell_state(state, ref) for ref in service.listing.refs() if ref.startswith(DAILY_PREFIX)}
+        assert {ref: s for _, s, ref in days if ref} == known
+        assert [day for day, _, _ in days] == sorted(day for day, _, _ in days)  # every day, in order
+        assert {m.month for m in view.months or []} == {1, 2, 3}
+        assert [c.first for c in view.cells] == sorted(known)  # they fit: one cell per ref
+        assert view.summary.total == len(known) == sum(view.summary.counts.values())
+        assert {"tainted", "failed"} <= set(view.summary.counts)
+        # A key range and a state filter.
+        first, last = sorted(known)[7], sorted(known)[13]
+        ranged = service.partitions_grid("daily_clicks", first, last)
+        assert [c.first for c in ranged.cells] == sorted(known)[7:14]
+        live = service.partitions_grid("daily_clicks", state_filter="live")
+        assert {c.state for c in live.cells} == {"live"} and live.months is None
+        # As of an earlier seq the grid shows only what was known then, in its state then.
+        past = service.partitions_grid("daily_clicks", as_of_seq=head // 2)
+        with service.reading(head // 2) as state:
+            then = {ref: cell_state(state, ref) for ref in known}
+        assert {c.first: c.state for c in past.cells} == {ref: s for ref, s in then.items() if s is not None}
+        with pytest.raises(Exception, match="state must be one of"):
+            service.partitions_grid("daily_clicks", state_filter="nope")
