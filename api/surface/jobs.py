@@ -8,7 +8,7 @@ from fastapi import Path
 
 from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
 from partbuild.api.surface.common import AsOfSeq, MinSeq, operation
-from partbuild.state.ops.tokens import Role
+from partbuild.state.ops.roles import Role
 
 TAG = "jobs"
 NamePath = Annotated[str, Path(description="A job's label or a source dataset's name (a job first).")]
