@@ -26,8 +26,14 @@ ref) within each reaction's window and fires at most `max_per_step` wants a step
 rest kept for the next step, never dropped. A firing stays pending until its want is in the state (an
 append that conflicted is simply fired again). Each firing is one `ReactionFired` with one want whose id is
 derived from the cause (state/fold/reactions.py), so two orchestrators never fire the same reaction twice.
-Only the owner of the wanted ref's bucket fires it. A third kind (on_code_change) adds a `ReactionKind`,
-a constructor here and a branch in `_affected`.
+Only the owner of the wanted ref's bucket fires it.
+
+`on_code_change`: the job's Live partitions built by another code version than its current one (stale,
+state/rules/staleness.py) are tainted and wanted again, newest partitions first (oldest last), at most
+`max_per_step` a step: the taint (guarded by the instance it names, and cascading to what was built from
+it, as any taint does) and the `ReactionFired` go in one append, so the want rebuilds the partition
+instead of finding it Live. Nothing upstream is touched. It is evaluated on steps after the log moved (the
+index of runs by version reads only the job's runs of other versions), not on idle ones.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.reactions import KIND_NAMES, reaction_want_id
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import envelope
+from partbuild.state.rules.staleness import StaleIndex, built_version
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.graph import Graph, Job
@@ -114,10 +121,18 @@ def on_source_arrival(
     return Reaction(pb.REACTION_KIND_SOURCE_ARRIVAL, debounce, affected, ttl, comment)
 
 
+def on_code_change(ttl: dt.timedelta | None = None, comment: str = "") -> Reaction:
+    """Taint and want again the job's Live partitions built by another code version (see the module's docstring)."""
+    return Reaction(pb.REACTION_KIND_CODE_CHANGE, dt.timedelta(0), None, ttl, comment)
+
+
 def reaction_problem(job: Job, reactions: Sequence[object]) -> str | None:
     """Why a job's reactions cannot be declared, or None."""
     if not all(isinstance(reaction, Reaction) for reaction in reactions):
-        return "reactions must be made by on_upstream_change() or on_source_arrival() (orchestrator/reactions.py)"
+        return (
+            "reactions must be made by on_upstream_change(), on_source_arrival() or on_code_change() "
+            "(orchestrator/reactions.py)"
+        )
     kinds = [reaction.kind for reaction in reactions]  # type: ignore[attr-defined]
     if len(set(kinds)) != len(kinds):
         return "a reaction kind is declared twice"
@@ -208,16 +223,21 @@ class Reactor:
     def __post_init__(self) -> None:
         self.upstream: dict[str, Reaction] = {}
         self.arrival: list[tuple[Job, Reaction]] = []
+        self.code_change: list[tuple[Job, Reaction]] = []
         for job in self.graph.jobs.values():
             for reaction in job.reactions:
                 if reaction.kind == pb.REACTION_KIND_UPSTREAM_CHANGE:
                     self.upstream[job.label] = reaction
-                else:
+                elif reaction.kind == pb.REACTION_KIND_SOURCE_ARRIVAL:
                     self.arrival.append((job, reaction))
+                else:
+                    self.code_change.append((job, reaction))
+        self.stale = StaleIndex()
+        self.code_seen_head = -1  # the head the code-change firings were last complete at
 
     @property
     def declared(self) -> bool:
-        return bool(self.upstream or self.arrival)
+        return bool(self.upstream or self.arrival or self.code_change)
 
     def read(self, log: EventLog, head: int) -> None:
         """Take the events appended after the last read, up to `head` (the state's head: all folded)."""
@@ -241,9 +261,35 @@ class Reactor:
         if self._fresh:
             fresh, self._fresh = self._fresh, []
             self.note(state, changes_in(state, fresh), now_ms, owns)
-        if not self.pending or (self.next_due_ms is not None and now_ms < self.next_due_ms):
-            return []
-        return self.fire(state, now_ms, owns, source)
+        events: list[pb.Event] = []
+        if self.pending and (self.next_due_ms is None or now_ms >= self.next_due_ms):
+            events = self.fire(state, now_ms, owns, source)
+        if self.code_change and state.head_seq != self.code_seen_head:
+            events += self.fire_code_changes(state, now_ms, owns, source, self.max_per_step - len(events) // 2)
+        return events
+
+    def fire_code_changes(
+        self, state: BuildState, now_ms: int, owns: Callable[[str], bool], source: pb.EventSource, room: int
+    ) -> list[pb.Event]:
+        """A taint and a ReactionFired for each stale Live partition of a job with on_code_change, newest
+        partitions first, at most `room`; complete, it is not evaluated again until the log moves."""
+        self.stale.update(state)
+        events: list[pb.Event] = []
+        for job, reaction in self.code_change:
+            current = job.code_version
+            if current is None:
+                continue
+            # More than `room`: some may be another worker's, or wanted already.
+            for instance in self.stale.stale(state, job.label, current, room * 4 + 16):
+                if len(events) >= 2 * room:
+                    return events  # the rest on the next step (the head moves with this append)
+                built = built_version(state, instance)
+                want_id = reaction_want_id(job.label, reaction.kind, instance.uuid, instance.ref)
+                if built is None or want_id in state.wants or not owns(instance.ref):
+                    continue
+                events += code_change_events(job.label, reaction, instance, built, current, want_id, now_ms, source)
+        self.code_seen_head = state.head_seq
+        return events
 
     def note(self, state: BuildState, changes: Iterable[Change], now_ms: int, owns: Callable[[str], bool]) -> None:
         """Add the firings `changes` call for; a newer change of the same (job, ref) restarts its window."""
@@ -348,6 +394,37 @@ def fired_event(pending: _Pending, now_ms: int, source: pb.EventSource) -> pb.Ev
         want=want,
     )
     return envelope(fired, source=source, timestamp_ms=now_ms)
+
+
+def code_change_events(
+    label: str,
+    reaction: Reaction,
+    instance: Instance,
+    built: str,
+    current: str,
+    want_id: str,
+    now_ms: int,
+    source: pb.EventSource,
+) -> list[pb.Event]:
+    """The taint of a stale instance (only while it is canonical) and the firing that wants its ref again."""
+    reason = f"code version of job {label} changed: built by {built}, the job's is {current} (on_code_change)"
+    taint = pb.PartitionTaint(partition_ref=instance.ref, reason=reason, instance_uuid=instance.uuid)
+    want = pb.WantCreate(
+        want_id=want_id,
+        partition_refs=[instance.ref],
+        ttl_seconds=int(reaction.ttl.total_seconds()) if reaction.ttl is not None else 0,
+        comment=reaction.comment,
+    )
+    fired = pb.ReactionFired(
+        job=label,
+        kind=reaction.kind,
+        cause_ref=instance.ref,
+        cause_instance_uuid=instance.uuid,
+        want=want,
+        built_version=built,
+        current_version=current,
+    )
+    return [envelope(taint, source=source, timestamp_ms=now_ms), envelope(fired, source=source, timestamp_ms=now_ms)]
 
 
 def affected_refs(graph: Graph, job: Job, reaction: Reaction, source_ref: str) -> list[str]:

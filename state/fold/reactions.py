@@ -9,6 +9,9 @@ together or not at all. The fold's rules:
   the job, the kind, the cause instance and the ref): a copy of a firing (a second orchestrator,
   a restart that saw the same change) names a want that exists already and is rejected;
 - the cause instance, while the state still holds it, is an instance of the cause's ref;
+- an on_code_change (since the kind was added) wants its cause's own ref, and names the code version that
+  built the cause instance and the job's current one, which differ (the orchestrator taints the instance
+  in the same append, so the want rebuilds it rather than finding it Live);
 - the want is checked as a WantCreate would be (a want of its own: no parent, root or fence).
 
 No side table: `BuildState.want_causes` says why the want exists ("reaction on_upstream_change of
@@ -22,7 +25,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.validation import id_problem, short
+from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem, short
 from partbuild.state.fold.wants import WantCreatePlan, apply_want_create, check_want_create
 
 if TYPE_CHECKING:
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 KIND_NAMES = {
     pb.REACTION_KIND_UPSTREAM_CHANGE: "on_upstream_change",
     pb.REACTION_KIND_SOURCE_ARRIVAL: "on_source_arrival",
+    pb.REACTION_KIND_CODE_CHANGE: "on_code_change",
 }
 
 ReactionPlan = tuple[WantCreatePlan, str]  # (the want's plan, its cause in words)
@@ -45,6 +49,11 @@ def reaction_want_id(job: str, kind: int, cause_uuid: str, ref: str) -> str:
 def reaction_cause(msg: pb.ReactionFired) -> str:
     """Why a firing's want exists, in words."""
     head = f"reaction {KIND_NAMES[msg.kind]} of job {msg.job}: {msg.cause_ref}"
+    if msg.kind == pb.REACTION_KIND_CODE_CHANGE:
+        return (
+            f"{head} instance {msg.cause_instance_uuid} was built by code version {msg.built_version}, "
+            f"the job's is {msg.current_version}"
+        )
     if msg.previous_instance_uuid:
         return f"{head} got instance {msg.cause_instance_uuid} (was {msg.previous_instance_uuid})"
     return f"{head} first observed as instance {msg.cause_instance_uuid}"
@@ -60,6 +69,12 @@ def check_reaction_fired(state: BuildState, seq: int, msg: pb.ReactionFired, eve
         return f"reaction kind {msg.kind} is not one of {', '.join(KIND_NAMES.values())}"
     if msg.kind == pb.REACTION_KIND_SOURCE_ARRIVAL and msg.previous_instance_uuid:
         return "a source's arrival supersedes no instance"
+    if msg.kind == pb.REACTION_KIND_CODE_CHANGE:
+        problem = _code_change_problem(msg)
+        if problem:
+            return problem
+    elif msg.built_version or msg.current_version:
+        return "only on_code_change names code versions"
     cause = state.instances.get(msg.cause_instance_uuid)
     if cause is not None and cause.ref != msg.cause_ref:  # None: dropped by retention since (a late writer)
         return f"instance {short(msg.cause_instance_uuid)} is not an instance of {short(msg.cause_ref)}"
@@ -77,6 +92,19 @@ def check_reaction_fired(state: BuildState, seq: int, msg: pb.ReactionFired, eve
     if isinstance(checked, str):
         return checked
     return checked, reaction_cause(msg)
+
+
+def _code_change_problem(msg: pb.ReactionFired) -> str | None:
+    """An on_code_change wants its cause's own ref again, naming the two versions, which differ."""
+    if msg.previous_instance_uuid:
+        return "a code change supersedes no instance: it names the instance built by the old version"
+    if not msg.built_version or not msg.current_version or msg.built_version == msg.current_version:
+        return "a code change names the version that built the instance and a different current one"
+    if max(len(msg.built_version), len(msg.current_version)) > MAX_ID_LENGTH:
+        return f"a code version is at most {MAX_ID_LENGTH} characters"
+    if msg.HasField("want") and list(msg.want.partition_refs) != [msg.cause_ref]:
+        return "a code change wants its cause's ref again"
+    return None
 
 
 def apply_reaction_fired(state: BuildState, seq: int, plan: ReactionPlan, event: pb.Event) -> None:

@@ -608,6 +608,44 @@ def code_version_events() -> list[pb.Event]:
     return events
 
 
+def code_change_events() -> list[pb.Event]:
+    """Issue 25's on_code_change: a Live daily built by version v1 tainted and wanted again under v2 (one append),
+    its copy and the mistakes the fold rejects, then the rebuild under v2."""
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_830_000_000_000 + len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"x{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    kind = pb.REACTION_KIND_CODE_CHANGE
+
+    def fired(uuid: str, ref: str = "d/1", built: str = "v1", current: str = "v2", **more: str) -> pb.ReactionFired:
+        want = pb.WantCreate(want_id=reaction_want_id("d", kind, uuid, ref), partition_refs=[ref])
+        return pb.ReactionFired(
+            job="d", kind=kind, cause_ref="d/1", cause_instance_uuid=uuid, want=want,
+            built_version=built, current_version=current, **more,
+        )  # fmt: skip
+
+    orchestrator, ann = system("orchestrator"), manual("ann")
+    d1 = instance_uuid(add(pb.WantCreate(want_id="w", partition_refs=["d/1"]), ann), "d/1")  # 1
+    add(pb.JobRunBuffer(job_run_id="r1", job_label="d", instance_uuids=[d1], code_version="v1"), orchestrator)  # 2
+    add(pb.JobRunSuccess(job_run_id="r1"), from_job_run("r1"))  # 3
+    reason = "code version of job d changed: built by v1, the job's is v2 (on_code_change)"
+    add(pb.PartitionTaint(partition_ref="d/1", reason=reason, instance_uuid=d1), orchestrator)  # 4
+    add(fired(d1), orchestrator)  # 5: wants d/1 again
+    add(fired(d1), orchestrator)  # 6: rejected, a copy (its want exists)
+    add(fired(d1, built="v2"), orchestrator)  # 7: rejected, the same version
+    add(fired(d1, ref="d/2"), orchestrator)  # 8: rejected, another ref than its cause
+    add(fired(d1, previous_instance_uuid=d1), orchestrator)  # 9: rejected, supersedes nothing
+    upstream = pb.ReactionFired(
+        job="d", kind=pb.REACTION_KIND_UPSTREAM_CHANGE, cause_ref="d/1", cause_instance_uuid=d1, built_version="v1"
+    )
+    add(upstream, orchestrator)  # 10: rejected, versions belong to on_code_change
+    add(pb.ClockTick(), orchestrator)  # 11
+    return events
+
+
 @dataclass(frozen=True)
 class GoldenLog:
     """One golden log: `python tests/kits/golden_log.py <name>` wrote `tests/data/<file>` from `events` once."""
@@ -706,6 +744,12 @@ GOLDEN_LOGS = (
         "golden_log_code_versions.bin",
         code_version_events,
         "8b57280d45e79b32bac75f052af376c34f3a5a69efdce3b8ac9ac0dd46b96b75",
+    ),
+    GoldenLog(
+        "code_change",  # on_code_change: a stale instance tainted and wanted again (issue 25), 2026-11
+        "golden_log_code_change.bin",
+        code_change_events,
+        "045b81dd8f4f104be031b72d43fcaa694598b7d2ec40142130745c5caa71f7de",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

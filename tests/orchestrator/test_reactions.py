@@ -4,11 +4,13 @@ down a chain one level at a time, debounced, bounded, owned, and never twice for
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
 from partbuild.orchestrator.context import JobContext
-from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset
+from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, SourceDataset, load_graph
+from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.reactions import (
     Change,
     ReactionError,
@@ -21,8 +23,10 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.reactions import reaction_want_id
+from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
+from partbuild.state.rules.staleness import built_version
 
 SOURCE = system("orchestrator")
 T0 = 1_800_000_000_000
@@ -252,3 +256,53 @@ def test_a_reaction_is_declared_once_per_kind_with_a_sensible_debounce() -> None
         Job("x", ["x/{a}"], noop, reactions=["on_upstream_change"])  # type: ignore[list-item]
     with pytest.raises(ReactionError, match="debounce"):
         on_upstream_change(debounce=dt.timedelta(seconds=-1))
+
+
+# ----------------------------------------------------------------- on_code_change, with a real orchestrator
+
+VERSIONED = Path(__file__).resolve().parents[1] / "data" / "graphs" / "versioned.py"
+WEEKLIES = [f"weekly/week={week}" for week in (1, 2, 3)]
+
+
+def _run_until_idle(db: Database, graph: Graph, warehouse: Path) -> None:
+    orchestrator = Orchestrator(db, graph, warehouse=str(warehouse), spark=None, poll_interval_s=0.01)
+    try:
+        assert orchestrator.run_until_idle(timeout_s=60)
+    finally:
+        orchestrator.close()
+
+
+def test_on_code_change_rebuilds_every_stale_weekly_once_and_nothing_upstream(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERSIONED_ON_CODE_CHANGE", "1")
+    with Database.open(sqlite_url, auto_upgrade=True) as db:
+        db.log.append([envelope(pb.WantCreate(want_id="w", partition_refs=WEEKLIES), source=manual("ann"))])
+        monkeypatch.setenv("VERSIONED_CODE_VERSION", "v1")
+        _run_until_idle(db, load_graph(VERSIONED), tmp_path / "wh")
+        built = replayed(db)
+        before = {ref: uuid for ref, uuid in built.canonical.items()}
+        monkeypatch.setenv("VERSIONED_CODE_VERSION", "v2")  # the weekly's code changed; the daily's did not
+        _run_until_idle(db, load_graph(VERSIONED), tmp_path / "wh")
+        state = replayed(db)
+        head = state.head_seq
+        for ref in WEEKLIES:
+            instance = state.instances[state.canonical[ref]]
+            assert instance.uuid != before[ref] and instance.state == InstanceState.LIVE
+            assert built_version(state, instance) == "v2"
+            old = state.instances[before[ref]]
+            assert old.state == InstanceState.TAINTED and "on_code_change" in (old.note or "")
+            (want_id,) = [w for w in state.wants_by_ref[ref] if w.startswith("reaction:weekly:on_code_change:")]
+            assert state.want_causes[want_id].endswith("was built by code version v1, the job's is v2")
+        dailies = [ref for ref in before if ref.startswith("daily/")]
+        assert len(dailies) == 6 and all(state.canonical[ref] == before[ref] for ref in dailies)  # nothing upstream
+        assert not state.rejections
+        _run_until_idle(db, load_graph(VERSIONED), tmp_path / "wh")  # again, at v2: nothing left to react to
+        assert replayed(db).head_seq == head
+
+
+def replayed(db: Database) -> BuildState:
+    state = BuildState(strict=True)
+    for seq, payload in db.log.iter_payloads():
+        state.apply_payload(seq, payload)
+    return state

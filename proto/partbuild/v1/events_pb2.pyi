@@ -40,6 +40,7 @@ class ReactionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REACTION_KIND_UNSPECIFIED: _ClassVar[ReactionKind]
     REACTION_KIND_UPSTREAM_CHANGE: _ClassVar[ReactionKind]
     REACTION_KIND_SOURCE_ARRIVAL: _ClassVar[ReactionKind]
+    REACTION_KIND_CODE_CHANGE: _ClassVar[ReactionKind]
 ERROR_CLASS_UNSPECIFIED: ErrorClass
 ERROR_CLASS_RETRYABLE: ErrorClass
 ERROR_CLASS_PERMANENT: ErrorClass
@@ -59,6 +60,7 @@ TICK_KIND_MANUAL: TickKind
 REACTION_KIND_UNSPECIFIED: ReactionKind
 REACTION_KIND_UPSTREAM_CHANGE: ReactionKind
 REACTION_KIND_SOURCE_ARRIVAL: ReactionKind
+REACTION_KIND_CODE_CHANGE: ReactionKind
 
 class EventSource(_message.Message):
     __slots__ = ("manual", "job_run", "system")
@@ -661,17 +663,21 @@ class ScheduleControl(_message.Message):
     def __init__(self, schedule: _Optional[str] = ..., paused: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReactionFired(_message.Message):
-    __slots__ = ("job", "kind", "cause_ref", "cause_instance_uuid", "previous_instance_uuid", "want")
+    __slots__ = ("job", "kind", "cause_ref", "cause_instance_uuid", "previous_instance_uuid", "want", "built_version", "current_version")
     JOB_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     CAUSE_REF_FIELD_NUMBER: _ClassVar[int]
     CAUSE_INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
     WANT_FIELD_NUMBER: _ClassVar[int]
+    BUILT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     job: str
     kind: ReactionKind
     cause_ref: str
     cause_instance_uuid: str
     previous_instance_uuid: str
     want: WantCreate
-    def __init__(self, job: _Optional[str] = ..., kind: _Optional[_Union[ReactionKind, str]] = ..., cause_ref: _Optional[str] = ..., cause_instance_uuid: _Optional[str] = ..., previous_instance_uuid: _Optional[str] = ..., want: _Optional[_Union[WantCreate, _Mapping]] = ...) -> None: ...
+    built_version: str
+    current_version: str
+    def __init__(self, job: _Optional[str] = ..., kind: _Optional[_Union[ReactionKind, str]] = ..., cause_ref: _Optional[str] = ..., cause_instance_uuid: _Optional[str] = ..., previous_instance_uuid: _Optional[str] = ..., want: _Optional[_Union[WantCreate, _Mapping]] = ..., built_version: _Optional[str] = ..., current_version: _Optional[str] = ...) -> None: ...
