@@ -25,6 +25,7 @@ values of the process's `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN` variables.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -200,6 +201,10 @@ class _Forward(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if self._parent.isEnabledFor(record.levelno):
+            if record.exc_info or record.exc_text:
+                # The traceback is the run's log's (read it there); the process's output keeps one line a failure.
+                record = copy.copy(record)
+                record.exc_info, record.exc_text = None, None
             self._parent.handle(record)
 
 

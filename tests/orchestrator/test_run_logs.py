@@ -3,6 +3,7 @@ per-run lines, a failure's traceback, the per-run cap, redaction, live flushing.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,14 +43,21 @@ def _run(
     return appended
 
 
-def test_a_run_logs_its_own_lines_and_a_failure_its_traceback(tmp_path: Path, database: Database) -> None:
+def test_a_run_logs_its_own_lines_and_a_failure_its_traceback(
+    tmp_path: Path, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
     def job(ctx: JobContext) -> None:
         ctx.log.info("reading %s", "inputs")
         ctx.log.debug("details")
         raise ValueError("bad row 7")
 
     writer = RunLogWriter(database.run_logs)
-    events = _run(tmp_path, database, job, "run-1", writer)
+    with caplog.at_level(logging.INFO):
+        events = _run(tmp_path, database, job, "run-1", writer)
+    # The process's own output keeps one line for the failure; the traceback is the run's log's.
+    failed = [record for record in caplog.records if "failed (retryable)" in record.getMessage()]
+    assert failed and not any(record.exc_info or record.exc_text for record in failed)
+    assert "Traceback" not in caplog.text
     assert events[-1].WhichOneof("payload") == "job_run_failure"
     lines = database.run_logs.lines("run-1")
     assert [x.line_no for x in lines] == list(range(1, len(lines) + 1))
