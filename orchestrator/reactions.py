@@ -329,21 +329,15 @@ class Reactor:
         return self._job_of(consumer.ref)
 
     def _job_of(self, ref: str) -> str | None:
-        from partbuild.orchestrator.graph import GraphError, Job
+        from partbuild.orchestrator.graph import Job
 
-        try:
-            producer = self.graph.resolve(ref).producer
-        except GraphError:
-            return None
+        producer = _producer(self.graph, ref)
         return producer.label if isinstance(producer, Job) else None
 
     def _source_of(self, ref: str) -> str | None:
-        from partbuild.orchestrator.graph import GraphError, SourceDataset
+        from partbuild.orchestrator.graph import SourceDataset
 
-        try:
-            producer = self.graph.resolve(ref).producer
-        except GraphError:
-            return None
+        producer = _producer(self.graph, ref)
         return producer.name if isinstance(producer, SourceDataset) else None
 
     def fire(
@@ -456,12 +450,17 @@ def invertible(job: Job, source_patterns: Iterable[object]) -> bool:
 
 
 def _produced_by(graph: Graph, ref: str, job: Job) -> bool:
+    return _producer(graph, ref) is job
+
+
+def _producer(graph: Graph, ref: str) -> object | None:
+    """The job or source that produces `ref`, or None when none (or several) does."""
     from partbuild.orchestrator.graph import GraphError
 
     try:
-        return graph.resolve(ref).producer is job
+        return graph.resolve(ref).producer
     except GraphError:
-        return False
+        return None
 
 
 def _live(state: BuildState, ref: str) -> bool:
