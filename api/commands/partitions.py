@@ -46,8 +46,15 @@ partitions_group = listing_group(
             "--state", type=click.Choice(get_args(InstanceStateName)), help="Only current instances in this state."
         ),
         click.option("--stale", is_flag=True, help="Only Live instances built by another code version than now."),
+        click.option(
+            "--unwanted",
+            is_flag=True,
+            help="Only waiting instances (missing, upstream_building, up_for_retry) no active want needs.",
+        ),
     ],
-    lambda client, state, stale, **page: client.partitions(state_filter=state, stale_filter=stale, **page),
+    lambda client, state, stale, unwanted, **page: client.partitions(
+        state_filter=state, stale_filter=stale, unwanted_filter=unwanted, **page
+    ),
     render.instances_table,
     "partitions",
 )

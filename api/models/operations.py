@@ -1,4 +1,5 @@
-"""Models of operations (`/healthz`, `/api/v1/buckets`): health, bucket layouts and re-sharding them."""
+"""Models of operations (`/healthz`, `/api/v1/buckets`, `/api/v1/counts`): health, bucket layouts and re-sharding
+them, counts by state."""
 
 from __future__ import annotations
 
@@ -32,3 +33,27 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
     head_seq: int
     state_seq: int
+
+
+class WaitingOut(BaseModel):
+    """Instances in one waiting state (missing, upstream_building, up_for_retry): the orchestrator moves them on
+    only while an active want names their ref (state/rules/wanted.py)."""
+
+    total: int
+    wanted: int = Field(description="Named by an active (not yet terminal) want: directly, or by a derivative want.")
+    unwanted: int = Field(
+        description="Named by no active want (their wants expired or were canceled): nothing builds them until "
+        "their refs are wanted again. Listed by `GET /partitions?unwanted=true`."
+    )
+
+
+class CountsOut(BaseModel):
+    """How many wants, partition instances and job runs are in each state, as of `seq` (the overview's numbers)."""
+
+    seq: int
+    wants: dict[str, int]
+    instances: dict[str, int]
+    job_runs: dict[str, int]
+    waiting: dict[str, WaitingOut] = Field(
+        description="Per waiting instance state: how many instances an active want needs, and how many none does."
+    )

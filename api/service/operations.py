@@ -1,14 +1,16 @@
-"""Operations: health, bucket layouts, and re-sharding a bucketing namespace."""
+"""Operations: health, counts by state (waiting instances no active want needs apart), bucket layouts, and
+re-sharding a bucketing namespace."""
 
 from __future__ import annotations
 
 from partbuild.api.errors import Conflict
 from partbuild.api.models.common import WrittenOut
-from partbuild.api.models.operations import BucketLayoutOut, HealthOut, ReshardRequest
+from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest, WaitingOut
 from partbuild.api.service.base import ServiceBase
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.rules.wanted import waiting_counts
 
 
 class OperationsService(ServiceBase):
@@ -16,6 +18,10 @@ class OperationsService(ServiceBase):
 
     def health(self) -> HealthOut:
         return HealthOut(status="ok", head_seq=self.log.head(), state_seq=self.live.head_seq)
+
+    def counts(self, as_of_seq: int | None = None, min_seq: int | None = None) -> CountsOut:
+        with self._reading(min_seq, as_of_seq) as state:
+            return counts_out(state)
 
     def bucket_layouts(self, as_of_seq: int | None = None, min_seq: int | None = None) -> list[BucketLayoutOut]:
         with self._reading(min_seq, as_of_seq) as state:
@@ -42,3 +48,16 @@ class OperationsService(ServiceBase):
             return [self._event(pb.BucketLayout(namespace=request.namespace, bucket_total=request.bucket_total), user)]
 
         return WrittenOut(seq=self._write(build)[0])
+
+
+def counts_out(state: BuildState) -> CountsOut:
+    """Counts by state, and per waiting instance state how many an active want needs (state/rules/wanted.py).
+
+    Of the live state: O(states + active refs). As of a seq: a scan of the records, as `PastState.counts`.
+    """
+    counts = state.counts()
+    waiting = {
+        name: WaitingOut(total=count.total, wanted=count.wanted, unwanted=count.unwanted)
+        for name, count in waiting_counts(state, counts["instances"]).items()
+    }
+    return CountsOut(seq=state.head_seq, waiting=waiting, **counts)

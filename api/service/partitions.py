@@ -41,6 +41,7 @@ from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules.queries import Lineage, lineage, ref_history
 from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.rules.staleness import built_version, is_stale
+from partbuild.state.rules.wanted import is_unwanted
 
 DAY_MS = 86_400_000
 RETENTION_LISTED = 1_000
@@ -54,13 +55,15 @@ class PartitionsService(ServiceBase):
         prefix: str = "",
         state_filter: InstanceStateName | None = None,
         stale_filter: bool = False,
+        unwanted_filter: bool = False,
         cursor: str | None = None,
         limit: int = 100,
         as_of_seq: int | None = None,
         min_seq: int | None = None,
     ) -> PageOut[InstanceOut]:
         """Canonical instances ordered by ref (of the refs that had one by `as_of_seq`), under a prefix, in a state
-        (and stale: built by another code version than the served graph's)."""
+        (and stale: built by another code version than the served graph's; unwanted: waiting, and no active want
+        names the ref)."""
         check_limit(limit)
         if stale_filter and self.graph is None:
             raise Conflict("this API serves no graph: it knows no job's current code version to call anything stale")
@@ -80,6 +83,8 @@ class PartitionsService(ServiceBase):
             matching = (i for i in instances if i is not None and (wanted is None or i.state == wanted))
             if stale_filter:
                 matching = (i for i in matching if is_stale(state, i, self.code_versions))
+            if unwanted_filter:
+                matching = (i for i in matching if is_unwanted(state, i))
             items = [self.instance_answer(state, instance) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)

@@ -1,4 +1,5 @@
-"""Operations: liveness and how far the served state is, bucket layouts, re-sharding a bucketing namespace.
+"""Operations: liveness and how far the served state is, counts by state, bucket layouts, re-sharding a bucketing
+namespace.
 
 `/metrics` (Prometheus) is served beside these, but is no declared operation: its answer is not JSON.
 """
@@ -10,7 +11,7 @@ from typing import Annotated, Protocol
 from fastapi import Body
 
 from partbuild.api.models.common import WrittenOut
-from partbuild.api.models.operations import BucketLayoutOut, HealthOut, ReshardRequest
+from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
 from partbuild.state.ops.roles import Role
 
@@ -20,6 +21,14 @@ TAG = "operations"
 class OperationsApi(Protocol):
     @operation("GET", "/healthz", "Liveness and how far the served state is", versioned=False, role=None)
     def health(self) -> HealthOut: ...
+
+    @operation(
+        "GET",
+        "/counts",
+        "Wants, instances and job runs by state; how many waiting instances no active want needs",
+        role=Role.READER,
+    )
+    def counts(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> CountsOut: ...
 
     @operation(
         "GET", "/buckets", "How each bucketing namespace is split, and where round-robin stands", role=Role.READER

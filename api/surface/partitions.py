@@ -39,6 +39,14 @@ StaleFilter = Annotated[
     bool,
     Query(alias="stale", description="Only Live instances built by another code version than the served graph's."),
 ]
+UnwantedFilter = Annotated[
+    bool,
+    Query(
+        alias="unwanted",
+        description="Only waiting instances (missing, upstream_building, up_for_retry) no active want needs: "
+        "their wants expired or were canceled.",
+    ),
+]
 
 
 class PartitionsApi(Protocol):
@@ -48,6 +56,7 @@ class PartitionsApi(Protocol):
         prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
         state_filter: InstanceStateFilter = None,
         stale_filter: StaleFilter = False,
+        unwanted_filter: UnwantedFilter = False,
         cursor: Cursor = None,
         limit: Limit = 100,
         as_of_seq: AsOfSeq = None,

@@ -154,12 +154,13 @@ def want_page(request: Request, want_id: str) -> HTMLResponse:
 
 @router.get("/partitions", response_class=HTMLResponse)
 def partitions_page(request: Request) -> HTMLResponse:
-    filters = _query(request, "prefix", "state")
+    filters = _query(request, "prefix", "state", "unwanted")
 
     def build(page: PageContext, service: Service) -> HTMLResponse:
         state = _state_name(filters["state"], _names(InstanceState))
         after = request.query_params.get("after")
-        listing = views.partitions_listing(service, page.as_of, filters["prefix"], state, after)
+        unwanted = filters["unwanted"] not in ("", "0")
+        listing = views.partitions_listing(service, page.as_of, filters["prefix"], state, after, unwanted=unwanted)
         return render_page(
             page, "partitions.html", listing=listing, filters=filters, instance_states=_names(InstanceState)
         )

@@ -25,6 +25,7 @@ from partbuild.api.service.runs import job_run_out
 from partbuild.api.service.wants import want_out
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
+from partbuild.state.rules.wanted import WaitingCount, is_unwanted, waiting_counts
 
 PAGE = 50
 SCAN_BUDGET = 20_000
@@ -118,9 +119,16 @@ def runs_listing(
 
 
 def partitions_listing(
-    service: Service, as_of: int | None, prefix: str, state_name: str | None, after: str | None
+    service: Service,
+    as_of: int | None,
+    prefix: str,
+    state_name: str | None,
+    after: str | None,
+    *,
+    unwanted: bool = False,
 ) -> Listing:
-    """Canonical instances by ref under a prefix, in one state, as of a seq (refs in sorted order)."""
+    """Canonical instances by ref under a prefix, in one state (and, with `unwanted`, waiting with no active want
+    naming the ref), as of a seq (refs in sorted order)."""
     wanted = InstanceState[state_name.upper()] if state_name else None
     with service.reading(as_of) as state:
         listing = service.listing
@@ -131,7 +139,12 @@ def partitions_listing(
         refs = takewhile(lambda ref: ref.startswith(prefix), offered)
         # A ref the state does not know yet (time travel) is skipped: its instance came later.
         keyed = ((ref, state.canonical_instance(ref)) for ref in refs)
-        page = _take(keyed, lambda i: i is not None and (wanted is None or i.state == wanted))
+        page = _take(
+            keyed,
+            lambda i: (
+                i is not None and (wanted is None or i.state == wanted) and (not unwanted or is_unwanted(state, i))
+            ),
+        )
         page.items = [service.instance_answer(state, instance) for instance in page.items]
     return page
 
@@ -158,6 +171,7 @@ class Overview:
     failures: list[JobRunOut]
     past_sla: list[WantOut]
     clock_ms: int
+    waiting: dict[str, WaitingCount]  # per waiting instance state: how many an active want needs
 
 
 def overview(service: Service, as_of: int | None) -> Overview:
@@ -177,13 +191,15 @@ def overview(service: Service, as_of: int | None) -> Overview:
             return deadline is not None and want.state not in TERMINAL_WANT_STATES and now > deadline
 
         breached = _take(((w.want_id, w) for w in newest_wants), late, RECENT)
+        counts = state.counts()
         return Overview(
             head_seq=state.head_seq,
-            counts=state.counts(),
+            counts=counts,
             in_flight=in_flight,
             failures=[job_run_out(state, run) for run in failed.items],
             past_sla=[want_out(want, now) for want in breached.items],
             clock_ms=now,
+            waiting=waiting_counts(state, counts["instances"]),
         )
 
 

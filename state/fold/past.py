@@ -470,6 +470,19 @@ class PastState:
             if _active(run, self.head_seq)
         }
 
+    @cached_property
+    def active_wants_by_ref(self) -> dict[str, dict[str, None]]:
+        """ref -> the wants naming it that were not terminal as of the seq, in creation order (a scan of the
+        wants created by then). Its refs are those of the live index then; their order may differ from it."""
+        seq = self.head_seq
+        active: dict[str, dict[str, None]] = {}
+        for want_id, want in _created_by(self.live.wants, seq):
+            now = want.state if want.updated_seq <= seq else want_state_at(want, seq)[0]
+            if now not in TERMINAL_WANT_STATES:
+                for ref in want.refs:
+                    active.setdefault(ref, {})[want_id] = None
+        return active
+
     def canonical_instance(self, ref: str) -> Instance | None:
         uuid = canonical_at(self.live, ref, self.head_seq)
         return None if uuid is None else self.instances[uuid]

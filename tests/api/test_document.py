@@ -68,6 +68,7 @@ COVERED: dict[str, dict[str, str]] = {
     "api/test_operations.py": {
         "POST /api/v1/buckets/layout": "test_reshard_then_bucket_layouts_as_of_any_seq",
         "GET /api/v1/buckets": "test_reshard_then_bucket_layouts_as_of_any_seq",
+        "GET /api/v1/counts": "test_counts_say_how_many_waiting_instances_no_active_want_needs",
         "GET /healthz": "test_healthz_and_metrics",
         "GET /metrics": "test_healthz_and_metrics",
     },

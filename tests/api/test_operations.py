@@ -1,10 +1,11 @@
-"""Operations over HTTP: bucket layouts and re-sharding them, /healthz and /metrics."""
+"""Operations over HTTP: counts by state (waiting instances no active want needs), bucket layouts and re-sharding
+them, /healthz and /metrics."""
 
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from httpkit import API, WANTS, head_seq, observe, ok, problem, want
+from httpkit import API, PARTITIONS, WANTS, head_seq, listed, observe, ok, problem, want
 from serverkit import ApiServer
 
 
@@ -27,6 +28,36 @@ def test_reshard_then_bucket_layouts_as_of_any_seq(api_server: ApiServer) -> Non
     problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2**31 + 1}), 422, "body.bucket_total")
     problem(client.post(f"{API}/buckets/layout", json={"bucket_total": 2, "namespace": "a/b"}), 422, "body.namespace")
     assert head_seq(client) == second
+
+
+def test_counts_say_how_many_waiting_instances_no_active_want_needs(api_server: ApiServer) -> None:
+    """A canceled want leaves its Missing instances counted apart, listed by `unwanted`; a new want takes one back."""
+    client = api_server.client
+    kept = want(client, ["c/1"])
+    gone = want(client, ["c/2", "c/3"])
+    observe(client, "c/src", "/data/c")
+    canceled = ok(client.post(f"{WANTS}/{gone['want_id']}/cancel"))["seq"]
+    counts = ok(client.get(f"{API}/counts", params={"min_seq": canceled}))
+    assert counts["seq"] == canceled and counts["instances"]["missing"] == 3 and counts["instances"]["live"] == 1
+    assert counts["wants"]["idle"] == 1 and counts["wants"]["canceled"] == 1 and counts["job_runs"]["queued"] == 0
+    assert counts["waiting"] == {
+        "missing": {"total": 3, "wanted": 1, "unwanted": 2},
+        "upstream_building": {"total": 0, "wanted": 0, "unwanted": 0},
+        "up_for_retry": {"total": 0, "wanted": 0, "unwanted": 0},
+    }
+    assert listed(client, PARTITIONS, "ref", unwanted="true") == ["c/2", "c/3"]
+    assert listed(client, PARTITIONS, "ref", unwanted="true", state="live") == []
+
+    again = want(client, ["c/3"])["seq"]
+    assert ok(client.get(f"{API}/counts"))["waiting"]["missing"] == {"total": 3, "wanted": 2, "unwanted": 1}
+    assert listed(client, PARTITIONS, "ref", unwanted="true") == ["c/2"]
+    # As of a seq: what the log said then (before the cancel, every Missing instance was wanted).
+    before = ok(client.get(f"{API}/counts", params={"as_of_seq": canceled - 1}))
+    assert before["seq"] == canceled - 1 and before["waiting"]["missing"] == {"total": 3, "wanted": 3, "unwanted": 0}
+    assert listed(client, PARTITIONS, "ref", unwanted="true", as_of_seq=canceled) == ["c/2", "c/3"]
+    assert kept["seq"] < again
+    problem(client.get(f"{API}/counts", params={"as_of_seq": -1}), 422, "as_of_seq")
+    problem(client.get(PARTITIONS, params={"unwanted": "perhaps"}), 422, "unwanted")
 
 
 def test_healthz_and_metrics(api_server: ApiServer) -> None:

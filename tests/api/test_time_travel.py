@@ -181,12 +181,19 @@ def lists(labels: list[str]) -> list[Read]:
     found += [paged("partitions", 1, state_filter=state) for state in get_args(InstanceStateName)]
     found += [paged("wants", 1, state_filter=state) for state in get_args(WantStateName)]
     found += [paged("job_runs", 1, state_filter=state) for state in get_args(JobRunStateName)]
-    found += [paged("partitions", 1, stale_filter=True)]
+    found += [paged("partitions", 1, stale_filter=True), paged("partitions", 1, unwanted_filter=True)]
     found += [Read("stale", (("job", label), ("limit", PAGE))) for label in labels]
     return found + [paged("job_runs", 1, job=label) for label in labels]
 
 
-WHOLE = [Read("groups"), Read("bucket_layouts"), Read("sources"), Read("list_subscriptions"), Read("automation")]
+WHOLE = [
+    Read("counts"),
+    Read("groups"),
+    Read("bucket_layouts"),
+    Read("sources"),
+    Read("list_subscriptions"),
+    Read("automation"),
+]
 
 
 def reads_of(key: Key, log: Catalog, variant: int | None = None) -> list[Read]:

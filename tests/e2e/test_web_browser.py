@@ -27,6 +27,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from playwright.sync_api import expect
 
+from examples.clicks.isoweek import IsoWeek
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
 from partbuild.api.models.partitions import ObserveRequest, TaintRequest
 from partbuild.api.models.wants import WantRequest
@@ -46,6 +47,7 @@ pytestmark = pytest.mark.browser
 DAYS = 6  # 2026-01-01..06: week 2026-W01 has 4 days, 2026-W02 has 2
 WEEK_1, WEEK_2 = (weekly_ref(week) for week in weeks_in_range(DAYS, CLICKS_START))
 TAINTED_DAILY = daily_ref(CLICKS_START)
+LATER_WEEK = weekly_ref(IsoWeek.parse("2026-W09"))  # wanted only by a want that expires on arrival
 EVIL = "evil/<script>alert(1)</script>"
 BUILD_TIMEOUT_S = 120
 PENDING, SHARED = "x/pending", "raw/shared"  # the access-control server's refs
@@ -213,6 +215,14 @@ def test_the_overview_counts_what_the_api_lists(world: World, open_tab: Callable
         )
     expect(tab.page.locator("[data-testid=counts-instances]")).to_contain_text("tainted")
     expect(tab.page.locator("[data-testid=in-flight]")).to_be_visible()
+    # A want that expired on arrival leaves its Missing instance: counted apart, and linked to its list.
+    world.api.service.create_want(WantRequest(refs=[LATER_WEEK], data_timestamp_ms=1, ttl_seconds=1))
+    unwanted = world.get("/api/v1/counts")["waiting"]["missing"]["unwanted"]
+    visit(tab, "/")
+    link = tab.page.locator("[data-testid=unwanted][data-state=missing] a")
+    expect(link).to_have_text(f"{unwanted} not wanted by any active want")
+    link.click()
+    expect(tab.page.locator(f"[data-testid=partition-row][data-ref='{LATER_WEEK}']")).to_be_visible()
 
 
 def test_a_wants_page_draws_its_derivative_tree(world: World, open_tab: Callable[[str], Tab]) -> None:
