@@ -99,7 +99,17 @@ class BuildState:
         Items(("schedules", "want_causes")),  # since issue 25: empty in every older log
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Setting(("strict", "broken_seq")),
-        History(("instance_histories", "fields", "versions", "clock_marks", "next_clock_mark", "first_created")),
+        History(
+            (
+                "instance_histories",
+                "fields",
+                "versions",
+                "clock_marks",
+                "next_clock_mark",
+                "first_created",
+                "dropped_changes",
+            )
+        ),
     )
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -156,6 +166,9 @@ class BuildState:
         self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first
         # ref -> the seq its first instance was created at, once retention dropped that instance.
         self.first_created: dict[str, int] = {}
+        # seq -> instance state -> what instances retention dropped since added to its count then (counts as of
+        # a seq: state/fold/past.py); empty until a retention drops something.
+        self.dropped_changes: dict[int, dict[int, int]] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
 

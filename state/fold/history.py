@@ -35,6 +35,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from partbuild.state.fold.records import Instance, InstanceState
+
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
@@ -77,6 +79,53 @@ def run_entries(history: int) -> Iterator[tuple[int, int, int]]:
         packed = history & RUN_ENTRY_MASK
         yield (packed & ENTRY_MASK) >> STATE_BITS, packed & STATE_MASK, packed >> ENTRY_BITS
         history >>= RUN_ENTRY_BITS
+
+
+def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[InstanceState, int]:
+    """(state, seq it was entered at) of a held instance as of `seq` (at or after its creation)."""
+    if instance.updated_seq <= seq:
+        return instance.state, instance.updated_seq
+    best_state, best_seq = InstanceState.MISSING, instance.created_seq
+    for at, old in entries(state.instance_histories.get(instance.uuid, 0)):
+        if at <= seq:
+            best_state, best_seq = InstanceState(old), at
+            break
+    runs = state.job_runs
+    for run_id in instance.attempts:  # a job run's buffer made it Building at the run's created seq
+        created = runs[run_id].created_seq
+        if best_seq < created <= seq:
+            best_state, best_seq = InstanceState.BUILDING, created
+    return best_state, best_seq
+
+
+def keep_dropped(state: BuildState, instance: Instance, seq: int) -> None:
+    """Retention drops `instance` at `seq`: keep what it added to the counts by state at each seq it changed
+    (`BuildState.dropped_changes`, seq -> state -> delta), so counts as of an earlier seq still count it."""
+    runs = state.job_runs
+    seqs = {instance.created_seq, instance.updated_seq}
+    seqs.update(at for at, _ in entries(state.instance_histories.get(instance.uuid, 0)))
+    seqs.update(runs[run_id].created_seq for run_id in instance.attempts)
+    changes = state.dropped_changes
+    before: int | None = None
+    for at in sorted(seqs):
+        now = instance_state_at(state, instance, at)[0]
+        if now != before:
+            _add_delta(changes, at, now, 1)
+            if before is not None:
+                _add_delta(changes, at, before, -1)
+            before = now
+    _add_delta(changes, seq, instance.state, -1)
+
+
+def _add_delta(changes: dict[int, dict[int, int]], seq: int, state: int, delta: int) -> None:
+    deltas = changes.setdefault(seq, {})
+    total = deltas.get(state, 0) + delta
+    if total:
+        deltas[state] = total
+    else:
+        del deltas[state]
+        if not deltas:
+            del changes[seq]
 
 
 # ----------------------------------------------------------------- field changes

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.group import fenced_decision_problem
-from partbuild.state.fold.history import ENTRY_BITS, entry
+from partbuild.state.fold.history import ENTRY_BITS, entry, keep_dropped
 from partbuild.state.fold.records import BUILDABLE_INSTANCE_STATES, Instance
 from partbuild.state.fold.transitions import (
     BUILDING,
@@ -241,14 +241,16 @@ def apply_instance_retention(state: BuildState, seq: int, plan: RetentionPlan, e
     """Drop the planned instances; the consumer lists of their inputs forget them."""
     dropped, kept = plan
     for instance in dropped:
-        _drop(state, instance)
+        _drop(state, instance, seq)
     state.superseded = kept
 
 
-def _drop(state: BuildState, instance: Instance) -> None:
-    """Forget one instance; whatever still names it (inputs of others, runs, wants) keeps the UUID only."""
+def _drop(state: BuildState, instance: Instance, seq: int) -> None:
+    """Forget one instance; whatever still names it (inputs of others, runs, wants) keeps the UUID only,
+    and the counts by state as of earlier seqs what it added to them (`keep_dropped`)."""
     instances = state.instances
     uuid = instance.uuid
+    keep_dropped(state, instance, seq)  # before its history goes
     del instances[uuid]
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
     state.instance_histories.pop(uuid, None)

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, PastCheckResults
-from partbuild.state.fold.history import HEARTBEAT, entries, field_at, run_entries, versions_at
+from partbuild.state.fold.history import HEARTBEAT, entries, field_at, instance_state_at, run_entries, versions_at
 from partbuild.state.fold.rechecks import CheckRequest, PastCheckRequests, past_pending
 from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
@@ -46,7 +46,6 @@ from partbuild.state.fold.records import (
     WantState,
 )
 
-_BUILDING = InstanceState.BUILDING
 _LIVE = InstanceState.LIVE
 _UPSTREAM_BUILDING = InstanceState.UPSTREAM_BUILDING
 _FAILED_RUN = JobRunState.FAILED
@@ -64,23 +63,6 @@ class HistoryDropped(LookupError):
 
 
 # ----------------------------------------------------------------- records as of a seq
-
-
-def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[InstanceState, int]:
-    """(state, seq it was entered at) of a live instance as of `seq` (at or after its creation)."""
-    if instance.updated_seq <= seq:
-        return instance.state, instance.updated_seq
-    best_state, best_seq = InstanceState.MISSING, instance.created_seq
-    for at, old in entries(state.instance_histories.get(instance.uuid, 0)):
-        if at <= seq:
-            best_state, best_seq = InstanceState(old), at
-            break
-    runs = state.job_runs
-    for run_id in instance.attempts:  # a job run's buffer made it Building at the run's created seq
-        created = runs[run_id].created_seq
-        if best_seq < created <= seq:
-            best_state, best_seq = _BUILDING, created
-    return best_state, best_seq
 
 
 def _changes(state: BuildState, instance: Instance) -> list[tuple[int, int]]:
@@ -494,12 +476,17 @@ class PastState:
                 yield want
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """How many instances, wants and job runs were in each state (a scan of every record)."""
+        """How many instances, wants and job runs were in each state (a scan of every record; the instances
+        retention dropped since from `dropped_changes`)."""
         seq, live = self.head_seq, self.live
         instances = [0] * len(InstanceState)
         for _, instance in _created_by(live.instances, seq):
             # Inline: most records have not changed since, and this visits every one of them.
             instances[instance.state if instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]] += 1
+        for at, deltas in live.dropped_changes.items():  # instances retention dropped since: as they were then
+            if at <= seq:
+                for dropped_state, delta in deltas.items():
+                    instances[dropped_state] += delta
         wants = [0] * len(WantState)
         for _, want in _created_by(live.wants, seq):
             wants[want.state if want.updated_seq <= seq else want_state_at(want, seq)[0]] += 1

@@ -88,3 +88,25 @@ def test_the_clock_as_of_a_seq_starts_from_the_mark_at_or_before_it() -> None:
     assert (mark_seq, clock) == (2 * CLOCK_MARK_EVERY - 1, 1_000 * mark_seq)
     past = PastState(state, 77, lambda: 123)
     assert past.clock_ms == 123 and past.head_seq == 77
+
+
+def test_instances_retention_dropped_are_still_counted_as_of_the_seqs_they_were_held() -> None:
+    """`keep_dropped`: counts as of any seq equal replay's, before and after the drop, whatever the dropped went
+    through (retried, built, tainted; canceled and replaced)."""
+    s = Story()
+    s.want("w", "d/1", "d/2")
+    s.buffer("r1", "d/1")
+    s.fail("r1", permanent=False)
+    s.build("r2", "d/1")
+    s.ok(pb.PartitionTaint(partition_ref="d/1", reason="late"))
+    s.buffer("r3", "d/2")
+    s.ok(pb.JobRunCancel(job_run_id="r3", reason="stop", replace_instances=True))
+    s.want("w2", "d/1")
+    s.ok(pb.InstanceRetention(drop_superseded_before_seq=s.state.head_seq + 1))
+    assert s.state.dropped_instances == 2 and s.state.dropped_changes
+    s.build("r4", "d/1")
+    for seq in range(1, s.state.head_seq + 1):
+        replayed = BuildState(strict=True)
+        for at, event in enumerate(s.events[:seq], 1):
+            replayed.apply(at, event)
+        assert PastState(s.state, seq, lambda: 0).counts() == replayed.counts(), seq
