@@ -76,7 +76,7 @@ class BuildState:
     """Everything partbuild knows, as of `head_seq`; rebuilt by folding the log.
 
     Only the fold's apply phases (`partbuild.state.fold`) change the attributes;
-    everything else reads. The indexes (`wants_by_ref`, `active_wants_by_ref`,
+    everything else reads. The indexes (`wants_by_ref`, `active_wants_by_ref`, `wanted_instance_counts`,
     `waiters`, `superseded`, `expiry`, `active_run_ids`) follow from the records
     and are kept current by the fold's transitions.
     """
@@ -98,6 +98,7 @@ class BuildState:
         Index(("pending_check_requests",)),
         Items(("schedules", "want_causes")),  # since issue 25: empty in every older log
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
+        Index(("wanted_instance_counts",)),
         Setting(("strict", "broken_seq")),
         History(
             (
@@ -129,6 +130,9 @@ class BuildState:
         self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
         self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
+        # By state: the canonical instances of the refs in active_wants_by_ref (what an active want needs;
+        # state/rules/wanted.py), kept by the transitions that move either.
+        self.wanted_instance_counts = [0] * len(InstanceState)
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
         self.expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)

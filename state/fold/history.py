@@ -1,6 +1,6 @@
 """What the live state keeps so that a read as of any seq it has folded needs no replay.
 
-Three kinds of history, each as small as the question it answers:
+Four kinds of history, each as small as the question it answers:
 
 - **State changes** of instances, wants and job runs, packed into one Python int
   per record (`Want.history`, `JobRun.history`, and for instances
@@ -21,6 +21,10 @@ Three kinds of history, each as small as the question it answers:
 - **Versions of the small records** (`BuildState.versions`): groups, bucket
   layouts and rotations, sources and subscriptions are few and change seldom;
   every change keeps a pickled copy with its seq, found again by bisection.
+
+- **Dropped instances' counts** (`BuildState.dropped_changes`): retention drops an
+  instance's history with it; what it added to the counts by state at each seq it
+  changed stays (`keep_dropped`), so counts as of an earlier seq still count it.
 
 Everything else a past read needs follows from these and from what never
 changes once set (an instance's ref, inputs and location; a want's refs; a

@@ -465,6 +465,16 @@ class PastState:
                     active.setdefault(ref, {})[want_id] = None
         return active
 
+    @cached_property
+    def wanted_instance_counts(self) -> list[int]:
+        """By state: the canonical instances of the refs active wants named as of the seq."""
+        counts = [0] * len(InstanceState)
+        for ref in self.active_wants_by_ref:
+            instance = self.canonical_instance(ref)
+            if instance is not None:
+                counts[instance.state] += 1
+        return counts
+
     def canonical_instance(self, ref: str) -> Instance | None:
         uuid = canonical_at(self.live, ref, self.head_seq)
         return None if uuid is None else self.instances[uuid]

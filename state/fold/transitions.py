@@ -208,7 +208,8 @@ def set_note(state: BuildState, instance: Instance, note: str | None, seq: int) 
 
 
 def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: InstanceState, seq: int) -> None:
-    """The canonical state of `ref` went from `old` to `new`: adjust its active wants.
+    """The canonical state of `ref` went from `old` to `new`: adjust its active wants (and, the ref being
+    actively wanted, `wanted_instance_counts`).
 
     Each want's tally moves, its state is derived again, and a want that became
     Successful, Failed or UpstreamFailed is retired. One function, no helper per
@@ -219,6 +220,9 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
     active = state.active_wants_by_ref.get(ref)
     if not active:
         return
+    wanted = state.wanted_instance_counts
+    wanted[old] -= 1
+    wanted[new] += 1
     wants = state.wants
     counts = state.want_counts
     # Copy: a want that becomes terminal leaves this index while we iterate.
@@ -269,7 +273,8 @@ def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
 
 
 def retire_want(state: BuildState, want: Want) -> None:
-    """Drop a want that reached a terminal state from the active index."""
+    """Drop a want that reached a terminal state from the active index (and a ref it leaves unwanted from
+    `wanted_instance_counts`)."""
     want.tally = None
     active = state.active_wants_by_ref
     want_id = want.want_id
@@ -278,3 +283,4 @@ def retire_want(state: BuildState, want: Want) -> None:
         del waiting[want_id]
         if not waiting:
             del active[ref]
+            state.wanted_instance_counts[state.instances[state.canonical[ref]].state] -= 1

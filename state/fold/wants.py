@@ -132,10 +132,12 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
         return
     want.tally = tally
     active = state.active_wants_by_ref
+    wanted, canonical, instances = state.wanted_instance_counts, state.canonical, state.instances
     for ref in refs:
         waiting = active.get(ref)
         if waiting is None:
             active[ref] = {want_id: None}
+            wanted[instances[canonical[ref]].state] += 1  # a ref no active want named: now one does
         else:
             waiting[want_id] = None
     expires_at = want.expires_at_ms

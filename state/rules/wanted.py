@@ -15,9 +15,11 @@ the derivative want naming it is active, which is while its parent is.
 
 Cheap at a million instances: waiting instances are always canonical (every event that
 supersedes an instance ends it: Tainted, Canceled, or it was Failed or Live already), so
-per state the wanted ones are the active refs whose canonical instance is in it, and the
-unwanted ones the rest of the state's count. That costs the active refs, never the instances.
-As of a seq the same rule reads the state then (`PastState`: its counts and active wants).
+per state the wanted ones are the active refs whose canonical instance is in it, which the
+fold counts as it goes (`BuildState.wanted_instance_counts`), and the unwanted ones the rest
+of the state's count: O(states) per read, whatever the number of instances or active refs.
+As of a seq the same rule reads the state then (`PastState`: its counts, a scan of the
+records as before, and its active wants' canonical instances).
 """
 
 from __future__ import annotations
@@ -54,13 +56,10 @@ def waiting_counts(state: BuildState, instance_counts: Mapping[str, int]) -> dic
     """Per waiting state (by name), how many instances are in it and how many of them an active want needs.
 
     `instance_counts` are the state's counts by state name (`state.counts()["instances"]`): as of a
-    seq they cost a scan already, and the caller has them. O(active refs) beyond that.
+    seq they cost a scan already, and the caller has them. The wanted ones are an index of the fold
+    (`wanted_instance_counts`): O(states) now; as of a seq, O(wants + active refs) (`PastState`).
     """
-    wanted = dict.fromkeys(WAITING_STATES, 0)
-    for ref in state.active_wants_by_ref:
-        instance = state.canonical_instance(ref)
-        if instance is not None and instance.state in wanted:
-            wanted[instance.state] += 1
+    wanted = state.wanted_instance_counts
     return {
         name: WaitingCount(instance_counts[name], wanted[waiting])
         for name, waiting in zip(WAITING_STATE_NAMES, WAITING_STATES, strict=True)

@@ -311,6 +311,10 @@ def check_invariants(state: BuildState) -> None:
     assert {ref: list(ids) for ref, ids in state.wants_by_ref.items()} == wants_by_ref
     assert {ref: set(ids) for ref, ids in state.active_wants_by_ref.items()} == active_by_ref
     assert all(state.active_wants_by_ref.values())
+    wanted = [0] * len(InstanceState)  # what an active want needs, by state (state/rules/wanted.py)
+    for ref in state.active_wants_by_ref:
+        wanted[instances[canonical[ref]].state] += 1
+    assert state.wanted_instance_counts == wanted, "wanted_instance_counts does not follow the active refs"
     heap = state.expiry
     assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap))), "expiry heap is not a heap"
 

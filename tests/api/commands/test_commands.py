@@ -159,6 +159,7 @@ def test_every_read_gives_the_same_json_in_both_modes(
     weeklies = both("partitions", "--prefix", "agg/weekly_clicks/")["items"]
     assert [p["ref"] for p in weeklies] == [WEEKLY_W02, *(f"agg/weekly_clicks/site=0/week=2026-W0{n}" for n in (3, 4))]
     assert both("partitions", "--state", "tainted")["items"] == []  # tainted instances are never canonical
+    assert both("partitions", "--unwanted")["items"] == []  # every want was fulfilled: nothing waits
 
     live = both("partitions", "show", WEEKLY_W02)
     assert live["state"] == "live" and live["canonical"] and len(live["inputs"]) == 7

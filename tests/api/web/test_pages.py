@@ -127,6 +127,12 @@ def test_every_page_renders_its_key_content(world: World) -> None:
         html = _get(world, url)
         for text in expected:
             assert text in html, (url, text)
+    # The failed want-evil and the successful want-root are over: their refs' Missing instances wait for nothing.
+    unwanted_count = world.service.counts().waiting["missing"].unwanted
+    assert unwanted_count >= 2
+    assert f'data-testid="unwanted" data-state="missing" data-unwanted="{unwanted_count}"' in _get(world, "/")
+    unwanted = _get(world, "/partitions?unwanted=1")
+    assert f'data-ref="{DAILY}"' in unwanted and 'data-ref="evil/' in unwanted and f'data-ref="{RAW}"' not in unwanted
     filtered = _get(world, f"/events?ref={RAW}")
     assert 'data-type="partition_taint"' not in filtered and 'data-type="partition_observed"' in filtered
 

@@ -79,6 +79,7 @@ def test_check_invariants_accepts_a_full_lifecycle_and_catches_corruption() -> N
         lambda s: s.wants["w2"].tally.__setitem__(missing, 1),
         lambda s: setattr(s, "clock_ms", s.clock_ms + 3_600_000),  # w2 should have expired
         lambda s: s.active_wants_by_ref.clear(),
+        lambda s: s.wanted_instance_counts.__setitem__(missing, s.wanted_instance_counts[missing] + 1),
     ]
     for corrupt in corruptions:
         state = decode_state(healthy)
