@@ -130,8 +130,7 @@ class BuildState:
         self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
         self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
-        # By state: the canonical instances of the refs in active_wants_by_ref (what an active want needs;
-        # state/rules/wanted.py), kept by the transitions that move either.
+        # By state: the canonical instances of the refs in active_wants_by_ref (state/rules/wanted.py).
         self.wanted_instance_counts = [0] * len(InstanceState)
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
@@ -170,8 +169,7 @@ class BuildState:
         self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first
         # ref -> the seq its first instance was created at, once retention dropped that instance.
         self.first_created: dict[str, int] = {}
-        # seq -> instance state -> what instances retention dropped since added to its count then (counts as of
-        # a seq: state/fold/past.py); empty until a retention drops something.
+        # seq -> instance state -> what instances retention dropped added to its count then (history.keep_dropped).
         self.dropped_changes: dict[int, dict[int, int]] = {}
         # Tests set strict=True so a bug in a check raises instead of becoming a rejection.
         self.strict = strict
