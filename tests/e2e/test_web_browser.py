@@ -27,11 +27,11 @@ from urllib.parse import quote, urlencode
 import pytest
 from playwright.sync_api import expect
 
-from examples.clicks.isoweek import IsoWeek
 from examples.clicks.pipeline import build_graph, daily_ref, weekly_ref, weeks_in_range
 from partbuild.api.models.partitions import ObserveRequest, TaintRequest
 from partbuild.api.models.wants import WantRequest
 from partbuild.api.service import Service
+from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.graph import Graph
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
