@@ -264,7 +264,11 @@ class JobsService(ServiceBase):
         if last is not None and last.seq == state.head_seq and last.state is state:
             return last
         refs = self._refs_of(node)
-        found = _refreshed(last, state, refs) if last is not None and last.state is state else None
+        found = None
+        if last is not None and last.state is state:
+            pattern = node.patterns[0]
+            added = self.listing.added_to(pattern.template, last.refs) if len(node.patterns) == 1 else None
+            found = _refreshed(last, state, refs, added)
         if found is None:
             found = _counted_cells(state, refs)
         with self._counts_lock:
@@ -285,17 +289,18 @@ def _counted_cells(state: BuildState, refs: list[str]) -> LiveCells:
     return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, seen)
 
 
-def _refreshed(last: LiveCells, state: BuildState, refs: list[str]) -> LiveCells | None:
+def _refreshed(last: LiveCells, state: BuildState, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
     """`last` brought to the state's head: only the refs whose cell may have changed are looked up again.
 
     A cell changes when its ref's canonical instance moves (`updated_seq` differs) or is superseded by a new one
     (the only way the pointer moves), when the instance's checks are run again (a `ChecksRerun` answered since),
     or, for a `tainted` cell, when its tainted predecessor goes (retention): those are looked up again, with the
-    refs added since. None when most refs are new (a lookup per ref is as cheap).
+    refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
+    per ref is then as cheap).
     """
     cells, tracked, seen = last.cells, last.instances, last.seen
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
-        fresh = sorted(set(refs).difference(last.refs))
+        fresh = added if added is not None else sorted(set(refs).difference(last.refs))
         if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
             return None
         cells, tracked, seen = _spliced_in(last, fresh)
@@ -315,16 +320,19 @@ def _refreshed(last: LiveCells, state: BuildState, refs: list[str]) -> LiveCells
                 moved.append(index)
     counts = Counter(last.counts)
     canonical, instances = state.canonical, state.instances
+    changed = refs is not last.refs
     for index in moved:
-        ref = refs[index]
-        if cells[index] is not None:
-            counts[cells[index][1]] -= 1
+        ref, was = refs[index], cells[index]
+        if was is not None:
+            counts[was[1]] -= 1
         instance = instances[canonical[ref]]
-        cells[index] = (ref, cell_states(state, (ref,))[0][1])
+        cells[index] = now = (ref, cell_states(state, (ref,))[0][1])
         tracked[index], seen[index] = instance, instance.updated_seq
-        counts[cells[index][1]] += 1
+        counts[now[1]] += 1
+        changed = changed or was != now
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, state, refs, tracked, seen)
+    starts = grid.run_starts(cells) if changed else last.starts  # a head of heartbeats only moves no cell
+    return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
 
 
 class _New:

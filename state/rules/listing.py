@@ -143,7 +143,8 @@ class ListingIndex:
         self._refs = _SortedRefs()
         self._known_refs = 0
         self._first_floor = 0  # the newest first seq known exactly: no later ref's first is before it
-        self._matching: dict[str, tuple[int, list[str]]] = {}  # key -> (the refs' generation it was taken at, refs)
+        # key -> (the refs' generation it was taken at, its refs, the list refs were spliced into, those refs)
+        self._matching: dict[str, tuple[int, list[str], list[str] | None, list[str] | None]] = {}
         self._matching_lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
@@ -186,15 +187,24 @@ class ListingIndex:
         refs, now, added = self._refs.sorted_since(generation)
         if cached is not None and now == generation:
             return cached[1]
+        base = fresh = None
         if cached is not None and added is not None:
             fresh = sorted(ref for ref in added if ref.startswith(prefix) and match(ref))
-            found = spliced(cached[1], fresh) if fresh else cached[1]
+            base = cached[1]
+            found = spliced(base, fresh) if fresh else base
         else:
             under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
             found = [ref for ref in under if match(ref)]
         with self._matching_lock:
-            self._matching[key] = (now, found)
+            self._matching[key] = (now, found, base, fresh)
         return found
+
+    def added_to(self, key: str, older: list[str]) -> list[str] | None:
+        """The refs the last `refs_matching(key)` spliced into `older` (sorted), or None if it did not splice into
+        that list (a first pass, or `older` is from further back): then compare the lists."""
+        with self._matching_lock:
+            cached = self._matching.get(key)
+        return cached[3] if cached is not None and cached[2] is older else None
 
     def refs_from(self, prefix: str, after: str | None) -> islice[str]:
         """Sorted refs at or after `prefix`, strictly after `after` when given."""

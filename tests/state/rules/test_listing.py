@@ -144,6 +144,8 @@ def test_refs_matching_splices_in_only_the_refs_added_since_and_never_changes_a_
     assert second == ["d/0", "d/1", "d/3", "d/5", "d/9"]
     assert sorted(matched) == ["d/0", "d/3", "d/9", "d/y"]  # the new refs under the prefix only
     assert first == ["d/1", "d/5"]  # a list handed out stays as it was
+    assert index.added_to("d", first) == ["d/0", "d/3", "d/9"]  # what was spliced into it
+    assert index.added_to("d", second) is None  # nothing was spliced into the newest list
     assert second == sorted(ref for ref in index.refs() if ref.startswith("d/") and is_int(ref))
 
 
