@@ -115,7 +115,8 @@
       box.scrollTop = Math.max(0, root.y - box.clientHeight / 2);
       box.scrollLeft = Math.max(0, root.x - box.clientWidth / 2);
     }
-    status(box, "drawn", data.nodes.length + " instances, " + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
+    var what = box.getAttribute("data-kind") === "graph" ? " jobs and sources, " : " instances, ";
+    status(box, "drawn", data.nodes.length + what + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
       { nodes: data.nodes.length, edges: g.edges().length, ms: Math.round(performance.now() - started) });
   }
 
