@@ -243,10 +243,9 @@ class JobsService(ServiceBase):
 
     def _refs_of(self, node: Node) -> list[str]:
         """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them."""
-        found: list[str] = []
-        for pattern in node.patterns:
-            found += self.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
-        return sorted(found) if len(node.patterns) > 1 else found
+        lists = [self.listing.refs_matching(p.template, p.prefix, p.match) for p in node.patterns]
+        # One pattern: the listing index's own list (never changed once handed out; `_refreshed` knows it).
+        return lists[0] if len(lists) == 1 else sorted(ref for refs in lists for ref in refs)
 
     def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
         if live:

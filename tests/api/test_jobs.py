@@ -19,7 +19,7 @@ from partbuild.api.service.jobs import _counted_cells, _refreshed, cell_state
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.log.events import envelope
+from partbuild.state.log.events import envelope, manual
 from partbuild.state.rules.listing import ListingIndex
 
 from gridkit import DAILY, TAINTED, grid_graph, grid_service, write_history
@@ -194,3 +194,18 @@ def test_the_live_cells_of_each_head_follow_from_the_last_ones_as_a_fresh_pass_f
         follow()
         assert last[DAILY].cells[bisect_left(last[DAILY].refs, live)] == (live, shown)
     assert refreshed > len(patterns) * state.head_seq // 2  # most heads were brought forward, not passed afresh
+
+
+def test_a_served_grid_brings_its_cells_forward_over_the_listing_index_own_list(sqlite_url: str) -> None:
+    head = write_history(sqlite_url)
+    new_ref = "agg/daily_clicks/site=0/date=2027-01-01"
+    with grid_service(sqlite_url) as service:
+        service.partitions_summary("daily_clicks", min_seq=head)
+        with Database.open(sqlite_url) as db:
+            db.log.append([envelope(pb.WantCreate(want_id="later", partition_refs=[new_ref]), source=manual("ann"))])
+        summary = service.partitions_summary("daily_clicks", min_seq=head + 1)
+        cells = service.__dict__["_cells_cache"]["daily_clicks"]
+        pattern = grid_graph().jobs["daily_clicks"].outputs[0]
+        assert cells.refs is service.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
+        assert (cells.seq, cells.cells[-1]) == (head + 1, (new_ref, "missing"))
+        assert summary.counts["missing"] == sum(1 for _, found in cells.cells if found == "missing")
