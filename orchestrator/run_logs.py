@@ -32,6 +32,7 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Any
 
 from partbuild.state.log.events import Clock, wall_clock_ms
 from partbuild.state.ops.run_logs import RunLogLine, RunLogStore
@@ -232,8 +233,9 @@ class RunLog:
 def spark_job_lines(spark: object, run_id: str) -> list[str]:
     """One line per Spark job of the run's job group (classic sessions; none on Spark Connect).
 
-    PySpark's status tracker gives each job's id, status and stages; it keeps only recent jobs
-    (`spark.ui.retainedJobs`) and no times, so durations are left to the Spark UI.
+    PySpark's status tracker gives each job's id, status and stages and keeps only recent jobs
+    (`spark.ui.retainedJobs`). It has no times: a job's duration comes from the JVM's status store (what
+    the Spark UI shows, kept with the UI off too), read through the session's gateway.
     """
     context = getattr(spark, "sparkContext", None)  # Spark Connect: an AttributeError, so None
     if context is None:
@@ -243,5 +245,19 @@ def spark_job_lines(spark: object, run_id: str) -> list[str]:
     for job_id in sorted(tracker.getJobIdsForGroup(run_id)):
         info = tracker.getJobInfo(job_id)
         if info is not None:
-            lines.append(f"Spark job {job_id}: {info.status}, stages {list(info.stageIds)}")
+            took = _spark_job_duration(context, job_id)
+            lasted = "" if took is None else f", {took:.3f} s"
+            lines.append(f"Spark job {job_id}: {info.status}{lasted}, stages {list(info.stageIds)}")
     return lines
+
+
+def _spark_job_duration(context: Any, job_id: int) -> float | None:
+    """Seconds from the job's submission to its completion, or None while it runs or if Spark forgot it."""
+    try:
+        job = context._jsc.sc().statusStore().job(job_id)  # AppStatusStore.job: v1.JobData, or raises
+        submitted, completed = job.submissionTime(), job.completionTime()  # Scala Options of java.util.Date
+        if not (submitted.isDefined() and completed.isDefined()):
+            return None
+        return (completed.get().getTime() - submitted.get().getTime()) / 1000
+    except Exception:  # no such job any more (retention), or not a JVM-backed context: no duration, still a line
+        return None

@@ -1,13 +1,16 @@
 """Jobs and source datasets of the served graph: partition counts by state, the status grid, the job graph.
 
 A job's partitions are the refs the log knows of its output patterns (refs with an
-instance): the listing index keeps each pattern's refs sorted (`refs_matching`,
-one pass over the refs under the pattern's literal prefix, kept until refs are
-added), so a grid takes them in key order and bisects a key range. In the live
-state each ref's grid state, the runs of equal state and the counts are one pass
-per head seq, kept until the head moves: a grid then costs the runs of its range,
-the summary nothing. As of a seq each ref of the range is looked up in the past
-(from the live records' histories, `cell_states`): a pass over the range each time.
+instance): the listing index keeps each pattern's refs sorted (`refs_matching`: one
+pass over the refs under the pattern's literal prefix, then only the refs added
+since), so a grid takes them in key order and bisects a key range. In the live
+state each ref's grid state, the runs of equal state and the counts are kept per
+node with each ref's canonical instance: a grid then costs the runs of its range,
+the summary nothing, and when the head moves only the refs whose instance moved
+(or were added, or had their checks run again) are looked up again (`_refreshed`),
+so a grid of a log being written to stays cheap. As of a seq each ref of the range
+is looked up in the past (from the live records' histories, `cell_states`): a
+pass over the range each time.
 
 Pattern-level dependencies: a job's `inputs` is a function of a partition, so its
 edges are found by asking it about one known partition of the job (its first ref
@@ -19,9 +22,10 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
@@ -31,7 +35,7 @@ from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, Pa
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
-from partbuild.state.fold.records import InstanceState
+from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 
@@ -53,11 +57,20 @@ class Node:
 
 @dataclass(frozen=True)
 class LiveCells:
-    """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts."""
+    """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts.
+
+    Never changed once made (requests read it without a lock): the next head's is made from it (`_refreshed`),
+    with each ref's canonical instance and that instance's `updated_seq` as of `seq` to tell what moved.
+    """
 
     cells: list[tuple[str, str]]
     starts: list[int]
     counts: dict[str, int]
+    seq: int = 0
+    state: BuildState | None = None  # the live state they are of (another object: nothing carries over)
+    refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
+    instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
+    seen: list[int] = field(default_factory=list)  # the `updated_seq` each had as of `seq`
 
 
 @dataclass(frozen=True)
@@ -230,10 +243,9 @@ class JobsService(ServiceBase):
 
     def _refs_of(self, node: Node) -> list[str]:
         """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them."""
-        found: list[str] = []
-        for pattern in node.patterns:
-            found += self.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
-        return sorted(found) if len(node.patterns) > 1 else found
+        lists = [self.listing.refs_matching(p.template, p.prefix, p.match) for p in node.patterns]
+        # One pattern: the listing index's own list (never changed once handed out; `_refreshed` knows it).
+        return lists[0] if len(lists) == 1 else sorted(ref for refs in lists for ref in refs)
 
     def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
         if live:
@@ -244,21 +256,114 @@ class JobsService(ServiceBase):
         return _summary_out(node, counts, state.head_seq)
 
     def _live_cells(self, state: BuildState, node: Node) -> LiveCells:
-        """Every known ref of `node` with its grid state in the live `state`, their runs and counts: one pass per
-        head seq, kept until the head moves (a grid of the live state then costs its runs)."""
-        key = (node.name, state.head_seq)
-        cache: dict[tuple[str, int], LiveCells] = self.__dict__.setdefault("_cells_cache", {})
-        found = cache.get(key)
+        """Every known ref of `node` with its grid state in the live `state`, their runs and counts, kept until the
+        head moves (a grid of the live state then costs its runs); the next head's from the last one's."""
+        cache: dict[str, LiveCells] = self.__dict__.setdefault("_cells_cache", {})
+        last = cache.get(node.name)
+        if last is not None and last.seq == state.head_seq and last.state is state:
+            return last
+        refs = self._refs_of(node)
+        found = None
+        if last is not None and last.state is state:
+            pattern = node.patterns[0]
+            added = self.listing.added_to(pattern.template, last.refs) if len(node.patterns) == 1 else None
+            found = _refreshed(last, state, refs, added)
         if found is None:
-            cells = cell_states(state, self._refs_of(node))
-            counted = Counter(state for _, state in cells)
-            counts = {name: counted[name] for name in GRID_STATES if counted[name]}
-            found = LiveCells(cells, grid.run_starts(cells), counts)
-            with self._counts_lock:
-                for old in [k for k in cache if k[0] == node.name]:
-                    del cache[old]  # one head per node: the older ones are never asked again
-                cache[key] = found
+            found = _counted_cells(state, refs)
+        with self._counts_lock:
+            newest = cache.get(node.name)
+            if newest is None or newest.state is not state or newest.seq <= found.seq:
+                cache[node.name] = found  # one head per node: an older one is never asked again
         return found
+
+
+def _counted_cells(state: BuildState, refs: list[str]) -> LiveCells:
+    """A node's live cells from scratch: a lookup per ref."""
+    canonical, instances = state.canonical, state.instances
+    cells = cell_states(state, refs)
+    tracked = [instances[canonical[ref]] for ref in refs]
+    counted = Counter(found for _, found in cells)
+    counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+    seen = [instance.updated_seq for instance in tracked]
+    return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, seen)
+
+
+def _refreshed(last: LiveCells, state: BuildState, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
+    """`last` brought to the state's head: only the refs whose cell may have changed are looked up again.
+
+    A cell changes when its ref's canonical instance moves (`updated_seq` differs) or is superseded by a new one
+    (the only way the pointer moves), when the instance's checks are run again (a `ChecksRerun` answered since),
+    or, for a `tainted` cell, when its tainted predecessor goes (retention): those are looked up again, with the
+    refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
+    per ref is then as cheap).
+    """
+    cells, tracked, seen = last.cells, last.instances, last.seen
+    if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
+        fresh = added if added is not None else sorted(set(refs).difference(last.refs))
+        if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
+            return None
+        cells, tracked, seen = _spliced_in(last, fresh)
+    else:
+        cells, tracked, seen = list(cells), list(tracked), list(seen)
+    moved = [
+        index
+        for index, instance, was, cell in zip(range(len(refs)), tracked, seen, cells, strict=True)
+        if instance.superseded_seq or instance.updated_seq != was or cell[1] is TAINTED
+    ]
+    after = last.seq
+    for uuid, _, answered in state.check_requests.values():  # rare: a scan
+        instance = state.instances.get(uuid) if answered > after else None
+        if instance is not None and not instance.superseded_seq:
+            index = bisect_left(refs, instance.ref)
+            if index < len(refs) and refs[index] == instance.ref:  # else another node's
+                moved.append(index)
+    counts = Counter(last.counts)
+    canonical, instances = state.canonical, state.instances
+    changed = refs is not last.refs
+    for index in moved:
+        ref, was = refs[index], cells[index]
+        if was is not None:
+            counts[was[1]] -= 1
+        instance = instances[canonical[ref]]
+        cells[index] = now = (ref, cell_states(state, (ref,))[0][1])
+        tracked[index], seen[index] = instance, instance.updated_seq
+        counts[now[1]] += 1
+        changed = changed or was != now
+    kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
+    starts = grid.run_starts(cells) if changed else last.starts  # a head of heartbeats only moves no cell
+    return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
+
+
+class _New:
+    """The instance slot of a ref just spliced in: it reads as superseded, so the ref is looked up."""
+
+    superseded_seq = -1
+    updated_seq = -1
+
+
+_NEW = _New()
+
+
+def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:
+    """`last`'s cells, instances and seen seqs with a None slot for each fresh ref at its place in key order: a
+    bisection per fresh ref and copies of the slices between (the fresh refs are then looked up as moved)."""
+    cells: list = []
+    tracked: list = []
+    seen: list = []
+    start = 0
+    for ref in fresh:
+        at = bisect_left(last.refs, ref, start)
+        cells += last.cells[start:at]
+        tracked += last.instances[start:at]
+        seen += last.seen[start:at]
+        cells.append(None)
+        tracked.append(_NEW)
+        seen.append(-1)
+        start = at
+    cells += last.cells[start:]
+    tracked += last.instances[start:]
+    seen += last.seen[start:]
+    return cells, tracked, seen
 
 
 def _summary_out(node: Node, counts: dict[str, int], seq: int) -> PartitionsSummaryOut:

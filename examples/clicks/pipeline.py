@@ -125,12 +125,13 @@ def run_daily(ctx: JobContext, *, stage_raw: Callable[[str], str] | None = None)
     raw_locations = ctx.inputs(raw_ref(target.partition["date"]) for target in ctx.outputs)
     for target, raw_location in zip(ctx.outputs, raw_locations, strict=True):
         readable = stage_raw(raw_location) if stage_raw is not None else raw_location
+        ctx.log.info("%s: counting clicks per url in %s", target.ref, readable)
         write_daily(ctx.spark, readable, target.location)
 
 
 def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
     """Build each weekly partition from its week's daily partitions inside `[start, start + days)`."""
-    plans: list[tuple[str, list[str]]] = []
+    plans: list[tuple[str, str, list[str]]] = []  # (ref, location, its dailies' refs)
     for target in ctx.outputs:
         week: IsoWeek = target.partition["week"]
         refs = [daily_ref(day) for day in week_days_in_range(week, days, start)]
@@ -138,10 +139,11 @@ def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
             # Retrying cannot conjure days: the graph's range does not reach this week.
             last = start + timedelta(days=days - 1)
             raise PermanentJobError(f"{target.ref}: no day of {week} is in the pipeline's range {start}..{last}")
-        plans.append((target.location, refs))
-    all_refs = [ref for _, refs in plans for ref in refs]
+        plans.append((target.ref, target.location, refs))
+    all_refs = [ref for _, _, refs in plans for ref in refs]
     located = dict(zip(all_refs, ctx.inputs(all_refs), strict=True))
-    for location, refs in plans:
+    for weekly, location, refs in plans:
+        ctx.log.info("%s: summing the clicks per url of its %d dailies", weekly, len(refs))
         write_weekly(ctx.spark, [located[ref] for ref in refs], location)
 
 

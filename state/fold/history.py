@@ -153,16 +153,22 @@ def field_at(state: BuildState, key: str, field: str, seq: int) -> tuple[Any, in
 
 # ----------------------------------------------------------------- versions of small records
 
+_EVERY = object()  # keep_versions' default: every key of the attributes may have changed
+
 # BuildState attributes whose values are versioned whole (a dict of name -> small record or value).
 VERSIONED = ("groups", "bucket_layouts", "bucket_runs", "sources", "subscriptions", "schedules")
 
 
-def keep_versions(state: BuildState, seq: int, names: tuple[str, ...]) -> None:
-    """Keep a copy of every value of the named attributes that differs from its newest version."""
+def keep_versions(state: BuildState, seq: int, names: tuple[str, ...], only: Any = _EVERY) -> None:
+    """Keep a copy of every value of the named attributes that differs from its newest version.
+
+    `only`: the one key that may have changed (its record alone is compared), instead of every key.
+    """
     for name in names:
         kept = state.versions.setdefault(name, {})
-        for key, value in getattr(state, name).items():
-            copy = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        records = getattr(state, name)
+        for key in records if only is _EVERY else (only,) if only in records else ():
+            copy = pickle.dumps(records[key], protocol=pickle.HIGHEST_PROTOCOL)
             versions = kept.get(key)
             if versions is None:
                 kept[key] = [(seq, copy)]
@@ -170,12 +176,14 @@ def keep_versions(state: BuildState, seq: int, names: tuple[str, ...]) -> None:
                 versions.append((seq, copy))
 
 
-def versioned(apply: Callable[..., None], names: tuple[str, ...]) -> Callable[..., None]:
-    """`apply`, then keep the versions of the named attributes it may have changed."""
+def versioned(
+    apply: Callable[..., None], names: tuple[str, ...], key_of: Callable[[Any], Any] | None = None
+) -> Callable[..., None]:
+    """`apply`, then keep the versions of the named attributes it may have changed (of `key_of(event)` only)."""
 
     def apply_and_keep(state: BuildState, seq: int, plan: Any, event: Any) -> None:
         apply(state, seq, plan, event)
-        keep_versions(state, seq, names)
+        keep_versions(state, seq, names, _EVERY if key_of is None else key_of(event))
 
     apply_and_keep.__doc__ = apply.__doc__
     return apply_and_keep

@@ -157,6 +157,9 @@ class EventType:
     # The small records it may change (BuildState attributes, state/fold/history.py VERSIONED): a version of
     # each is kept whenever it changed, for reads as of a past seq.
     versions: tuple[str, ...] = ()
+    # When it changes one record only, the key of that record (read from the event): only its version is
+    # compared and kept, instead of every record of `versions` (a tick would otherwise copy every schedule).
+    versioned_key: Callable[[pb.Event], str] | None = None
 
     def message(self, event: pb.Event) -> Any:
         """The payload message of `event`, an event of this type."""
@@ -297,12 +300,14 @@ ROWS: tuple[EventType, ...] = (
         refs=_ticked_refs,
         want_ids=_ticked_want,
         versions=("schedules",),
+        versioned_key=lambda event: event.schedule_tick.schedule,
     ),
     EventType(
         "schedule_control",
         schedules.check_schedule_control,
         schedules.apply_schedule_control,
         versions=("schedules",),
+        versioned_key=lambda event: event.schedule_control.schedule,
     ),
     EventType(
         "reaction_fired",
@@ -337,7 +342,8 @@ assert all(set(row.versions) <= set(VERSIONED) for row in ROWS), "a row names an
 # Event.payload field name -> (check, apply): the fold's dispatch, read once per event.
 # An event type that changes small records keeps their versions after its apply (state/fold/history.py).
 HANDLERS: dict[str, tuple[Check, Apply]] = {
-    row.name: (row.check, versioned(row.apply, row.versions) if row.versions else row.apply) for row in ROWS
+    row.name: (row.check, versioned(row.apply, row.versions, row.versioned_key) if row.versions else row.apply)
+    for row in ROWS
 }
 EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in ROWS)
 # What a subscription without event types gets; other types (heartbeats, ticks, groups, scans) on request.

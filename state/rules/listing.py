@@ -16,12 +16,15 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import islice, takewhile
 from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
 
+RECENT_MERGES = 64  # the merges whose new refs are kept, so a pattern's refs take in only what was added
+RECENT_MERGE_REFS = 10_000  # a merge bigger than this is not kept (a start-up's all refs): a full pass instead
 FANOUT = 16  # the as-of skip lists: blocks of 16 refs, of 16 blocks, of 256 blocks, of 4096 blocks
 LEVELS = 4
 
@@ -64,6 +67,9 @@ class _SortedRefs:
         self._pending: list[str] = []
         self._pending_firsts = array("q")
         self._skips: list[array[int]] | None = None  # per level, the least first of each of its blocks
+        self.generation = 0  # merges so far
+        # (generation, its new refs sorted, or None when too many to keep) of the last merges.
+        self._recent: deque[tuple[int, list[str] | None]] = deque(maxlen=RECENT_MERGES)
         self._lock = threading.Lock()
 
     def add(self, refs: list[str], firsts: list[int]) -> None:
@@ -77,6 +83,18 @@ class _SortedRefs:
             if self._pending:
                 self._merge()
             return self.refs, self.firsts
+
+    def sorted_since(self, generation: int) -> tuple[list[str], int, list[str] | None]:
+        """(every ref sorted, the generation it is of, the refs added since `generation` or None if not kept)."""
+        with self._lock:
+            if self._pending:
+                self._merge()
+            if generation == self.generation:
+                return self.refs, generation, []
+            batches = [batch for merged, batch in self._recent if merged > generation]
+            if len(batches) != self.generation - generation or any(batch is None for batch in batches):
+                return self.refs, self.generation, None
+            return self.refs, self.generation, [ref for batch in batches for ref in batch]  # type: ignore[union-attr]
 
     def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
@@ -110,6 +128,9 @@ class _SortedRefs:
             refs += old[start:]
             firsts += old_firsts[start:]
         self.refs, self.firsts, self._skips = refs, firsts, None
+        self.generation += 1
+        kept = [pending[i] for i in order] if len(order) <= RECENT_MERGE_REFS else None
+        self._recent.append((self.generation, kept))
         self._pending, self._pending_firsts = [], array("q")
 
 
@@ -122,7 +143,8 @@ class ListingIndex:
         self._refs = _SortedRefs()
         self._known_refs = 0
         self._first_floor = 0  # the newest first seq known exactly: no later ref's first is before it
-        self._matching: dict[str, tuple[list[str], list[str]]] = {}  # key -> (the sorted refs it was taken of, refs)
+        # key -> (the refs' generation it was taken at, its refs, the list refs were spliced into, those refs)
+        self._matching: dict[str, tuple[int, list[str], list[str] | None, list[str] | None]] = {}
         self._matching_lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
@@ -157,17 +179,32 @@ class ListingIndex:
 
     def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]:
         """Sorted refs under `prefix` for which `match` is truthy (a pattern's refs: the grid's per-job index), kept
-        under `key` until refs are added (the refs under a prefix are contiguous: a bisection, then one pass)."""
-        refs = self.refs()
+        under `key`; refs added since are matched alone and spliced in (the refs under a prefix are contiguous:
+        a first pass is a bisection, then one pass). The list returned is never changed afterwards."""
         with self._matching_lock:
             cached = self._matching.get(key)
-            if cached is not None and cached[0] is refs:
-                return cached[1]
-        under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
-        found = [ref for ref in under if match(ref)]
+        generation = cached[0] if cached is not None else -1
+        refs, now, added = self._refs.sorted_since(generation)
+        if cached is not None and now == generation:
+            return cached[1]
+        base = fresh = None
+        if cached is not None and added is not None:
+            fresh = sorted(ref for ref in added if ref.startswith(prefix) and match(ref))
+            base = cached[1]
+            found = spliced(base, fresh) if fresh else base
+        else:
+            under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
+            found = [ref for ref in under if match(ref)]
         with self._matching_lock:
-            self._matching[key] = (refs, found)
+            self._matching[key] = (now, found, base, fresh)
         return found
+
+    def added_to(self, key: str, older: list[str]) -> list[str] | None:
+        """The refs the last `refs_matching(key)` spliced into `older` (sorted), or None if it did not splice into
+        that list (a first pass, or `older` is from further back): then compare the lists."""
+        with self._matching_lock:
+            cached = self._matching.get(key)
+        return cached[3] if cached is not None and cached[2] is older else None
 
     def refs_from(self, prefix: str, after: str | None) -> islice[str]:
         """Sorted refs at or after `prefix`, strictly after `after` when given."""
@@ -197,6 +234,19 @@ class ListingIndex:
                 elif not refs[i].startswith(prefix):
                     return
                 i += 1
+
+
+def spliced(old: list[str], fresh: list[str]) -> list[str]:
+    """A new sorted list: sorted `old` with sorted `fresh` (none of them in `old`) spliced in, by bisection."""
+    out: list[str] = []
+    start = 0
+    for ref in fresh:
+        at = bisect_left(old, ref, start)
+        out += old[start:at]
+        out.append(ref)
+        start = at
+    out += old[start:]
+    return out
 
 
 def _start(refs: list[str], prefix: str, after: str | None) -> int:

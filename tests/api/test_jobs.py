@@ -7,6 +7,7 @@ are checked against what `GET /api/v1/partitions` reports of each ref, now and a
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -14,12 +15,17 @@ from typing import Any
 import httpx
 import pytest
 
-from partbuild.api.service.jobs import cell_state
+from partbuild.api.service.jobs import _counted_cells, _refreshed, cell_state
+from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.log.events import envelope, manual
+from partbuild.state.rules.listing import ListingIndex
 
-from gridkit import TAINTED, grid_graph, grid_service, write_history
+from gridkit import DAILY, TAINTED, grid_graph, grid_service, write_history
 from httpkit import ok, problem
 from serverkit import ApiServer, serve_service
+from timetravelkit import PLAN, check, w1_history
 
 DAILY_PREFIX = "agg/daily_clicks/site=0/"
 
@@ -138,3 +144,68 @@ def test_the_grid_shows_each_ref_in_its_state_by_day_and_follows_time_travel(sql
         assert {c.first: c.state for c in past.cells} == {ref: s for ref, s in then.items() if s is not None}
         with pytest.raises(Exception, match="state must be one of"):
             service.partitions_grid("daily_clicks", state_filter="nope")
+
+
+def test_the_live_cells_of_each_head_follow_from_the_last_ones_as_a_fresh_pass_finds_them() -> None:
+    """Event by event through the W1 history (refs added, moves, taints, retention, check warnings) and a warning
+    found by checks run again: the cells brought forward from the last head equal a fresh pass's."""
+    graph, state, listing = grid_graph(), BuildState(strict=True), ListingIndex()
+    patterns = [pattern for job in graph.jobs.values() for pattern in job.outputs]
+    last: dict[str, Any] = {}
+    refreshed = 0
+
+    def follow() -> None:
+        nonlocal refreshed
+        listing.update(state)
+        for pattern in patterns:
+            refs = listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
+            fresh = _counted_cells(state, refs)
+            before = last.get(pattern.template)
+            brought = None
+            if before is not None:  # the refs added as the listing index knows them (or, unknown, compared)
+                brought = _refreshed(before, state, refs, listing.added_to(pattern.template, before.refs))
+            if brought is not None:
+                refreshed += 1
+                assert (brought.cells, brought.starts, brought.counts) == (fresh.cells, fresh.starts, fresh.counts)
+            last[pattern.template] = brought or fresh
+
+    for seq, event in enumerate(w1_history(PLAN), start=1):
+        state.apply(seq, event)
+        follow()
+    live = next(
+        ref
+        for ref, uuid in state.canonical.items()
+        if ref.startswith(DAILY_PREFIX) and state.instances[uuid].state.name == "LIVE"
+    )
+    uuid = state.canonical[live]
+    warned = pb.InstanceChecks(instance_uuid=uuid, results=[check("late_rows", False, blocking=False, late=4)])
+    for payload in (
+        pb.ChecksRequest(request_id="again", instance_uuid=uuid),
+        pb.ChecksRerun(request_id="again", checks=warned),
+    ):
+        assert state.apply(state.head_seq + 1, envelope(payload)) is None
+        follow()
+    assert last[DAILY].cells[bisect_left(last[DAILY].refs, live)] == (live, "warning")
+    # Tainted (its Missing successor not rebuilt), then its tainted instance dropped by retention.
+    taint = pb.PartitionTaint(partition_ref=live, reason="bad", only_this_ref=True)
+    dropped = pb.InstanceRetention(drop_superseded_created_before_seq=state.head_seq + 1)
+    for payload, shown in ((taint, "tainted"), (dropped, "missing")):  # nothing says it was tainted any more
+        assert state.apply(state.head_seq + 1, envelope(payload)) is None
+        follow()
+        assert last[DAILY].cells[bisect_left(last[DAILY].refs, live)] == (live, shown)
+    assert refreshed > len(patterns) * state.head_seq // 2  # most heads were brought forward, not passed afresh
+
+
+def test_a_served_grid_brings_its_cells_forward_over_the_listing_index_own_list(sqlite_url: str) -> None:
+    head = write_history(sqlite_url)
+    new_ref = "agg/daily_clicks/site=0/date=2027-01-01"
+    with grid_service(sqlite_url) as service:
+        service.partitions_summary("daily_clicks", min_seq=head)
+        with Database.open(sqlite_url) as db:
+            db.log.append([envelope(pb.WantCreate(want_id="later", partition_refs=[new_ref]), source=manual("ann"))])
+        summary = service.partitions_summary("daily_clicks", min_seq=head + 1)
+        cells = service.__dict__["_cells_cache"]["daily_clicks"]
+        pattern = grid_graph().jobs["daily_clicks"].outputs[0]
+        assert cells.refs is service.listing.refs_matching(pattern.template, pattern.prefix, pattern.match)
+        assert (cells.seq, cells.cells[-1]) == (head + 1, (new_ref, "missing"))
+        assert summary.counts["missing"] == sum(1 for _, found in cells.cells if found == "missing")

@@ -106,9 +106,12 @@ def test_the_job_graph_draws_three_nodes_and_two_edges_with_counts(
     expect(status).to_have_attribute("data-state", "drawn")
     expect(status).to_have_attribute("data-nodes", "3")
     expect(status).to_have_attribute("data-edges", "2")
+    expect(status).to_contain_text("3 jobs and sources, 2 edges")
     nodes = tab.page.locator("#lineage-graph [data-testid=lineage-node]")
     drawn = dict(nodes.evaluate_all("(els) => els.map((e) => [e.dataset.uuid, e.dataset.counts])"))
     assert sorted(drawn) == ["daily_clicks", "raw_clicks", "weekly_clicks"]
+    titles = nodes.evaluate_all("(els) => els.map((e) => e.querySelector('text').textContent)")
+    assert sorted(titles) == sorted(drawn)  # each node's first line names it, even when its counts are longer
     daily = world.get("/api/v1/jobs/daily_clicks/partitions/summary")["counts"]
     assert drawn["daily_clicks"] == ",".join(f"{k.replace('_', ' ')} {n}" for k, n in daily.items())
     edges = tab.page.locator("#lineage-graph [data-testid=lineage-edge]")

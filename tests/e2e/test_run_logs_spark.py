@@ -30,11 +30,15 @@ def test_a_run_logs_the_ids_and_statuses_of_its_spark_jobs(tmp_path: Path, spark
         executor = JobExecutor(spark, appended.extend, heartbeat_interval_s=60, run_logs=RunLogWriter(db.run_logs))
         try:
             executor.submit(RunPlan(graph.jobs["j"], "spark-run", [target], {}, {"uuid-1": ()}, 0))
-            wait_for("the run's success", lambda: any(e.WhichOneof("payload") == "job_run_success" for e in appended))
+            wait_for(
+                "the run's success", lambda: any(e.WhichOneof("payload") == "job_run_success" for e in appended), 120
+            )
         finally:
             executor.shutdown(wait=True)
         texts = [x.text for x in db.run_logs.lines("spark-run")]
     assert texts[0] == "counted 100"
     spark_lines = texts[1:]
     assert len(spark_lines) >= 2
-    assert all(re.fullmatch(r"Spark job \d+: SUCCEEDED, stages \[[\d, ]*\]", line) for line in spark_lines), texts
+    assert all(
+        re.fullmatch(r"Spark job \d+: SUCCEEDED, \d+\.\d{3} s, stages \[[\d, ]*\]", line) for line in spark_lines
+    ), texts

@@ -49,8 +49,9 @@
       var label = node.ref === null ? "dropped " + node.uuid.slice(0, 8) : node.ref;
       // Room for the check badge at the right end (it never covers the label).
       var badge = node.check_result ? BADGE_W + 4 : 0;
-      if (node.sub) { label = label.length < node.sub.length ? node.sub : label; }
-      var width = Math.min(420, Math.max(120, label.length * CHAR_W + 2 * PAD)) + badge;
+      // The box fits the longer of its two lines (a job's counts can be longer than its name).
+      var chars = Math.max(label.length, node.sub ? node.sub.length : 0);
+      var width = Math.min(420, Math.max(120, chars * CHAR_W + 2 * PAD)) + badge;
       g.setNode(node.uuid, { width: width, height: NODE_H, label: label, node: node });
     });
     data.edges.forEach(function (edge) {
@@ -114,7 +115,8 @@
       box.scrollTop = Math.max(0, root.y - box.clientHeight / 2);
       box.scrollLeft = Math.max(0, root.x - box.clientWidth / 2);
     }
-    status(box, "drawn", data.nodes.length + " instances, " + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
+    var what = box.getAttribute("data-kind") === "graph" ? " jobs and sources, " : " instances, ";
+    status(box, "drawn", data.nodes.length + what + g.edges().length + " edges (as of seq " + data.as_of_seq + ")",
       { nodes: data.nodes.length, edges: g.edges().length, ms: Math.round(performance.now() - started) });
   }
 

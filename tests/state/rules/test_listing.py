@@ -9,7 +9,7 @@ from itertools import takewhile
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope
-from partbuild.state.rules.listing import FANOUT, LEVELS, ListingIndex
+from partbuild.state.rules.listing import FANOUT, LEVELS, RECENT_MERGES, ListingIndex
 
 from foldkit import Story
 
@@ -119,3 +119,44 @@ def test_refs_matching_keeps_a_patterns_refs_sorted_until_refs_are_added() -> No
     state.apply(6, envelope(pb.PartitionObserved(partition_ref="d/3", location="/x")))
     index.update(state)
     assert index.refs_matching("d", "d/", is_int) == ["d/10", "d/2", "d/3"]
+
+
+def observe(state: BuildState, index: ListingIndex, refs: list[str]) -> None:
+    """Fold one PartitionObserved per ref, then let the index take them in (one merge when next read)."""
+    for ref in refs:
+        state.apply(state.head_seq + 1, envelope(pb.PartitionObserved(partition_ref=ref, location="/x")))
+    index.update(state)
+
+
+def test_refs_matching_splices_in_only_the_refs_added_since_and_never_changes_a_list_it_returned() -> None:
+    state, index = BuildState(), ListingIndex()
+    observe(state, index, ["d/5", "d/1", "e/1"])
+    first = index.refs_matching("d", "d/", is_int)
+    matched: list[str] = []
+
+    def counting(ref: str) -> bool:
+        matched.append(ref)
+        return is_int(ref)
+
+    observe(state, index, ["d/0", "d/3", "d/y", "c/9"])
+    observe(state, index, ["d/9"])  # two merges since the list was taken: both are spliced in
+    second = index.refs_matching("d", "d/", counting)
+    assert second == ["d/0", "d/1", "d/3", "d/5", "d/9"]
+    assert sorted(matched) == ["d/0", "d/3", "d/9", "d/y"]  # the new refs under the prefix only
+    assert first == ["d/1", "d/5"]  # a list handed out stays as it was
+    assert index.added_to("d", first) == ["d/0", "d/3", "d/9"]  # what was spliced into it
+    assert index.added_to("d", second) is None  # nothing was spliced into the newest list
+    assert second == sorted(ref for ref in index.refs() if ref.startswith("d/") and is_int(ref))
+
+
+def test_refs_matching_takes_a_full_pass_when_the_added_refs_were_not_kept() -> None:
+    state, index = BuildState(), ListingIndex()
+    observe(state, index, ["d/1"])
+    index.refs_matching("d", "d/", is_int)
+    for n in range(RECENT_MERGES + 1):  # more merges than are kept
+        observe(state, index, [f"d/{n + 2}"])
+        index.refs()  # a read merges
+    matched: list[str] = []
+    found = index.refs_matching("d", "d/", lambda ref: matched.append(ref) or is_int(ref))
+    assert len(found) == RECENT_MERGES + 2
+    assert len(matched) == len(found)  # every ref under the prefix, matched again
