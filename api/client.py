@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from fastapi import params
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from partbuild.api.errors import (
@@ -38,6 +37,7 @@ from partbuild.api.models.wants import (
     WantRequest,
 )
 from partbuild.api.surface import OPERATIONS, USER_HEADER, Client, Operation
+from partbuild.api.surface.common import Body, Header, Marker, Path, Query
 
 __all__ = ["Client", "ClientError", "HttpClient", "ServerError", "Unreachable", "create_wants_chunked"]
 
@@ -110,7 +110,7 @@ class _Request:
     def add(self, parameter: inspect.Parameter, value: Any) -> None:
         marker = _marker(parameter)
         name = marker.alias or parameter.name
-        if isinstance(marker, params.Path):
+        if isinstance(marker, Path):
             whole = "{" + parameter.name + ":path}"
             if whole in self.path:
                 self.path = self.path.replace(whole, _ref_path(value))
@@ -118,23 +118,23 @@ class _Request:
                 self.path = self.path.replace("{" + parameter.name + "}", _segment(value))
         elif value is None:
             return
-        elif isinstance(marker, params.Query):
+        elif isinstance(marker, Query):
             self.query[name] = value
-        elif isinstance(marker, params.Header):
+        elif isinstance(marker, Header):
             if not (value.isascii() and value.isprintable()):
                 # HTTP headers carry Latin-1 at best; a name the server would record garbled is refused instead.
                 raise InvalidInput(f"user {value!r} must be printable ASCII to travel in the {USER_HEADER} header")
             self.headers[name] = value
-        elif isinstance(marker, params.Body):
+        elif isinstance(marker, Body):
             assert isinstance(value, BaseModel)
             self.content = value.model_dump_json(exclude_unset=True).encode()
             self.headers["Content-Type"] = "application/json"
 
 
-def _marker(parameter: inspect.Parameter) -> Any:
-    """The FastAPI marker (Path, Query, Header, Body) a declared parameter carries."""
+def _marker(parameter: inspect.Parameter) -> Marker:
+    """The marker (Path, Query, Header, Body) a declared parameter carries."""
     for extra in getattr(parameter.annotation, "__metadata__", ()):
-        if isinstance(extra, params.Param | params.Body):
+        if isinstance(extra, Marker):
             return extra
     raise TypeError(f"parameter {parameter.name!r} declares no Path, Query, Header or Body")
 

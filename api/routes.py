@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import fastapi
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -24,6 +25,7 @@ from partbuild.api.errors import DOMAIN_ERRORS
 from partbuild.api.models.common import ProblemOut
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS, RESOURCES, Operation
+from partbuild.api.surface.common import Body, Header, Marker, Path, Query
 from partbuild.state.ops.tokens import Role
 
 PROBLEM_JSON = "application/problem+json"
@@ -137,7 +139,27 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     if operation.role is not None:
         guard = Depends(require(operation.role, f"{operation.method} {operation.route}"))
         leading.append(inspect.Parameter("identity", keyword, annotation=Annotated[Identity, guard]))
-    declared = [parameter.replace(kind=keyword) for parameter in operation.parameters]
+    declared = [
+        parameter.replace(kind=keyword, annotation=_served(parameter.annotation)) for parameter in operation.parameters
+    ]
     endpoint.__signature__ = inspect.Signature([*leading, *declared], return_annotation=operation.returns)  # type: ignore[attr-defined]
     endpoint.__name__ = name
     return endpoint
+
+
+_FASTAPI_MARKERS: dict[type[Marker], Callable[..., Any]] = {
+    Path: fastapi.Path,
+    Query: fastapi.Query,
+    Header: fastapi.Header,
+    Body: fastapi.Body,
+}
+
+
+def _served(annotation: Any) -> Any:
+    """A declared parameter's annotation with its marker as FastAPI's of the same name and arguments."""
+    metadata = getattr(annotation, "__metadata__", ())
+    served = tuple(
+        _FASTAPI_MARKERS[type(extra)](**extra.arguments()) if isinstance(extra, Marker) else extra
+        for extra in metadata
+    )
+    return Annotated[(annotation.__origin__, *served)] if metadata else annotation

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Query
-
 from partbuild.api.models.audit import AuditOut
 from partbuild.api.models.common import QueryBool, QueryInt
-from partbuild.api.surface.common import AsOfSeq, operation
+from partbuild.api.surface.common import AsOfSeq, Query, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "audit"

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Body, Path
-
 from partbuild.api.models.automation import AutomationOut, ScheduleControlRequest, ScheduleWrittenOut
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, MinSeq, Path, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "automation"
-ScheduleNamePath = Annotated[str, Path(description="A schedule's name.", examples=["nightly"])]
+ScheduleNamePath = Annotated[str, Path(description="A schedule's name.", examples=("nightly",))]
 
 
 class AutomationApi(Protocol):

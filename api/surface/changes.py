@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Query
-
 from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut, QueryInt
-from partbuild.api.surface.common import MAX_SEQ, Cursor, Limit, MinSeq, operation
+from partbuild.api.surface.common import MAX_SEQ, Cursor, Limit, MinSeq, Query, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "changes"

@@ -1,20 +1,63 @@
-"""What every resource's declarations share: the `operation` mark, `Operation`, and the shared parameters.
+"""What every resource's declarations share: the `operation` mark, `Operation`, the markers, the shared parameters.
 
-A parameter's FastAPI marker (`Path`, `Query`, `Body`, `Header`) says where it
-travels over HTTP, with the bounds the server enforces and the document states.
+A parameter's marker (`Path`, `Query`, `Body`, `Header`, ours, not FastAPI's) says
+where it travels over HTTP, with the bounds the server enforces and the document
+states. The server maps each to FastAPI's marker of the same name and arguments
+(`partbuild.api.routes`); the HTTP client reads them as they are, so a `--server`
+command imports no FastAPI.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any, TypeVar
-
-from fastapi import Header, Query
 
 from partbuild.api.models.common import MAX_PAGE, MAX_SAFE_INT, QueryInt
 from partbuild.state.ops.roles import Role
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Where a parameter travels over HTTP, its bounds and its documentation: FastAPI's arguments of that marker.
+
+    A field left None is an argument not given, so the server's FastAPI marker is the one this declares.
+    """
+
+    alias: str | None = None
+    description: str | None = None
+    examples: tuple[Any, ...] | None = None
+    gt: float | None = None
+    ge: float | None = None
+    le: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The arguments given, as FastAPI's marker of the same name takes them."""
+        given = {field.name: getattr(self, field.name) for field in fields(self)}
+        given = {name: value for name, value in given.items() if value is not None}
+        if "examples" in given:
+            given["examples"] = list(given["examples"])
+        return given
+
+
+class Path(Marker):
+    """A segment of the route's path."""
+
+
+class Query(Marker):
+    """A query parameter; None is not sent."""
+
+
+class Header(Marker):
+    """A request header; None is not sent."""
+
+
+class Body(Marker):
+    """The JSON body: a request model."""
+
 
 MAX_SEQ = MAX_SAFE_INT
 ANONYMOUS = "anonymous"

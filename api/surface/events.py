@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Query
-
 from partbuild.api.models.common import PageOut, QueryInt
 from partbuild.api.models.events import StoredEventOut
-from partbuild.api.surface.common import MAX_SEQ, Limit, operation
+from partbuild.api.surface.common import MAX_SEQ, Limit, Query, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "events"

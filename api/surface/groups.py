@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Path, Query
-
 from partbuild.api.models.common import QueryFloat
 from partbuild.api.models.groups import MAX_MEMBER_TIMEOUT_S, GroupOut, GroupSummaryOut
-from partbuild.api.surface.common import AsOfSeq, MinSeq, operation
+from partbuild.api.surface.common import AsOfSeq, MinSeq, Path, Query, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "worker groups"
-GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=["workers"])]
+GroupNamePath = Annotated[str, Path(description="A worker group's name.", examples=("workers",))]
 MemberTimeout = Annotated[
     QueryFloat,
     Query(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Path
-
 from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
-from partbuild.api.surface.common import AsOfSeq, MinSeq, operation
+from partbuild.api.surface.common import AsOfSeq, MinSeq, Path, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "jobs"

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Body
-
 from partbuild.api.models.common import WrittenOut
 from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, MinSeq, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "operations"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Protocol
 
-from fastapi import Body, Path, Query
-
 from partbuild.api.models.common import PageOut, QueryInt, WrittenOut
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
@@ -24,7 +22,7 @@ from partbuild.api.models.partitions import (
     StaleOut,
     TaintRequest,
 )
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "partitions"

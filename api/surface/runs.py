@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Body, Path, Query
-
 from partbuild.api.models.common import CancelRequest, PageOut, QueryFloat, QueryInt, WrittenOut
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName, RunLogsOut
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "job runs"

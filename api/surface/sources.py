@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Path
-
 from partbuild.api.models.sources import ScanRequestedOut, SourceOut
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, Path, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "sources"
-SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=["raw_clicks"])]
+SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=("raw_clicks",))]
 
 
 class SourcesApi(Protocol):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Body, Path, Query
-
 from partbuild.api.models.common import QueryInt
 from partbuild.api.models.subscriptions import (
     DeadLetterListOut,
@@ -19,11 +17,11 @@ from partbuild.api.models.subscriptions import (
     SubscriptionRequest,
     SubscriptionWrittenOut,
 )
-from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, AsOfSeq, Limit, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, AsOfSeq, Body, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "subscriptions"
-SubscriptionNamePath = Annotated[str, Path(description="A subscription's name.", examples=["alerts"])]
+SubscriptionNamePath = Annotated[str, Path(description="A subscription's name.", examples=("alerts",))]
 
 
 class SubscriptionsApi(Protocol):

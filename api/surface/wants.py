@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Protocol
 
-from fastapi import Body, Path, Query
-
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
 from partbuild.api.models.wants import (
     ValidatedOut,
@@ -17,7 +15,7 @@ from partbuild.api.models.wants import (
     WantRequest,
     WantStateName,
 )
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Cursor, Limit, MinSeq, User, operation
+from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
 
 TAG = "wants"

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import Response, params
+from fastapi import Response
 from starlette.requests import Request
 
 from partbuild.api.app import create_app
@@ -37,6 +37,7 @@ from partbuild.api.auth import (
 from partbuild.api.errors import Unauthorized
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS, Operation
+from partbuild.api.surface.common import Body
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import Role
 
@@ -86,9 +87,7 @@ def _request(secured: Secured, operation: Operation, headers: dict[str, str]) ->
     for name, value in PATH_VALUES.items():
         path = path.replace("{" + name + "}", value)
     has_body = any(
-        isinstance(extra, params.Body)
-        for p in operation.parameters
-        for extra in getattr(p.annotation, "__metadata__", ())
+        isinstance(extra, Body) for p in operation.parameters for extra in getattr(p.annotation, "__metadata__", ())
     )
     body = b"{}" if has_body else None
     if has_body:

@@ -42,7 +42,6 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from fastapi import params
 from hypothesis import HealthCheck, given, settings
 from pydantic import BaseModel
 
@@ -53,6 +52,8 @@ from partbuild.api.models.runs import JobRunStateName
 from partbuild.api.models.wants import WantStateName
 from partbuild.api.service import Service
 from partbuild.api.surface import OPERATIONS
+from partbuild.api.surface.common import Marker
+from partbuild.api.surface.common import Path as InPath
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -343,8 +344,8 @@ def http_asker(http: Http) -> Ask:
             value = values.get(parameter.name)
             if value is None:
                 continue
-            marker = next(extra for extra in parameter.annotation.__metadata__ if isinstance(extra, params.Param))
-            if isinstance(marker, params.Path):
+            marker = next(extra for extra in parameter.annotation.__metadata__ if isinstance(extra, Marker))
+            if isinstance(marker, InPath):
                 path = path.replace(f"{{{parameter.name}:path}}", quote(value, safe="/"))
                 path = path.replace(f"{{{parameter.name}}}", quote(value, safe=""))
             else:
