@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -29,15 +29,11 @@ from partbuild.api.errors import (
     Unreachable,
     error_for_status,
 )
-from partbuild.api.models.wants import (
-    MAX_BATCH_REFS,
-    WantBatchCreatedOut,
-    WantBatchRequest,
-    WantCreatedOut,
-    WantRequest,
-)
 from partbuild.api.surface import OPERATIONS, USER_HEADER, Client, Operation
 from partbuild.api.surface.common import Body, Header, Marker, Path, Query
+
+if TYPE_CHECKING:  # a read builds only the models of what it reads (`Operation`)
+    from partbuild.api.models.wants import WantBatchCreatedOut, WantRequest
 
 __all__ = ["Client", "ClientError", "HttpClient", "ServerError", "Unreachable", "create_wants_chunked"]
 
@@ -156,7 +152,7 @@ def _type_name(returns: Any) -> str:
 
 def _client_method(operation: Operation) -> Callable[..., Any]:
     signature = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *operation.parameters]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *operation.declared_parameters]
     )
 
     def method(self: HttpClient, *args: Any, **kwargs: Any) -> Any:
@@ -184,6 +180,8 @@ def create_wants_chunked(
     first is sent, so that only a concurrent writer or a server's graph can refuse
     a later request, and then the error says what the earlier ones recorded.
     """
+    from partbuild.api.models.wants import WantBatchCreatedOut, WantBatchRequest, WantCreatedOut
+
     created: list[WantCreatedOut] = []
     first = last = 0
     chunks = [WantBatchRequest.model_construct(wants=chunk) for chunk in _chunks(requests)]
@@ -209,6 +207,8 @@ def create_wants_chunked(
 
 def _chunks(requests: list[WantRequest]) -> list[list[WantRequest]]:
     """Consecutive groups of wants of at most MAX_BATCH_REFS refs each: one request per group."""
+    from partbuild.api.models.wants import MAX_BATCH_REFS
+
     chunks: list[list[WantRequest]] = [[]]
     size = 0
     for request in requests:

@@ -15,34 +15,35 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from rich.console import Console, Group, RenderableType
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from partbuild.api.models.automation import ScheduleOut
-from partbuild.api.models.changes import ChangeOut
-from partbuild.api.models.common import PageOut
-from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
-from partbuild.api.models.operations import BucketLayoutOut
-from partbuild.api.models.partitions import (
-    CheckResultOut,
-    ChecksRequestedOut,
-    InstanceOut,
-    LineageNodeOut,
-    LineageOut,
-    RetentionReportOut,
-    StaleOut,
-)
-from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, RunLogLineOut
-from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
-from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
-from partbuild.state.rules.group import format_buckets
+# Annotations only: the log's modules bring SQLAlchemy, which a `--server` read does not need, and a command
+# builds the models of what it reads, not of every resource; rich.progress loads when a bar is shown.
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.progress import Progress
 
-if TYPE_CHECKING:  # annotations only: the log's modules bring SQLAlchemy, which a `--server` read does not need
+    from partbuild.api.models.automation import ScheduleOut
+    from partbuild.api.models.changes import ChangeOut
+    from partbuild.api.models.common import PageOut
+    from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
+    from partbuild.api.models.operations import BucketLayoutOut
+    from partbuild.api.models.partitions import (
+        CheckResultOut,
+        ChecksRequestedOut,
+        InstanceOut,
+        LineageNodeOut,
+        LineageOut,
+        RetentionReportOut,
+        StaleOut,
+    )
+    from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, RunLogLineOut
+    from partbuild.api.models.sources import ScanKeyRangeOut, SourceOut, SourceScanOut
+    from partbuild.api.models.wants import RefStatusOut, WantDetailOut, WantOut, WantTreeOut
     from partbuild.state.log.audit import AuditReport
     from partbuild.state.log.replay import Progress as ProgressCallback
 
@@ -540,6 +541,8 @@ def group_detail(group: GroupOut) -> Group:
             ("heartbeats", f"now ({when(group.now_ms)}), live within {group.member_timeout_s:g} s"),
         ]
     )
+    from partbuild.state.rules.group import format_buckets  # here: it brings the events' protobuf
+
     members = _table("TASK", "ROLE", "OWNED", "LOAD", "SHARING", "HOST", "PID", "LAST HEARTBEAT", "LIVE")
     for member in group.members:
         members.add_row(
@@ -634,6 +637,8 @@ def counter(description: str) -> Iterator[Callable[[int], None]]:
     if not err_console.is_terminal:
         yield lambda _: None
         return
+    from rich.progress import Progress, TextColumn
+
     columns = (TextColumn(description), TextColumn("{task.completed:,}"))
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task(description, total=None)
@@ -654,6 +659,8 @@ def progress(description: str, start: int, end: int) -> Iterator[ProgressCallbac
 
 def progress_bar(description: str, *, show: bool = True) -> Progress:
     """A transient bar with count and time left on stderr, shown only on a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     columns = (TextColumn(description), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     return Progress(*columns, console=err_console, transient=True, disable=not (show and err_console.is_terminal))
 

@@ -18,10 +18,9 @@ its models, its method on the resource's service class, and its test.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from dataclasses import dataclass
-from typing import Protocol, get_type_hints
+from typing import Protocol
 
 from partbuild.api.surface.audit import AuditApi
 from partbuild.api.surface.automation import AutomationApi
@@ -113,14 +112,7 @@ def _operations() -> dict[str, Operation]:
             if marks is None:
                 continue
             assert name not in found, f"operation {name!r} is declared twice"
-            hints = get_type_hints(function, include_extras=True)
-            parameters = tuple(
-                parameter.replace(annotation=hints[parameter.name])
-                for parameter in list(inspect.signature(function).parameters.values())[1:]  # without self
-            )
-            found[name] = Operation(
-                name=name, resource=resource.name, parameters=parameters, returns=hints["return"], **marks
-            )
+            found[name] = Operation(name=name, resource=resource.name, declared=function, **marks)
     return found
 
 

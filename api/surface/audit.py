@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
-from partbuild.api.models.audit import AuditOut
 from partbuild.api.models.common import QueryBool, QueryInt
 from partbuild.api.surface.common import AsOfSeq, Query, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.audit import AuditOut
 
 TAG = "audit"
 

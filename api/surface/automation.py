@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
-from partbuild.api.models.automation import AutomationOut, ScheduleControlRequest, ScheduleWrittenOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, MinSeq, Path, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.automation import AutomationOut, ScheduleControlRequest, ScheduleWrittenOut
 
 TAG = "automation"
 ScheduleNamePath = Annotated[str, Path(description="A schedule's name.", examples=("nightly",))]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
-from partbuild.api.models.changes import ChangeOut
 from partbuild.api.models.common import PageOut, QueryInt
 from partbuild.api.surface.common import MAX_SEQ, Cursor, Limit, MinSeq, Query, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.changes import ChangeOut
 
 TAG = "changes"
 

@@ -9,10 +9,13 @@ command imports no FastAPI.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 from partbuild.api.models.common import MAX_PAGE, MAX_SAFE_INT, QueryInt
 from partbuild.state.ops.roles import Role
@@ -79,7 +82,11 @@ T = TypeVar("T", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Operation:
-    """One operation of the API and its HTTP route."""
+    """One operation of the API and its HTTP route.
+
+    Its parameters' and result's types resolve on first use, importing the resource's models then: the
+    HTTP client of a `--server` command builds only the models of the operations it calls.
+    """
 
     name: str
     resource: str  # the module of `partbuild.api.surface` that declares it: its router, tag, models and service
@@ -87,8 +94,7 @@ class Operation:
     path: str  # under /api/v1 unless `versioned` is false
     status: int
     summary: str
-    parameters: tuple[inspect.Parameter, ...]  # annotations resolved, FastAPI markers included
-    returns: Any
+    declared: Callable[..., Any]  # the protocol's method
     role: Role | None  # the least role a token needs to call it (None: open to all, like /healthz)
     versioned: bool = True
     inline: bool = False  # served on the event loop: cheaper than a worker thread for tiny calls
@@ -96,6 +102,53 @@ class Operation:
     @property
     def route(self) -> str:
         return f"/api/v1{self.path}" if self.versioned else self.path
+
+    @property
+    def declared_parameters(self) -> tuple[inspect.Parameter, ...]:
+        """The parameters without self, annotations unresolved: names, kinds and defaults, enough to bind a call."""
+        return tuple(list(inspect.signature(self.declared).parameters.values())[1:])
+
+    @functools.cached_property
+    def parameters(self) -> tuple[inspect.Parameter, ...]:
+        """The parameters without self, annotations resolved, markers included."""
+        hints = self._hints
+        return tuple(parameter.replace(annotation=hints[parameter.name]) for parameter in self.declared_parameters)
+
+    @functools.cached_property
+    def returns(self) -> Any:
+        return self._hints["return"]
+
+    @functools.cached_property
+    def _hints(self) -> dict[str, Any]:
+        module = sys.modules[self.declared.__module__]
+        return get_type_hints(self.declared, localns=_ModelNames(vars(module), self.resource), include_extras=True)
+
+
+class _ModelNames(Mapping[str, Any]):
+    """The names a declaration's annotations use: its module's, then its resource's models (imported on first use).
+
+    A resource's declarations import its models (`partbuild.api.models.<resource>`) for type checkers
+    only; the common ones (`partbuild.api.models.common`) they import as they are.
+    """
+
+    def __init__(self, names: dict[str, Any], resource: str) -> None:
+        self._names = names
+        self._resource = resource
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._names:
+            return self._names[name]
+        models = importlib.import_module(f"partbuild.api.models.{self._resource}")
+        try:
+            return getattr(models, name)
+        except AttributeError:
+            raise KeyError(name) from None  # a builtin, or a name of nowhere: eval goes on to the builtins
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def operation(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
-from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
 from partbuild.api.surface.common import AsOfSeq, MinSeq, Path, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
 
 TAG = "jobs"
 NamePath = Annotated[str, Path(description="A job's label or a source dataset's name (a job first).")]

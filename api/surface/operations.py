@@ -6,12 +6,14 @@ namespace.
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from partbuild.api.models.common import WrittenOut
-from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, MinSeq, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest
 
 TAG = "operations"
 

@@ -6,32 +6,31 @@ Refs contain slashes, so ref routes end in `{ref:path}` behind a fixed word
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 from partbuild.api.models.common import PageOut, QueryInt, WrittenOut
-from partbuild.api.models.partitions import (
-    MAX_LINEAGE_DEPTH,
-    ChecksRequestedOut,
-    ChecksRunRequest,
-    InstanceOut,
-    InstanceStateName,
-    LineageOut,
-    ObserveRequest,
-    RetentionReportOut,
-    RetentionRequest,
-    StaleOut,
-    TaintRequest,
-)
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.partitions import (
+        MAX_LINEAGE_DEPTH,
+        ChecksRequestedOut,
+        ChecksRunRequest,
+        InstanceOut,
+        InstanceStateName,
+        LineageOut,
+        ObserveRequest,
+        RetentionReportOut,
+        RetentionRequest,
+        StaleOut,
+        TaintRequest,
+    )
 
 TAG = "partitions"
 UuidPath = Annotated[str, Path(description="A partition instance's UUID.")]
 RefPath = Annotated[str, Path(description="A partition ref; its slashes stay slashes.")]
 Direction = Literal["upstream", "downstream", "both"]
-InstanceStateFilter = Annotated[
-    InstanceStateName | None, Query(alias="state", description="Only current instances in this state.")
-]
 
 StaleFilter = Annotated[
     bool,
@@ -52,7 +51,9 @@ class PartitionsApi(Protocol):
     def partitions(
         self,
         prefix: Annotated[str, Query(max_length=4096, description="Only refs starting with this.")] = "",
-        state_filter: InstanceStateFilter = None,
+        state_filter: Annotated[
+            InstanceStateName | None, Query(alias="state", description="Only current instances in this state.")
+        ] = None,
         stale_filter: StaleFilter = False,
         unwanted_filter: UnwantedFilter = False,
         cursor: Cursor = None,

@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from partbuild.api.models.common import CancelRequest, PageOut, QueryFloat, QueryInt, WrittenOut
-from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName, RunLogsOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.runs import JobRunDetailOut, JobRunOut, JobRunStateName, RunLogsOut
 
 TAG = "job runs"
 RunIdPath = Annotated[str, Path(description="A job run's id.")]
 MAX_LOG_PAGE = 5000
 MAX_FOLLOW_S = 30.0
-RunStateFilter = Annotated[JobRunStateName | None, Query(alias="state", description="Only job runs in this state.")]
 
 
 class RunsApi(Protocol):
     @operation("GET", "/job-runs", "List job runs, oldest first", role=Role.READER)
     def job_runs(
         self,
-        state_filter: RunStateFilter = None,
+        state_filter: Annotated[
+            JobRunStateName | None, Query(alias="state", description="Only job runs in this state.")
+        ] = None,
         job: Annotated[str | None, Query(max_length=256, description="Only runs of this job.")] = None,
         cursor: Cursor = None,
         limit: Limit = 100,

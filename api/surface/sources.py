@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
-from partbuild.api.models.sources import ScanRequestedOut, SourceOut
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, MinSeq, Path, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.sources import ScanRequestedOut, SourceOut
 
 TAG = "sources"
 SourceNamePath = Annotated[str, Path(description="A source dataset's name.", examples=("raw_clicks",))]

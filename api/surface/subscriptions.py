@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from partbuild.api.models.common import QueryInt
-from partbuild.api.models.subscriptions import (
-    DeadLetterListOut,
-    DeadLetterRequest,
-    DeadLettersMovedOut,
-    OffsetResetRequest,
-    ReshardSubscriptionRequest,
-    SubscriptionCreatedOut,
-    SubscriptionDetailOut,
-    SubscriptionListOut,
-    SubscriptionRequest,
-    SubscriptionWrittenOut,
-)
 from partbuild.api.surface.common import ANONYMOUS, MAX_SEQ, AsOfSeq, Body, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
+
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.subscriptions import (
+        DeadLetterListOut,
+        DeadLetterRequest,
+        DeadLettersMovedOut,
+        OffsetResetRequest,
+        ReshardSubscriptionRequest,
+        SubscriptionCreatedOut,
+        SubscriptionDetailOut,
+        SubscriptionListOut,
+        SubscriptionRequest,
+        SubscriptionWrittenOut,
+    )
 
 TAG = "subscriptions"
 SubscriptionNamePath = Annotated[str, Path(description="A subscription's name.", examples=("alerts",))]

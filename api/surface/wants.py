@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
-from partbuild.api.models.wants import (
-    ValidatedOut,
-    WantBatchCreatedOut,
-    WantBatchRequest,
-    WantCreatedOut,
-    WantDetailOut,
-    WantOut,
-    WantRequest,
-    WantStateName,
-)
 from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
 from partbuild.state.ops.roles import Role
 
+if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
+    from partbuild.api.models.wants import (
+        ValidatedOut,
+        WantBatchCreatedOut,
+        WantBatchRequest,
+        WantCreatedOut,
+        WantDetailOut,
+        WantOut,
+        WantRequest,
+        WantStateName,
+    )
+
 TAG = "wants"
 WantIdPath = Annotated[str, Path(description="A want's id.")]
-WantStateFilter = Annotated[WantStateName | None, Query(alias="state", description="Only wants in this state.")]
 
 
 class WantsApi(Protocol):
@@ -40,7 +41,9 @@ class WantsApi(Protocol):
     @operation("GET", "/wants", "List wants, oldest first", role=Role.READER)
     def wants(
         self,
-        state_filter: WantStateFilter = None,
+        state_filter: Annotated[
+            WantStateName | None, Query(alias="state", description="Only wants in this state.")
+        ] = None,
         ref: Annotated[str | None, Query(max_length=4096, description="Only wants naming this ref.")] = None,
         root: Annotated[str | None, Query(max_length=256, description="Only wants under this root want.")] = None,
         cursor: Cursor = None,
