@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import inspect
 import re
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+from urllib.request import getproxies
 
-import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from partbuild.api.errors import (
@@ -29,6 +30,7 @@ from partbuild.api.errors import (
     Unreachable,
     error_for_status,
 )
+from partbuild.api.lean_httpx import httpx
 from partbuild.api.surface import OPERATIONS, USER_HEADER, Client, Operation
 from partbuild.api.surface.common import Body, Header, Marker, Path, Query
 
@@ -57,7 +59,9 @@ class HttpClient(Client):
             if not (token.isascii() and token.isprintable()):  # never echo it: it is a secret
                 raise InvalidInput("the token must be printable ASCII (as `partbuild tokens add` prints it)")
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=headers)
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers, verify=_tls(self.base_url)
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -92,6 +96,18 @@ class HttpClient(Client):
         except ValidationError:
             expected = _type_name(operation.returns)
             raise ServerError(f"the server's answer is not a {expected} of the partbuild API") from None
+
+
+def _tls(base_url: str) -> ssl.SSLContext | bool:
+    """How to check certificates: as httpx does for https or through a proxy; else a context that trusts no one.
+
+    Requests go to the base URL only and redirects are not followed, so plain HTTP with no proxy never uses
+    TLS, and loading the CA bundle would be a large part of a short command's start-up. Were TLS used
+    anyway, it would fail rather than go unchecked.
+    """
+    if base_url.startswith("https://") or getproxies():
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class _Request:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from partbuild.api.models.partitions import InstanceStateName
+from partbuild.api.models.common import InstanceStateName
 from partbuild.api.models.runs import JobRunStateName
 from partbuild.api.models.wants import WantStateName
 

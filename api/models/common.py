@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -20,6 +20,21 @@ MAX_SAFE_INT = 2**53 - 1
 _DECIMAL = re.compile(r"-?[0-9]+")
 # A JSON number as text (what a client's str() of a float gives too: "2.5", "1e-05"); no "inf", "nan", "0x1".
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+# Every resource shows instances' states (a want's refs, changes): here, not with the partition models.
+# "gone": was Live source data that a completed scan no longer found (its directory was removed).
+InstanceStateName = Literal[
+    "missing",
+    "building",
+    "upstream_building",
+    "up_for_retry",
+    "live",
+    "failed",
+    "upstream_failed",
+    "tainted",
+    "canceled",
+    "gone",
+]
 
 
 def _valid_ref(ref: str) -> str:

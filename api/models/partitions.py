@@ -7,25 +7,19 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from partbuild.api.models.common import MAX_COMMENT, JsonInt, NonNegative, Ref, StrictRequest, WrittenOut
+from partbuild.api.models.common import (
+    MAX_COMMENT,
+    InstanceStateName,
+    JsonInt,
+    NonNegative,
+    Ref,
+    StrictRequest,
+    WrittenOut,
+)
 from partbuild.state.rules.refs import MAX_REF_BYTES
 
 MAX_LINEAGE_DEPTH = 50
 MAX_VERSION = 1_024  # an ETag, a content hash, size and mtime: short
-
-# "gone": was Live source data that a completed scan no longer found (its directory was removed).
-InstanceStateName = Literal[
-    "missing",
-    "building",
-    "upstream_building",
-    "up_for_retry",
-    "live",
-    "failed",
-    "upstream_failed",
-    "tainted",
-    "canceled",
-    "gone",
-]
 
 
 class TaintRequest(StrictRequest):

@@ -6,8 +6,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
-from partbuild.api.models.common import ID_PATTERN, MAX_COMMENT, NonNegative, Ref, StrictRequest, WrittenOut
-from partbuild.api.models.partitions import InstanceStateName
+from partbuild.api.models.common import (
+    ID_PATTERN,
+    MAX_COMMENT,
+    InstanceStateName,
+    NonNegative,
+    Ref,
+    StrictRequest,
+    WrittenOut,
+)
 
 MAX_BATCH_REFS = 10_000
 # Words that follow /wants/ in a route of their own: a want with such an id could never be read at
