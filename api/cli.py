@@ -199,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: one line on stderr, exit code 2 for bad input and 1 for failures."""
     args = list(sys.argv[1:] if argv is None else argv)
     # pydantic looks for plugins in every installed package's metadata when it builds its first model: a
-    # large part of a `--server` read's start-up, and partbuild uses none. Set it (to "") to look anyway.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # large part of a `--server` read's start-up, and a client's answers need none. Only there: `serve`, `up`
+    # and `run` keep whatever plugins the user installed. Set it (to "") to look anyway.
+    if any(arg == "--server" or arg.startswith("--server=") for arg in args):
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="partbuild")))
         sys.exit(0)
