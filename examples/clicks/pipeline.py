@@ -231,7 +231,8 @@ def graph() -> Graph:
     """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS.
 
     With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`; with
-    PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB.
+    PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB; with
+    PARTBUILD_CLICKS_CHECKS=0 the quality checks are left out (the floor benchmarks check nothing).
     """
     root = Path(os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data")).absolute()
     discovery = None
@@ -240,7 +241,13 @@ def graph() -> Graph:
 
         discovery = filesystem_discovery(root / "raw" / "clicks", RAW_KEYS)
     days = int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28"))
-    return build_graph(root, days, raw_discovery=discovery, publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None)
+    return build_graph(
+        root,
+        days,
+        raw_discovery=discovery,
+        checks=os.environ.get("PARTBUILD_CLICKS_CHECKS", "1") != "0",
+        publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
