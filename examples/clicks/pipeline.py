@@ -215,8 +215,18 @@ def build_graph(
     else:
         raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
     daily_run = run_daily if stage_raw is None else run_daily_staged
-    daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2)
-    weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2)
+    daily = Job(
+        "daily_clicks",
+        [DAILY],
+        run=daily_run,
+        inputs=daily_inputs,
+        batch_size=daily_batch,
+        max_concurrency=2,
+        uses_spark=True,
+    )
+    weekly = Job(
+        "weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2, uses_spark=True
+    )
     if checks:
         daily, weekly = replace(daily, checks=DAILY_CHECKS), replace(weekly, checks=WEEKLY_CHECKS)
     if publish is not None:
