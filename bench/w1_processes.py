@@ -7,10 +7,10 @@ Both sides are whole processes from a cold start: interpreter, imports, JVM, the
 
 The 28-day raw data is generated once; then `--rounds` rounds, each running every side once in a
 rotating order so all see the same load: the floor process; partbuild's `want` process (the weekly
-refs, as `make run`) then its `run --until-idle` process, on a fresh SQLite log and warehouse. Both
-sides leave the quality checks out (PARTBUILD_CLICKS_CHECKS=0): the floor checks nothing.
+refs, as `make run`) then its `run --until-idle` process, on a fresh SQLite log and warehouse. The
+graph is examples/clicks/pipeline.py's W1 without the quality checks (the floor checks nothing).
 `--before DIR` adds a side: the same two processes with the partbuild of another checkout (its own
-.venv), e.g. main's, on this checkout's graph file. The weeklies of every side are compared (rows and
+.venv), e.g. main's, each loading W1 from its own package. The weeklies of every side are compared (rows and
 a digest of the sorted url, count pairs): a side that built something else stops the benchmark.
 
 partbuild's breakdown comes from its log's event times: the `want` process; the `run` process from
@@ -43,7 +43,13 @@ sys.path.insert(0, str(REPO))  # the repo root, for `examples`
 from examples.clicks.pipeline import weekly_ref, weeks_in_range  # noqa: E402
 
 TARGET_RATIO = 1.05
-GRAPH = REPO / "examples" / "clicks" / "pipeline.py"
+# The W1 graph without checks, from the `partbuild` package of whichever checkout loads it (a `--before`
+# checkout may predate PARTBUILD_CLICKS_CHECKS, or a Job field this one's pipeline.py sets).
+GRAPH_TEXT = """import os
+from partbuild.examples.clicks.pipeline import build_graph
+def graph():
+    return build_graph(os.environ["PARTBUILD_CLICKS_ROOT"], int(os.environ["PARTBUILD_CLICKS_DAYS"]), checks=False)
+"""
 
 
 @dataclass
@@ -83,10 +89,12 @@ def run_floor(data: Path, work: Path, days: int, env: dict[str, str]) -> tuple[f
 def run_partbuild(exe: Path, days: int, work: Path, env: dict[str, str]) -> tuple[float, dict[str, float], Path]:
     """`want` then `run --until-idle` on a fresh log and warehouse; (seconds, phases, the weeklies' root)."""
     db = f"sqlite:///{work / 'partbuild.db'}"
+    graph = work / "w1_graph.py"
+    graph.write_text(GRAPH_TEXT)
     refs = [weekly_ref(week) for week in weeks_in_range(days)]
-    want_s = run_process([str(exe), "want", "--db", db, "--graph", str(GRAPH), *refs], env, work / "want.log")
+    want_s = run_process([str(exe), "want", "--db", db, "--graph", str(graph), *refs], env, work / "want.log")
     run_started_ms = time.time() * 1000
-    command = [str(exe), "run", "--db", db, "--graph", str(GRAPH), "--warehouse", str(work / "warehouse")]
+    command = [str(exe), "run", "--db", db, "--graph", str(graph), "--warehouse", str(work / "warehouse")]
     run_s = run_process([*command, "--until-idle"], env, work / "run.log")
     run_ended_ms = run_started_ms + run_s * 1000
     with sqlite3.connect(work / "partbuild.db") as conn:
@@ -135,7 +143,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="w1-processes-") as tmp:
         data = Path(tmp) / "data"
         env = {**os.environ, "PARTBUILD_CLICKS_ROOT": str(data), "PARTBUILD_CLICKS_DAYS": str(args.days)}
-        env["PARTBUILD_CLICKS_CHECKS"] = "0"
         generate = [sys.executable, "-m", "examples.clicks.generate", "--root", str(data), "--days", str(args.days)]
         run_process([*generate, "--rows", str(args.rows)], {**env, "PYTHONPATH": str(REPO)}, Path(tmp) / "gen.log")
         names = list(sides)
