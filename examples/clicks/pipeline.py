@@ -215,18 +215,9 @@ def build_graph(
     else:
         raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
     daily_run = run_daily if stage_raw is None else run_daily_staged
-    daily = Job(
-        "daily_clicks",
-        [DAILY],
-        run=daily_run,
-        inputs=daily_inputs,
-        batch_size=daily_batch,
-        max_concurrency=2,
-        uses_spark=True,
-    )
-    weekly = Job(
-        "weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2, uses_spark=True
-    )
+    both: dict[str, Any] = {"max_concurrency": 2, "uses_spark": True}  # `run` starts Spark early for them
+    daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, **both)
+    weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, **both)
     if checks:
         daily, weekly = replace(daily, checks=DAILY_CHECKS), replace(weekly, checks=WEEKLY_CHECKS)
     if publish is not None:
