@@ -159,7 +159,6 @@ def _served(annotation: Any) -> Any:
     """A declared parameter's annotation with its marker as FastAPI's of the same name and arguments."""
     metadata = getattr(annotation, "__metadata__", ())
     served = tuple(
-        _FASTAPI_MARKERS[type(extra)](**extra.arguments()) if isinstance(extra, Marker) else extra
-        for extra in metadata
+        _FASTAPI_MARKERS[type(extra)](**extra.arguments()) if isinstance(extra, Marker) else extra for extra in metadata
     )
     return Annotated[(annotation.__origin__, *served)] if metadata else annotation

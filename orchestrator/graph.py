@@ -196,6 +196,9 @@ class Job:
     # and formatting leave it, a change of the function's code moves it, code it calls does not: see
     # orchestrator/code_versions.py). Live instances built by another version are stale (state/rules/staleness.py).
     code_version: str | None = None
+    # Its runs use `ctx.spark`: a `partbuild run` with work to do starts the session in the background at
+    # once, while it reads the log and decides, rather than when the first run asks (seconds later).
+    uses_spark: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))

@@ -82,16 +82,34 @@ class LazySpark:
         holder._session = session
         return holder
 
-    def get(self) -> Any:
+    def get(self, why: str = "for the first job run that uses it") -> Any:
         """The session, started now if it was not yet (None only for a holder of no session)."""
         with self._lock:
             if self._session is None and self._start is not None:
-                logger.info("starting %s for the first job run that uses it", self.describe)
+                logger.info("starting %s %s", self.describe, why)
                 try:
                     self._session = self._start()
                 except Exception as exc:  # no Java, a bad master URL: one line, not a py4j traceback
                     raise RuntimeError(f"cannot start {self.describe}: {_first_line(exc)}") from exc
             return self._session
+
+    def start_in_background(self) -> threading.Thread:
+        """Start the session now in a thread of its own (returned), while this process does other work.
+
+        For a process that will surely need Spark: its JVM starts meanwhile instead of after, and a job
+        run asking for the session waits for this start. A failure here is only logged: the first run
+        that asks tries again and fails with the reason, as without an early start.
+        """
+
+        def start() -> None:
+            try:
+                self.get(why="in the background, while the log is read")
+            except RuntimeError as exc:
+                logger.warning("%s; the first job run that uses it tries again", exc)
+
+        thread = threading.Thread(target=start, name="partbuild-spark-start", daemon=True)
+        thread.start()
+        return thread
 
     @property
     def started(self) -> Any:

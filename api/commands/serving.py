@@ -377,20 +377,20 @@ def run(
     With --group, join a worker group: decide only for the buckets this worker
     owns; exit 3 if the group declares it dead (its heartbeats stopped too long).
     """
-    from partbuild.orchestrator.loop import Orchestrator
-    from partbuild.orchestrator.spark import lazy_spark_session
-
     configure_logging()  # first: validating the bucketing options may log (ranges without round-robin)
     group = _group_config(group_name, group_buckets, member_timeout)
     bucketing = None if group is not None else bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     stop = threading.Event()
     with open_database(db_url, must_exist=False) as db, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
+        spark = _lazy_spark(graph, db, master, dict(spark_conf))
+        from partbuild.orchestrator.loop import Orchestrator  # after: a JVM starting early starts meanwhile
+
         orchestrator = Orchestrator(
             db,
             graph,
             warehouse=warehouse,
-            spark=lazy_spark_session(master, conf=dict(spark_conf)),  # started by the first job run
+            spark=spark,
             snapshots=db.log.snapshots,
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
@@ -410,6 +410,20 @@ def run(
             _run_until_idle(orchestrator, timeout, stop)
         else:
             orchestrator.run(stop)
+
+
+def _lazy_spark(graph: Any, db: Any, master: str | None, conf: dict[str, str]) -> Any:
+    """The process's session, started by the first job run that uses it, or now in the background.
+
+    Now when a job says it uses Spark and the log has anything in it: its JVM then starts while the
+    orchestrator is imported, folds the log and decides, instead of after.
+    """
+    from partbuild.orchestrator.spark import lazy_spark_session
+
+    spark = lazy_spark_session(master, conf=conf)
+    if any(job.uses_spark for job in graph.jobs.values()) and db.log.head() > 0:
+        spark.start_in_background()
+    return spark
 
 
 def _run_until_idle(orchestrator: Any, timeout: float, stop: threading.Event) -> None:

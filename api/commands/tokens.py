@@ -13,7 +13,6 @@ import click
 from rich.table import Table
 
 from partbuild.api import render
-from partbuild.api.auth import is_loopback
 from partbuild.api.commands.common import BadInput, db_option, json_option, open_database
 from partbuild.state.database import Database
 from partbuild.state.ops.tokens import Role, TokenExists, UnknownToken
@@ -29,6 +28,8 @@ insecure_option = click.option(
 
 def refuse_open_access(host: str, insecure: bool, db: Database) -> None:
     """Exit 2 when `host` is not loopback and access would be open (no tokens), unless `insecure`."""
+    from partbuild.api.auth import is_loopback  # here: `run` imports this module, and auth imports FastAPI
+
     if insecure or is_loopback(host) or db.tokens.all():
         return
     raise BadInput(

@@ -217,8 +217,9 @@ def build_graph(
     else:
         raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
     daily_run = run_daily if stage_raw is None else run_daily_staged
-    daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, max_concurrency=2)
-    weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, max_concurrency=2)
+    both: dict[str, Any] = {"max_concurrency": 2, "uses_spark": True}  # `run` starts Spark early for them
+    daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, **both)
+    weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, **both)
     if checks:
         daily, weekly = replace(daily, checks=DAILY_CHECKS), replace(weekly, checks=WEEKLY_CHECKS)
     if publish is not None:
@@ -233,7 +234,8 @@ def graph() -> Graph:
     """The graph `load_graph` picks up: root and day count from PARTBUILD_CLICKS_ROOT / PARTBUILD_CLICKS_DAYS.
 
     With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`; with
-    PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB.
+    PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB; with
+    PARTBUILD_CLICKS_CHECKS=0 the quality checks are left out (the floor benchmarks check nothing).
     """
     root = Path(os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data")).absolute()
     discovery = None
@@ -242,7 +244,13 @@ def graph() -> Graph:
 
         discovery = filesystem_discovery(root / "raw" / "clicks", RAW_KEYS)
     days = int(os.environ.get("PARTBUILD_CLICKS_DAYS", "28"))
-    return build_graph(root, days, raw_discovery=discovery, publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None)
+    return build_graph(
+        root,
+        days,
+        raw_discovery=discovery,
+        checks=os.environ.get("PARTBUILD_CLICKS_CHECKS", "1") != "0",
+        publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

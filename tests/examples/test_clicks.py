@@ -81,3 +81,14 @@ def test_the_env_configured_graph_publishes_tables_on_request(tmp_path: Path, mo
         "daily_clicks": Publish("clicks.daily_clicks"),
         "weekly_clicks": Publish("clicks.weekly_clicks"),
     }
+
+
+def test_the_env_configured_graph_leaves_the_checks_out_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = REPO_ROOT / "examples" / "clicks" / "pipeline.py"
+    monkeypatch.setenv("PARTBUILD_CLICKS_ROOT", str(tmp_path))
+    checks = {label: [check.name for check in job.checks] for label, job in load_graph(pipeline).jobs.items()}
+    assert checks == {"daily_clicks": ["daily_not_empty"], "weekly_clicks": ["weekly_total_matches_dailies"]}
+    monkeypatch.setenv("PARTBUILD_CLICKS_CHECKS", "0")
+    assert [job.checks for job in load_graph(pipeline).jobs.values()] == [(), ()]

@@ -48,6 +48,25 @@ def test_a_failed_start_names_the_master_in_one_line_and_is_tried_again() -> Non
     assert lazy.get() is start.session and start.calls == 2  # a cluster that came back is used
 
 
+def test_a_start_in_the_background_is_the_one_every_get_then_uses() -> None:
+    start = CountingStart(object())
+    lazy = LazySpark(start, describe="Spark local[2]")
+    lazy.start_in_background().join()
+    assert lazy.started is start.session and start.calls == 1
+    assert lazy.get() is start.session and start.calls == 1
+
+
+def test_a_failed_start_in_the_background_is_logged_and_left_to_the_first_get(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    start = CountingStart(object(), failures=1)
+    lazy = LazySpark(start, describe="Spark bogus")
+    lazy.start_in_background().join()
+    assert lazy.started is None
+    assert "cannot start Spark bogus: ValueError: Could not parse Master URL: 'bogus'" in caplog.text
+    assert lazy.get() is start.session and start.calls == 2
+
+
 def test_a_holder_of_no_session_gives_none() -> None:
     assert LazySpark.of(None).get() is None and LazySpark.of(None).started is None
 
