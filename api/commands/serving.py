@@ -383,7 +383,7 @@ def run(
     graph = read_graph(graph_path)
     stop = threading.Event()
     with open_database(db_url, must_exist=False) as db, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
-        spark = _lazy_spark(graph, db, master, dict(spark_conf))
+        spark = _lazy_spark(graph, db, master, dict(spark_conf), shared=group is not None or bucketing is not None)
         from partbuild.orchestrator.loop import Orchestrator  # after: a JVM starting early starts meanwhile
 
         orchestrator = Orchestrator(
@@ -412,16 +412,18 @@ def run(
             orchestrator.run(stop)
 
 
-def _lazy_spark(graph: Any, db: Any, master: str | None, conf: dict[str, str]) -> Any:
+def _lazy_spark(graph: Any, db: Any, master: str | None, conf: dict[str, str], *, shared: bool) -> Any:
     """The process's session, started by the first job run that uses it, or now in the background.
 
     Now when a job says it uses Spark and the log has anything in it: its JVM then starts while the
-    orchestrator is imported, folds the log and decides, instead of after.
+    orchestrator is imported, folds the log and decides, instead of after. Not for a worker that shares the
+    work (a group member, a bucket): it may own none of it, and a JVM nobody uses takes the cores of those
+    that build.
     """
     from partbuild.orchestrator.spark import lazy_spark_session
 
     spark = lazy_spark_session(master, conf=conf)
-    if any(job.uses_spark for job in graph.jobs.values()) and db.log.head() > 0:
+    if not shared and any(job.uses_spark for job in graph.jobs.values()) and db.log.head() > 0:
         spark.start_in_background()
     return spark
 
