@@ -297,14 +297,13 @@ def _refreshed(last: LiveCells, state: BuildState, refs: list[str], added: list[
     refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
     per ref is then as cheap).
     """
-    cells, tracked, seen = last.cells, last.instances, last.seen
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
         fresh = added if added is not None else sorted(set(refs).difference(last.refs))
         if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
             return None
         cells, tracked, seen = _spliced_in(last, fresh)
     else:
-        cells, tracked, seen = list(cells), list(tracked), list(seen)
+        cells, tracked, seen = list(last.cells), list(last.instances), list(last.seen)
     moved = [
         index
         for index, instance, was, cell in zip(range(len(refs)), tracked, seen, cells, strict=True)
