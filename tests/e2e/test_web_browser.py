@@ -252,6 +252,13 @@ def test_an_instances_lineage_graph_has_the_apis_nodes_and_edges(world: World, o
     expect(tab.page.locator("#lineage-status")).to_have_attribute("data-nodes", "5")
     shallow = _drawn_lineage(tab)
     assert shallow == _api_lineage(world, tab) and same_document(tab.page)
+    # The browser's own change event when the field loses focus (to a click on a node) changes nothing: no
+    # redraw, which would replace the node under the click (a redraw says "pending" before it fetches).
+    state_right_after = """() => {
+        document.querySelector("[data-testid=lineage-depth]").dispatchEvent(new Event("change", {bubbles: true}));
+        return document.querySelector("#lineage-status").getAttribute("data-state");
+    }"""
+    assert tab.page.evaluate(state_right_after) == "drawn"
     # Each node links to its instance page.
     daily = next(uuid for uuid, output in edges if output == world.new_weekly)
     tab.page.locator(f"[data-testid=lineage-node][data-uuid='{daily}'] a").click()

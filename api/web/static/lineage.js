@@ -142,11 +142,15 @@
     var controls = document.getElementById("lineage-controls");
     if (controls) {
       controls.addEventListener("change", function () {
-        box.setAttribute("data-direction", controls.elements.direction.value);
-        box.setAttribute("data-depth", controls.elements.depth.value || "0");
+        var direction = controls.elements.direction.value, depth = controls.elements.depth.value || "0";
+        // A change event with nothing changed (the browser's own, when a field edited and already applied
+        // loses focus, e.g. to a click on a node) must not redraw: it would replace the node under the click.
+        if (direction === box.getAttribute("data-direction") && depth === box.getAttribute("data-depth")) { return; }
+        box.setAttribute("data-direction", direction);
+        box.setAttribute("data-depth", depth);
         var url = new URL(window.location.href);
-        url.searchParams.set("direction", controls.elements.direction.value);
-        url.searchParams.set("depth", controls.elements.depth.value || "0");
+        url.searchParams.set("direction", direction);
+        url.searchParams.set("depth", depth);
         window.history.replaceState(null, "", url.toString());
         load(box);
       });
