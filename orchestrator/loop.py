@@ -61,6 +61,11 @@ from partbuild.state.rules.bucketing import BucketingConfig
 
 logger = logging.getLogger("partbuild.orchestrator")
 
+# While steps keep finding nothing, the poll for other processes' appends backs off, doubling this many times
+# (to 8 poll intervals): this process's own appends (its runs ending, the scanner, the group) wake the loop at
+# once, and on two cores every idle step is time taken from the Spark jobs in flight.
+POLL_BACKOFF_DOUBLINGS = 3
+
 
 class Orchestrator:
     """Turns wants recorded in the log into job runs, and job runs into built partitions."""
@@ -103,6 +108,7 @@ class Orchestrator:
         self._listener = log.append_listener()
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
+        self._quiet_steps = 0  # steps in a row that folded and did nothing: the poll backs off
         self.retention = retention
         # Decide only for the refs of this bucket (None: all). `run --bucket-*` makes one now (round-robin
         # records the bucket after the log's last one); a group member decides for the buckets it owns.
@@ -237,7 +243,7 @@ class Orchestrator:
     def step(self) -> bool:
         """One round of read, decide, append, act. Returns whether anything happened."""
         self._check_member()
-        self.catch_up()
+        folded = self.catch_up()
         self._stop_runs_the_log_ended()
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
@@ -278,7 +284,9 @@ class Orchestrator:
         reacting = self.reactor.next_due_ms if self.reactor.pending else None
         due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms, reacting)
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
-        return bool(events) or observed or dispatched or rechecking
+        busy = bool(events) or observed or dispatched or rechecking
+        self._quiet_steps = 0 if busy or folded else self._quiet_steps + 1
+        return busy
 
     def _stop_runs_the_log_ended(self) -> None:
         """Stop the runs in flight here that the fold has ended (O(runs in flight), not O(all runs)).
@@ -410,13 +418,18 @@ class Orchestrator:
     def _wait(self) -> None:
         """Sleep until something may have changed: an append, a wake-up, or a retry/expiry coming due."""
         if self._listener is None or self._wake.is_set():
-            self._wake.wait(self.poll_interval_s)
+            backed_off = self.poll_interval_s * 2 ** min(self._quiet_steps, POLL_BACKOFF_DOUBLINGS)
+            # Never below the poll interval (as before): a due time already past is the next step's to handle.
+            self._wake.wait(max(self.poll_interval_s, self._until_due(backed_off)))
         else:
-            timeout = self.listen_timeout_s
-            if self._next_due_ms is not None:
-                timeout = min(timeout, max(0.0, (self._next_due_ms - self.clock()) / 1000))
-            self._listener.wait(timeout)
+            self._listener.wait(self._until_due(self.listen_timeout_s))
         self._wake.clear()
+
+    def _until_due(self, timeout_s: float) -> float:
+        """`timeout_s`, or less when a retry, an expiry, a tick or a reaction comes due sooner."""
+        if self._next_due_ms is None:
+            return timeout_s
+        return min(timeout_s, max(0.0, (self._next_due_ms - self.clock()) / 1000))
 
 
 def _everything(key: str) -> bool:
