@@ -82,6 +82,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python bench/object_store_scan.py
 	$(BIN)/python bench/scan_decision_latency.py
 	$(BIN)/python bench/delivery.py
+	$(BIN)/python bench/idle_cpu.py
 
 ## Retake the web UI's screenshots in docs/screenshots/ (a real W1 state, the distribution's Chromium).
 screenshots: $(BIN)/.installed
