@@ -517,59 +517,6 @@ def test_idle_steps_do_not_decide_again_or_look_for_sources_before_due(
     assert states == {"w": W.UPSTREAM_BUILDING, "w2": W.UPSTREAM_BUILDING, **dict.fromkeys(derived, W.IDLE)}
 
 
-class RecordingWake(threading.Event):
-    """The loop's wake-up event, recording each poll's timeout instead of sleeping it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.timeouts: list[float] = []
-
-    def wait(self, timeout: float | None = None) -> bool:
-        assert timeout is not None
-        self.timeouts.append(round(timeout, 6))
-        return self.is_set()
-
-
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # PostgreSQL pushes appends: nothing is polled
-def test_the_poll_backs_off_while_steps_find_nothing_and_not_past_a_due_time(
-    orchestrators: OrchestratorFactory, log: EventLog, pipeline: Pipeline
-) -> None:
-    clock = [wall_clock_ms()]
-    o = orchestrators(pipeline.graph, clock=lambda: clock[0])
-    o._wake = wake = RecordingWake()
-    for _ in range(6):
-        o.step()
-        o._wait()
-    assert wake.timeouts == [0.02, 0.04, 0.08, 0.08, 0.08, 0.08]  # doubling from the 10 ms poll, to 8 polls
-
-    pipeline.add_raw(DAYS[0], 1)
-    want(log, "w", daily(DAYS[0]))  # another writer: the next step folds it, then the loop builds the daily
-    wake.timeouts.clear()
-    for _ in range(20):
-        if not o.step():
-            break
-    o._wait()
-    # Back at the poll interval: the last step folded the run's own events (0.01) or was the first quiet one (0.02).
-    assert wake.timeouts in ([0.01], [0.02])
-    o.executor.shutdown(wait=True)  # the run ends: its outcome wakes the loop, the next step folds it
-    o.step()
-    assert o.state.wants["w"].state == W.SUCCESSFUL
-
-    # A want whose raw day never comes, expiring 30 ms after its event (the log's clock is wall time by now).
-    clock[0] = wall_clock_ms() + 1_000
-    expiring = {"data_timestamp_ms": clock[0] - 9_970, "ttl_seconds": 10}
-    append(log, pb.WantCreate(want_id="w2", partition_refs=[daily(DAYS[1])], **expiring), timestamp_ms=clock[0])
-    wake.timeouts.clear()
-    for _ in range(6):
-        o.step()
-        o._wait()
-    assert wake.timeouts[-3:] == [0.03, 0.03, 0.03], wake.timeouts
-    clock[0] += 31
-    o.step()
-    o.step()
-    assert o.state.wants["w2"].state == W.EXPIRED
-
-
 # ----------------------------------------------------------------- dead orchestrators
 
 
