@@ -16,7 +16,9 @@ The log is the benchmarks' W1 history (`_common.build`, at least `--instances` p
 once into `<cache-dir>/w1-<instances>.db` (the build is timed) and never opened for writing again: every
 server, `up` and replay gets its own byte-for-byte copy (they write snapshots into it), in a temporary
 directory under the cache dir. The benchmark reads the log with sqlite3, read-only, so the same cached file
-serves checkouts of different schema revisions (SQLite copies are upgraded by the checkout that opens them).
+serves checkouts of different schema revisions (SQLite copies are upgraded by the checkout that opens them),
+provided the oldest of them built it: an older partbuild refuses a log at a revision it does not know, so
+against an older `--baseline`, build the cache by running this script from the baseline's checkout first.
 
 Parts 1-3 run against one real server process of the checkout, `<checkout>/.venv/bin/partbuild serve` on
 SQLite (one uvicorn worker, loopback, no tokens). Requests go one at a time on one keep-alive connection
