@@ -108,7 +108,7 @@ class Orchestrator:
         self._listener = log.append_listener()
         self.listen_timeout_s = listen_timeout_s
         self._next_due_ms: int | None = None
-        self._quiet_steps = 0  # steps in a row that folded and did nothing: the poll backs off
+        self._quiet_steps = 0  # steps in a row that folded nothing and did nothing: the poll backs off
         self.retention = retention
         # Decide only for the refs of this bucket (None: all). `run --bucket-*` makes one now (round-robin
         # records the bucket after the log's last one); a group member decides for the buckets it owns.
