@@ -66,6 +66,13 @@ def rss_bytes() -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
     """(pid, command name, the /proc/<pid>/stat fields after the name) of every process we can read.
 

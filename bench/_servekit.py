@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import http.client
 import json
-import os
 import re
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from _common import process_cpu_seconds
 from up_memory import child_env
 
 READY_LINE = re.compile(r"partbuild API on (http://127\.0\.0\.1:\d+)")
@@ -169,9 +169,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far."""
-        with open(f"/proc/{self.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.pid)
 
     def memory(self) -> tuple[int, int]:
         """(VmRSS, VmHWM) of the server process."""

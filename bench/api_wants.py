@@ -39,7 +39,7 @@ from typing import Any, Self
 from urllib.parse import urlencode
 
 import httpx
-from _common import exit_on_sigterm, machine, server_timing
+from _common import exit_on_sigterm, machine, process_cpu_seconds, server_timing
 
 TARGET_RATE = 500.0
 TARGET_P99_S = 0.050
@@ -153,9 +153,7 @@ class ApiServer:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time the server process has used so far."""
-        with open(f"/proc/{self.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.pid)
 
     def rss_bytes(self) -> tuple[int, int]:
         """(current, peak) resident set size of the server process."""

@@ -15,7 +15,6 @@ is read over `--seconds`; then SIGTERM.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
 import subprocess
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import machine
+from _common import machine, process_cpu_seconds
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_CORE_SHARE = 0.01
@@ -37,12 +36,6 @@ graph = Graph(
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def idle_share(exe: Path, work: Path, settle_s: float, seconds: float) -> float:
     """The share of one core an idle `run` process of `exe` uses over `seconds`."""
     graph, db = work / "graph.py", f"sqlite:///{work / 'idle.db'}"
@@ -53,9 +46,9 @@ def idle_share(exe: Path, work: Path, settle_s: float, seconds: float) -> float:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(settle_s)
-        before = cpu_seconds(process.pid)
+        before = process_cpu_seconds(process.pid)
         time.sleep(seconds)
-        return (cpu_seconds(process.pid) - before) / seconds
+        return (process_cpu_seconds(process.pid) - before) / seconds
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=60)
