@@ -18,6 +18,8 @@ def ref_problem(ref: str) -> str | None:
     # len(ref) is a cheap lower bound of the UTF-8 size; encode only when it may be too long.
     if len(ref) * 4 > MAX_REF_BYTES and len(ref.encode("utf-8", "surrogatepass")) > MAX_REF_BYTES:
         return f"partition ref is longer than {MAX_REF_BYTES} bytes of UTF-8"
+    if ref.isprintable():  # no control character (they are not printable): the common case, without a regex
+        return None
     match = _CONTROL.search(ref)
     if match is not None:
         return f"partition ref contains control character {match.group()!r} at position {match.start()}"
