@@ -82,13 +82,13 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
     `previous` is the ref's current canonical instance (None for a new ref); it
     becomes superseded, a retention candidate.
     """
-    instance = Instance(instance_uuid(seq, ref), ref, MISSING, seq, previous.uuid if previous else None)
-    if instance.uuid in state.instances:
+    uuid = instance_uuid(seq, ref)
+    instance = Instance(uuid, ref, MISSING, seq, previous.uuid if previous else None)
+    if state.instances.setdefault(uuid, instance) is not instance:  # one lookup that also inserts
         # Unreachable: one event creates at most one instance per ref, and UUIDs derive from (seq, ref).
         raise RuntimeError(f"instance UUID collision for {ref!r} at seq {seq}")
-    state.instances[instance.uuid] = instance
     state.instance_counts[MISSING] += 1
-    state.canonical[ref] = instance.uuid
+    state.canonical[ref] = uuid
     if previous is not None:
         previous.superseded_seq = seq
         state.superseded.append(previous.uuid)
@@ -226,7 +226,7 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
     wants = state.wants
     counts = state.want_counts
     # Copy: a want that becomes terminal leaves this index while we iterate.
-    for want_id in list(active):
+    for want_id in [*active]:
         want = wants[want_id]
         tally = want.tally
         assert tally is not None
@@ -254,8 +254,7 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
         want.state = derived
         want.updated_seq = seq
         if derived == _SUCCESSFUL:
-            canonical = state.canonical
-            want.satisfied_by = tuple(canonical[r] for r in want.refs)
+            want.satisfied_by = tuple(map(state.canonical.__getitem__, want.refs))
             retire_want(state, want)
         elif derived in _WANT_FAILURES:
             retire_want(state, want)

@@ -49,11 +49,12 @@ def upstream_refs_problem(refs: tuple[str, ...], own_refs: set[str]) -> str | No
 
 def describe_source(event: pb.Event) -> str:
     """A compact label of who appended the event: manual:<user>, job_run:<id>, system:<component>."""
-    kind = event.source.WhichOneof("kind")
+    source = event.source  # read once: each read of a message field builds a wrapper
+    kind = source.WhichOneof("kind")
     if kind == "manual":
-        return f"manual:{event.source.manual.user}"
+        return f"manual:{source.manual.user}"
     if kind == "job_run":
-        return f"job_run:{event.source.job_run.job_run_id}"
+        return f"job_run:{source.job_run.job_run_id}"
     if kind == "system":
-        return f"system:{event.source.system.component}"
+        return f"system:{source.system.component}"
     return ""

@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
+
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.collector import collector_paused
@@ -39,14 +41,23 @@ def replay_into(
 ) -> int:
     """Fold the events after `state.head_seq` (up to `upto_seq`) into `state`; return how many."""
     scratch = pb.Event()  # one reusable message: parsing into it avoids an allocation per event
-    apply_payload = state.apply_payload
-    count = 0
+    # Parsed here and applied directly, page by page: one call and one generator step less per event
+    # than `apply_payload` over `iter_payloads`, on the path every start-up and audit takes.
+    parse, apply = scratch.ParseFromString, state.apply
+    count = reported = 0
     with collector_paused():
-        for seq, payload in log.iter_payloads(after_seq=state.head_seq, upto_seq=upto_seq):
-            apply_payload(seq, payload, scratch)
-            count += 1
-            if progress is not None and count % PROGRESS_EVERY == 0:
-                progress(seq)
+        for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=upto_seq):
+            for seq, payload in page:
+                try:
+                    parse(payload)
+                except DecodeError:  # a rejection, which apply_payload records
+                    state.apply_payload(seq, payload, scratch)
+                    continue
+                apply(seq, scratch)
+            count += len(page)
+            if progress is not None and count - reported >= PROGRESS_EVERY:
+                progress(state.head_seq)
+                reported = count
     if progress is not None:
         progress(state.head_seq)
     return count

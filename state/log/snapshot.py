@@ -141,9 +141,8 @@ def _dump(state: BuildState, pickler: pickle.Pickler) -> None:
     stay shared after loading) but nothing new is kept.
     """
     shell = BuildState.__new__(BuildState)
-    shell.__dict__.update(state.__dict__)
-    for name in _TABLES:
-        setattr(shell, name, {})
+    for name, value in state.attributes().items():
+        setattr(shell, name, {} if name in _TABLES else value)
     pickler.dump(shell)
     wants = state.wants.values()
     shared = [

@@ -50,7 +50,7 @@ def _plain(value: Any) -> Any:
 
 def state_view(state: BuildState) -> dict[str, Any]:
     """Every attribute of the state (entities, derived indexes, counters) as comparable plain data."""
-    return {name: _plain(value) for name, value in vars(state).items()}
+    return {name: _plain(value) for name, value in state.attributes().items()}
 
 
 # ----------------------------------------------------------------------------- invariants

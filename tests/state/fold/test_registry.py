@@ -109,9 +109,8 @@ def attribute_problems(states: list[BuildState], layout: tuple[Section, ...]) ->
     names = declared(layout)
     problems = []
     for state in states:
-        problems += [
-            f"BuildState attribute {name!r} is not declared in LAYOUT" for name in vars(state) if name not in names
-        ]
+        undeclared = [name for name in state.attributes() if name not in names]
+        problems += [f"BuildState attribute {name!r} is not declared in LAYOUT" for name in undeclared]
     problems += [f"LAYOUT declares {name!r}, which BuildState lacks" for name in names if not hasattr(states[0], name)]
     return sorted(set(problems))
 
@@ -265,6 +264,15 @@ def test_an_unlisted_record_class_is_named() -> None:
 
 def test_every_attribute_of_a_state_is_declared() -> None:
     assert attribute_problems(list(corpus()), BuildState.LAYOUT) == []
+
+
+def test_a_state_refuses_an_attribute_its_layout_does_not_declare() -> None:
+    """A misspelt attribute in a handler (`state.instance_count = ...`) fails at once instead of holding
+    state that no digest, snapshot or read would ever see."""
+    state = BuildState()
+    with pytest.raises(AttributeError):
+        state.instance_count = [0]  # type: ignore[attr-defined]
+    assert list(state.attributes()) == list(BuildState.ATTRIBUTES)
 
 
 def test_every_record_field_is_covered_by_the_digest() -> None:
