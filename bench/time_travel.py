@@ -9,7 +9,9 @@ Targets (issue 22), for the checkout under test (`--checkout`):
 and against a baseline checkout (`--baseline`), measured in the same run, alternating:
 4. `partbuild up`'s peak RSS (VmHWM) loading the log (cold: full replay; restart: from its checkpoint):
    checkout <= baseline;
-5. replay throughput (`partbuild replay --db`, a full replay): checkout >= baseline;
+5. replay throughput (`partbuild replay --db`, a full replay): checkout >= baseline (with `--side-by-side`,
+   both replay at once, a core each, swapped every round, and the ratio is the median of the rounds' ratios:
+   a neighbour that slows the machine down then slows both alike);
 6. snapshot size (the one `partbuild replay --save-snapshot` stores): checkout <= 1.2x baseline.
 
 The log is the benchmarks' W1 history (`_common.build`, at least `--instances` partition instances), built
@@ -41,7 +43,7 @@ A guard stops the server (SIGKILL) when the machine's MemAvailable drops under `
 
     .venv/bin/python bench/time_travel.py --checkout PATH [--baseline PATH] [--instances 1000000]
         [--cache-dir /work/benchdata] [--parts reads,rss,web,up,replay] [--visits 200] [--rss-seqs 50]
-        [--web-visits 100] [--up-rounds 1] [--replay-rounds 2] [--seed 1]
+        [--web-visits 100] [--up-rounds 1] [--replay-rounds 2] [--side-by-side] [--seed 1]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -566,15 +569,22 @@ class Replay:
     peak_rss: int  # the replaying process's ru_maxrss
 
 
-def replay_once(log_file: Path, checkout: Path, cache_dir: Path) -> Replay:
-    """Replay a fresh copy of the log with the checkout's CLI; the snapshot it saved, measured in the copy."""
+def replay_once(log_file: Path, checkout: Path, cache_dir: Path, cpu: int | None = None) -> Replay:
+    """Replay a fresh copy of the log with the checkout's CLI (on core `cpu` alone, when given); the snapshot it
+    saved, measured in the copy."""
+
+    def start_child() -> None:
+        die_with_parent()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+
     with tempfile.TemporaryDirectory(prefix="time-travel-replay-", dir=cache_dir) as tmp:
         db_file = Path(tmp) / "partbuild.db"
         copy_log(log_file, db_file)
         output = Path(tmp) / "replay.json"
         command = [str(partbuild(checkout)), "replay", "--db", f"sqlite:///{db_file}", "--json", "--save-snapshot"]
         with open(output, "wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=start_child)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
         if process.returncode != 0:
@@ -590,13 +600,35 @@ def replay_once(log_file: Path, checkout: Path, cache_dir: Path) -> Replay:
     )  # fmt: skip
 
 
+def _side_by_side(log_file: Path, checkouts: dict[str, Path], cache_dir: Path, round_no: int) -> dict[str, Replay]:
+    """Both checkouts' replays at the same time, each on a core of its own (swapped every round): a neighbour
+    that slows the machine down slows both alike, so the ratio of the pair holds on a noisy host."""
+    labels = list(checkouts)
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if round_no % 2 == 0:
+        cores.reverse()
+    with ThreadPoolExecutor(2) as pool:
+        futures = {
+            label: pool.submit(replay_once, log_file, checkouts[label], cache_dir, cpu)
+            for label, cpu in zip(labels, cores, strict=True)
+        }
+        return {label: future.result() for label, future in futures.items()}
+
+
 def part_replay(log_file: Path, checkouts: dict[str, Path], args: argparse.Namespace) -> None:
-    """Full replays alternating between the checkouts; events/s and the snapshot each saved."""
+    """Full replays alternating between the checkouts (or side by side); events/s and the snapshot each saved."""
     found: dict[str, list[Replay]] = {label: [] for label in checkouts}
     labels = list(checkouts)
+    side_by_side = args.side_by_side and len(labels) == 2 and len(os.sched_getaffinity(0)) >= 2
     for round_no in range(1, args.replay_rounds + 1):
-        for label in labels if round_no % 2 else labels[::-1]:
-            replay = replay_once(log_file, checkouts[label], args.cache_dir)
+        if side_by_side:
+            replays = _side_by_side(log_file, checkouts, args.cache_dir, round_no)
+        else:
+            replays = {
+                label: replay_once(log_file, checkouts[label], args.cache_dir)
+                for label in (labels if round_no % 2 else labels[::-1])
+            }
+        for label, replay in replays.items():
             found[label].append(replay)
             print(
                 f"  replay {label} round {round_no}: {replay.events:,} events in {replay.seconds:.1f} s = "
@@ -604,6 +636,10 @@ def part_replay(log_file: Path, checkouts: dict[str, Path], args: argparse.Names
                 f"{replay.peak_rss / MIB:,.0f} MiB; digest {replay.digest[:16]}",
                 flush=True,
             )
+    pairs = []
+    if side_by_side:
+        pairs = [c.events_per_s / b.events_per_s for c, b in zip(found["checkout"], found["baseline"], strict=True)]
+        print(f"replay side by side, checkout/baseline per round: {', '.join(f'{r:.3f}' for r in pairs)}")
     for label, replays in found.items():
         print(
             f"replay {label}: {_span([r.events_per_s for r in replays], 1)} events/s; snapshot "
@@ -612,7 +648,11 @@ def part_replay(log_file: Path, checkouts: dict[str, Path], args: argparse.Names
     if "baseline" not in checkouts:
         print("replay and snapshot: no --baseline, no ratio")
         return
-    rate = _ratio([r.events_per_s for r in found["checkout"]], [r.events_per_s for r in found["baseline"]])
+    rate = (  # side by side: the median of the rounds' ratios, each measured under the same load
+        statistics.median(pairs)
+        if pairs
+        else _ratio([r.events_per_s for r in found["checkout"]], [r.events_per_s for r in found["baseline"]])
+    )
     size = found["checkout"][-1].snapshot_bytes / found["baseline"][-1].snapshot_bytes
     same = found["checkout"][-1].digest == found["baseline"][-1].digest
     print(
@@ -668,6 +708,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--up-rounds", type=int, default=1, help="rounds of `up` (cold + restart) per checkout")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds `up` runs once healthy")
     parser.add_argument("--replay-rounds", type=int, default=2, help="full replays per checkout")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="replay both checkouts at once, a core each (swapped every round), instead of one after the other",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--startup-timeout", type=float, default=1_800.0, help="seconds at most for a start-up")
     parser.add_argument("--request-timeout", type=float, default=900.0, help="seconds at most for one request")

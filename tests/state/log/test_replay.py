@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
@@ -98,6 +100,25 @@ def test_unparseable_rows_replay_as_rejections(event_log: EventLog) -> None:
     state = _full_replay(event_log)
     assert [r.seq for r in state.rejections] == [2]
     assert "w" in state.wants
+
+
+def test_bytes_that_do_not_parse_are_a_rejection_and_replay_goes_on(sqlite_url: str) -> None:
+    """A stored payload that is not an Event (written by something else): replay records it as the fold
+    would (`apply_payload`) and folds the events after it."""
+    with EventLog.open(sqlite_url, auto_upgrade=True) as log:
+        log.append([envelope(pb.WantCreate(want_id=want, partition_refs=[want])) for want in ("a", "b", "c")])
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE events SET payload = ? WHERE seq = 2", (b"\xff\xff",))
+    with EventLog.open(sqlite_url) as log:
+        state = BuildState()
+        assert replay_into(state, log) == 3
+        one_by_one = BuildState()
+        for seq, payload in log.iter_payloads():
+            one_by_one.apply_payload(seq, payload)
+    assert state.head_seq == 3 and sorted(state.wants) == ["a", "c"]
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(2, "unparseable")]
+    assert [r.__getstate__() for r in state.rejections] == [r.__getstate__() for r in one_by_one.rejections]
+    assert state_digest(state) == state_digest(one_by_one)
 
 
 @pytest.mark.parametrize("upto", [0, 1])
