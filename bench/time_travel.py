@@ -619,7 +619,7 @@ def part_replay(log_file: Path, checkouts: dict[str, Path], args: argparse.Names
     """Full replays alternating between the checkouts (or side by side); events/s and the snapshot each saved."""
     found: dict[str, list[Replay]] = {label: [] for label in checkouts}
     labels = list(checkouts)
-    side_by_side = args.side_by_side and len(labels) == 2 and len(os.sched_getaffinity(0)) >= 2
+    side_by_side = args.side_by_side  # main() made sure there is a baseline and two cores
     for round_no in range(1, args.replay_rounds + 1):
         if side_by_side:
             replays = _side_by_side(log_file, checkouts, args.cache_dir, round_no)
@@ -721,6 +721,8 @@ def parse_args() -> argparse.Namespace:
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     if unknown := [part for part in args.parts if part not in PARTS]:
         parser.error(f"--parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
+    if args.side_by_side and (args.baseline is None or len(os.sched_getaffinity(0)) < 2):
+        parser.error("--side-by-side needs --baseline and two cores: each replay runs on a core of its own")
     for name in ("checkout", "baseline"):
         path = getattr(args, name)
         if path is not None:
