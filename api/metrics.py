@@ -193,7 +193,7 @@ def _rerun_checks(state: BuildState, uuid: str, answered_seq: int) -> Iterator[C
         return
     for seq, rows in state.check_results.get(uuid, ()):
         if seq == answered_seq:
-            for name, passed, blocking, errored, _, _ in rows:
+            for name, passed, blocking, errored, *_ in rows:
                 yield run.job_label, name, check_result_name(passed, blocking, errored)
 
 
@@ -204,7 +204,7 @@ def _outcome_checks(state: BuildState, run: JobRun) -> Iterator[CheckKey]:
     for uuid in run.instance_uuids:
         for seq, rows in state.check_results.get(uuid, ()):
             if seq == run.updated_seq:
-                for name, passed, blocking, errored, _, _ in rows:
+                for name, passed, blocking, errored, *_ in rows:
                     yield run.job_label, name, check_result_name(passed, blocking, errored)
 
 

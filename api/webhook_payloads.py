@@ -314,7 +314,7 @@ def _assertions(rows: Sequence[CheckRow]) -> DataQualityAssertionsDatasetFacet |
             description=description or None,
             actual=" ".join(f"{key}={value:g}" for key, value in metrics) or None,
         )
-        for name, passed, blocking, errored, description, metrics in rows
+        for name, passed, blocking, errored, description, metrics, *_ in rows
     ]
     return DataQualityAssertionsDatasetFacet(assertions=assertions, producer=PRODUCER)
 

@@ -98,6 +98,9 @@ class CheckResultOut(BaseModel):
     description: str
     metrics: dict[str, float]
     seq: int
+    duration_ms: int | None = Field(
+        default=None, description="How long the check took (a share of one pass for checks computed together)."
+    )
 
 
 class ChecksRequestOut(BaseModel):

@@ -306,8 +306,9 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
             description=description,
             metrics=dict(metrics),
             seq=seq,
+            duration_ms=duration[0] if duration else None,
         )
-        for name, passed, blocking, errored, description, metrics in rows
+        for name, passed, blocking, errored, description, metrics, *duration in rows
     ]
 
 

@@ -111,6 +111,7 @@ class BuildState:
                 "dropped_changes",
             )
         ),
+        Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
     )
     # A slot per declared attribute: a state has exactly LAYOUT's attributes, and `state.x` (a dozen per
     # event in replay) is a slot read. As a plain instance CPython 3.11 keeps at most 30 attributes inline;
@@ -176,6 +177,10 @@ class BuildState:
         self.first_created: dict[str, int] = {}
         # seq -> instance state -> what instances retention dropped added to its count then (history.keep_dropped).
         self.dropped_changes: dict[int, dict[int, int]] = {}
+        # ref -> UUID of the stale Live instance readers get while its successor (canonical) is built, failed
+        # or blocked; only refs in such a period (state/fold/instances.py). Elsewhere readers get the canonical
+        # instance when it is Live.
+        self.serving: dict[str, str] = {}
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
 
@@ -285,6 +290,15 @@ class BuildState:
         """The current instance of a ref, or None if the ref was never wanted or observed."""
         uuid = self.canonical.get(ref)
         return None if uuid is None else self.instances[uuid]
+
+    def served_instance(self, ref: str) -> Instance | None:
+        """The instance readers get for `ref`: its canonical one if Live, else a stale Live one that keeps serving
+        until its successor goes Live; None when nothing Live may be read (never built, or withdrawn)."""
+        uuid = self.serving.get(ref)
+        if uuid is not None:
+            return self.instances[uuid]
+        current = self.canonical_instance(ref)
+        return current if current is not None and current.state == InstanceState.LIVE else None
 
     def active_wants_for_ref(self, ref: str) -> Iterator[Want]:
         """Wants not yet in a terminal state that include `ref`."""

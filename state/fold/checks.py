@@ -19,7 +19,7 @@ with the rest of the state, and retention drops the entries of what it drops.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -28,8 +28,10 @@ from partbuild.state.fold.validation import MAX_ID_LENGTH, short
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
-# (name, passed, blocking, errored, description, metrics as sorted (key, value) pairs)
-CheckRow = tuple[str, bool, bool, bool, str, tuple[tuple[str, float], ...]]
+# (name, passed, blocking, errored, description, metrics as sorted (key, value) pairs[, duration in ms])
+CheckRow = tuple[str, bool, bool, bool, str, tuple[tuple[str, float], ...]] | tuple[
+    str, bool, bool, bool, str, tuple[tuple[str, float], ...], int
+]
 # (seq of the outcome, its results on the instance)
 CheckEntry = tuple[int, tuple[CheckRow, ...]]
 # What an outcome records: (instance UUID, its results), in the event's order.
@@ -39,9 +41,16 @@ NO_CHECKS: ChecksPlan = ()
 
 
 def checks_problem(
-    checks: Sequence[pb.InstanceChecks], built: frozenset[str] | tuple[str, ...], run_id: str, success: bool
+    checks: Sequence[pb.InstanceChecks],
+    built: frozenset[str] | tuple[str, ...],
+    run_id: str,
+    success: bool,
+    failed: Container[str] = (),
 ) -> str | ChecksPlan:
-    """Why an outcome's checks are invalid, or what to record (pure: the check phase's part)."""
+    """Why an outcome's checks are invalid, or what to record (pure: the check phase's part).
+
+    A success refuses failed blocking or errored results, but on the outputs in `failed` (those that
+    failed on their own: their checks say why)."""
     if not checks:
         return NO_CHECKS
     plan: list[tuple[str, tuple[CheckRow, ...]]] = []
@@ -53,7 +62,7 @@ def checks_problem(
         if uuid in seen:
             return f"checks for instance {uuid} are listed more than once"
         seen.add(uuid)
-        rows = check_rows(checked.results, uuid, success)
+        rows = check_rows(checked.results, uuid, success and uuid not in failed)
         if type(rows) is str:
             return rows
         plan.append((uuid, rows))  # type: ignore[arg-type]
@@ -79,8 +88,23 @@ def check_rows(results: Sequence[pb.CheckResult], uuid: str, success: bool) -> s
         metrics = tuple(sorted(result.metrics.items()))
         if not all(math.isfinite(value) for _, value in metrics):
             return f"check {short(name)} on instance {uuid} has a metric that is not a finite number"
-        rows.append((name, result.passed, result.blocking, result.errored, result.description, metrics))
+        if result.duration_ms < 0:
+            return f"check {short(name)} on instance {uuid} has a negative duration"
+        row = (name, result.passed, result.blocking, result.errored, result.description, metrics)
+        # Since issue 34 a row may end with its duration: only when set, so older logs keep their digests.
+        rows.append((*row, result.duration_ms) if result.duration_ms else row)  # type: ignore[arg-type]
     return tuple(rows)
+
+
+def gate_problem(required: Sequence[str], plan: ChecksPlan, outputs: Iterable[str]) -> str | None:
+    """Why outputs going Live lack a passing result of a blocking check their run's job declared, if they do."""
+    rows_by_uuid = dict(plan)
+    for uuid in outputs:
+        passed = {row[0] for row in rows_by_uuid.get(uuid, ()) if row[1] and not row[3]}
+        missing = [name for name in required if name not in passed]
+        if missing:
+            return f"instance {uuid} cannot go Live without a passing result of blocking check {short(missing[0])}"
+    return None
 
 
 def record_checks(state: BuildState, seq: int, plan: ChecksPlan) -> None:

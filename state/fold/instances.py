@@ -14,15 +14,15 @@ from partbuild.state.fold.transitions import (
     BUILDING,
     LIVE,
     MISSING,
-    TAINTED,
     UP_FOR_RETRY,
     UPSTREAM_BUILDING,
     is_live,
-    move_instance,
+    make_stale,
     move_instance_and_waiters,
     new_canonical,
-    set_note,
+    serves_stale,
     wait_for_upstream,
+    withdraw,
 )
 from partbuild.state.fold.validation import ref_rejection, short, upstream_refs_problem
 from partbuild.state.rules.refs import ref_problem
@@ -45,7 +45,12 @@ WaitPlan = list[tuple[Instance, list[str]]]
 
 
 def check_partition_taint(state: BuildState, seq: int, msg: pb.PartitionTaint, event: pb.Event) -> str | TaintPlan:
-    """Validate a PartitionTaint; list every instance it taints, the cascade included."""
+    """Validate a PartitionTaint; list every instance it reaches, the cascade included.
+
+    A withdrawal names the Live instance readers get: the canonical one, or a stale one still serving
+    while its successor is built. Keeping serving (the data is out of date, not wrong) needs a Live
+    canonical instance: a stale one already has its successor.
+    """
     ref = intern(msg.partition_ref)
     problem = ref_rejection(ref)
     if problem:
@@ -53,19 +58,23 @@ def check_partition_taint(state: BuildState, seq: int, msg: pb.PartitionTaint, e
     current = state.canonical_instance(ref)
     if current is None:
         return f"partition {short(ref)} has no instance to taint"
+    if current.state != LIVE and not msg.keep_serving:
+        served = state.serving.get(ref)
+        current = state.instances[served] if served is not None else current
     if msg.instance_uuid and msg.instance_uuid != current.uuid:  # a writer that decided on an older state
         return f"instance {short(msg.instance_uuid)} is no longer the canonical instance of {short(ref)}"
     if current.state != LIVE:
         return f"partition {short(ref)} is {current.state.name.lower()}; only a Live instance can be tainted"
-    return ref, msg.reason or "tainted", _taint_cascade(state, [current], msg.only_this_ref), current
+    reached = _taint_cascade(state, [current], msg.only_this_ref)
+    return ref, msg.reason or "tainted", reached, current
 
 
 def _taint_cascade(state: BuildState, start: list[Instance], only_this_ref: bool) -> list[Instance]:
-    """The Live canonical instances a taint of `start` reaches, in the order it taints them.
+    """The Live instances readers get that a taint of `start` reaches, in the order it reaches them.
 
-    Depth-first through consumers. Tainting one instance changes no other
-    instance's eligibility (Live and canonical), so walking first and tainting
-    afterwards visits exactly what tainting while walking would.
+    Depth-first through consumers: canonical Live instances, and stale ones still serving. Tainting
+    one instance changes no other instance's eligibility, so walking first and tainting afterwards
+    visits exactly what tainting while walking would.
     """
     instances = state.instances
     order: list[Instance] = []
@@ -73,8 +82,8 @@ def _taint_cascade(state: BuildState, start: list[Instance], only_this_ref: bool
     pending = start[::-1]  # popped from the end: the first of `start` first
     while pending:
         old = pending.pop()
-        # Reached twice through a diamond, or not Live: nothing (more) to taint.
-        if old.superseded_seq or old.state != LIVE or old.uuid in taken:
+        # Reached twice through a diamond, not Live, or replaced and no longer read: nothing (more) to taint.
+        if old.state != LIVE or old.uuid in taken or (old.superseded_seq and not serves_stale(state, old)):
             continue
         taken.add(old.uuid)
         order.append(old)
@@ -85,12 +94,28 @@ def _taint_cascade(state: BuildState, start: list[Instance], only_this_ref: bool
 
 
 def apply_partition_taint(state: BuildState, seq: int, plan: TaintPlan, event: pb.Event) -> None:
-    """Taint the planned instances; a fresh Missing instance becomes canonical for each ref."""
-    ref, reason, tainted, current = plan
-    for old in tainted:
-        new_canonical(state, seq, old.ref, old)
-        move_instance(state, old, TAINTED, seq)
-        set_note(state, old, reason if old is current else f"upstream {ref} tainted: {reason}", seq)
+    """Withdraw the planned instances (each ref gets a fresh Missing instance), or, to keep serving, make
+    those whose job serves stale data stale."""
+    ref, reason, reached, current = plan
+    keep_serving = event.partition_taint.keep_serving
+    for old in reached:
+        note = reason if old is current else f"upstream {ref} tainted: {reason}"
+        if keep_serving:
+            _out_of_date(state, old, seq, note)
+        else:
+            withdraw(state, old, seq, note)
+
+
+def _out_of_date(state: BuildState, old: Instance, seq: int, why: str) -> None:
+    """Its inputs or code changed: stale and still serving if its job says so and it is not stale already,
+    else withdrawn, as before stale instances existed."""
+    if old.superseded_seq:  # stale already: its successor is canonical
+        return
+    run = state.job_runs.get(old.built_by) if old.built_by is not None else None
+    if run is not None and run.serve_stale:
+        make_stale(state, old, seq, why)
+    else:
+        withdraw(state, old, seq, why)
 
 
 # ----------------------------------------------------------------- PartitionObserved
@@ -182,9 +207,7 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
     instance.version = version
     move_instance_and_waiters(state, instance, LIVE, seq)
     for old in stale:
-        new_canonical(state, seq, old.ref, old)
-        move_instance(state, old, TAINTED, seq)
-        set_note(state, old, f"upstream {ref} has new data (observed at seq {seq})", seq)
+        _out_of_date(state, old, seq, f"upstream {ref} has new data (observed at seq {seq})")
 
 
 # ----------------------------------------------------------------- InstanceRetention
@@ -201,7 +224,13 @@ def split_superseded(state: BuildState, cutoff_seq: int) -> RetentionPlan:
     instances = state.instances
     superseded = state.superseded
     end = bisect_left(superseded, cutoff_seq, key=lambda uuid: instances[uuid].superseded_seq)
-    return [instances[uuid] for uuid in superseded[:end]], superseded[end:]
+    if not state.serving:
+        return [instances[uuid] for uuid in superseded[:end]], superseded[end:]
+    # A stale instance still serving readers is kept; the kept ones stay in superseded order.
+    serving = set(state.serving.values())
+    still = [uuid for uuid in superseded[:end] if uuid in serving]
+    dropped = [instances[uuid] for uuid in superseded[:end] if uuid not in serving]
+    return dropped, [*still, *superseded[end:]]
 
 
 def split_superseded_by_creation(state: BuildState, cutoff_seq: int) -> RetentionPlan:
@@ -210,9 +239,10 @@ def split_superseded_by_creation(state: BuildState, cutoff_seq: int) -> Retentio
     instances = state.instances
     dropped: list[Instance] = []
     kept: list[str] = []
+    serving = set(state.serving.values())
     for uuid in state.superseded:
         instance = instances[uuid]
-        if instance.created_seq < cutoff_seq:
+        if instance.created_seq < cutoff_seq and uuid not in serving:
             dropped.append(instance)
         else:
             kept.append(uuid)

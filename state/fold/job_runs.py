@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
-from partbuild.state.fold.checks import NO_CHECKS, ChecksPlan, checks_problem, record_checks
+from partbuild.state.fold.checks import NO_CHECKS, ChecksPlan, checks_problem, gate_problem, record_checks
 from partbuild.state.fold.group import fenced_decision_problem
 from partbuild.state.fold.history import ENTRY_BITS, HEARTBEAT, MS_MASK, RUN_ENTRY_BITS, STATE_BITS, keep_versions
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
@@ -25,10 +25,13 @@ from partbuild.state.fold.transitions import (
     move_instance,
     move_instance_and_waiters,
     new_canonical,
+    serves_stale,
     set_note,
     wait_for_upstream,
 )
 from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem, short, upstream_refs_problem
+
+MAX_NOTE = 4_000  # an output's own failure message: one line of root cause, with room
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -39,10 +42,13 @@ BufferPlan = tuple[str, str, list[Instance], pb.BucketScope | None]
 Inputs = tuple[tuple[str, ...], Sequence[Instance]]
 # An output's message and the inputs it names as its own (none: the run's apply).
 OutputPlan = tuple[pb.OutputResult, Inputs]
-# (run, the instances it built, run-level inputs, outputs described by the event by instance UUID, checks)
-SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan], ChecksPlan]
-# (run, the event's message, the run's instances, checks)
-FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance], ChecksPlan]
+# Outputs that failed on their own, by instance UUID.
+FailedOutputs = dict[str, pb.OutputFailure]
+# (run, the instances it built, run-level inputs, outputs described by the event by instance UUID, checks,
+#  the outputs that failed on their own)
+SuccessPlan = tuple[JobRun, list[Instance], Inputs, dict[str, OutputPlan], ChecksPlan, FailedOutputs]
+# (run, the event's message, the run's instances, checks, the outputs that failed on their own)
+FailurePlan = tuple[JobRun, pb.JobRunFailure, list[Instance], ChecksPlan, FailedOutputs]
 # (run, the reason, the run's instances, whether fresh instances replace them)
 CancelPlan = tuple[JobRun, str | None, list[Instance], bool]
 # (run, its instances, the missing refs, those of them not Live now)
@@ -98,6 +104,10 @@ def check_job_run_buffer(state: BuildState, seq: int, msg: pb.JobRunBuffer, even
         return problem
     if len(msg.code_version) > MAX_ID_LENGTH:  # empty is allowed: unknown
         return f"code_version is longer than {MAX_ID_LENGTH} characters"
+    if msg.blocking_checks:
+        problem = _check_names_problem(msg.blocking_checks)
+        if problem:
+            return problem
     if run_id in state.job_runs:
         return f"job run {short(run_id)} already exists"
     uuids = tuple(msg.instance_uuids)
@@ -139,15 +149,29 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
         keep_versions(state, seq, _LAYOUTS)
     # The instances' own UUID strings, not the event's copies: one string per UUID in memory.
     run = JobRun(run_id, label, tuple(map(_uuid_of, instances)), seq, event.timestamp_ms)
-    version = event.job_run_buffer.code_version
+    msg = event.job_run_buffer
+    version = msg.code_version
     if version:  # one string per version in memory, not one per run
         run.code_version = intern(version)
+    if msg.serve_stale:
+        run.serve_stale = True
+    if msg.blocking_checks:
+        run.blocking_checks = tuple(map(intern, msg.blocking_checks))
     state.job_runs[run_id] = run
     state.active_run_ids[run_id] = None
     state.run_counts[_QUEUED] += 1
     for instance in instances:
         instance.attempts = (*instance.attempts, run_id)
         move_instance(state, instance, BUILDING, seq)
+
+
+def _check_names_problem(names: Sequence[str]) -> str | None:
+    for name in names:
+        if not name or len(name) > MAX_ID_LENGTH:
+            return f"a blocking check name is empty or longer than {MAX_ID_LENGTH} characters"
+    if len(set(names)) != len(names):
+        return "a blocking check is named more than once"
+    return None
 
 
 # ----------------------------------------------------------------- JobRunHeartbeat
@@ -217,21 +241,58 @@ def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, ev
         if type(own_inputs) is str:
             return own_inputs
         outputs[uuid] = (output, own_inputs)
-    checks = checks_problem(msg.checks, built_set, run.job_run_id, success=True) if msg.checks else NO_CHECKS
+    failed = _failed_outputs(msg.failed_outputs, built_set, run.job_run_id) if msg.failed_outputs else {}
+    if type(failed) is str:
+        return failed
+    if failed and len(failed) == len(built):
+        return "a success needs an output that did not fail: record a JobRunFailure"
+    if any(uuid in failed for uuid in outputs):
+        return "an output is both described as written and listed as failed"
+    checks = (
+        checks_problem(msg.checks, built_set, run.job_run_id, success=True, failed=failed) if msg.checks else NO_CHECKS
+    )
     if type(checks) is str:
         return checks
-    return run, _instances_of(state, run), run_inputs, outputs, checks  # type: ignore[return-value]
+    if run.blocking_checks:  # the gate, as the run's job declared it when the run was buffered
+        going_live = [uuid for uuid in built if uuid not in failed]
+        problem = gate_problem(run.blocking_checks, checks, going_live)  # type: ignore[arg-type]
+        if problem:
+            return problem
+    return run, _instances_of(state, run), run_inputs, outputs, checks, failed  # type: ignore[return-value]
+
+
+def _failed_outputs(
+    failures: Sequence[pb.OutputFailure], built: frozenset[str] | tuple[str, ...], run_id: str
+) -> str | FailedOutputs:
+    """The outputs an outcome says failed on their own, by UUID, or why that list is invalid."""
+    failed: FailedOutputs = {}
+    for failure in failures:
+        uuid = failure.instance_uuid
+        if uuid not in built:
+            return f"failure of instance {short(uuid)}, which job run {short(run_id)} does not build"
+        if uuid in failed:
+            return f"instance {uuid} is listed as failed more than once"
+        if len(failure.message) > MAX_NOTE:
+            return f"the failure message of instance {uuid} is longer than {MAX_NOTE} characters"
+        failed[uuid] = failure
+    return failed
 
 
 def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event: pb.Event) -> None:
     """The run succeeded: its instances become Live with their outputs and provenance."""
-    run, built, run_inputs, outputs, checks = plan
+    run, built, run_inputs, outputs, checks, failed = plan
     _move_run(state, run, JobRunState.SUCCEEDED, seq, event)
     if checks:
         record_checks(state, seq, checks)
     run.inputs = run_inputs[0]
     run_id = run.job_run_id
+    if failed:
+        run.failed_outputs = tuple(failed)
     for instance in built:
+        failure = failed.get(instance.uuid) if failed else None
+        if failure is not None:  # failed on its own: the others go Live all the same
+            _fail_output(state, instance, failure.error_class == _PERMANENT, failure.message, seq)
+            continue
         inputs = run_inputs
         described = outputs.get(instance.uuid)
         if described is not None:
@@ -264,6 +325,12 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
             set_note(state, instance, note, seq)
 
 
+def _fail_output(state: BuildState, instance: Instance, permanent: bool, note: str, seq: int) -> None:
+    """One output failed on its own: it fails (permanent) or waits for its retry, with its own note."""
+    set_note(state, instance, note or None, seq)
+    move_instance_and_waiters(state, instance, FAILED if permanent else UP_FOR_RETRY, seq)
+
+
 def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | None:
     """The first input that changed after the run read it, as a taint or new data would have for a Live consumer.
 
@@ -275,6 +342,8 @@ def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | 
             return upstream
         if not upstream.superseded_seq:
             continue
+        if serves_stale(state, upstream):  # out of date since: a successor of it is canonical
+            return upstream
         current = state.canonical_instance(upstream.ref)
         if current is None or (upstream.version is None and current.version is None):
             continue
@@ -302,13 +371,18 @@ def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, ev
     checks = checks_problem(msg.checks, run.instance_uuids, run.job_run_id, success=False) if msg.checks else NO_CHECKS
     if type(checks) is str:
         return checks
-    return run, msg, instances, checks  # type: ignore[return-value]
+    failed = _failed_outputs(msg.failed_outputs, run.instance_uuids, run.job_run_id) if msg.failed_outputs else {}
+    if type(failed) is str:
+        return failed
+    if msg.split and (len(instances) < 2 or failed):
+        return "only a batch of several outputs that failed as a whole can be split"
+    return run, msg, instances, checks, failed  # type: ignore[return-value]
 
 
 def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event: pb.Event) -> None:
     """The run failed: its instances fail (permanent) or wait for a retry; waiters follow."""
-    run, msg, instances, checks = plan
-    permanent = msg.error_class == _PERMANENT
+    run, msg, instances, checks, failed = plan
+    permanent = msg.error_class == _PERMANENT and not msg.split  # a batch-mate's error fails no output for good
     _move_run(state, run, JobRunState.FAILED, seq, event)
     if checks:
         record_checks(state, seq, checks)
@@ -317,9 +391,19 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
     run.retry_after_ms = msg.retry_after_ms
     target = FAILED if permanent else UP_FOR_RETRY
     note = msg.message or None
+    if msg.split:
+        run.split = True
+        note = f"retried on its own: its batch of {len(instances)} failed as a whole (job run {run.job_run_id})"
     for instance in instances:
-        instance.note = note  # not kept: a read of the past finds it in the run (state/fold/past.py)
-        move_instance_and_waiters(state, instance, target, seq)
+        failure = failed.get(instance.uuid) if failed else None
+        if failure is not None:
+            _fail_output(state, instance, failure.error_class == _PERMANENT, failure.message, seq)
+        elif msg.split:  # kept: the run's message is the batch's, not this output's
+            set_note(state, instance, note, seq)
+            move_instance_and_waiters(state, instance, target, seq)
+        else:
+            instance.note = note  # not kept: a read of the past finds it in the run (state/fold/past.py)
+            move_instance_and_waiters(state, instance, target, seq)
 
 
 def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:

@@ -191,6 +191,18 @@ def canonical_at(state: BuildState, ref: str, seq: int) -> str | None:
     return None
 
 
+def served_at(state: BuildState, ref: str, seq: int) -> str | None:
+    """The UUID of the instance readers got for `ref` as of `seq`: a stale one still serving then (its changes
+    are kept by ref), else the canonical one if it was Live (None: nothing Live to read)."""
+    kept = field_at(state, ref, "serving", seq)
+    if kept is not None and kept[0] is not None:
+        return kept[0]
+    uuid = canonical_at(state, ref, seq)
+    if uuid is None or instance_state_at(state, state.instances[uuid], seq)[0] != _LIVE:
+        return None
+    return uuid
+
+
 def want_state_at(want: Want, seq: int) -> tuple[WantState, int]:
     """(state, seq it was entered at) of a want as of `seq` (at or after its creation)."""
     if want.updated_seq <= seq:
@@ -233,9 +245,11 @@ def run_at(run: JobRun, seq: int) -> JobRun:
     state = past.state
     if state != JobRunState.SUCCEEDED:
         past.inputs = ()
+        past.failed_outputs = None
     if state != _FAILED_RUN:
         past.error_class = past.error_message = None
         past.retry_after_ms = 0
+        past.split = None
     if state != JobRunState.DEP_MISS:
         past.missing_refs = ()
     if state != JobRunState.CANCELED:
@@ -478,6 +492,20 @@ class PastState:
     def canonical_instance(self, ref: str) -> Instance | None:
         uuid = canonical_at(self.live, ref, self.head_seq)
         return None if uuid is None else self.instances[uuid]
+
+    def served_instance(self, ref: str) -> Instance | None:
+        uuid = served_at(self.live, ref, self.head_seq)
+        return None if uuid is None else self.instances[uuid]
+
+    @cached_property
+    def serving(self) -> dict[str, str]:
+        """ref -> the stale Live instance readers got as of the seq (a scan of the refs with kept changes)."""
+        served = {}
+        for ref in self.live.canonical:
+            kept = field_at(self.live, ref, "serving", self.head_seq)
+            if kept is not None and kept[0] is not None:
+                served[ref] = kept[0]
+        return served
 
     def active_wants_for_ref(self, ref: str) -> Iterator[Want]:
         for want_id in self.wants_by_ref.get(ref, ()):

@@ -294,9 +294,13 @@ class JobRun(_Record):
         "updated_seq",
         "history",
         "code_version",
+        "serve_stale",
+        "blocking_checks",
+        "failed_outputs",
+        "split",
     )
     digest_leaves_out = ("history",)
-    added_later = ("code_version",)
+    added_later = ("code_version", "serve_stale", "blocking_checks", "failed_outputs", "split")
 
     def __init__(
         self, job_run_id: str, job_label: str, instance_uuids: tuple[str, ...], seq: int, created_ms: int
@@ -322,6 +326,15 @@ class JobRun(_Record):
         # The job's code version the run was buffered with; None: unknown (an old log). The instances it builds
         # reach it through `built_by` (a slot on Instance would cost each of a million instances 8 bytes).
         self.code_version: str | None = None
+        # Since issue 34, each None in logs written before (and while unset, so old digests stand):
+        # True: its instances keep serving readers, stale, when their inputs get new data.
+        self.serve_stale: bool | None = None
+        # The job's blocking checks: every output that goes Live carries a passing result of each.
+        self.blocking_checks: tuple[str, ...] | None = None
+        # A success's outputs that failed on their own (their own error or check); the others went Live.
+        self.failed_outputs: tuple[str, ...] | None = None
+        # True: the batch failed as a whole; its outputs are retried each in a run of its own.
+        self.split: bool | None = None
 
 
 class Rejection(_Record):

@@ -121,12 +121,42 @@ def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq
 def move_instance_and_waiters(state: BuildState, instance: Instance, new: InstanceState, seq: int) -> None:
     """`move_instance`, then wake (Live) or fail (Failed, UpstreamFailed) the instances waiting for its ref."""
     move_instance(state, instance, new, seq)
-    if instance.superseded_seq or instance.ref not in state.waiters:
+    if instance.superseded_seq:
+        return
+    if new == LIVE and state.serving and state.serving.pop(instance.ref, None) is not None:
+        keep_field(state, instance.ref, seq, "serving", None)  # a successor passed: readers move to it now
+    if instance.ref not in state.waiters:
         return
     if new == LIVE:
         upstream_live(state, instance.ref, seq)
     elif new in (FAILED, UPSTREAM_FAILED):
         upstream_failed(state, instance.ref, seq)
+
+
+def serves_stale(state: BuildState, instance: Instance) -> bool:
+    """Whether `instance` is a stale Live one still serving readers while its successor is canonical."""
+    return bool(instance.superseded_seq) and state.serving.get(instance.ref) == instance.uuid
+
+
+def make_stale(state: BuildState, instance: Instance, seq: int, why: str) -> None:
+    """A Live canonical instance is out of date: a Missing successor becomes canonical, and it stays Live and
+    keeps serving readers (stale) until that successor goes Live (`move_instance_and_waiters`)."""
+    new_canonical(state, seq, instance.ref, instance)
+    state.serving[instance.ref] = instance.uuid
+    keep_field(state, instance.ref, seq, "serving", instance.uuid)  # by ref: reads of the past find it
+    set_note(state, instance, f"stale: {why}", seq)
+
+
+def withdraw(state: BuildState, instance: Instance, seq: int, note: str) -> None:
+    """The data of a Live instance is wrong: it is Tainted; a fresh Missing instance becomes canonical
+    (unless a successor already is: a stale instance that was still serving stops)."""
+    if instance.superseded_seq:
+        del state.serving[instance.ref]
+        keep_field(state, instance.ref, seq, "serving", None)
+    else:
+        new_canonical(state, seq, instance.ref, instance)
+    move_instance(state, instance, TAINTED, seq)
+    set_note(state, instance, note, seq)
 
 
 def wait_for_upstream(

@@ -191,20 +191,24 @@ class WantCancel(_message.Message):
     def __init__(self, want_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobRunBuffer(_message.Message):
-    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket", "fence", "code_version")
+    __slots__ = ("job_run_id", "job_label", "instance_uuids", "bucket", "fence", "code_version", "blocking_checks", "serve_stale")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_LABEL_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     BUCKET_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BLOCKING_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    SERVE_STALE_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     job_label: str
     instance_uuids: _containers.RepeatedScalarFieldContainer[str]
     bucket: BucketScope
     fence: DecisionFence
     code_version: str
-    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., code_version: _Optional[str] = ...) -> None: ...
+    blocking_checks: _containers.RepeatedScalarFieldContainer[str]
+    serve_stale: bool
+    def __init__(self, job_run_id: _Optional[str] = ..., job_label: _Optional[str] = ..., instance_uuids: _Optional[_Iterable[str]] = ..., bucket: _Optional[_Union[BucketScope, _Mapping]] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., code_version: _Optional[str] = ..., blocking_checks: _Optional[_Iterable[str]] = ..., serve_stale: _Optional[bool] = ...) -> None: ...
 
 class BucketScope(_message.Message):
     __slots__ = ("namespace", "bucket_id", "bucket_total")
@@ -262,7 +266,7 @@ class OutputResult(_message.Message):
     def __init__(self, instance_uuid: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CheckResult(_message.Message):
-    __slots__ = ("name", "passed", "blocking", "description", "metrics", "errored")
+    __slots__ = ("name", "passed", "blocking", "description", "metrics", "errored", "duration_ms")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -276,13 +280,15 @@ class CheckResult(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     ERRORED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     name: str
     passed: bool
     blocking: bool
     description: str
     metrics: _containers.ScalarMap[str, float]
     errored: bool
-    def __init__(self, name: _Optional[str] = ..., passed: _Optional[bool] = ..., blocking: _Optional[bool] = ..., description: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., errored: _Optional[bool] = ...) -> None: ...
+    duration_ms: int
+    def __init__(self, name: _Optional[str] = ..., passed: _Optional[bool] = ..., blocking: _Optional[bool] = ..., description: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., errored: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class InstanceChecks(_message.Message):
     __slots__ = ("instance_uuid", "results")
@@ -293,32 +299,48 @@ class InstanceChecks(_message.Message):
     def __init__(self, instance_uuid: _Optional[str] = ..., results: _Optional[_Iterable[_Union[CheckResult, _Mapping]]] = ...) -> None: ...
 
 class JobRunSuccess(_message.Message):
-    __slots__ = ("job_run_id", "input_instance_uuids", "outputs", "checks")
+    __slots__ = ("job_run_id", "input_instance_uuids", "outputs", "checks", "failed_outputs")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INPUT_INSTANCE_UUIDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     input_instance_uuids: _containers.RepeatedScalarFieldContainer[str]
     outputs: _containers.RepeatedCompositeFieldContainer[OutputResult]
     checks: _containers.RepeatedCompositeFieldContainer[InstanceChecks]
-    def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ...) -> None: ...
+    failed_outputs: _containers.RepeatedCompositeFieldContainer[OutputFailure]
+    def __init__(self, job_run_id: _Optional[str] = ..., input_instance_uuids: _Optional[_Iterable[str]] = ..., outputs: _Optional[_Iterable[_Union[OutputResult, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ..., failed_outputs: _Optional[_Iterable[_Union[OutputFailure, _Mapping]]] = ...) -> None: ...
+
+class OutputFailure(_message.Message):
+    __slots__ = ("instance_uuid", "error_class", "message")
+    INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    instance_uuid: str
+    error_class: ErrorClass
+    message: str
+    def __init__(self, instance_uuid: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobRunFailure(_message.Message):
-    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms", "fence", "checks")
+    __slots__ = ("job_run_id", "error_class", "message", "retry_after_ms", "fence", "checks", "failed_outputs", "split")
     JOB_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
     job_run_id: str
     error_class: ErrorClass
     message: str
     retry_after_ms: int
     fence: DecisionFence
     checks: _containers.RepeatedCompositeFieldContainer[InstanceChecks]
-    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ...) -> None: ...
+    failed_outputs: _containers.RepeatedCompositeFieldContainer[OutputFailure]
+    split: bool
+    def __init__(self, job_run_id: _Optional[str] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., fence: _Optional[_Union[DecisionFence, _Mapping]] = ..., checks: _Optional[_Iterable[_Union[InstanceChecks, _Mapping]]] = ..., failed_outputs: _Optional[_Iterable[_Union[OutputFailure, _Mapping]]] = ..., split: _Optional[bool] = ...) -> None: ...
 
 class JobRunCancel(_message.Message):
     __slots__ = ("job_run_id", "reason", "replace_instances")
@@ -339,16 +361,18 @@ class JobRunMissingDeps(_message.Message):
     def __init__(self, job_run_id: _Optional[str] = ..., missing_refs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionTaint(_message.Message):
-    __slots__ = ("partition_ref", "reason", "only_this_ref", "instance_uuid")
+    __slots__ = ("partition_ref", "reason", "only_this_ref", "instance_uuid", "keep_serving")
     PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ONLY_THIS_REF_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    KEEP_SERVING_FIELD_NUMBER: _ClassVar[int]
     partition_ref: str
     reason: str
     only_this_ref: bool
     instance_uuid: str
-    def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ..., instance_uuid: _Optional[str] = ...) -> None: ...
+    keep_serving: bool
+    def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ..., instance_uuid: _Optional[str] = ..., keep_serving: _Optional[bool] = ...) -> None: ...
 
 class PartitionObserved(_message.Message):
     __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata", "version", "version_strong")
