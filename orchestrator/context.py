@@ -6,10 +6,17 @@ all recorded as events:
 | how the function ends | event | what happens next |
 | --- | --- | --- |
 | returns | JobRunSuccess, with the inputs read and `ctx.record(...)` metadata | instances Live |
-| returns, but a blocking check fails or a check raises | JobRunFailure naming the check | as failures below |
+| returns after `ctx.fail(ref, reason)` | JobRunSuccess listing those failed | others Live; each failed one alone |
+| returns, an output's blocking check fails or raises | that output failed alone, naming the check | as above |
+| returns with every output failed on its own | JobRunFailure, each output with its own error | as failures below |
 | raises `MissingInputs(refs)` | JobRunMissingDeps + derivative wants | retried once those refs are Live |
 | raises `PermanentJobError` | JobRunFailure (permanent) | wants Failed, waiters UpstreamFailed |
 | raises anything else | JobRunFailure (retryable) | retried per the job's RetryPolicy, then permanent |
+| raises (either way) in a run of several outputs | JobRunFailure, split | each output retried alone, no retry spent |
+
+A batch is an efficiency, never a failure domain: an exception that ends a run of several outputs says
+nothing about which of them is bad, so each is retried alone, where its own error (if it has one) is its
+alone. The error recorded is the root cause, one line (`orchestrator/errors.py`); the stack is in the run log.
 | is canceled (someone appended JobRunCancel) | none more from the run | see below |
 
 A canceled run's instances end Canceled as soon as the fold accepts the
@@ -90,6 +97,8 @@ class JobContext:
     # Refs this context looked up and found not Live: a MissingInputs naming them is a real dep miss,
     # even if they became Live since (another run may finish between the lookup and the raise).
     found_absent: set[str] = field(default_factory=set)
+    # Outputs the job function said failed on their own (`fail`): ref -> (reason, retryable).
+    failures: dict[str, tuple[str, bool]] = field(default_factory=dict)
     # Gives the process's SparkSession (pyspark.sql.SparkSession, typed loosely so that state-only users
     # need no pyspark), starting it if no run has yet: read through `spark`, only by jobs that use Spark.
     open_spark: Callable[[], Any] = field(default=lambda: None, repr=False)
@@ -125,6 +134,16 @@ class JobContext:
         uuid, location = found
         self.extra_reads[ref] = uuid
         return location
+
+    def fail(self, ref: str, reason: str, *, retryable: bool = False) -> None:
+        """Say that output `ref` failed (e.g. its input file is corrupt): the run's other outputs still go Live.
+
+        `retryable`: it may succeed if tried again (the job's RetryPolicy); by default it fails for good until
+        it is wanted again (new input data, a fix). Its data, if written, is never read.
+        """
+        if ref not in {target.ref for target in self.outputs}:
+            raise ValueError(f"{ref!r} is not an output of job run {self.job_run_id}")
+        self.failures[ref] = (" ".join(str(reason).split()) or "failed", retryable)
 
     def record(self, ref: str, *, row_count: int = 0, byte_count: int = 0, **metadata: Any) -> None:
         """Attach output metadata (row count, size, anything else) to the partition just written."""

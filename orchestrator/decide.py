@@ -221,8 +221,9 @@ class _Decider:
     def _buffer_runs(self) -> None:
         """Group ready instances into runs of up to batch_size (and batch_bytes), within each job's concurrency.
 
-        Only instances with the same number of failed attempts share a run: a run
-        fails as a whole, so mixing them would spend a fresh partition's retries.
+        Only instances with the same number of failed attempts share a run: a run that
+        fails as a whole is split, but mixing them would still delay a fresh partition.
+        An instance whose batch failed as a whole and was split runs alone.
         Under a scope, only instances of one batch key (a group's bucket) share a
         run, so a stale run can be failed by the one owner of its bucket.
         Instances whose every want is being canceled in this round are left out.
@@ -231,14 +232,19 @@ class _Decider:
         for label, ready in self.ready.items():
             job = self.graph.jobs[label]
             room = job.max_concurrency - active.get(label, 0)
-            by_failures: dict[tuple[int, int], list[Instance]] = defaultdict(list)
+            by_failures: dict[tuple[int, int | str], list[Instance]] = defaultdict(list)
             for instance, failures in ready:
                 if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
-                    key = self.scope.batch_key(instance.ref) if self.scope is not None else 0
+                    key: int | str = self.scope.batch_key(instance.ref) if self.scope is not None else 0
+                    if runs_alone(self.state, instance):  # a cohort of its own: where its own error stands alone
+                        key = instance.uuid
                     by_failures[failures, key].append(instance)
             for batch in self._batches(job, by_failures.values(), room):
                 buffer = pb.JobRunBuffer(job_run_id=self._run_id(label), job_label=label)
                 buffer.code_version = job.code_version or ""  # what the instances were built by
+                # The fold lets an output go Live only with a passing result of each (a stale worker cannot skip them).
+                buffer.blocking_checks.extend(check.name for check in job.checks if check.blocking)
+                buffer.serve_stale = job.stale_policy == "serve"
                 buffer.instance_uuids.extend(instance.uuid for instance in batch)
                 self._stamped(buffer)  # the fold checks every partition is in the bucket(s) it may build
                 run_id = buffer.job_run_id
@@ -302,7 +308,22 @@ def active_runs_by_job(state: BuildState) -> dict[str, int]:
 
 
 def failed_attempts(state: BuildState, instance: Instance) -> int:
-    return sum(1 for run_id in instance.attempts if state.job_runs[run_id].state == JobRunState.FAILED)
+    """The attempts that failed this instance: its runs that failed, but for batches split because they failed
+    as a whole (a batch-mate's error spends none of its retries), and its own failures in runs that succeeded."""
+    count = 0
+    runs = state.job_runs
+    for run_id in instance.attempts:
+        run = runs[run_id]
+        if run.state == JobRunState.FAILED:
+            count += not run.split
+        elif run.failed_outputs and instance.uuid in run.failed_outputs:
+            count += 1
+    return count
+
+
+def runs_alone(state: BuildState, instance: Instance) -> bool:
+    """Whether its next run builds it alone: its last attempt was a batch that failed as a whole and was split."""
+    return bool(instance.attempts) and bool(state.job_runs[instance.attempts[-1]].split)
 
 
 def retry_due_ms(state: BuildState, instance: Instance, job: Job) -> int:

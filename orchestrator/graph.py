@@ -164,6 +164,7 @@ class RetryPolicy:
 
 
 JobFunction = Callable[["JobContext"], None]
+STALE_POLICIES = ("serve", "withdraw")
 InputsFunction = Callable[[Partition], Sequence[str]]
 
 
@@ -199,6 +200,9 @@ class Job:
     # Its runs use `ctx.spark`: a `partbuild run` with work to do starts the session in the background at
     # once, while it reads the log and decides, rather than when the first run asks (seconds later).
     uses_spark: bool = False
+    # When an input gets new data or the code changes: "serve" keeps its Live instances readable, marked stale,
+    # until a rebuilt successor passes its checks; "withdraw" taints them at once (where stale data is wrong).
+    stale_policy: str = "serve"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
@@ -216,6 +220,8 @@ class Job:
             raise GraphError(f"job label {self.label!r} must be non-empty and contain no slash")
         if not patterns:
             raise GraphError(f"job {self.label!r} declares no output patterns")
+        if self.stale_policy not in STALE_POLICIES:
+            raise GraphError(f"job {self.label!r}: stale_policy is 'serve' or 'withdraw', not {self.stale_policy!r}")
         if self.batch_size < 1 or self.max_concurrency < 1:
             raise GraphError(f"job {self.label!r}: batch_size and max_concurrency must be at least 1")
         limit = self.batch_bytes

@@ -8,11 +8,12 @@ if it wants a date. A data column named like a partition column (case-insensitiv
 left out of the table: the partition's value is the ref's.
 
 The table is a projection of the log, not a fact in it: no event records it. A `Publisher` keeps the catalog
-equal to the state: each partition of a published job points at the location of its canonical instance
-while that instance is Live, and has no partition otherwise. A checked rebuild going Live moves the
-partition (`SET LOCATION`); a taint withdraws it (the canonical instance is then a fresh Missing one) until a
-rebuild is Live; an instance whose blocking check failed never was Live, so it is never shown. The table is
-EXTERNAL: dropping a partition never deletes an instance's files.
+equal to the state: each partition of a published job points at the location of the instance readers get
+(`BuildState.served_instance`: its canonical instance while Live, or a stale Live one that keeps serving
+while its successor is built, failed or blocked), and has no partition otherwise. A checked rebuild going
+Live moves the partition (`SET LOCATION`); new upstream data leaves it where it is (stale) until then; a
+taint withdraws it until a rebuild is Live; an instance whose blocking check failed never was Live, so it is
+never shown. The table is EXTERNAL: dropping a partition never deletes an instance's files.
 
 Changes are found incrementally, never by a scan of every partition per step: a ref's canonical pointer only
 moves to a newly created instance, and a job's instance only goes Live at the outcome of a run, so the refs to
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
-from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.graph import Graph
@@ -159,6 +160,7 @@ class Publisher:
         self._warehouse = warehouse.rstrip("/")
         self._seen_seq = -1  # the head last looked at; -1: not yet (the first step reconciles every ref)
         self._watched: dict[str, None] = {}  # runs of published jobs active at _seen_seq
+        self._serving: dict[str, str] = {}  # the state's stale instances still serving, at _seen_seq
         self._shown: dict[str, str] = {}  # ref -> the location its partition points at (absent: no partition)
         self._retry: dict[str, None] = {}  # refs whose last change failed: looked at again each step
         self._unswept = {target.publish.table for target in self._targets.values()}  # start sweep still due
@@ -212,6 +214,10 @@ class Publisher:
             starting = self._seen_seq < 0
             refs = self._every_ref(state) if starting else self._changed_refs(state)
             refs.update(self._retry)
+            # A stale instance withdrawn while its successor is canonical makes no instance: compare who serves.
+            serving = state.serving
+            refs.update((ref, None) for ref in self._serving.keys() ^ serving.keys())
+            self._serving = dict(serving)
             wanted = {ref: self._wanted(state, ref) for ref in refs}
             self._watched = {
                 run_id: None for run_id in state.active_run_ids if state.job_runs[run_id].job_label in self._targets
@@ -268,8 +274,8 @@ class Publisher:
         label = self._label_of(ref)
         if label is None:
             return None, None
-        instance = state.canonical_instance(ref)
-        if instance is None or instance.state != InstanceState.LIVE or not instance.location:
+        instance = state.served_instance(ref)  # the canonical Live one, or a stale one serving until it is replaced
+        if instance is None or not instance.location:
             return label, None
         return label, instance.location
 

@@ -5,8 +5,8 @@
 
 `on_upstream_change`: an input of a partition of the job got a new Live instance in place of the one the
 partition was built from (a new source version observed, an upstream rebuilt after a taint). The fold
-already taints what was built from the old data (state/fold/instances.py); the reaction wants the
-tainted partitions again, so downstream data follows its inputs without anyone asking. It looks one level
+already marks what was built from the old data stale or withdraws it (state/fold/instances.py); the reaction
+wants those partitions again, so downstream data follows its inputs without anyone asking. It looks one level
 down only: the direct consumers of the superseded instance whose job declares the reaction and that are
 not Live now. In a chain daily -> weekly where both declare it, the daily reacts to the raw day, and the
 weekly reacts once the daily's new instance is Live (not at once): the weekly is never built from a daily
@@ -31,7 +31,8 @@ Only the owner of the wanted ref's bucket fires it.
 `on_code_change`: the job's Live partitions built by another code version than its current one (stale,
 state/rules/staleness.py) are tainted and wanted again, newest partitions first (oldest last), at most
 `max_per_step` a step: the taint (guarded by the instance it names, and cascading to what was built from
-it, as any taint does) and the `ReactionFired` go in one append, so the want rebuilds the partition
+it, as any taint does; out of date rather than wrong, so each instance whose job serves stale data stays
+readable until its rebuild goes Live) and the `ReactionFired` go in one append, so the want rebuilds the partition
 instead of finding it Live. Nothing upstream is touched. It is evaluated on steps after the log moved (the
 index of runs by version reads only the job's runs of other versions), not on idle ones.
 """
@@ -402,7 +403,8 @@ def code_change_events(
 ) -> list[pb.Event]:
     """The taint of a stale instance (only while it is canonical) and the firing that wants its ref again."""
     reason = f"code version of job {label} changed: built by {built}, the job's is {current} (on_code_change)"
-    taint = pb.PartitionTaint(partition_ref=instance.ref, reason=reason, instance_uuid=instance.uuid)
+    # Out of date, not wrong: the fold keeps it serving, stale, until the rebuild goes Live, unless its job withdraws.
+    taint = pb.PartitionTaint(partition_ref=instance.ref, reason=reason, instance_uuid=instance.uuid, keep_serving=True)
     want = pb.WantCreate(
         want_id=want_id,
         partition_refs=[instance.ref],
