@@ -7,8 +7,8 @@ which runs the job's *current* checks (this process's graph) on the instance, wi
 locations of the inputs it was built from, and appends the answer: a `ChecksRerun` with the
 results, or skipped with why (the job declares no checks, no job of the graph builds the ref,
 retention dropped the instance). A failed blocking check on the ref's canonical Live instance
-adds a `PartitionTaint` naming that instance, in the same append, with the check as the
-reason: the fold taints it and what was built from it. An errored check taints nothing (the
+(or on a stale one still serving) adds a `PartitionTaint` naming that instance, in the same append,
+with the check as the reason: the fold taints it and what was built from it. An errored check taints nothing (the
 check is at fault, not the data); it is recorded as errored, like a warning.
 
 One thread, not the executor's pool: reruns are rare and must not take a job run's thread;
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from partbuild.orchestrator.checks import Check, CheckTarget, run_gate
+from partbuild.orchestrator.decide import previous_live_location
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import Clock, envelope
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import AppendConflict, EventLog, WriteNotDone
@@ -153,7 +153,10 @@ class ChecksRerunner:
             read = state.instances.get(input_uuid)
             if read is not None and read.ref in declared and read.location:
                 inputs[read.ref] = read.location
-        target = CheckTarget(instance.ref, uuid, instance.location or "", inputs)
+        # The ref's instance that went Live before this one, as the gate gave it when this one was built: a
+        # ratio to the previous build can fail on a re-check too.
+        previous = previous_live_location(state, instance)
+        target = CheckTarget(instance.ref, uuid, instance.location or "", inputs, previous)
         return Rerun(request_id, target, tuple(job.checks), job.label)
 
     def _run(self, rerun: Rerun) -> pb.ChecksRerun:
@@ -193,12 +196,12 @@ class ChecksRerunner:
 
 
 def _taint(state: BuildState, rerun: Rerun, failed: pb.CheckResult) -> pb.PartitionTaint | None:
-    """The taint of a failed blocking check, if the instance is still its ref's canonical Live one."""
+    """The taint of a failed blocking check, if the instance is still the one readers get for its ref (its
+    canonical Live one, or a stale one still serving): a failed check withdraws it."""
     target = rerun.target
     assert target is not None
-    if state.canonical.get(target.ref) != target.instance_uuid:
-        return None
-    if state.instances[target.instance_uuid].state != InstanceState.LIVE:
+    served = state.served_instance(target.ref)
+    if served is None or served.uuid != target.instance_uuid:
         return None
     said = failed.description or "no description"
     reason = f"check {failed.name} failed on {target.ref}: {said} (checks run again, request {rerun.request_id})"

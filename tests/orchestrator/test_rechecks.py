@@ -165,3 +165,23 @@ def test_two_orchestrators_answering_at_once_record_one_answer_and_one_taint(
     kinds = [event.WhichOneof("payload") for event in events]
     assert kinds.count("checks_rerun") == 1 and kinds.count("partition_taint") == 1
     assert (state.instances[daily].state, state.instances[rollup].state) == (I.TAINTED, I.TAINTED)
+
+
+def test_a_rerun_compares_with_the_instance_that_went_live_before_as_the_gate_does(
+    tmp_path: Path, orchestrators: OrchestratorFactory, log: EventLog, built: tuple[str, str]
+) -> None:
+    first_daily, _ = built
+    log.append([envelope(pb.PartitionTaint(partition_ref=DAILY, reason="late"), source=manual("ann"))])
+    log.append([envelope(pb.WantCreate(want_id="w2", partition_refs=[ROLLUP]), source=manual("ann"))])
+    rebuild = orchestrators(graph(tmp_path))
+    assert rebuild.run_until_idle(timeout_s=30)
+    second_daily = rebuild.state.canonical[DAILY]
+    first_location = rebuild.state.instances[first_daily].location
+    rebuild.close()
+    seen: list[CheckContext] = []
+    ask(log, second_daily)
+    rerun = orchestrators(graph(tmp_path, at_most(100, seen=seen)))
+    assert rerun.run_until_idle(timeout_s=30)
+    verified(rerun)
+    (context,) = seen
+    assert context.instance_uuid == second_daily and context.previous_location == first_location is not None
