@@ -170,10 +170,12 @@ def _instance_checks(delivery: _Delivery, checked: pb.InstanceChecks) -> Instanc
 
 
 def check_rows(results: Sequence[pb.CheckResult]) -> tuple[CheckRow, ...]:
-    """An event's check results as the fold records them (state/fold/checks.py's rows)."""
-    return tuple(
-        (r.name, r.passed, r.blocking, r.errored, r.description, tuple(sorted(r.metrics.items()))) for r in results
-    )
+    """An event's check results as the fold records them (state/fold/checks.py's rows, a duration only when set)."""
+    rows: list[CheckRow] = []
+    for r in results:
+        row = (r.name, r.passed, r.blocking, r.errored, r.description, tuple(sorted(r.metrics.items())))
+        rows.append((*row, r.duration_ms) if r.duration_ms else row)  # type: ignore[arg-type]
+    return tuple(rows)
 
 
 def _render_partbuild(delivery: _Delivery) -> Rendered:

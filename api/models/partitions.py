@@ -125,6 +125,15 @@ class ChecksRequestedOut(WrittenOut):
     link: str = Field(description="The instance: its `checks_requests` say when the request is answered.")
 
 
+class SuccessorOut(BaseModel):
+    """The instance being built (or failed, or blocked by a check) to replace a stale one that still serves."""
+
+    uuid: str
+    state: InstanceStateName
+    note: str | None = Field(description="Why it failed or what it waits for, if it did.")
+    waiting_on: list[str]
+
+
 class InstanceOut(BaseModel):
     uuid: str
     ref: str
@@ -159,9 +168,19 @@ class InstanceOut(BaseModel):
     )
     stale: bool = Field(
         default=False,
-        description="Live and built by a code version other than its job's in the graph served now (even as of an "
-        "earlier seq: the version recorded is a fact of the log, the comparison is with the graph now). False "
-        "without a served graph, for a job it no longer has, and for an unknown version.",
+        description="Live and out of date: an input got new data or its code changed, and a successor is being "
+        "built while it keeps serving readers (`successor`); or built by a code version other than its job's in the "
+        "graph served now (even as of an earlier seq: the version recorded is a fact of the log, the comparison is "
+        "with the graph now; false without a served graph, for a job it no longer has, and for an unknown version).",
+    )
+    serving: bool = Field(
+        default=False,
+        description="Readers get this instance for its ref: its canonical Live instance, or a stale one that keeps "
+        "serving until its successor goes Live.",
+    )
+    successor: SuccessorOut | None = Field(
+        default=None,
+        description="For a stale instance still serving: the canonical instance that will replace it once Live.",
     )
 
 

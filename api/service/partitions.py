@@ -25,6 +25,7 @@ from partbuild.api.models.partitions import (
     RetentionRequest,
     SourceVersionRequest,
     StaleOut,
+    SuccessorOut,
     TaintRequest,
     check_result_name,
     worst_check_result,
@@ -90,8 +91,10 @@ class PartitionsService(ServiceBase):
         return page_at(items, limit, lambda i: i.ref, seq)
 
     def canonical(self, ref: str, as_of_seq: int | None = None, min_seq: int | None = None) -> InstanceOut:
+        """What readers get for `ref`: its Live instance (a stale one while its successor is built, failed or
+        blocked: with the successor's state), else its canonical instance, whatever its state."""
         with self._reading(min_seq, as_of_seq) as state:
-            instance = state.canonical_instance(ref)
+            instance = state.served_instance(ref) or state.canonical_instance(ref)
             if instance is None:
                 raise NotFound(f"partition {ref!r} has no instance{as_of_suffix(as_of_seq)}")
             return self.instance_answer(state, instance)
@@ -105,7 +108,8 @@ class PartitionsService(ServiceBase):
 
     def taint(self, request: TaintRequest, user: str = ANONYMOUS) -> WrittenOut:
         def build(state: BuildState) -> list[pb.Event]:
-            instance = state.canonical_instance(request.ref)
+            # The instance readers get: a stale one still serving is withdrawn as any Live one is.
+            instance = state.served_instance(request.ref) or state.canonical_instance(request.ref)
             if instance is None:
                 raise NotFound(f"partition {request.ref!r} has no instance")
             if instance.state != InstanceState.LIVE:
@@ -229,14 +233,30 @@ class PartitionsService(ServiceBase):
             )
 
     def instance_answer(self, state: BuildState, instance: Instance, *, requests: bool = False) -> InstanceOut:
-        """`instance_out` with its checks, its code version and whether that is stale (the served graph's)."""
-        return instance_out(
+        """`instance_out` with its checks, its code version, whether it is stale (replaced by a successor being
+        built, or by the served graph's code version) and whether readers get it."""
+        answer = instance_out(
             instance,
             state.check_results,
             state.check_requests if requests else None,
             code_version=built_version(state, instance),
             stale=is_stale(state, instance, self.code_versions),
         )
+        if instance.state != InstanceState.LIVE:
+            return answer
+        served = state.served_instance(instance.ref)
+        answer.serving = served is not None and served.uuid == instance.uuid
+        if answer.serving and instance.superseded_seq:
+            successor = state.canonical_instance(instance.ref)
+            assert successor is not None  # a stale instance serves only while a successor is canonical
+            answer.stale = True
+            answer.successor = SuccessorOut(
+                uuid=successor.uuid,
+                state=state_name(successor.state),
+                note=successor.note,
+                waiting_on=list(successor.waiting_on or ()),
+            )
+        return answer
 
     def _known_ref_cursor(self, cursor: str) -> None:
         """A partitions cursor names a ref listed on an earlier page (refs never disappear); else NotFound."""

@@ -62,6 +62,8 @@ def test_observe_then_canonical_history_and_instance_as_of_seq(db_api_server: Ap
         "checks_requests": [],
         "code_version": None,
         "stale": False,
+        "serving": True,
+        "successor": None,
     }
     second_seq = observe(client, ref, "/data/v2")  # a new version of the source data
     v2 = canonical(client, ref)
@@ -307,6 +309,7 @@ def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_the
             "description": "5 rows",
             "metrics": {"rows": 5.0},
             "seq": seq,
+            "duration_ms": None,
         },
         {
             "name": "url_not_null",
@@ -317,6 +320,7 @@ def test_an_instance_answer_shows_its_checks_as_of_the_outcome_that_recorded_the
             "description": "nulls in url: 2",
             "metrics": {},
             "seq": seq,
+            "duration_ms": None,
         },
     ]
     assert canonical(client, "d/1")["checks"] == now["checks"] == history(client, "d/1")[0]["checks"]

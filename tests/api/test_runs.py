@@ -121,6 +121,7 @@ def test_a_job_runs_answer_shows_the_checks_its_outcome_recorded_as_of_any_seq(
             "description": "rows_nonzero said True",
             "metrics": {"rows": 5.0},
             "seq": 5,
+            "duration_ms": None,
         },
         {
             "name": "url_not_null",
@@ -131,6 +132,7 @@ def test_a_job_runs_answer_shows_the_checks_its_outcome_recorded_as_of_any_seq(
             "description": "url_not_null said False",
             "metrics": {"nulls": 2.0},
             "seq": 5,
+            "duration_ms": None,
         },
     ]
     assert run("r1", as_of_seq=4)["checks"] == [] and run("r1", as_of_seq=5)["checks"] == run("r1")["checks"]

@@ -382,6 +382,7 @@ def test_partbuild_payload_of_an_outcome_carries_its_check_results_as_the_api_sh
                     "description": "rows_nonzero said True",
                     "metrics": {"rows": 5.0},
                     "seq": 5,
+                    "duration_ms": None,
                 },
                 {
                     "name": "url_not_null",
@@ -392,6 +393,7 @@ def test_partbuild_payload_of_an_outcome_carries_its_check_results_as_the_api_sh
                     "description": "url_not_null said False",
                     "metrics": {"nulls": 2.0},
                     "seq": 5,
+                    "duration_ms": None,
                 },
             ],
         }
