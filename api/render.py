@@ -2,6 +2,12 @@
 
 Every ref, id and message is put in a `Text`, never in markup: refs may hold
 square brackets that rich would otherwise read as styles.
+
+A table prints one line per row, on a terminal and piped: a cell shows the first meaningful line of its
+text (an error's first meaningful line, not its 30-line Java stack), cut with an ellipsis. Piped output
+(200 columns) keeps every column, as a terminal does: rich narrows the free-text columns first (ids and
+seqs are copied into the next command), and no column is narrowed below its header (rich would narrow
+one to nothing and leave it out).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+
+from partbuild.orchestrator.errors import first_line  # plain Python: no Spark, nothing heavy
 
 # Annotations only: the log's modules bring SQLAlchemy, which a `--server` read does not need, and a command
 # builds the models of what it reads, not of every resource; rich.progress loads when a bar is shown.
@@ -56,6 +64,14 @@ _GOOD = {"live", "successful", "succeeded"}
 _BAD = {"failed", "upstream_failed", "expired", "tainted", "gone"}
 _BUSY = {"building", "upstream_building", "running", "queued", "up_for_retry", "dep_miss"}
 MAX_REFS_SHOWN = 3
+# A table cell's text at most: a row stays readable piped (200 columns) with a long error in it.
+MAX_CELL = 120
+# A failure's reason in `wants show` at most (a detail view: more than a table cell, still one line).
+MAX_REASON = 500
+# Columns of free text, narrowed first when a table is wider than the terminal; the others hold ids and seqs.
+TEXT_COLUMNS = frozenset(
+    {"REFS", "REF", "ERROR", "COMMENT", "NOTE", "SOURCE", "CONNECTOR", "CURSOR", "LAST WANT", "SHARING"}
+)
 
 
 def state_text(state: str | None) -> Text:
@@ -75,19 +91,49 @@ def when(ms: int | None) -> str:
 
 
 def refs_text(refs: list[str]) -> Text:
-    """The first few refs, one a line, and how many more."""
-    shown = "\n".join(refs[:MAX_REFS_SHOWN])
-    if len(refs) > MAX_REFS_SHOWN:
-        shown += f"\n(+{len(refs) - MAX_REFS_SHOWN:,} more)"
+    """The first ref and how many more, on one line (a table row is one line)."""
+    shown = refs[0] if refs else ""
+    if len(refs) > 1:
+        shown += f" (+{len(refs) - 1:,} more)"
     return Text(shown)
 
 
+def one_line(text: str | None, limit: int = MAX_CELL) -> str:
+    """The first meaningful line of `text` (of an error: not its stack), cut to `limit` with an ellipsis."""
+    line = first_line(text) if text and ("\n" in text or "\r" in text) else (text or "").strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _cell(value: RenderableType | None) -> RenderableType | None:
+    """A table cell on one line: text cut by `one_line`, kept from wrapping (rich cuts it with "…" instead)."""
+    if isinstance(value, str):
+        value = Text(value)
+    if not isinstance(value, Text):
+        return value
+    if "\n" in value.plain or "\r" in value.plain or len(value.plain) > MAX_CELL:
+        value = Text(one_line(value.plain), style=value.style)
+    else:
+        value = value.copy()
+    value.no_wrap, value.overflow = True, "ellipsis"
+    return value
+
+
+class _OneLineTable(Table):
+    """A table whose every row is one line (each cell goes through `_cell`)."""
+
+    def add_row(self, *renderables: RenderableType | None, style: Any = None, end_section: bool = False) -> None:
+        super().add_row(*map(_cell, renderables), style=style, end_section=end_section)
+
+
 def _table(*columns: str) -> Table:
-    table = Table(header_style="bold", pad_edge=False, box=None)
+    table = _OneLineTable(header_style="bold", pad_edge=False, box=None)
     for column in columns:
-        # Ids and seqs are what people copy into the next command: never wrap them.
-        wraps = column in ("REFS", "REF", "ERROR", "COMMENT")
-        table.add_column(column, no_wrap=not wraps, overflow="fold")
+        # Ids and seqs are what people copy into the next command: the text columns are narrowed first.
+        text = column in TEXT_COLUMNS
+        header = Text(column, no_wrap=True, overflow="ellipsis")  # a header is one line too
+        # min_width: rich narrows the text columns of a table wider than the terminal, and one narrowed to
+        # nothing is not printed at all; each keeps at least its header's width.
+        table.add_column(header, no_wrap=not text, overflow="ellipsis" if text else "fold", min_width=len(column))
     return table
 
 
@@ -144,6 +190,7 @@ def want_detail(want: WantDetailOut) -> Group:
             ("root", want.root_want_id if want.root_want_id != want.want_id else None),
             ("satisfied by", _joined(want.satisfied_by)),
             ("cancel reason", want.cancel_reason),
+            ("failed because", _failures_text(want)),
             ("as of seq", str(want.as_of_seq)),
         ]
     )
@@ -151,6 +198,18 @@ def want_detail(want: WantDetailOut) -> Group:
     for status in want.refs_status:
         _ref_branch(refs, status)
     return Group(grid, refs, want_tree(want.tree))
+
+
+def _failures_text(want: WantDetailOut) -> str | None:
+    """Each partition that failed the want (what it failed upstream of, its check), its error's line under it."""
+    lines = []
+    for failure in want.failures:
+        line = f"{failure.ref} {failure.state}"
+        line += f", upstream of {failure.via}" if failure.via else ""
+        line += f", check {failure.check}" if failure.check else ""
+        reason = one_line(failure.reason, MAX_REASON) or "no reason recorded"
+        lines += [f"{line} (instance {failure.instance_uuid})", f"  {reason}"]
+    return "\n".join(lines) or None
 
 
 def _sla(want: WantDetailOut) -> str:
@@ -358,7 +417,8 @@ def _run_error(run: JobRunOut) -> str:
     if run.missing_refs:
         return f"missing {len(run.missing_refs)} input(s)"
     if run.error_class or run.error_message:
-        return f"{run.error_class or 'error'}: {run.error_message or ''}".strip()
+        # Its first meaningful line: what broke, not py4j's "An error occurred while calling o1.parquet."
+        return f"{run.error_class or 'error'}: {first_line(run.error_message)}".strip()
     return run.cancel_reason or ""
 
 
@@ -449,7 +509,8 @@ def schedules_table(schedules: list[ScheduleOut]) -> Table:
     """One row a schedule: when it ticks, running or paused, its ticks, the last one and its want, the next."""
     table = _table("SCHEDULE", "WHEN", "CATCH-UP", "STATE", "TICKS", "MISSED", "LAST TICK", "LAST WANT", "NEXT")
     for schedule in schedules:
-        state = Text(f"paused: {schedule.pause_reason}" if schedule.pause_reason else "paused", style="yellow")
+        reason = one_line(schedule.pause_reason, MAX_CELL // 3)  # a state column: kept short, never narrowed
+        state = Text(f"paused: {reason}" if reason else "paused", style="yellow")
         if not schedule.paused:
             state = Text("running", style="green")
         last = schedule.last_tick
@@ -495,7 +556,7 @@ def _scan_cells(scan: SourceScanOut | None) -> tuple[str | Text, ...]:
     error_text = Text("-")
     if error is not None:
         kind = "retryable" if error.retryable else "permanent"
-        error_text = Text(f"{error.message} ({kind}, {when(error.at_ms)})", style="red")
+        error_text = Text(f"{one_line(error.message, MAX_CELL // 2)} ({kind}, {when(error.at_ms)})", style="red")
     return (
         str(scan.pass_number),
         state,
@@ -526,7 +587,7 @@ def _heartbeat_cells(beat: MemberHeartbeatOut | None) -> tuple[Text, str, str, T
 
 def _shares_text(shares: list[GroupShareOut]) -> Text:
     parts = [f"{s.bucket}->{s.target}{' (picked up)' if s.picked_up else ''}" for s in shares]
-    return Text("\n".join(parts) or "-")
+    return Text(", ".join(parts) or "-")
 
 
 def group_detail(group: GroupOut) -> Group:

@@ -118,6 +118,26 @@ class WantTreeOut(BaseModel):
 
 
 MAX_WANT_RUNS = 100
+MAX_WANT_FAILURES = 20
+
+
+class WantFailureOut(BaseModel):
+    """A partition whose failure failed a want: the instance of one of its refs, or the upstream partition
+    that instance waited for and that really failed."""
+
+    ref: str
+    instance_uuid: str
+    state: InstanceStateName = Field(
+        description="failed; upstream_failed only where the partition it waited for is no longer known (retention)."
+    )
+    reason: str | None = Field(description="Its note: the failed run's error message, or why it failed.")
+    check: str | None = Field(
+        description="The check that kept it from going Live (a failed blocking check, or one that errored), "
+        "if the run that failed it recorded checks; null: none."
+    )
+    via: str | None = Field(
+        description="The want's ref that failed upstream because of it; null: it is one of the want's refs."
+    )
 
 
 class WantDetailOut(WantOut):
@@ -141,5 +161,12 @@ class WantDetailOut(WantOut):
     cause: str | None = Field(
         default=None,
         description='Why automation made it ("schedule nightly ticked at 2026-01-02T02:00:00Z"); null: asked for.',
+    )
+    failures: list[WantFailureOut] = Field(
+        default_factory=list,
+        description=(
+            f"Why a failed or upstream_failed want failed: each partition that failed it, with its error and "
+            f"failing check (at most {MAX_WANT_FAILURES}, its refs in order); empty for a want in any other state."
+        ),
     )
     as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")

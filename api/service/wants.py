@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid as uuidlib
 from collections import Counter
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from partbuild.api.errors import Conflict, InvalidInput, NotFound, TooLarge
 from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
 from partbuild.api.models.wants import (
     MAX_BATCH_REFS,
+    MAX_WANT_FAILURES,
     MAX_WANT_RUNS,
     RefStatusOut,
     ValidatedOut,
@@ -19,6 +21,7 @@ from partbuild.api.models.wants import (
     WantBatchRequest,
     WantCreatedOut,
     WantDetailOut,
+    WantFailureOut,
     WantOut,
     WantRequest,
     WantStateName,
@@ -29,11 +32,19 @@ from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, 
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import TERMINAL_WANT_STATES, Want, WantState
+from partbuild.state.fold.records import TERMINAL_WANT_STATES, Instance, InstanceState, Want, WantState
 from partbuild.state.log.events import envelope, manual
 
 MAX_TREE_NODES = 1_000
 WAITING_DEPTH = 4
+# How far back a ref's instances are followed for the one it had at a seq, and how many upstream hops a
+# failure is followed: both bound a read; a real chain is a few long.
+MAX_HISTORY_STEPS = 100
+MAX_UPSTREAM_HOPS = 32
+_FAILED_INSTANCE = (InstanceState.FAILED, InstanceState.UPSTREAM_FAILED)
+_FAILED_WANT = (WantState.FAILED, WantState.UPSTREAM_FAILED)
+# The note the fold gives an instance whose input failed (state/fold/transitions.py `upstream_failed`).
+_UPSTREAM_NOTE = re.compile(r"^upstream (.+) failed$")
 
 
 class WantsService(ServiceBase):
@@ -192,6 +203,7 @@ def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut
         tree=_tree(state, want, [MAX_TREE_NODES]),
         **_progress(state, want),
         cause=state.want_causes.get(want.want_id),
+        failures=_failures(state, want),
         as_of_seq=state.head_seq,
     )
 
@@ -233,3 +245,79 @@ def _tree(state: BuildState, want: Want, budget: list[int]) -> WantTreeOut:
             break
         children.append(_tree(state, state.wants[child_id], budget))
     return WantTreeOut(want_id=want.want_id, state=state_name(want.state), refs=list(want.refs), children=children)
+
+
+# ----------------------------------------------------------------- why a want failed
+
+
+def _failures(state: BuildState, want: Want) -> list[WantFailureOut]:
+    """The partitions that failed a failed (or upstream_failed) want, at most MAX_WANT_FAILURES.
+
+    A want fails at the seq one of its refs' canonical instances fails (then it is retired): those
+    instances, the ones its refs had then. Each upstream_failed one is followed through its note
+    ("upstream X failed") to the instance X had when it failed, down to the partition that really
+    failed. Only records at or before the failure are read, and failed instances never change state,
+    so the answer as of any later seq is the same (as of a seq, `state` is the past one).
+    """
+    if want.state not in _FAILED_WANT:
+        return []
+    found: dict[str, WantFailureOut] = {}
+    for ref in want.refs:
+        if len(found) >= MAX_WANT_FAILURES:
+            break
+        instance = _instance_at(state, ref, want.updated_seq)
+        if instance is None or instance.state not in _FAILED_INSTANCE or instance.updated_seq > want.updated_seq:
+            continue
+        failed = _really_failed(state, instance)
+        if failed.uuid not in found:
+            found[failed.uuid] = _failure_out(state, failed, None if failed is instance else ref)
+    return list(found.values())
+
+
+def _instance_at(state: BuildState, ref: str, seq: int) -> Instance | None:
+    """The instance `ref` had at `seq` (the newest created by then); None if there was none, or retention
+    dropped it."""
+    uuid = state.canonical.get(ref)
+    for _ in range(MAX_HISTORY_STEPS):
+        instance = state.instances.get(uuid) if uuid is not None else None
+        if instance is None or instance.created_seq <= seq:
+            return instance
+        uuid = instance.previous_uuid
+    return None
+
+
+def _really_failed(state: BuildState, instance: Instance) -> Instance:
+    """The instance whose failure `instance` followed: itself if it failed, else the upstream one its note
+    names, as that ref was when `instance` failed (the same seq: a failure fails its waiters at once)."""
+    seen = {instance.uuid}
+    for _ in range(MAX_UPSTREAM_HOPS):
+        match = _UPSTREAM_NOTE.match(instance.note or "") if instance.state == InstanceState.UPSTREAM_FAILED else None
+        upstream = _instance_at(state, match.group(1), instance.updated_seq) if match else None
+        if upstream is None or upstream.uuid in seen or upstream.state not in _FAILED_INSTANCE:
+            break
+        seen.add(upstream.uuid)
+        instance = upstream
+    return instance
+
+
+def _failure_out(state: BuildState, instance: Instance, via: str | None) -> WantFailureOut:
+    return WantFailureOut(
+        ref=instance.ref,
+        instance_uuid=instance.uuid,
+        state=state_name(instance.state),
+        reason=instance.note,
+        check=_failed_check(state, instance),
+        via=via,
+    )
+
+
+def _failed_check(state: BuildState, instance: Instance) -> str | None:
+    """The first check that kept `instance` from going Live (errored, or a failed blocking one) among the
+    results the outcome that failed it recorded (at its last change), if it recorded any."""
+    for seq, rows in reversed(state.check_results.get(instance.uuid, ())):
+        if seq != instance.updated_seq:
+            continue
+        for row in rows:  # (name, passed, blocking, errored, ...): a row may end with its duration
+            if row[3] or (row[2] and not row[1]):
+                return row[0]
+    return None

@@ -129,9 +129,8 @@ class BuildState:
         self.job_runs: dict[str, JobRun] = {}
         self.active_run_ids: dict[str, None] = {}  # queued or running, oldest first
         self.rejections: list[Rejection] = []
-        # Inverted indexes, so every lookup is O(1) or O(result).
-        # Job runs by instance and consumers by input instance live on each Instance
-        # (`attempts`, `consumers`): O(1) by UUID without a dict entry per instance.
+        # Inverted indexes, so every lookup is O(1) or O(result). Job runs by instance and consumers by input
+        # instance live on each Instance (`attempts`, `consumers`): O(1) by UUID without a dict entry each.
         # ref -> every want naming it, in creation order (a tuple of one, a list of more)
         self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
@@ -177,10 +176,7 @@ class BuildState:
         self.first_created: dict[str, int] = {}
         # seq -> instance state -> what instances retention dropped added to its count then (history.keep_dropped).
         self.dropped_changes: dict[int, dict[int, int]] = {}
-        # ref -> UUID of the stale Live instance readers get while its successor (canonical) is built, failed
-        # or blocked; only refs in such a period (state/fold/instances.py). Elsewhere readers get the canonical
-        # instance when it is Live.
-        self.serving: dict[str, str] = {}
+        self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
 
@@ -293,7 +289,8 @@ class BuildState:
 
     def served_instance(self, ref: str) -> Instance | None:
         """The instance readers get for `ref`: its canonical one if Live, else a stale Live one that keeps serving
-        until its successor goes Live; None when nothing Live may be read (never built, or withdrawn)."""
+        while its successor (canonical) is built, failed or blocked, until that one goes Live (`serving`, kept by
+        state/fold/transitions.py); None when nothing Live may be read (never built, or withdrawn)."""
         uuid = self.serving.get(ref)
         if uuid is not None:
             return self.instances[uuid]

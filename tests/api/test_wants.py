@@ -13,7 +13,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.db import WRITE_WAIT_ENV, begin_write, create_engine_for
 from partbuild.state.log.events import envelope, from_job_run
 
-from httpkit import API, WANTS, head_seq, listed, ok, problem, walk, want
+from httpkit import API, WANTS, canonical, head_seq, listed, ok, problem, walk, want
 from serverkit import ApiServer, graphless_api_server
 
 
@@ -60,6 +60,7 @@ def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
         "progress": {"missing": 2},  # both refs' instances, by state
         "runs": [],
         "cause": None,  # asked for by a person: no automation made it
+        "failures": [],  # only a failed want names the partitions that failed it
         "as_of_seq": created["seq"],
     }
     assert [(s["ref"], s["state"], s["waiting_on"]) for s in statuses] == [
@@ -247,6 +248,68 @@ def test_wants_as_of_a_seq_show_the_states_wants_and_tree_of_then(api_server: Ap
     later = page(limit=1, cursor=cursor)["next_cursor"]
     assert later == str(derived)
     problem(client.get(WANTS, params={"as_of_seq": waiting.last_seq, "cursor": later}), 404, "cursor")
+
+
+def _fail(api: ApiServer, run_id: str, uuid: str, message: str, *checks: pb.CheckResult) -> int:
+    """Buffer a run of one instance and fail it for good; the seq of the failure."""
+    api.log.append([envelope(pb.JobRunBuffer(job_run_id=run_id, job_label="j", instance_uuids=[uuid]))])
+    checked = [pb.InstanceChecks(instance_uuid=uuid, results=list(checks))] if checks else []
+    failure = pb.JobRunFailure(job_run_id=run_id, error_class=pb.ERROR_CLASS_PERMANENT, message=message, checks=checked)
+    return api.log.append([envelope(failure)]).last_seq
+
+
+def _wait_upstream(api: ApiServer, run_id: str, uuid: str, upstream: str) -> int:
+    """Buffer a run of one instance that finds `upstream` missing: the instance waits for it."""
+    api.log.append([envelope(pb.JobRunBuffer(job_run_id=run_id, job_label="j", instance_uuids=[uuid]))])
+    return api.log.append([envelope(pb.JobRunMissingDeps(job_run_id=run_id, missing_refs=[upstream]))]).last_seq
+
+
+def test_a_failed_want_names_the_partition_that_failed_it_its_error_and_its_check(api_server: ApiServer) -> None:
+    """A want whose own ref failed: that instance, the run's message, the failed blocking check (not the
+    non-blocking one); none while it builds, as of a seq before the failure."""
+    client = api_server.client
+    created = want(client, ["t/a", "t/b"], want_id="direct")["seq"]
+    uuid = canonical(client, "t/a", min_seq=created)["uuid"]
+    message = "check rows failed on t/a: 0 rows\n" + "\n".join(f"\tat Foo.bar(Foo.java:{n})" for n in range(30))
+    rows = pb.CheckResult(name="rows", passed=False, blocking=True, description="0 rows", duration_ms=5)
+    style = pb.CheckResult(name="style", passed=False, blocking=False)
+    failed = _fail(api_server, "run-a", uuid, message, style, rows)
+
+    got = ok(client.get(f"{WANTS}/direct", params={"min_seq": failed}))
+    assert got["state"] == "failed"
+    assert got["failures"] == [
+        {"ref": "t/a", "instance_uuid": uuid, "state": "failed", "reason": message, "check": "rows", "via": None}
+    ]
+    assert ok(client.get(f"{WANTS}/direct", params={"as_of_seq": failed - 1}))["failures"] == []
+    assert ok(client.get(f"{WANTS}/direct", params={"as_of_seq": failed}))["failures"] == got["failures"]
+
+
+def test_an_upstream_failed_want_names_the_upstream_partition_that_really_failed(api_server: ApiServer) -> None:
+    """top waits for mid, mid waits for low (a derivative want), low's run fails: top and mid name low with
+    its error (via their own ref), low's want names it directly; still so once low is wanted and rebuilt."""
+    client, log = api_server.client, api_server.log
+    want(client, ["t/mid"], want_id="mid")
+    mid_waits = _wait_upstream(api_server, "run-mid", canonical(client, "t/mid")["uuid"], "t/low")
+    seq = want(client, ["t/top"], want_id="top")["seq"]
+    _wait_upstream(api_server, "run-top", canonical(client, "t/top", min_seq=seq)["uuid"], "t/mid")
+    child = pb.WantCreate(want_id="low", partition_refs=["t/low"], parent_want_id="mid")
+    seq = log.append([envelope(child, source=from_job_run("run-mid"))]).last_seq
+    low = canonical(client, "t/low", min_seq=seq)["uuid"]
+    failed = _fail(api_server, "run-low", low, "OSError: disk full")
+
+    named = {"ref": "t/low", "instance_uuid": low, "state": "failed", "reason": "OSError: disk full", "check": None}
+    for want_id, state, via in (("top", "upstream_failed", "t/top"), ("mid", "upstream_failed", "t/mid")):
+        got = ok(client.get(f"{WANTS}/{want_id}", params={"min_seq": failed}))
+        assert (got["state"], got["failures"]) == (state, [{**named, "via": via}]), want_id
+    assert ok(client.get(f"{WANTS}/low"))["failures"] == [{**named, "via": None}]
+    assert ok(client.get(f"{WANTS}/top", params={"as_of_seq": failed - 1}))["failures"] == []
+    assert ok(client.get(f"{WANTS}/mid", params={"as_of_seq": mid_waits}))["failures"] == []
+
+    # Asked again, low gets a new instance: the failed wants still name the one that failed them.
+    again = want(client, ["t/low"], want_id="again")["seq"]
+    assert canonical(client, "t/low", min_seq=again)["uuid"] != low
+    assert ok(client.get(f"{WANTS}/top"))["failures"] == [{**named, "via": "t/top"}]
+    assert ok(client.get(f"{WANTS}/again"))["failures"] == []
 
 
 def test_wants_as_of_a_seq_after_the_head_or_not_a_seq_are_refused(api_server: ApiServer) -> None:
