@@ -291,6 +291,7 @@ def instance_grid(instance: InstanceOut) -> Table:
             ("uuid", instance.uuid),
             ("state", state_text(instance.state)),
             ("canonical", "yes" if instance.canonical else f"no (superseded at seq {instance.superseded_seq})"),
+            ("serving", _serving(instance)),
             ("created seq", str(instance.created_seq)),
             ("updated seq", str(instance.updated_seq)),
             ("previous", instance.previous_uuid),
@@ -309,6 +310,15 @@ def instance_grid(instance: InstanceOut) -> Table:
             ("checks", _checks_text(instance.checks)),
         ]
     )
+
+
+def _serving(instance: InstanceOut) -> str | None:
+    """Whether readers get it, and for a stale one still read, the successor it waits for."""
+    successor = instance.successor
+    if successor is None:
+        return "yes" if instance.serving else None
+    waiting = f": {one_line(successor.note)}" if successor.note else ""
+    return f"yes, stale: until its successor {successor.uuid} ({successor.state}{waiting}) goes Live"
 
 
 def _checks_text(checks: list[CheckResultOut]) -> str | None:

@@ -12,7 +12,9 @@ not Live now. In a chain daily -> weekly where both declare it, the daily reacts
 weekly reacts once the daily's new instance is Live (not at once): the weekly is never built from a daily
 about to change, and a weekly reading seven dailies that change within its debounce window is wanted once.
 A partition that stayed Live (data moved with its strong version, or observed without versions) is not
-rebuilt: the reaction follows the fold's taints and makes none of its own.
+rebuilt: the reaction follows the fold's taints and makes none of its own. A partition of the job that reads
+the changed ref and failed (its own error or check, or upstream) is wanted again too: fixed input data, or a
+failed upstream now Live, is what it waited for, and no person has to ask.
 
 `on_source_arrival`: a source partition observed for the first time (no earlier instance of it was ever
 Live) wants the job's partitions that read it. By default the graph inverts the job's pattern: each output
@@ -64,6 +66,7 @@ MAX_WALK = 32  # earlier instances of a ref looked at to find what its readers w
 MAX_TRIES = 3  # a firing the fold keeps rejecting is given up after this many appends (logged)
 _WATCHED = frozenset({"partition_observed", "job_run_success"})
 _ONCE_LIVE = frozenset({InstanceState.LIVE, InstanceState.TAINTED})
+_FAILED_STATES = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
 
 
 class ReactionError(ValueError):
@@ -304,6 +307,7 @@ class Reactor:
 
     def _affected(self, state: BuildState, change: Change) -> Iterable[tuple[str, Reaction, str]]:
         """(job, reaction, ref) for each partition a change makes a reaction want: those not Live now."""
+        yield from self._failed_downstream(state, change)
         instances = state.instances
         if change.previous:
             previous = instances.get(change.previous)
@@ -321,6 +325,27 @@ class Reactor:
             for ref in affected_refs(self.graph, job, reaction, change.ref):
                 if not _live(state, ref):
                     yield job.label, reaction, ref
+
+    def _failed_downstream(self, state: BuildState, change: Change) -> Iterable[tuple[str, Reaction, str]]:
+        """The partitions of jobs with on_upstream_change that failed upstream because the changed ref had failed
+        (`BuildState.upstream_failures`), or that read it (the job's pattern inverted) and failed: fixed input data,
+        or a failed upstream now Live, is what they waited for. They were never built from an earlier instance, so
+        no consumer list names them."""
+        if not self.upstream or _producer(self.graph, change.ref) is None:  # a ref this graph does not know
+            return
+        for uuid in state.upstream_failures.get(change.ref, ()):  # those that failed because it had failed
+            instance = state.instances.get(uuid)
+            if instance is None or instance.superseded_seq or instance.state != InstanceState.UPSTREAM_FAILED:
+                continue  # dropped, or wanted again since
+            job = self._job_of(instance.ref)
+            if job is not None and job in self.upstream:
+                yield job, self.upstream[job], instance.ref
+        for job_label, reaction in self.upstream.items():
+            job = self.graph.jobs[job_label]
+            for ref in affected_refs(self.graph, job, reaction, change.ref):
+                current = state.canonical_instance(ref)
+                if current is not None and current.state in _FAILED_STATES:
+                    yield job_label, reaction, ref
 
     def _built_by(self, state: BuildState, consumer: Instance) -> str | None:
         """The job of an instance that has inputs: its run's (a dict read), else the graph's for its ref."""

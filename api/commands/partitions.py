@@ -67,7 +67,8 @@ partitions_group = listing_group(
 @json_option
 @graph_option
 def partitions_show(target: Target, ref: str, as_of: int | None, as_json: bool, graph_path: str | None) -> None:
-    """The current (canonical) instance of a ref."""
+    """What readers get for a ref: its Live instance (a stale one, with its successor, while that is built), else
+    its current (canonical) instance."""
     with connect(target, graph=_graph(graph_path)) as client:
         instance = client.canonical(ref, as_of)
     render.emit(instance, as_json, lambda: render.instance_grid(instance))

@@ -30,6 +30,7 @@ from partbuild.state.fold.layout import (
     History,
     Index,
     Items,
+    Lookup,
     Pointers,
     RecordLog,
     Records,
@@ -112,6 +113,7 @@ class BuildState:
             )
         ),
         Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
+        Lookup(("upstream_failures",)),
     )
     # A slot per declared attribute: a state has exactly LAYOUT's attributes, and `state.x` (a dozen per
     # event in replay) is a slot read. As a plain instance CPython 3.11 keeps at most 30 attributes inline;
@@ -159,8 +161,7 @@ class BuildState:
         # (state/fold/rechecks.py).
         self.check_requests: dict[str, CheckRequest] = {}
         self.pending_check_requests: dict[str, None] = {}
-        # schedule name -> what its ticks and pauses left (state/fold/schedules.py), once it ticked or paused.
-        self.schedules: dict[str, ScheduleRow] = {}
+        self.schedules: dict[str, ScheduleRow] = {}  # name -> what its ticks and pauses left (fold/schedules.py)
         # want id -> why it exists, for the wants automation created ("schedule nightly ticked at ...").
         self.want_causes: dict[str, str] = {}
         # What reads as of a past seq need (state/fold/history.py): field changes by record key,
@@ -177,6 +178,7 @@ class BuildState:
         # seq -> instance state -> what instances retention dropped added to its count then (history.keep_dropped).
         self.dropped_changes: dict[int, dict[int, int]] = {}
         self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
+        self.upstream_failures: dict[str, dict[str, None]] = {}  # failed ref -> instances it made UpstreamFailed
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
 

@@ -136,6 +136,17 @@ class History(Section):
 
 
 @dataclass(frozen=True)
+class Lookup(Section):
+    """An index only the orchestrator reads, derived from the log and added after logs were written: left out of
+    the digest, so older logs keep theirs."""
+
+    digested = False
+
+    def digest(self, state: object, update: Update) -> None:
+        return None
+
+
+@dataclass(frozen=True)
 class Setting(Section):
     """How the state runs, not what it holds (strictness, where it broke): left out of the digest."""
 

@@ -196,6 +196,8 @@ def served_at(state: BuildState, ref: str, seq: int) -> str | None:
     are kept by ref), else the canonical one if it was Live (None: nothing Live to read)."""
     kept = field_at(state, ref, "serving", seq)
     if kept is not None and kept[0] is not None:
+        if kept[0] not in state.instances:  # it stopped serving later, then retention dropped it
+            raise HistoryDropped(f"the instance of {ref!r} readers got", seq)
         return kept[0]
     uuid = canonical_at(state, ref, seq)
     if uuid is None or instance_state_at(state, state.instances[uuid], seq)[0] != _LIVE:

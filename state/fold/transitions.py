@@ -207,6 +207,8 @@ def upstream_failed(state: BuildState, ref: str, seq: int) -> None:
         waiters = state.waiters.pop(failed_ref, None)
         if not waiters:
             continue
+        # Who failed because of whom: a reaction wants them again once it is Live (orchestrator/reactions.py).
+        state.upstream_failures.setdefault(failed_ref, {}).update(waiters)
         for uuid in waiters:
             instance = state.instances[uuid]
             _stop_waiting(state, instance, except_ref=failed_ref)

@@ -8,12 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
+from golden_outcomes import outcome_events
 
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import DAY_MS
 from partbuild.state.database import Database
 from partbuild.state.log.events import wall_clock_ms
 
+from clikit import run_cli
 from httpkit import (
     API,
     PARTITIONS,
@@ -406,3 +408,31 @@ def test_checks_cannot_run_again_for_a_job_of_the_graph_that_declares_none(sqlit
         before = head_seq(api.client)
         problem(api.client.post(f"{API}/instances/{uuid}/checks"), 409, "job 'd' declares no checks")
         assert head_seq(api.client) == before
+
+
+def test_a_stale_instance_serves_with_its_successor_as_of_any_seq_over_http_and_the_cli(
+    api_server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, over the outcomes golden log: x/1 is stale from seq 20 (new raw data) and its successor fails at 23;
+    readers get the first instance, marked stale with its successor's state, until the successor goes Live at 26."""
+    client = api_server.client
+    api_server.log.append(outcome_events())
+    head = len(outcome_events())
+
+    def read(seq: int) -> dict[str, Any]:
+        return canonical(client, "x/1", as_of_seq=seq, min_seq=head)
+
+    before, stale, blocked, switched = read(19), read(20), read(23), read(26)
+    assert (before["serving"], before["stale"], before["successor"]) == (True, False, None)
+    assert stale["uuid"] == blocked["uuid"] == before["uuid"] and stale["stale"] and stale["serving"]
+    assert stale["note"].startswith("stale: upstream raw/1 has new data (observed at seq 20)")
+    assert (stale["successor"]["state"], blocked["successor"]["state"]) == ("missing", "up_for_retry")
+    assert blocked["successor"]["note"] == "late" and blocked["location"] == before["location"]
+    assert switched["uuid"] == blocked["successor"]["uuid"] and switched["serving"] and not switched["stale"]
+    code, out, _ = run_cli(capsys, "partitions", "show", "x/1", "--as-of", "23", "--server", api_server.url)
+    assert code == 0 and "yes, stale: until its successor" in out and "up_for_retry: late" in out
+    # d/1 was withdrawn by a person while it was stale: nothing to read, its canonical (Missing) answers.
+    withdrawn = canonical(client, "d/1", min_seq=head)
+    assert (withdrawn["state"], withdrawn["serving"], withdrawn["location"]) == ("missing", False, None)
+    page = client.get("/instances/" + stale["uuid"], params={"as_of": 23}).text
+    assert 'data-testid="instance-successor"' in page and blocked["successor"]["uuid"] in page

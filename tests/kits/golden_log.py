@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from golden_outcomes import outcome_events
 from google.protobuf.internal.decoder import _DecodeVarint32
 from google.protobuf.internal.encoder import _VarintBytes
 
@@ -750,6 +751,12 @@ GOLDEN_LOGS = (
         "golden_log_code_change.bin",
         code_change_events,
         "045b81dd8f4f104be031b72d43fcaa694598b7d2ec40142130745c5caa71f7de",
+    ),
+    GoldenLog(
+        "outcomes",  # per-output outcomes, split batches, stale instances that keep serving (issue 34), 2026-11
+        "golden_log_outcomes.bin",
+        outcome_events,
+        "624586e2f003875952e10b241aa570cb170232152e1ab3067e7e01e615b75909",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

@@ -123,6 +123,7 @@ def w1_history(plan: SimulationPlan = PLAN) -> list[pb.Event]:
     _small_records(h, 3)
     _gone_and_restored(h)
     _checked(h, plan.weeks + 2)
+    _partition_outcomes(h, plan.weeks + 3)
     weekly, _, _ = refs_of_week(1, 1)
     h.add(pb.PartitionTaint(partition_ref=weekly, reason="checked by hand", only_this_ref=True), manual("ann"))
     h.add(pb.InstanceRetention(drop_superseded_created_before_seq=h.seq), system("retention"))
@@ -286,6 +287,65 @@ def _checked(h: History, week: int) -> None:
     assert [seq for seq, _ in h.state.check_results[failed]] == [h.seq - 2, h.seq]
 
 
+def _partition_outcomes(h: History, week: int) -> None:
+    """Site 1, a later week (issue 34): a batch where one output fails its check and one fails on its own, a
+    batch split after it failed as a whole, then a stale period: new raw data leaves the daily and the weekly
+    built from it serving, stale, while the daily's successor fails, until the successor goes Live; at last a
+    person's taint withdraws the weekly still serving."""
+    weekly, dailies, raws = refs_of_week(1, week)
+    for raw in raws[:4]:
+        h.add(pb.PartitionObserved(partition_ref=raw, location=f"/data/{raw}", version="v1"), CONNECTOR)
+    h.add(pb.WantCreate(want_id="w-outcomes", partition_refs=dailies[:4]), manual("analyst"))
+    uuids = h.uuids(dailies[:4])
+    buffer = pb.JobRunBuffer(job_run_id="w-out-1", job_label="daily", instance_uuids=uuids, serve_stale=True)
+    buffer.blocking_checks.append("rows_nonzero")
+    h.add(buffer)
+    blocked = pb.InstanceChecks(instance_uuid=uuids[2], results=[check("rows_nonzero", False, rows=0)])
+    passing = [
+        pb.InstanceChecks(instance_uuid=uuid, results=[check("rows_nonzero", True, rows=5)]) for uuid in uuids[:2]
+    ]
+    h.reject(pb.JobRunSuccess(job_run_id="w-out-1", checks=passing), from_job_run("w-out-1"))  # the gate's
+    failures = [
+        pb.OutputFailure(instance_uuid=uuids[2], error_class=pb.ERROR_CLASS_PERMANENT, message="check rows_nonzero"),
+        pb.OutputFailure(instance_uuid=uuids[3], error_class=pb.ERROR_CLASS_RETRYABLE, message="corrupt footer"),
+    ]
+    success = pb.JobRunSuccess(job_run_id="w-out-1", checks=[*passing, blocked], failed_outputs=failures)
+    for uuid, raw in zip(uuids[:2], raws[:2], strict=True):  # each output read its own day
+        success.outputs.add(instance_uuid=uuid, location=f"/w/{uuid}", input_instance_uuids=[h.uuid(raw)])
+    h.add(success, from_job_run("w-out-1"))
+    h.add(pb.WantCreate(want_id="w-outcomes-2", partition_refs=dailies[4:]), manual("analyst"))
+    h.add(pb.JobRunBuffer(job_run_id="w-out-2", job_label="daily", instance_uuids=h.uuids(dailies[4:])))
+    split = pb.JobRunFailure(
+        job_run_id="w-out-2", error_class=pb.ERROR_CLASS_RETRYABLE, message="o1.parquet", split=True
+    )
+    h.add(split, from_job_run("w-out-2"))
+    for n, daily in enumerate(dailies[4:]):
+        h.add(pb.JobRunBuffer(job_run_id=f"w-out-alone-{n}", job_label="daily", instance_uuids=[h.uuid(daily)]))
+        h.succeed(f"w-out-alone-{n}", [])
+    h.add(pb.WantCreate(want_id="w-outcomes-weekly", partition_refs=[weekly]), manual("analyst"))
+    h.add(
+        pb.JobRunBuffer(
+            job_run_id="w-out-weekly", job_label="weekly", instance_uuids=[h.uuid(weekly)], serve_stale=True
+        )
+    )
+    h.succeed("w-out-weekly", h.uuids(dailies[:2]))
+    stale_daily = h.uuid(dailies[0])
+    h.add(pb.PartitionObserved(partition_ref=raws[0], location=f"/data/{raws[0]}", version="v2"), CONNECTOR)
+    assert h.state.serving == {dailies[0]: stale_daily, weekly: h.state.serving[weekly]}
+    h.add(pb.WantCreate(want_id="w-outcomes-3", partition_refs=dailies[:1]), manual("analyst"))
+    h.add(
+        pb.JobRunBuffer(job_run_id="w-out-3", job_label="daily", instance_uuids=h.uuids(dailies[:1]), serve_stale=True)
+    )
+    h.add(pb.JobRunFailure(job_run_id="w-out-3", error_class=pb.ERROR_CLASS_RETRYABLE, message="late"))
+    h.add(
+        pb.JobRunBuffer(job_run_id="w-out-4", job_label="daily", instance_uuids=h.uuids(dailies[:1]), serve_stale=True)
+    )
+    h.succeed("w-out-4", h.uuids(raws[:1]))
+    assert list(h.state.serving) == [weekly]
+    h.add(pb.PartitionTaint(partition_ref=weekly, reason="wrong totals"), manual("ann"))
+    assert not h.state.serving
+
+
 def _small_records(h: History, step: int) -> None:
     """A subscription, a source scan and a bucket layout change, a little at each step."""
     if step == 1:
@@ -391,6 +451,8 @@ def _prints(state: BuildState) -> dict[Key, object]:
     prints.update((("subscription", name), dumps(sub.digest_values())) for name, sub in state.subscriptions.items())
     for request_id, (uuid, _, answered) in state.check_requests.items():  # an instance shows its checks requests
         prints[("uuid", uuid)] = (prints.get(("uuid", uuid)), request_id, answered)
+    for ref, uuid in state.serving.items():  # a stale instance still serving shows its successor
+        prints[("uuid", uuid)] = (prints.get(("uuid", uuid)), "serving", prints[("uuid", state.canonical[ref])])
     return prints
 
 

@@ -138,6 +138,48 @@ def test_a_new_source_version_wants_the_daily_then_its_new_instance_wants_the_we
     assert (weekly.previous_instance_uuid, list(weekly.want.partition_refs)) == (uuids["daily1"], ["weekly/week=a"])
 
 
+def test_fixed_input_data_wants_a_partition_that_failed_again_with_no_person_asking() -> None:
+    """Issue 34: a daily that failed (its input was corrupt) was never built from anything, so no consumer list
+    names it; a new version of its input wants it again all the same."""
+    log = Log()
+    log.observe("raw/day=b1", "v1")
+    want = log.add(pb.WantCreate(want_id="want-b1", partition_refs=["daily/day=b1"]), manual("a"))
+    log.add(
+        pb.JobRunBuffer(job_run_id="run-b1", job_label="daily", instance_uuids=[instance_uuid(want, "daily/day=b1")])
+    )
+    failure = pb.JobRunFailure(job_run_id="run-b1", error_class=pb.ERROR_CLASS_PERMANENT, message="bad footer")
+    log.add(failure, from_job_run("run-b1"))
+    reactor = Reactor(graph(daily=(on_upstream_change(),)))
+    mark = log.state.head_seq
+    fixed = log.observe("raw/day=b1", "v2")
+    reactor._fresh = log.since(mark)
+    (fired,) = [event.reaction_fired for event in reactor.due(log.state, T0, _everything, SOURCE)]
+    assert (fired.job, fired.cause_instance_uuid, list(fired.want.partition_refs)) == ("daily", fixed, ["daily/day=b1"])
+    assert log.fold([envelope(fired, source=SOURCE, timestamp_ms=T0)]) == [None]
+    assert log.state.canonical_instance("daily/day=b1").state == InstanceState.MISSING  # a fresh instance, wanted
+
+
+def test_a_partition_that_failed_upstream_is_wanted_again_once_the_failed_upstream_is_live() -> None:
+    log = Log()
+    raw = log.observe("raw/day=c0", "v1")
+    want = log.add(pb.WantCreate(want_id="want-c", partition_refs=["weekly/week=c"]), manual("a"))
+    weekly = instance_uuid(want, "weekly/week=c")
+    wait = pb.InstanceWait(instance_uuid=weekly, upstream_refs=["daily/day=c0", "daily/day=c1"])
+    log.add(pb.InstancesWaitUpstream(waits=[wait]))
+    daily = instance_uuid(log.add(pb.WantCreate(want_id="want-c0", partition_refs=["daily/day=c0"])), "daily/day=c0")
+    log.add(pb.JobRunBuffer(job_run_id="run-c0", job_label="daily", instance_uuids=[daily]))
+    log.add(pb.JobRunFailure(job_run_id="run-c0", error_class=pb.ERROR_CLASS_PERMANENT), from_job_run("run-c0"))
+    assert log.state.instances[weekly].state == InstanceState.UPSTREAM_FAILED
+    reactor = Reactor(graph(weekly=(on_upstream_change(),)))
+    mark = log.state.head_seq
+    log.add(pb.WantCreate(want_id="want-c0-again", partition_refs=["daily/day=c0"]), manual("a"))  # a fresh instance
+    rebuilt = log.build("daily/day=c0", "daily", raw)
+    reactor._fresh = log.since(mark)
+    (fired,) = [event.reaction_fired for event in reactor.due(log.state, T0, _everything, SOURCE)]
+    assert (fired.job, fired.cause_ref, fired.cause_instance_uuid) == ("weekly", "daily/day=c0", rebuilt)
+    assert list(fired.want.partition_refs) == ["weekly/week=c"]
+
+
 def test_only_jobs_that_declare_the_reaction_react_and_only_their_partitions_not_live() -> None:
     log, _ = chain()
     reactor = Reactor(graph(weekly=(on_upstream_change(),)))  # the daily declares nothing

@@ -285,3 +285,29 @@ def test_the_code_versions_golden_log_keeps_each_runs_version_and_rejects_one_to
         "r3": (JobRunState.SUCCEEDED, "v2"),
         "r4": (JobRunState.FAILED, "v2"),
     }
+
+
+def test_the_outcomes_golden_log_fails_partitions_alone_and_keeps_readers_on_the_last_good_version() -> None:
+    """Issue 34: a run with two outputs Live and two failed each on its own (the gate refusing a success without
+    the checks its buffer named), a split batch retried alone, a stale period from new source data that ends when
+    the successor goes Live (retention keeping the stale instance meanwhile), a keep-serving taint withdrawn by a
+    person, and a job of the withdraw policy tainted at once."""
+    payloads = read("outcomes")
+    state = replayed(payloads)
+    assert [r.seq for r in state.rejections] == [3, 4, 15, 28]
+    run = state.job_runs["r1"]
+    assert run.state == JobRunState.SUCCEEDED and run.blocking_checks == ("rows",) and len(run.failed_outputs) == 2
+    notes = {ref: state.instances[state.canonical[ref]].note for ref in ("d/3", "d/4")}
+    assert notes == {"d/3": "check rows failed on d/3: 0 rows", "d/4": "CANNOT_READ_FILE_FOOTER: /raw/4"}
+    assert state.instances[state.canonical["d/2"]].state == InstanceState.LIVE
+    assert [row[-1] for _, rows in state.check_results[state.canonical["d/2"]] for row in rows] == [80]  # ms
+    assert state.job_runs["r2"].split and all(state.job_runs[r].state == JobRunState.SUCCEEDED for r in ("r3", "r4"))
+    # x/1: served by its first instance from seq 20 to 25 (a failed successor between), by its successor from 26.
+    served = [replayed(payloads[:seq]).served_instance("x/1") for seq in (19, 20, 24, 25, 26)]
+    first, successor = served[0], served[-1]
+    assert first is not None and successor is not None and first.uuid != successor.uuid
+    assert [instance.uuid for instance in served if instance is not None] == [first.uuid] * 4 + [successor.uuid]
+    assert state.serving == {"x/1": successor.uuid}  # stale again after seq 33's new data
+    assert state.served_instance("d/1") is None  # withdrawn by a person while it was stale
+    y1 = state.instances[state.instances[state.canonical["y/1"]].previous_uuid]
+    assert y1.state == InstanceState.TAINTED  # its job withdraws on upstream change: no stale period
