@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 import pytest
-from golden_outcomes import outcome_events
 
 from partbuild.api.service import Service
 from partbuild.orchestrator.retention import DAY_MS
@@ -16,6 +15,7 @@ from partbuild.state.database import Database
 from partbuild.state.log.events import wall_clock_ms
 
 from clikit import run_cli
+from golden_outcomes import outcome_events
 from httpkit import (
     API,
     PARTITIONS,

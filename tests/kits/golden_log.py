@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from golden_outcomes import outcome_events
 from google.protobuf.internal.decoder import _DecodeVarint32
 from google.protobuf.internal.encoder import _VarintBytes
 
@@ -24,6 +23,8 @@ from partbuild.state.fold.reactions import reaction_want_id
 from partbuild.state.fold.schedules import tick_time_text
 from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
+
+from golden_outcomes import outcome_events
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data
 
