@@ -98,14 +98,37 @@ class _Decider:
         self.cause: dict[str, str] = {}  # parent want id -> job run whose dep miss asked for them
         self.needed: set[str] = set()
         self.cancels: dict[str, str] = {}
+        self.owed: set[str] = set()  # ready instances a split batch owes a retry, wanted or not
 
     def decide(self) -> Decision:
         for ref in self.state.active_refs():
             if self._mine(ref):
                 self._consider(ref)
+        self._consider_owed()
         self._want_waited_for_refs()
         self._emit()
         return self.decision
+
+    def _consider_owed(self) -> None:
+        """The retries split batches owe outputs no active want names any more (a batch-mate's failure ended the
+        want): each runs alone once its retry is due and its inputs are Live; none makes derivative wants."""
+        state = self.state
+        for uuid in state.owed_retries:
+            instance = state.instances.get(uuid)
+            if instance is None or instance.superseded_seq or instance.state != InstanceState.UP_FOR_RETRY:
+                continue
+            ref = instance.ref
+            if ref in state.active_wants_by_ref or not self._mine(ref):
+                continue  # wanted: considered with the wants
+            try:
+                producer = self.graph.resolve(ref).producer
+            except GraphError:
+                continue
+            if not isinstance(producer, Job) or retry_due_ms(state, instance, producer) > self.now_ms:
+                continue
+            if all(_is_live(state, upstream) for upstream in producer.inputs(self.graph.resolve(ref).partition)):
+                self.owed.add(uuid)
+                self.ready[producer.label].append((instance, failed_attempts(state, instance)))
 
     def _consider(self, ref: str) -> None:
         state = self.state
@@ -234,7 +257,8 @@ class _Decider:
             room = job.max_concurrency - active.get(label, 0)
             by_failures: dict[tuple[int, int | str], list[Instance]] = defaultdict(list)
             for instance, failures in ready:
-                if any(want.want_id not in self.cancels for want in self.state.active_wants_for_ref(instance.ref)):
+                wants = self.state.active_wants_for_ref(instance.ref)
+                if instance.uuid in self.owed or any(want.want_id not in self.cancels for want in wants):
                     key: int | str = self.scope.batch_key(instance.ref) if self.scope is not None else 0
                     if runs_alone(self.state, instance):  # a cohort of its own: where its own error stands alone
                         key = instance.uuid
@@ -319,6 +343,16 @@ def failed_attempts(state: BuildState, instance: Instance) -> int:
         elif run.failed_outputs and instance.uuid in run.failed_outputs:
             count += 1
     return count
+
+
+def owes_retries(state: BuildState) -> bool:
+    """Whether a split batch still owes one of its outputs a retry (`_Decider._consider_owed` runs it)."""
+    instances = state.instances
+    for uuid in state.owed_retries:
+        instance = instances.get(uuid)
+        if instance is not None and not instance.superseded_seq and instance.state == InstanceState.UP_FOR_RETRY:
+            return True
+    return False
 
 
 def runs_alone(state: BuildState, instance: Instance) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +30,7 @@ from google.protobuf.message import Message
 from partbuild.orchestrator.checks import CheckTarget, run_gate
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
+from partbuild.orchestrator.errors import root_cause
 from partbuild.orchestrator.run_logs import RunLogWriter, spark_job_lines
 from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
@@ -259,34 +260,64 @@ class JobExecutor:
             if live:
                 # Rerunning at once would end the same way: count it as a failure, so the
                 # retry policy bounds it, instead of a dep miss that reschedules immediately.
-                error = RuntimeError(f"job reported inputs as missing that are Live: {', '.join(live)}")
+                error = f"RuntimeError: job reported inputs as missing that are Live: {', '.join(live)}"
                 return _failure(run_id, error, permanent=plan.prior_failures + 1 >= plan.job.retry.max_attempts)
             log.info("job run %s is missing %s", run_id, exc.refs)
             return pb.JobRunMissingDeps(job_run_id=run_id, missing_refs=exc.refs)
-        except PermanentJobError as exc:
-            self._run_ending(run_id)
-            log.error("job run %s failed permanently: %s", run_id, exc, exc_info=True)
-            return _failure(run_id, exc, permanent=True)
         except Exception as exc:
-            if self._is_canceled(run_id):  # most likely its Spark jobs were canceled: not a failure
-                log.info("job run %s stopped after it was canceled: %s", run_id, _first_line(exc))
+            return self._raised(plan, exc, log)
+        # A retryable failure of one output follows the job's RetryPolicy like any failure: permanent once spent.
+        exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
+        failed: dict[str, pb.OutputFailure] = {}
+        for target in plan.targets:
+            if target.ref in context.failures:
+                reason, retryable = context.failures[target.ref]
+                log.warning("job run %s: output %s failed on its own: %s", run_id, target.ref, reason)
+                uuid = target.instance_uuid
+                failed[uuid] = _output_failure(uuid, reason, retryable and not exhausted)
+        results: Sequence[pb.InstanceChecks] = ()
+        if plan.job.checks:
+            gated = self._gate(plan, context, log, failed)
+            if gated is None:
                 return None
-            exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
-            self._run_ending(run_id)  # the traceback goes in the run's log even past its cap
-            state = "retries exhausted" if exhausted else "retryable"
-            log.warning("job run %s failed (%s): %s", run_id, state, exc, exc_info=True)
-            return _failure(run_id, exc, permanent=exhausted)
-        if not plan.job.checks:
-            return _success(plan, context)
-        return self._gate(plan, context, log)
+            results, check_failures = gated
+            for uuid, (message, retryable) in check_failures.items():
+                failed.setdefault(uuid, _output_failure(uuid, message, retryable and not exhausted))
+        return _outcome(plan, context, failed, results)
 
-    def _gate(self, plan: RunPlan, context: JobContext, log: logging.Logger) -> Message | None:
-        """Run the job's checks on its outputs (orchestrator/checks.py): a success, or a failure naming the check.
+    def _raised(self, plan: RunPlan, exc: Exception, log: logging.Logger) -> Message | None:
+        """The outcome of a job function that raised for the whole run (None: it ended because it was canceled).
+
+        In a run of several outputs nothing says which of them broke it: the batch is split, each output
+        retried alone with none of its retries spent, so a bad partition is isolated with its own error.
+        """
+        run_id = plan.job_run_id
+        permanent_error = isinstance(exc, PermanentJobError)
+        if not permanent_error and self._is_canceled(run_id):  # most likely its Spark jobs were canceled
+            log.info("job run %s stopped after it was canceled: %s", run_id, root_cause(exc))
+            return None
+        self._run_ending(run_id)  # the traceback goes in the run's log even past its cap
+        cause = root_cause(exc)
+        if len(plan.targets) > 1:
+            log.warning("job run %s failed as a whole; each output is retried alone: %s", run_id, cause, exc_info=True)
+            return pb.JobRunFailure(job_run_id=run_id, error_class=pb.ERROR_CLASS_RETRYABLE, message=cause, split=True)
+        exhausted = plan.prior_failures + 1 >= plan.job.retry.max_attempts
+        if permanent_error:
+            log.error("job run %s failed permanently: %s", run_id, cause, exc_info=True)
+        else:
+            state = "retries exhausted" if exhausted else "retryable"
+            log.warning("job run %s failed (%s): %s", run_id, state, cause, exc_info=True)
+        return _failure(run_id, cause, permanent=permanent_error or exhausted)
+
+    def _gate(
+        self, plan: RunPlan, context: JobContext, log: logging.Logger, failed: Mapping[str, pb.OutputFailure]
+    ) -> tuple[list[pb.InstanceChecks], dict[str, tuple[str, bool]]] | None:
+        """Run the job's checks on its outputs but those already failed (orchestrator/checks.py): the results, and
+        each output the checks failed with why and whether it may be retried; None if the run was canceled meanwhile.
 
         Nothing is recorded until every check has run: a crash meanwhile leaves the run without an
         outcome, so it is failed as stale and retried like any run lost to a crash, never Live unchecked.
         """
-        run_id = plan.job_run_id
         job = plan.job
         targets = [
             CheckTarget(
@@ -301,24 +332,14 @@ class JobExecutor:
                 plan.previous_locations.get(target.instance_uuid),
             )
             for target in plan.targets
+            if target.instance_uuid not in failed
         ]
-        verdict = run_gate(job.checks, targets, job.label, context.open_spark)
-        if self._is_canceled(run_id):  # its Spark jobs were likely canceled under the checks: not their fault
+        if not targets:
+            return [], {}
+        verdict = run_gate(job.checks, targets, job.label, context.open_spark, log=log)
+        if self._is_canceled(plan.job_run_id):  # its Spark jobs were likely canceled under the checks
             return None
-        if verdict.failure is None:
-            return _success(plan, context, verdict.results)
-        exhausted = plan.prior_failures + 1 >= job.retry.max_attempts
-        permanent = not verdict.retryable or exhausted
-        log.warning(
-            "job run %s stopped by its checks (%s): %s",
-            run_id,
-            "permanent" if permanent else "retryable",
-            verdict.failure,
-        )
-        error_class = pb.ERROR_CLASS_PERMANENT if permanent else pb.ERROR_CLASS_RETRYABLE
-        return pb.JobRunFailure(
-            job_run_id=run_id, error_class=error_class, message=verdict.failure, checks=verdict.results
-        )
+        return verdict.results, verdict.failures
 
     def _run_ending(self, run_id: str) -> None:
         if self._run_logs is not None:
@@ -391,11 +412,39 @@ class JobExecutor:
                 logger.exception("heartbeats could not be recorded")
 
 
-def _success(plan: RunPlan, context: JobContext, checks: Sequence[pb.InstanceChecks] = ()) -> pb.JobRunSuccess:
+def _outcome(
+    plan: RunPlan, context: JobContext, failed: Mapping[str, pb.OutputFailure], checks: Sequence[pb.InstanceChecks]
+) -> pb.JobRunSuccess | pb.JobRunFailure:
+    """A success for the outputs that did not fail (listing those that did), or a failure if none is left."""
+    if len(failed) < len(plan.targets):
+        return _success(plan, context, checks, failed)
+    if len(failed) == 1:  # a run of one output: its failure is the run's, as before outcomes were per output
+        (only,) = failed.values()
+        return pb.JobRunFailure(
+            job_run_id=plan.job_run_id, error_class=only.error_class, message=only.message, checks=checks
+        )
+    permanent = all(failure.error_class == pb.ERROR_CLASS_PERMANENT for failure in failed.values())
+    return pb.JobRunFailure(
+        job_run_id=plan.job_run_id,
+        error_class=pb.ERROR_CLASS_PERMANENT if permanent else pb.ERROR_CLASS_RETRYABLE,
+        message=f"each of its {len(failed)} outputs failed on its own",
+        checks=checks,
+        failed_outputs=list(failed.values()),
+    )
+
+
+def _success(
+    plan: RunPlan,
+    context: JobContext,
+    checks: Sequence[pb.InstanceChecks] = (),
+    failed: Mapping[str, pb.OutputFailure] | None = None,
+) -> pb.JobRunSuccess:
     # Inputs discovered while running are not tied to one output: every output read them.
     extra = tuple(context.extra_reads.values())
     outputs = []
     for target in plan.targets:
+        if failed and target.instance_uuid in failed:
+            continue
         record = context.records.get(target.ref) or OutputRecord()
         declared = plan.input_uuids[target.instance_uuid]
         outputs.append(
@@ -408,17 +457,20 @@ def _success(plan: RunPlan, context: JobContext, checks: Sequence[pb.InstanceChe
                 metadata=record.metadata,
             )
         )
-    return pb.JobRunSuccess(job_run_id=plan.job_run_id, outputs=outputs, checks=checks)
+    return pb.JobRunSuccess(
+        job_run_id=plan.job_run_id, outputs=outputs, checks=checks, failed_outputs=list((failed or {}).values())
+    )
 
 
-def _failure(run_id: str, exc: BaseException, *, permanent: bool) -> pb.JobRunFailure:
-    message = f"{type(exc).__name__}: {exc}"
-    if len(message) > MAX_MESSAGE:
-        message = message[: MAX_MESSAGE - 3] + "..."
+def _output_failure(uuid: str, message: str, retryable: bool) -> pb.OutputFailure:
+    error_class = pb.ERROR_CLASS_RETRYABLE if retryable else pb.ERROR_CLASS_PERMANENT
+    return pb.OutputFailure(instance_uuid=uuid, error_class=error_class, message=_cut(message))
+
+
+def _failure(run_id: str, message: str, *, permanent: bool) -> pb.JobRunFailure:
     error_class = pb.ERROR_CLASS_PERMANENT if permanent else pb.ERROR_CLASS_RETRYABLE
-    return pb.JobRunFailure(job_run_id=run_id, error_class=error_class, message=message)
+    return pb.JobRunFailure(job_run_id=run_id, error_class=error_class, message=_cut(message))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."

@@ -33,6 +33,7 @@ from partbuild.orchestrator.decide import (
     SourceCheck,
     decide,
     ended_runs,
+    owes_retries,
     plan_run,
     stale_runs,
 )
@@ -360,7 +361,7 @@ class Orchestrator:
         return bool(plans)
 
     def is_idle(self) -> bool:
-        """Nothing left to do here: no active wants and no job runs in flight.
+        """Nothing left to do here: no active wants, no job runs in flight, no retry a split batch owes.
 
         A worker with a bucket is idle when nothing in its bucket can progress without the
         others: deciding again appends nothing, looks for no source data, expects no
@@ -372,7 +373,7 @@ class Orchestrator:
             return False
         with self.live.read() as state:
             if self.ownership is None:
-                return not state.has_active_wants() and not state.active_run_ids
+                return not state.has_active_wants() and not state.active_run_ids and not owes_retries(state)
             decision = self._decide(state, self.clock())
             if decision.events or decision.source_checks or decision.next_retry_ms is not None:
                 return False

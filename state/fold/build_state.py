@@ -113,7 +113,7 @@ class BuildState:
             )
         ),
         Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
-        Lookup(("upstream_failures",)),
+        Lookup(("upstream_failures", "owed_retries")),
     )
     # A slot per declared attribute: a state has exactly LAYOUT's attributes, and `state.x` (a dozen per
     # event in replay) is a slot read. As a plain instance CPython 3.11 keeps at most 30 attributes inline;
@@ -157,15 +157,13 @@ class BuildState:
         self.subscriptions: dict[str, Subscription] = {}
         # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
         self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
-        # checks request id -> (instance UUID, requested seq, answered seq or 0), oldest first; the pending ones
-        # (state/fold/rechecks.py).
+        # checks request id -> (instance UUID, requested seq, answered seq or 0); the pending ones (fold/rechecks.py)
         self.check_requests: dict[str, CheckRequest] = {}
         self.pending_check_requests: dict[str, None] = {}
         self.schedules: dict[str, ScheduleRow] = {}  # name -> what its ticks and pauses left (fold/schedules.py)
         # want id -> why it exists, for the wants automation created ("schedule nightly ticked at ...").
         self.want_causes: dict[str, str] = {}
-        # What reads as of a past seq need (state/fold/history.py): field changes by record key,
-        # versions of the small records above, the clock every CLOCK_MARK_EVERY seqs.
+        # What reads of the past need (fold/history.py): field changes, versions of small records, clock marks.
         self.fields: dict[str, tuple[object, ...]] = {}
         # instance UUID -> its state changes before the latest, packed (state/fold/history.py); only
         # instances that have some (most have none: a creation and Building are implied).
@@ -179,6 +177,7 @@ class BuildState:
         self.dropped_changes: dict[int, dict[int, int]] = {}
         self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
         self.upstream_failures: dict[str, dict[str, None]] = {}  # failed ref -> instances it made UpstreamFailed
+        self.owed_retries: dict[str, None] = {}  # outputs of split batches not run again yet, wanted or not
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
 

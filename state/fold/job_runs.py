@@ -160,9 +160,12 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
     state.job_runs[run_id] = run
     state.active_run_ids[run_id] = None
     state.run_counts[_QUEUED] += 1
+    owed = state.owed_retries
     for instance in instances:
         instance.attempts = (*instance.attempts, run_id)
         move_instance(state, instance, BUILDING, seq)
+        if owed:
+            owed.pop(instance.uuid, None)  # the retry a split owed it has started
 
 
 def _check_names_problem(names: Sequence[str]) -> str | None:
@@ -401,6 +404,8 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
         elif msg.split:  # kept: the run's message is the batch's, not this output's
             set_note(state, instance, note, seq)
             move_instance_and_waiters(state, instance, target, seq)
+            # Owed whether or not a want still names it: a batch-mate's failure may have ended the want.
+            state.owed_retries[instance.uuid] = None
         else:
             instance.note = note  # not kept: a read of the past finds it in the run (state/fold/past.py)
             move_instance_and_waiters(state, instance, target, seq)

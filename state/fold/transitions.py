@@ -90,6 +90,8 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
     state.instance_counts[MISSING] += 1
     state.canonical[ref] = uuid
     if previous is not None:
+        if state.owed_retries:  # replaced: a retry of it is owed no more
+            state.owed_retries.pop(previous.uuid, None)
         previous.superseded_seq = seq
         state.superseded.append(previous.uuid)
         canonical_changed(state, ref, previous.state, MISSING, seq)

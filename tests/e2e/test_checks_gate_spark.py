@@ -197,7 +197,7 @@ def test_a_check_that_raises_is_a_retryable_check_error_and_the_retry_passes(
     assert live["state"] == "live" and len(live["attempts"]) == 2
     first = ok(api.client.get(f"{API}/job-runs/{live['attempts'][0]}"))
     assert first["state"] == "failed" and first["error_class"] == "retryable"
-    assert first["error_message"] == "check flaky errored: RuntimeError: the metastore was unreachable"
+    assert first["error_message"] == "check flaky errored on daily/d=4: RuntimeError: the metastore was unreachable"
     assert {check["name"]: check["passed"] for check in live["checks"]} == {
         "rows_nonzero": True,
         "url_not_null": True,

@@ -1,20 +1,28 @@
 """The ready-made quality checks (orchestrator/checks.py) on small real DataFrames, written as parquet as jobs
-write their outputs: each check's verdict, description and metrics."""
+write their outputs: each check's verdict, description and metrics computed alone (`fn`), and the gate's one
+shared pass (orchestrator/check_pass.py) giving the same answers for every output at once."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from partbuild.orchestrator.checks import (
+    Check,
     CheckContext,
     CheckOutcome,
+    CheckTarget,
     no_nulls,
     row_count_at_least,
     row_count_within_ratio_of_inputs,
     row_count_within_ratio_of_previous,
+    run_gate,
     unique,
 )
+from partbuild.proto.v1 import events_pb2 as pb
 
 
 def written(spark: Any, path: Path, rows: list[tuple[Any, ...]], schema: str) -> str:
@@ -49,12 +57,14 @@ def test_no_nulls(spark: Any, tmp_path: Path) -> None:
 def test_unique(spark: Any, tmp_path: Path) -> None:
     location = written(spark, tmp_path / "o", [(1, "a"), (1, "b"), (2, "a"), (2, "a"), (2, "a")], "k int, v string")
     assert unique("k", "v").fn(context(spark, location)) == CheckOutcome(
-        False, "1 values of (k, v) appear more than once, in 3 rows", {"duplicate_keys": 1, "duplicate_rows": 3}
+        False, "2 of 5 rows repeat a value of (k, v) seen before", {"rows": 5, "distinct_keys": 3, "extra_rows": 2}
     )
-    keyed = written(spark, tmp_path / "keyed", [(1, "a"), (2, "a")], "k int, v string")
+    keyed = written(spark, tmp_path / "keyed", [(1, "a"), (2, "a"), (None, "a")], "k int, v string")
     assert unique("k").fn(context(spark, keyed)) == CheckOutcome(
-        True, "(k) is unique", {"duplicate_keys": 0, "duplicate_rows": 0}
+        True, "(k) is unique", {"rows": 3, "distinct_keys": 3, "extra_rows": 0}
     )
+    nulls = written(spark, tmp_path / "nulls", [(None, "a"), (None, "b")], "k int, v string")
+    assert not unique("k").fn(context(spark, nulls)).passed  # a null key is a value like any other
 
 
 def test_row_count_within_ratio_of_inputs(spark: Any, tmp_path: Path) -> None:
@@ -87,3 +97,126 @@ def test_row_count_within_ratio_of_previous(spark: Any, tmp_path: Path) -> None:
     assert check.fn(context(spark, halved)) == CheckOutcome(
         True, "4 rows; no earlier Live instance to compare with", {"rows": 4}
     )
+
+
+# ----------------------------------------------------------------- the gate's one pass
+
+
+def no_future_clicks() -> Check:
+    """A user's aggregate check, sharing the pass with the ready-made ones."""
+
+    def columns() -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        return {"late": F.count(F.when(F.col("k") > 100, 1)), "top": F.max("k")}
+
+    def evaluate(values: dict[str, Any]) -> CheckOutcome:
+        return CheckOutcome(
+            values["late"] == 0, f"{values['late']} late, top {values['top']}", {"late": values["late"]}
+        )
+
+    return Check.aggregate("no_late", columns, evaluate)
+
+
+def six_and_one() -> list[Check]:
+    return [
+        row_count_at_least(1),
+        no_nulls("k", "v"),
+        unique("k"),
+        row_count_within_ratio_of_inputs(0.1, 1),
+        row_count_within_ratio_of_previous(0.5, 2),
+        row_count_at_least(3, name="three_rows", blocking=False),
+        no_future_clicks(),
+    ]
+
+
+def answers(results: pb.InstanceChecks) -> dict[str, CheckOutcome]:
+    return {r.name: CheckOutcome(r.passed, r.description, dict(r.metrics)) for r in results.results}
+
+
+def alone(spark: Any, checks: list[Check], target: CheckTarget) -> dict[str, CheckOutcome]:
+    """Each check computed alone, as checks ran before the shared pass (metrics as the event keeps them)."""
+    ctx = CheckContext(
+        target.ref, "u", target.location, "x", target.input_locations, lambda: spark, target.previous_location
+    )
+    found = {check.name: check.fn(ctx) for check in checks}
+    return {
+        name: CheckOutcome(o.passed, o.description, {k: float(v) for k, v in o.metadata.items()})
+        for name, o in found.items()
+    }
+
+
+def test_one_pass_gives_every_output_the_answers_of_each_check_alone(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inputs = {"in/1": written(spark, tmp_path / "i1", [(n,) for n in range(6)], "k int")}
+    inputs["in/2"] = written(spark, tmp_path / "i2", [(n,) for n in range(4)], "k int")
+    rows = [(1, "a"), (1, "b"), (2, None), (200, "c")]
+    odd = written(spark, tmp_path / "a b%c+d=é", rows, "k int, v string")  # escaped in its files' URIs
+    plain = written(spark, tmp_path / "plain", [(1, "a"), (2, "b")], "k int, v string")
+    empty = written(spark, tmp_path / "empty", [], "k int, v string")  # no group in a groupBy: still answered
+    targets = [
+        CheckTarget("x/odd", "u-odd", odd, inputs, previous_location=plain),
+        CheckTarget("x/plain", "u-plain", f"file://{plain}", {"in/1": inputs["in/1"]}),
+        CheckTarget("x/empty", "u-empty", empty, {}),
+    ]
+    checks = six_and_one()
+    spark.sparkContext.setJobGroup("one-pass", "the gate's pass")
+    try:
+        with caplog.at_level(logging.INFO, logger="test.gate"):
+            verdict = run_gate(checks, targets, "x", lambda: spark, logging.getLogger("test.gate"))
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    lines = [r.getMessage() for r in caplog.records if r.name == "test.gate"]
+    (passed,) = [line for line in lines if "one pass" in line]  # no output nor check needed a pass of its own
+    assert passed.startswith("checks of 3 outputs computed in one pass in ")
+    assert len(spark.sparkContext.statusTracker().getJobIdsForGroup("one-pass")) < len(checks)
+    assert [answers(result) for result in verdict.results] == [alone(spark, checks, target) for target in targets]
+    assert all(r.duration_ms > 0 for result in verdict.results for r in result.results)
+    assert sum(line.startswith("check ") for line in lines) == len(checks) * len(targets)
+    assert verdict.failures == {
+        "u-odd": ("check no_nulls_k_v failed on x/odd: nulls in v: 1", False),
+        "u-empty": ("check row_count_at_least_1 failed on x/empty: 0 rows (at least 1 wanted)", False),
+    }
+
+
+def test_an_output_or_a_check_that_cannot_be_computed_fails_alone(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pass fails; each output is then computed alone, and for the failing one each check alone: only the
+    unreadable output and the broken check error (retryable), every other answer is the one computed alone."""
+    good = written(spark, tmp_path / "good", [(1, "a"), (2, "b")], "k int, v string")
+    other = written(spark, tmp_path / "other", [(3, "c")], "k int, v string")
+    targets = [
+        CheckTarget("x/good", "u-good", good, {}),
+        CheckTarget("x/gone", "u-gone", str(tmp_path / "never-written"), {}),
+        CheckTarget("x/other", "u-other", other, {}),
+    ]
+    checks = [row_count_at_least(1), unique("k"), no_future_clicks()]
+    with caplog.at_level(logging.INFO, logger="test.gate"):
+        verdict = run_gate(checks, targets, "x", lambda: spark, logging.getLogger("test.gate"))
+    assert list(verdict.failures) == ["u-gone"]
+    message, retryable = verdict.failures["u-gone"]
+    assert message.startswith("check row_count_at_least_1 errored on x/gone: AnalysisException: ") and retryable
+    assert "\n" not in message
+    good_results, gone, other_results = verdict.results
+    assert [(r.name, r.errored, r.duration_ms > 0) for r in gone.results] == [("row_count_at_least_1", True, True)]
+    assert answers(good_results) == alone(spark, checks, targets[0])
+    assert answers(other_results) == alone(spark, checks, targets[2])
+    lines = [r.getMessage() for r in caplog.records if r.name == "test.gate"]
+    assert any(line.startswith("checks of 3 outputs failed in one pass after") for line in lines)
+
+    def broken() -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        return {"total": F.sum("no_such_column")}
+
+    checks = [row_count_at_least(1), Check.aggregate("broken", broken, lambda v: CheckOutcome(True)), unique("k")]
+    verdict = run_gate(checks, targets[::2], "x", lambda: spark)
+    assert [(r.name, r.passed, r.errored) for r in verdict.results[0].results] == [
+        ("row_count_at_least_1", True, False),
+        ("broken", False, True),
+    ]
+    assert "no_such_column" in verdict.results[0].results[1].description
+    assert set(verdict.failures) == {"u-good", "u-other"}
+    assert all(retryable for _, retryable in verdict.failures.values())

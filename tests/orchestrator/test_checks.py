@@ -1,13 +1,17 @@
 """Quality checks (orchestrator/checks.py): declaring them, the gate in `JobExecutor`, and the ready-made ones.
 
-The gate and the executor without Spark (check functions in plain Python). The ready-made checks on small
-real DataFrames: tests/e2e/test_checks_spark.py; the gate on a real orchestrator with Spark, over HTTP and
-the CLI: tests/e2e/test_checks_gate_spark.py.
+The gate and the executor without Spark (check functions in plain Python): each output judged on its own,
+durations and log lines. The ready-made and aggregate checks and their shared pass on small real parquet
+data: tests/e2e/test_checks_spark.py; the gate on a real orchestrator with Spark, over HTTP and the CLI:
+tests/e2e/test_checks_gate_spark.py.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -96,17 +100,91 @@ def test_a_failed_blocking_check_fails_the_run_naming_the_check_and_the_instance
 )
 def test_a_check_that_raises_or_returns_no_outcome_is_an_error_never_a_pass(returned: object, error: str) -> None:
     def fn(context: CheckContext) -> Any:
-        if isinstance(returned, Exception):
+        if isinstance(returned, Exception) and context.ref == "x/1":
             raise returned
-        return returned
+        return returned if context.ref == "x/1" else CheckOutcome(True)
 
-    checks = [Check("first", verdict_of(True).fn), Check("broken", fn, blocking=False), Check("never", no_spark)]
-    verdict = run_gate(checks, targets("x/1", "x/2"), "x", no_spark)
-    assert verdict.failure is not None and verdict.failure.startswith(f"check broken errored: {error}")
+    checks = [Check("first", verdict_of(True).fn), Check("broken", fn, blocking=False), Check("later", no_spark)]
+    verdict = run_gate(checks, targets("x/1"), "x", no_spark)
+    assert verdict.failure is not None and verdict.failure.startswith(f"check broken errored on x/1: {error}")
     assert verdict.retryable
-    (only,) = verdict.results  # the gate stopped at the error: x/2 was never checked
+    (only,) = verdict.results  # the output's later checks did not run
     assert [(c.name, c.passed, c.errored) for c in only.results] == [("first", True, False), ("broken", False, True)]
     assert only.results[1].description.startswith(error)
+
+
+def test_an_error_fails_only_its_output_and_the_gate_goes_on_with_the_others() -> None:
+    def flaky(context: CheckContext) -> CheckOutcome:
+        if context.ref == "x/2":
+            raise RuntimeError("the metastore was unreachable\nsecond line")
+        return CheckOutcome(True, "reachable")
+
+    checks = [Check("flaky", flaky), Check("rows", verdict_of(True).fn), Check("late", verdict_of(False).fn)]
+    verdict = run_gate(checks, targets("x/1", "x/2", "x/3"), "x", lambda: None)
+    assert verdict.failures == {
+        "uuid-x/1": ("check late failed on x/1: x/1 False", False),
+        "uuid-x/2": ("check flaky errored on x/2: RuntimeError: the metastore was unreachable", True),
+        "uuid-x/3": ("check late failed on x/3: x/3 False", False),
+    }
+    # The first failure stays the run's message (what the executor records until it fails outputs one by one).
+    assert (verdict.failure, verdict.retryable) == ("check late failed on x/1: x/1 False", False)
+    assert [[c.name for c in r.results] for r in verdict.results] == [
+        ["flaky", "rows", "late"],
+        ["flaky"],
+        ["flaky", "rows", "late"],
+    ]
+    assert "second line" in verdict.results[1].results[0].description  # the whole error is kept in the result
+    passing = run_gate([Check("rows", verdict_of(True).fn)], targets("x/1"), "x", no_spark)
+    assert (passing.failures, passing.failure, passing.retryable) == ({}, None, False)
+
+
+def test_a_blocking_failure_is_kept_over_a_later_error_on_the_same_output() -> None:
+    checks = [Check("rows", verdict_of(False).fn), Check("boom", verdict_of(RuntimeError("down")).fn)]
+    verdict = run_gate(checks, targets("x/1"), "x", no_spark)
+    assert verdict.failures == {"uuid-x/1": ("check rows failed on x/1: x/1 False", False)}
+
+
+def test_every_result_has_its_duration_and_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    def slow(context: CheckContext) -> CheckOutcome:
+        time.sleep(0.02)
+        return CheckOutcome(True, "took a while\nand said more")
+
+    checks = [Check("slow", slow), Check("warn", verdict_of(False).fn, blocking=False), verdict_of(ValueError("x"))]
+    with caplog.at_level(logging.INFO, logger="test.gate"):
+        verdict = run_gate(checks, targets("x/1"), "x", no_spark, logging.getLogger("test.gate"))
+    durations = {c.name: c.duration_ms for c in verdict.results[0].results}
+    assert durations["slow"] >= 20 and all(ms >= 1 for ms in durations.values())  # 0 means unknown: never written
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "test.gate"]
+    assert [(level, re.sub(r"in \d+\.\d\d s", "in T s", text)) for level, text in lines] == [
+        ("INFO", "check slow on x/1: passed in T s: took a while"),
+        ("INFO", "check warn on x/1: failed in T s: x/1 False"),
+        ("WARNING", "check c-ValueError('x') on x/1: errored in T s: ValueError: x"),
+    ]
+
+
+def test_aggregate_checks_that_cannot_be_computed_error_on_every_output_without_failing_the_others() -> None:
+    """Without Spark: a `columns` that raises errors its check on each output; a session that cannot start
+    errors every aggregate check. Plain checks are judged as ever (the pass itself: tests/e2e/test_checks_spark.py)."""
+
+    def broken() -> dict[str, Any]:
+        raise KeyError("no such column")
+
+    never = Check.aggregate("never", broken, lambda values: CheckOutcome(True))
+    checks = [Check("plain", verdict_of(True).fn), never, Check("after", verdict_of(True).fn)]
+    verdict = run_gate(checks, targets("x/1", "x/2"), "x", object)  # a session nothing is asked of
+    assert verdict.failures == {
+        f"uuid-x/{n}": (f"check never errored on x/{n}: KeyError: 'no such column'", True) for n in (1, 2)
+    }
+    assert [[(c.name, c.errored) for c in r.results] for r in verdict.results] == [
+        [("plain", False), ("never", True)]
+    ] * 2
+
+    def no_session() -> Any:
+        raise RuntimeError("the cluster is away")
+
+    verdict = run_gate([row_count_at_least(1), Check("plain", verdict_of(True).fn)], targets("x/1"), "x", no_session)
+    assert verdict.failure == "check row_count_at_least_1 errored on x/1: RuntimeError: the cluster is away"
+    assert [c.name for c in verdict.results[0].results] == ["row_count_at_least_1"]
 
 
 def test_checks_are_declared_with_unique_names() -> None:
@@ -127,6 +205,11 @@ def test_checks_are_declared_with_unique_names() -> None:
         row_count_within_ratio_of_inputs(2, 1)
     with pytest.raises(CheckDeclarationError, match="row_count_within_ratio_of_previous needs 0 <= low <= high"):
         row_count_within_ratio_of_previous(-1, 1)
+    with pytest.raises(CheckDeclarationError, match="columns and evaluate must be callable"):
+        Check.aggregate("a", {"rows": 1}, lambda values: CheckOutcome(True))  # type: ignore[arg-type]
+    aggregate = Check.aggregate("a", dict, lambda values: CheckOutcome(True), blocking=False, retryable=True)
+    assert (aggregate.blocking, aggregate.retryable, aggregate.aggregation is not None) == (False, True, True)
+    assert Check("plain", verdict_of(True).fn).aggregation is None
     job = Job("j", ["j/{n:int}"], run, checks=[row_count_at_least(1), no_nulls("a", "b"), unique("k")])
     assert [check.name for check in job.checks] == ["row_count_at_least_1", "no_nulls_a_b", "unique_k"]
 
@@ -195,9 +278,8 @@ def test_the_executor_fails_the_run_on_a_blocking_failure_and_retries_a_check_er
     assert failed.message == "check rows_nonzero failed on j/1: j/1 False"
     assert [c.name for c in failed.checks[0].results] == ["rows_nonzero"]
     errored = outcome(executed(tmp_path / "2", [Check("boom", verdict_of(RuntimeError("down")).fn)]))
-    assert (
-        errored.error_class == pb.ERROR_CLASS_RETRYABLE and errored.message == "check boom errored: RuntimeError: down"
-    )
+    assert errored.error_class == pb.ERROR_CLASS_RETRYABLE
+    assert errored.message == "check boom errored on j/1: RuntimeError: down"
     assert errored.checks[0].results[0].errored
     # Retryable, like any failure, until the job's attempts are spent.
     spent = outcome(executed(tmp_path / "3", [Check("boom", verdict_of(RuntimeError("down")).fn)], prior_failures=2))

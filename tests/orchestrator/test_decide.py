@@ -711,3 +711,42 @@ def test_graph_inputs_of() -> None:
     assert graph.inputs_of(raw(DAYS[0])) == []
     with pytest.raises(GraphError, match="no job or source dataset produces"):
         graph.inputs_of("nope/1")
+
+
+# ----------------------------------------------------------------- per-partition outcomes (issue 34)
+
+
+def test_a_split_batch_runs_each_output_alone_even_after_a_batch_mates_failure_ended_the_want() -> None:
+    """A batch of three fails as a whole and is split; the first output, run alone, fails for good and so ends
+    the want naming all three. The other two are still owed their retry: each runs alone, no retry spent."""
+    story = Story()
+    graph = make_graph(daily_batch=3, daily_concurrency=3, retry=RetryPolicy(max_attempts=1, backoff_ms=0))
+    observe_raw(story, DAYS[:3])
+    story.want("w", *(daily(day) for day in DAYS[:3]))
+    (batch,) = payloads(step(story, graph), "job_run_buffer")
+    story.ok(pb.JobRunFailure(job_run_id=batch.job_run_id, message="one bad file", split=True))
+    alone = payloads(step(story, graph), "job_run_buffer")
+    assert [len(run.instance_uuids) for run in alone] == [1, 1, 1]  # each alone, none exhausted
+    assert [refs_of(story, run.job_run_id) for run in alone] == [[daily(day)] for day in DAYS[:3]]
+    story.ok(pb.JobRunFailure(job_run_id=alone[0].job_run_id, error_class=pb.ERROR_CLASS_PERMANENT, message="bad"))
+    assert story.state.wants["w"].state == W.FAILED and not story.state.active_refs()
+    for run in alone[1:]:  # still queued: they finish whatever became of the want
+        succeed(story, run.job_run_id)
+    assert [story.istate(daily(day)) for day in DAYS[:3]] == [I.FAILED, I.LIVE, I.LIVE]
+    assert payloads(step(story, graph), "job_run_buffer") == [] and not story.state.owed_retries
+
+
+def test_an_owed_retry_is_made_when_the_want_ended_before_it_was_buffered() -> None:
+    story = Story()
+    graph = make_graph(daily_batch=2, daily_concurrency=1, retry=RetryPolicy(max_attempts=1, backoff_ms=0))
+    observe_raw(story, DAYS[:2])
+    story.want("w", daily(DAYS[0]), daily(DAYS[1]))
+    (batch,) = payloads(step(story, graph), "job_run_buffer")
+    story.ok(pb.JobRunFailure(job_run_id=batch.job_run_id, message="boom", split=True))
+    (first,) = payloads(step(story, graph), "job_run_buffer")  # concurrency 1: one at a time
+    story.ok(pb.JobRunFailure(job_run_id=first.job_run_id, error_class=pb.ERROR_CLASS_PERMANENT, message="bad"))
+    assert not story.state.active_refs()  # the want failed with the first day
+    (owed,) = payloads(step(story, graph), "job_run_buffer")
+    assert refs_of(story, owed.job_run_id) == [daily(DAYS[1])]
+    succeed(story, owed.job_run_id)
+    assert story.istate(daily(DAYS[1])) == I.LIVE and not story.state.owed_retries
