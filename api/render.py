@@ -428,7 +428,10 @@ def _run_error(run: JobRunOut) -> str:
         return f"missing {len(run.missing_refs)} input(s)"
     if run.error_class or run.error_message:
         # Its first meaningful line: what broke, not py4j's "An error occurred while calling o1.parquet."
-        return f"{run.error_class or 'error'}: {first_line(run.error_message)}".strip()
+        split = " (split: each output retried alone)" if run.split else ""
+        return f"{run.error_class or 'error'}{split}: {first_line(run.error_message)}".strip()
+    if run.failed_outputs:
+        return f"{len(run.failed_outputs)} of {len(run.instance_uuids)} outputs failed on their own"
     return run.cancel_reason or ""
 
 

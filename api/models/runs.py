@@ -41,6 +41,15 @@ class JobRunOut(BaseModel):
         default_factory=list,
         description="The checks its outcome recorded, per output instance checked (empty: none, or no outcome yet).",
     )
+    failed_outputs: list[str] = Field(
+        default_factory=list,
+        description="A succeeded run's outputs that failed on their own (their own error or check): the others went "
+        "Live. Each instance's note says why.",
+    )
+    split: bool = Field(
+        default=False,
+        description="It failed as a whole with several outputs: each was retried in a run of its own.",
+    )
 
 
 class JobRunDetailOut(JobRunOut):

@@ -142,6 +142,8 @@ def job_run_out(state: BuildState, run: JobRun) -> JobRunOut:
         missing_refs=list(run.missing_refs),
         cancel_reason=run.cancel_reason,
         checks=run_checks(state, run),
+        failed_outputs=list(run.failed_outputs or ()),
+        split=bool(run.split),
     )
 
 

@@ -16,6 +16,7 @@ from partbuild.state.ops.run_logs import RunLogLine
 
 from clikit import run_cli
 from golden_log import check_events
+from golden_outcomes import outcome_events
 from httpkit import API, canonical, head_seq, listed, ok, problem, want
 from serverkit import ApiServer
 
@@ -221,3 +222,26 @@ def test_job_run_logs_are_paged_and_followed_while_the_run_is_active(
     problem(client.get(url, params={"after": -1}), 422, "after")
     code, _, err = run_cli(capsys, "runs", "logs", "nope", "--server", api_server.url)
     assert code != 0 and "nope" in err
+
+
+def test_a_runs_answer_names_the_outputs_that_failed_on_their_own_and_a_split(
+    api_server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, over the outcomes golden log: r1 succeeded with two of its four outputs failed on their own; r2
+    failed as a whole and was split; neither before its outcome."""
+    client = api_server.client
+    events = outcome_events()
+    api_server.log.append(events)
+
+    def run(run_id: str, **params: Any) -> dict[str, Any]:
+        return ok(client.get(f"{API}/job-runs/{run_id}", params={"min_seq": len(events), **params}))
+
+    partial = run("r1")
+    assert partial["state"] == "succeeded" and len(partial["failed_outputs"]) == 2
+    assert partial["failed_outputs"] == partial["instance_uuids"][2:]
+    assert run("r1", as_of_seq=4)["failed_outputs"] == []
+    split = run("r2")
+    assert (split["state"], split["split"], split["error_class"]) == ("failed", True, "retryable")
+    assert run("r2", as_of_seq=7)["split"] is False
+    code, out, _ = run_cli(capsys, "runs", "--server", api_server.url)
+    assert code == 0 and "2 of 4 outputs failed on their own" in out and "split" in out
