@@ -80,7 +80,8 @@ def test_a_crash_while_checks_run_leaves_nothing_live_unchecked_and_the_run_is_r
     assert live is not None and live.state == InstanceState.LIVE
     assert live.uuid == uuid  # the same instance, built again by the retry (it has its own location)
     (entry,) = state.check_results[live.uuid]  # checked once: by the retry, which made it Live
-    _seq, ((name, passed, blocking, errored, description, metrics),) = entry
+    _seq, ((name, passed, blocking, errored, description, metrics, duration_ms),) = entry
+    assert duration_ms > 0  # the gate times each check (recorded since issue 34)
     assert (name, passed, blocking, errored, description, metrics) == (
         "three_rows",
         True,
