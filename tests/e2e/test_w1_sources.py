@@ -7,8 +7,8 @@ directory first (`build_graph(stage_raw=...)`).
 
 Each test wants every weekly, runs until idle, rewrites one raw day with other
 rows, waits for the scanner to observe the new version, and runs until idle again:
-the daily and weekly built from that day are new instances (the old ones tainted
-and still readable), everything else keeps its instance, and the weekly's data is
+the daily and weekly built from that day are new instances (the old ones stale,
+served until the new ones went Live, and still readable), everything else keeps its instance, and the weekly's data is
 `groupBy(url).count()` over the week's raw days as they are now.
 """
 
@@ -190,8 +190,11 @@ def build_rewrite_and_rebuild(
     changed = {raw_ref(REWRITTEN), daily_ref(REWRITTEN), weekly_ref(REWRITTEN_WEEK)}
     assert {ref for ref in before if before[ref] != after[ref]} == changed
     assert state.instances[after[raw_ref(REWRITTEN)]].version != old_version
-    # The old daily and weekly are tainted, and still there to query, data and all.
-    assert old_daily.state == InstanceState.TAINTED and old_weekly.state == InstanceState.TAINTED
+    # The old daily and weekly went stale (still Live, served until their rebuilds went Live), and are still
+    # there to query, data and all.
+    assert old_daily.state == InstanceState.LIVE and old_weekly.state == InstanceState.LIVE
+    assert old_daily.superseded_seq and old_weekly.superseded_seq and not state.serving
+    assert "stale: upstream" in (old_daily.note or "") and "stale: upstream" in (old_weekly.note or "")
     assert state.instances[old_daily.uuid] is old_daily and state.instances[old_weekly.uuid] is old_weekly
     assert read_counts(spark, old_weekly.location or "") == old_weekly_counts
     new_weekly = state.instances[after[weekly_ref(REWRITTEN_WEEK)]]
