@@ -16,7 +16,7 @@ second copy instead of running the work twice.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -113,21 +113,19 @@ class _Decider:
         """The retries split batches owe outputs no active want names any more (a batch-mate's failure ended the
         want): each runs alone once its retry is due and its inputs are Live; none makes derivative wants."""
         state = self.state
-        for uuid in state.owed_retries:
-            instance = state.instances.get(uuid)
-            if instance is None or instance.superseded_seq or instance.state != InstanceState.UP_FOR_RETRY:
-                continue
+        for instance in owed_instances(state):
             ref = instance.ref
             if ref in state.active_wants_by_ref or not self._mine(ref):
                 continue  # wanted: considered with the wants
             try:
-                producer = self.graph.resolve(ref).producer
+                resolution = self.graph.resolve(ref)
             except GraphError:
                 continue
+            producer = resolution.producer
             if not isinstance(producer, Job) or retry_due_ms(state, instance, producer) > self.now_ms:
                 continue
-            if all(_is_live(state, upstream) for upstream in producer.inputs(self.graph.resolve(ref).partition)):
-                self.owed.add(uuid)
+            if all(_is_live(state, upstream) for upstream in producer.inputs(resolution.partition)):
+                self.owed.add(instance.uuid)
                 self.ready[producer.label].append((instance, failed_attempts(state, instance)))
 
     def _consider(self, ref: str) -> None:
@@ -345,14 +343,19 @@ def failed_attempts(state: BuildState, instance: Instance) -> int:
     return count
 
 
-def owes_retries(state: BuildState) -> bool:
-    """Whether a split batch still owes one of its outputs a retry (`_Decider._consider_owed` runs it)."""
+def owed_instances(state: BuildState) -> Iterator[Instance]:
+    """The outputs split batches still owe a retry: canonical and up for retry (the fold drops an entry when its
+    retry is buffered or its instance replaced; one that failed otherwise since is passed over here)."""
     instances = state.instances
     for uuid in state.owed_retries:
         instance = instances.get(uuid)
         if instance is not None and not instance.superseded_seq and instance.state == InstanceState.UP_FOR_RETRY:
-            return True
-    return False
+            yield instance
+
+
+def owes_retries(state: BuildState) -> bool:
+    """Whether a split batch still owes one of its outputs a retry (`_Decider._consider_owed` runs it)."""
+    return any(owed_instances(state))
 
 
 def runs_alone(state: BuildState, instance: Instance) -> bool:
