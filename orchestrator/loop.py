@@ -344,9 +344,17 @@ class Orchestrator:
                 observed = pb.PartitionObserved(partition_ref=check.ref, location=location)
                 found.append(envelope(observed, source=ORCHESTRATOR, timestamp_ms=now))
         self._source_checks_due_ms = due if due is not None else 0
-        if found:
+        if not found:
+            return False
+        self._check_member()
+        try:
             self.log.append(found)
-        return bool(found)
+        except WriteNotDone:  # a write-lock bound ended the append (we sat frozen in it): look again next step
+            for event in found:
+                self._last_source_check.pop(event.partition_observed.partition_ref, None)
+            self._source_checks_due_ms = 0
+            return False
+        return True
 
     def _dispatch(self) -> bool:
         with self.live.read() as state:

@@ -231,6 +231,7 @@ def begin_write(engine: Engine, *, bounded: bool = False) -> Iterator[Connection
     (nothing written) when a bound ended it.
     """
     bounds = write_bounds(engine)
+    began = time.monotonic()
     with engine.connect() as conn:
         conn.execution_options(**{_BEGIN_IMMEDIATE: True})
         try:
@@ -244,9 +245,21 @@ def begin_write(engine: Engine, *, bounded: bool = False) -> Iterator[Connection
             code = getattr(exc.orig, "sqlstate", None)
             if code == _LOCK_NOT_AVAILABLE:
                 raise WriteLockTimeout(bounds.wait_s) from exc
-            if code == _IDLE_IN_TRANSACTION_TIMEOUT:
+            if code == _IDLE_IN_TRANSACTION_TIMEOUT or _ended_while_held(exc, bounded, began, bounds):
                 raise WriteLockLost(bounds.hold_s) from exc
             raise
+
+
+def _ended_while_held(exc: sa.exc.DBAPIError, bounded: bool, began: float, bounds: WriteBounds) -> bool:
+    """Whether a bounded PostgreSQL write lost its connection after sitting in it past the hold bound.
+
+    The server ends such a session with a FATAL 25P03, but a writer that wakes up
+    late may find only the closed socket ("server closed the connection
+    unexpectedly"), without the code. A session idle inside its transaction never
+    received a COMMIT, so nothing was written either way.
+    """
+    held_s = time.monotonic() - began
+    return bounded and exc.connection_invalidated and exc.orig is not None and held_s >= bounds.hold_s
 
 
 # One statement (one round trip) sets both bounds, local to the transaction: other transactions keep the defaults.

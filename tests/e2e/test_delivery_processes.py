@@ -224,19 +224,30 @@ def committed(db: str, sub: dict[str, Any]) -> Callable[[Message], bool]:
     return lambda message: message[0] <= offsets.get((0, route(key_hash(message[1]), PARTITIONS, 1)), floor)
 
 
+def _uncommitted(db: str, sub: dict[str, Any], receiver: Receiver) -> bool:
+    """Whether messages were delivered that the deliveries' database does not count as handled yet."""
+    done = committed(db, sub)
+    return any(200 <= r.answered < 300 and not done((r.seq or 0, r.group)) for r in receiver.received)
+
+
 def kill_mid_step(db: str, sub: dict[str, Any], receiver: Receiver, process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL `process` once it has delivered messages it has not committed yet and a request is open."""
+    """SIGKILL `process` once it has delivered messages it has not committed yet and a request is open.
+
+    The process is frozen (SIGSTOP) while that is checked, so it cannot commit between the look and the kill;
+    when the look finds no step in flight it is let go on (SIGCONT) and looked at again.
+    """
     deadline = time.monotonic() + STEP_TIMEOUT_S
     while time.monotonic() < deadline:
         assert process.poll() is None, "the deliver process exited before the kill"
         received = receiver.received
-        done = committed(db, sub)
-        open_request = any(r.answered == 0 for r in received)
-        uncommitted = [r for r in received if 200 <= r.answered < 300 and not done((r.seq or 0, r.group))]
-        if len(received) >= 30 and open_request and uncommitted:
-            process.send_signal(signal.SIGKILL)
-            process.wait(timeout=15)
-            return
+        if len(received) >= 30 and any(r.answered == 0 for r in received):  # a request is open
+            process.send_signal(signal.SIGSTOP)
+            time.sleep(0.05)  # a COMMIT it sent just before it stopped has landed by now
+            if _uncommitted(db, sub, receiver):
+                process.send_signal(signal.SIGKILL)
+                process.wait(timeout=15)
+                return
+            process.send_signal(signal.SIGCONT)
         time.sleep(0.01)
     raise AssertionError(f"never caught a step in flight; {receiver.summary()}")
 

@@ -94,3 +94,24 @@ def test_postgres_ends_a_writer_idle_inside_its_append_past_the_hold_bound(pg_se
                 frozen.execute(sa.text("SELECT 1"))
             # The lock went with the session (else: WriteLockTimeout), and its bump was rolled back.
             assert database.log.append([_want("next")]).first_seq == 1
+
+
+def _end_session(url: str, pid: int) -> None:
+    """Close a session from the server's side, as the idle bound does; its client learns of it only later."""
+    with engine_for(url) as admin, admin.begin() as conn:
+        assert conn.execute(sa.text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid}).scalar_one()
+
+
+@pytest.mark.usefixtures("bounds")
+def test_a_write_whose_connection_closed_is_lost_only_past_the_hold_bound(pg_server: PgServer) -> None:
+    # A writer woken long after the server closed its session may see only the closed socket, not the 25P03.
+    for url in postgres_url(pg_server):
+        with Database.open(url, auto_upgrade=True), engine_for(url) as writer_engine:
+            for sat_s, raised in ((1.5, WriteLockLost), (0.0, sa.exc.OperationalError)):
+                # Within the bound a dropped connection is no lost lock: nothing says what happened to the write.
+                with pytest.raises(raised), begin_write(writer_engine, bounded=True) as writer:
+                    pid = writer.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                    writer.execute(sa.text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+                    _end_session(url, pid)
+                    time.sleep(sat_s)
+                    writer.execute(sa.text("SELECT 1"))
