@@ -9,7 +9,9 @@ Exit codes: 0 success; 1 the command ran but failed (verification mismatch,
 database or server unreachable); 2 bad input (unknown option, bad value, bad
 database URL, unknown want, invalid ref, a step the state does not allow),
 always with exactly one line on stderr saying what was wrong. Bad input changes
-nothing.
+nothing. A `--graph` file that raises (a bad declaration, an error of its own code) is bad
+input too: one line naming the file, the line and the job; `partbuild --debug` (or
+PARTBUILD_DEBUG=1) prints the Python traceback before it.
 
 This module holds the root group, its table of commands and `main()`; the commands live in
 `partbuild.api.commands`, one module per area, and share `commands.common`. A command's module
@@ -191,8 +193,18 @@ class PartbuildGroup(click.Group):
 
 @click.group(cls=PartbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="partbuild")
-def cli() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="PARTBUILD_DEBUG",
+    help="Print the Python traceback behind an error in the graph file too. Env: PARTBUILD_DEBUG=1.",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
     """partbuild: event-sourced partition build orchestrator."""
+    from partbuild.api.commands.common import DEBUG_KEY
+
+    ctx.meta[DEBUG_KEY] = debug  # the context's meta is shared with every subcommand's
 
 
 def main(argv: Sequence[str] | None = None) -> None:

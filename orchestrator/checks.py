@@ -41,6 +41,7 @@ from functools import partial
 from typing import Any
 
 from partbuild.orchestrator.check_pass import PassOutput, Share, compute
+from partbuild.orchestrator.declarations import DeclarationError, bool_problem, callable_problem, number_problem
 from partbuild.proto.v1 import events_pb2 as pb
 
 MAX_CHECK_NAME = 256  # the fold's bound for ids (state/fold/validation.py)
@@ -49,7 +50,7 @@ MAX_DESCRIPTION = 1_000  # a description is a short sentence; longer ones are cu
 logger = logging.getLogger("partbuild.checks")
 
 
-class CheckDeclarationError(ValueError):
+class CheckDeclarationError(DeclarationError):
     """A check that cannot be declared (empty or too long a name, a function that is not callable)."""
 
 
@@ -127,10 +128,18 @@ class Check:
             raise CheckDeclarationError(f"check name {self.name!r} must be 1 to {MAX_CHECK_NAME} characters")
         if not callable(self.fn):
             raise CheckDeclarationError(f"check {self.name!r}: fn must be callable")
+        if problem := bool_problem(self.blocking, "blocking") or bool_problem(self.retryable, "retryable"):
+            raise CheckDeclarationError(f"check {self.name!r}: {problem}")
+        if self.aggregation is not None and not isinstance(self.aggregation, Aggregation):
+            raise CheckDeclarationError(f"check {self.name!r}: aggregation must be made by Check.aggregate")
         if self.aggregation is not None and not (
             callable(self.aggregation.columns) and callable(self.aggregation.evaluate)
         ):
             raise CheckDeclarationError(f"check {self.name!r}: columns and evaluate must be callable")
+        if self.aggregation is not None and (
+            problem := callable_problem(self.aggregation.row_counts, "row_counts", optional=True)
+        ):
+            raise CheckDeclarationError(f"check {self.name!r}: {problem}")
 
     @classmethod
     def aggregate(
@@ -504,8 +513,10 @@ def row_count_within_ratio_of_previous(
 
 
 def _need_ratio(what: str, low: float, high: float) -> None:
-    if not (0 <= low <= high) or not math.isfinite(high):
-        raise CheckDeclarationError(f"{what} needs 0 <= low <= high, not {low}, {high}")
+    if problem := number_problem(low, "low", 0) or number_problem(high, "high", 0):  # "1", True, NaN, inf, -1
+        raise CheckDeclarationError(f"{what} needs 0 <= low <= high (finite numbers): {problem}")
+    if low > high:
+        raise CheckDeclarationError(f"{what} needs 0 <= low <= high (finite numbers), not {low}, {high}")
 
 
 def _ratio_outcome(rows: int, base: int, base_text: str, low: float, high: float, base_key: str) -> CheckOutcome:

@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.orchestrator.checks import Check
-from partbuild.orchestrator.code_versions import code_version_problem, derived_code_version
+from partbuild.orchestrator.code_versions import code_version_problem, derived_code_version, graph_files
+from partbuild.orchestrator.declarations import (
+    DeclarationError,
+    bool_problem,
+    callable_problem,
+    graph_file_error,
+    int_problem,
+    number_problem,
+    sequence_problem,
+    text_problem,
+)
 from partbuild.orchestrator.publish import Publish, as_publish, publish_problem, table_conflict
 from partbuild.orchestrator.reactions import Reaction, invertible, reaction_problem
 from partbuild.orchestrator.schedules import Schedule
@@ -29,8 +39,15 @@ if TYPE_CHECKING:
     from partbuild.orchestrator.sources.discovery import Discovery
 
 
-class GraphError(ValueError):
+class GraphError(DeclarationError):
     """A graph that cannot be loaded, or a ref it cannot place."""
+
+
+class GraphFileError(GraphError):
+    """A graph file whose code raised: one line naming the file, the line, the declaration and what was wrong.
+
+    Its cause is the exception the file raised (with the traceback `--debug` prints).
+    """
 
 
 @dataclass(frozen=True)
@@ -67,10 +84,20 @@ def register_field_type(name: str, regex: str, parse: Callable[[str], Any], form
     `parse` may raise ValueError for text the regex admits but the type refuses. Registering a
     name again replaces it (a module imported twice registers twice); patterns built before keep theirs.
     """
-    if not re.fullmatch(r"[a-z]+", name):
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z]+", name):
         raise GraphError(f"field type name {name!r} must be lowercase letters")
+    if (
+        problem := text_problem(regex, "the regex")
+        or callable_problem(parse, "parse")
+        or callable_problem(format, "format")
+    ):
+        raise GraphError(f"field type {name!r}: {problem}")
     if "/" in regex or "(" in regex:
         raise GraphError(f"field type {name!r}: the regex must not match '/' nor hold groups")
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        raise GraphError(f"field type {name!r}: the regex does not compile ({exc})") from None
     FIELD_TYPES[name] = _FieldType(regex, parse, format)
 
 
@@ -86,6 +113,8 @@ class PartitionPattern:
     """
 
     def __init__(self, template: str) -> None:
+        if not isinstance(template, str):
+            raise GraphError(f"pattern {template!r} must be a str")
         self.template = template
         self.fields: dict[str, _FieldType] = {}
         parts, position = [], 0
@@ -150,10 +179,14 @@ class RetryPolicy:
     max_backoff_ms: int = 60_000
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise GraphError("retry max_attempts must be at least 1")
-        if self.backoff_ms < 0 or self.max_backoff_ms < 0 or self.multiplier < 1:
-            raise GraphError("retry backoff must be non-negative and multiplier at least 1")
+        problem = (
+            int_problem(self.max_attempts, "max_attempts", 1)
+            or int_problem(self.backoff_ms, "backoff_ms", 0)
+            or number_problem(self.multiplier, "multiplier", 1)
+            or int_problem(self.max_backoff_ms, "max_backoff_ms", 0)
+        )
+        if problem:
+            raise GraphError(f"retry policy: {problem}")
 
     def delay_ms(self, failures: int) -> int:
         """Wait before the attempt that follows `failures` failed ones."""
@@ -193,9 +226,10 @@ class Job:
     publish: Publish | str | None = None
     # What makes it want its partitions again without anyone asking (orchestrator/reactions.py).
     reactions: Sequence[Reaction] = ()
-    # What each run records as the code that built its instances; None: derived from `run`'s source (comments
-    # and formatting leave it, a change of the function's code moves it, code it calls does not: see
-    # orchestrator/code_versions.py). Live instances built by another version are stale (state/rules/staleness.py).
+    # What each run records as the code that built its instances; None: derived from `run`'s source and the
+    # helpers, classes and constants it reaches in the graph's own files (comments and formatting leave it, a
+    # change of that code moves it, libraries do not: see orchestrator/code_versions.py). Live instances built
+    # by another version are stale (state/rules/staleness.py).
     code_version: str | None = None
     # Its runs use `ctx.spark`: a `partbuild run` with work to do starts the session in the background at
     # once, while it reads the log and decides, rather than when the first run asks (seconds later).
@@ -205,6 +239,10 @@ class Job:
     stale_policy: str = "serve"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label or "/" in self.label:
+            raise GraphError(f"job label {self.label!r} must be a non-empty str and contain no slash")
+        if problem := _settings_problem(self):  # first: the rules below need the right types
+            raise GraphError(f"job {self.label!r}: {problem}")
         object.__setattr__(self, "checks", tuple(self.checks))
         object.__setattr__(self, "reactions", tuple(self.reactions))
         if problem := reaction_problem(self, self.reactions):
@@ -216,14 +254,10 @@ class Job:
             raise GraphError(f"job {self.label!r}: two checks share a name")
         patterns = tuple(p if isinstance(p, PartitionPattern) else PartitionPattern(p) for p in self.outputs)
         object.__setattr__(self, "outputs", patterns)
-        if not self.label or "/" in self.label:
-            raise GraphError(f"job label {self.label!r} must be non-empty and contain no slash")
         if not patterns:
             raise GraphError(f"job {self.label!r} declares no output patterns")
         if self.stale_policy not in STALE_POLICIES:
             raise GraphError(f"job {self.label!r}: stale_policy is 'serve' or 'withdraw', not {self.stale_policy!r}")
-        if self.batch_size < 1 or self.max_concurrency < 1:
-            raise GraphError(f"job {self.label!r}: batch_size and max_concurrency must be at least 1")
         limit = self.batch_bytes
         if limit is not None and (type(limit) is not int or limit < 1):  # type(): True is an int too
             raise GraphError(f"job {self.label!r}: batch_bytes must be None or an int of at least 1, not {limit!r}")
@@ -236,6 +270,29 @@ class Job:
                 raise GraphError(f"job {self.label!r}: its run function has no source nor code; declare code_version")
         elif problem := code_version_problem(self.code_version):
             raise GraphError(f"job {self.label!r}: {problem}")
+
+
+def _settings_problem(job: Job) -> str | None:
+    """Why a job's settings are not of their types (a str of outputs, "10" for an int, ...), or None."""
+    return (
+        sequence_problem(job.outputs, "outputs")
+        or next(filter(None, map(_output_problem, job.outputs)), None)
+        or callable_problem(job.run, "run")
+        or callable_problem(job.inputs, "inputs")
+        or int_problem(job.batch_size, "batch_size", 1)
+        or int_problem(job.max_concurrency, "max_concurrency", 1)
+        or (None if isinstance(job.retry, RetryPolicy) else f"retry must be a RetryPolicy, not {job.retry!r}")
+        or sequence_problem(job.checks, "checks")
+        or sequence_problem(job.reactions, "reactions")
+        or bool_problem(job.uses_spark, "uses_spark")
+    )
+
+
+def _output_problem(output: object) -> str | None:
+    """Why an output is not a pattern (a str or a PartitionPattern), or None."""
+    if isinstance(output, str | PartitionPattern):
+        return None
+    return f"an output must be a pattern (a str or a PartitionPattern), not {output!r}"
 
 
 @dataclass(frozen=True)
@@ -259,6 +316,8 @@ class SourceDataset:
             raise GraphError(problem)
         if isinstance(self.pattern, str):
             object.__setattr__(self, "pattern", PartitionPattern(self.pattern))
+        if problem := _source_problem(self):
+            raise GraphError(f"source {self.name!r}: {problem}")
         if self.locate is None and self.discovery is None:
             raise GraphError(f"source {self.name!r} needs a locate function or a discovery (or both)")
         if self.discovery is not None and self.discovery.keys is not None:
@@ -269,6 +328,20 @@ class SourceDataset:
                     f"source {self.name!r}: the discovery's key pattern {keys.template!r} must have the fields "
                     f"of {self.pattern.template!r} with the same types"  # type: ignore[union-attr]
                 )
+
+
+def _source_problem(source: SourceDataset) -> str | None:
+    """Why a source's pattern, locate or discovery is not of its type, or None."""
+    if not isinstance(source.pattern, PartitionPattern):
+        return f"pattern must be a str or a PartitionPattern, not {source.pattern!r}"
+    if problem := callable_problem(source.locate, "locate", optional=True):
+        return problem
+    if source.discovery is not None:
+        from partbuild.orchestrator.sources.discovery import Discovery  # only for a source that has one
+
+        if not isinstance(source.discovery, Discovery):
+            return f"discovery must be a Discovery (orchestrator/sources/discovery.py), not {source.discovery!r}"
+    return None
 
 
 Producer = Job | SourceDataset
@@ -298,12 +371,16 @@ class Graph:
         self._claims: list[tuple[PartitionPattern, Producer]] = []
         seen_templates: dict[str, str] = {}
         for job in jobs:
+            if not isinstance(job, Job):
+                raise GraphError(f"jobs must be Job objects, not {job!r}")
             if job.label in self.jobs:
                 raise GraphError(f"two jobs are labelled {job.label!r}")
             self.jobs[job.label] = job
             for pattern in job.outputs:
                 self._claim(pattern, job, f"job {job.label!r}", seen_templates)  # type: ignore[arg-type]
         for source in sources:
+            if not isinstance(source, SourceDataset):
+                raise GraphError(f"sources must be SourceDataset objects, not {source!r}")
             if source.name in self.sources:
                 raise GraphError(f"two source datasets are named {source.name!r}")
             self.sources[source.name] = source
@@ -362,7 +439,10 @@ def _producer_name(producer: Producer) -> str:
 
 
 def load_graph(path: str | Path, attribute: str = "graph") -> Graph:
-    """Import the Python file at `path` and return its `graph` (a Graph, or a function returning one)."""
+    """Import the Python file at `path` and return its `graph` (a Graph, or a function returning one).
+
+    Whatever the file's code raises becomes a `GraphFileError` of one line (orchestrator/declarations.py).
+    """
     path = Path(path)
     if not path.is_file():
         raise GraphError(f"no graph file at {path}")
@@ -372,10 +452,15 @@ def load_graph(path: str | Path, attribute: str = "graph") -> Graph:
         raise GraphError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    found = getattr(module, attribute, None)
-    if callable(found) and not isinstance(found, Graph):
-        found = found()
+    try:
+        with graph_files(path):  # derived code versions count the code under the graph file's directory
+            spec.loader.exec_module(module)
+            found = getattr(module, attribute, None)
+            if callable(found) and not isinstance(found, Graph):
+                found = found()
+    except Exception as exc:  # the user's code, whatever it raised: one line, the traceback kept as its cause
+        sys.modules.pop(module_name, None)
+        raise GraphFileError(graph_file_error(path, exc)) from exc
     if not isinstance(found, Graph):
         raise GraphError(f"{path} defines no Graph named {attribute!r}")
     return found

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
+from partbuild.orchestrator.declarations import DeclarationError
 from partbuild.state.fold.records import ACTIVE_RUN_STATES
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ _TABLE = re.compile(rf"(?:{_NAME}\.)?{_NAME}")
 FORMATS = ("parquet", "orc")  # the file formats a table can be declared over (what the jobs write)
 
 
-class PublishDeclarationError(ValueError):
+class PublishDeclarationError(DeclarationError):
     """A `Publish` that cannot be declared (a bad table name or format)."""
 
 

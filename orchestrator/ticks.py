@@ -29,6 +29,8 @@ from partbuild.state.log.events import envelope
 logger = logging.getLogger("partbuild")
 
 MAX_ERROR_CHARS = 1000
+FIRST_RETRY_MS = 1_000  # a schedule whose evaluation raised is tried again after this, doubling
+MAX_RETRY_MS = 300_000
 MAX_REFS_PER_TICK = 100_000
 
 
@@ -91,6 +93,8 @@ class Ticker:
     next_due_ms: int | None = None  # the earliest time a schedule this worker owns ticks next
 
     seen_head: int = -1  # the state's head at the last evaluation
+    # name -> (when it is tried again, the backoff that got there): schedules whose evaluation raised
+    failing: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def due(
         self, state: BuildState, now_ms: int, owns: Callable[[str], bool], source: pb.EventSource
@@ -106,13 +110,35 @@ class Ticker:
         for name, schedule in self.graph.schedules.items():
             if not owns(schedule_owner_key(name)):
                 continue
-            row = state.schedules.get(name) or ScheduleRow()
-            first_seen = self.first_seen_ms.setdefault(name, now_ms)
-            if not row.paused:
-                for due in due_ticks(schedule, row.last_tick_ms, first_seen, now_ms):
-                    events.append(tick_event(schedule, self.graph, due, now_ms, source))
-            after = max(now_ms, row.last_tick_ms)
-            upcoming = schedule.next_after(after)
-            next_due = upcoming if next_due is None else min(next_due, upcoming)
+            retry = self.failing.get(name)
+            if retry is not None and now_ms < retry[0]:
+                upcoming: int | None = retry[0]  # failed lately: tried again after its backoff
+            else:
+                try:
+                    upcoming = self._evaluate(state, schedule, now_ms, source, events)
+                    self.failing.pop(name, None)
+                except Exception:  # one schedule's failure stops neither the others nor the loop
+                    backoff = min(retry[1] * 2, MAX_RETRY_MS) if retry is not None else FIRST_RETRY_MS
+                    logger.exception("schedule %s could not be evaluated: tried again in %d ms", name, backoff)
+                    self.failing[name] = (now_ms + backoff, backoff)
+                    upcoming = now_ms + backoff
+            if upcoming is not None:
+                next_due = upcoming if next_due is None else min(next_due, upcoming)
         self.next_due_ms = next_due
         return events
+
+    def _evaluate(
+        self, state: BuildState, schedule: Schedule, now_ms: int, source: pb.EventSource, events: list[pb.Event]
+    ) -> int | None:
+        """Add the schedule's due ticks to `events`; its next time (None: a cron whose year field passed)."""
+        row = state.schedules.get(schedule.name) or ScheduleRow()
+        first_seen = self.first_seen_ms.setdefault(schedule.name, now_ms)
+        ticks = []
+        if not row.paused:
+            ticks = [
+                tick_event(schedule, self.graph, due, now_ms, source)
+                for due in due_ticks(schedule, row.last_tick_ms, first_seen, now_ms)
+            ]
+        upcoming = schedule.next_after(max(now_ms, row.last_tick_ms))
+        events += ticks  # only once all were made: a schedule that failed half-way ticks nothing
+        return upcoming

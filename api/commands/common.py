@@ -7,6 +7,7 @@ import functools
 import getpass
 import logging
 import re
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -195,12 +196,29 @@ def open_database(db_url: str, *, must_exist: bool) -> Database:
         raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
 
 
+DEBUG_KEY = "partbuild.debug"  # in the click context's meta: set by `partbuild --debug` (api/cli.py)
+
+
+def debugging() -> bool:
+    """Whether `--debug` (or PARTBUILD_DEBUG=1) asked for tracebacks with the one-line errors."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(DEBUG_KEY))
+
+
 def read_graph(path: str) -> Graph:
-    """The graph of a `--graph` file, or a bad `--graph` value."""
-    from partbuild.orchestrator.graph import GraphError, load_graph
+    """The graph of a `--graph` file; else one line and exit code 2 (with `--debug`, the traceback first).
+
+    No file, or none defining a graph: a bad `--graph` value. Anything the file's code raised (a bad
+    declaration, an error of its own): `graph file F, line N: job 'J': what was wrong` (orchestrator/declarations.py).
+    """
+    from partbuild.orchestrator.graph import GraphError, GraphFileError, load_graph
 
     try:
         return load_graph(path)
+    except GraphFileError as exc:
+        if debugging() and exc.__cause__ is not None:
+            click.echo("".join(traceback.format_exception(exc.__cause__)).rstrip(), err=True)
+        raise BadInput(str(exc)) from None
     except GraphError as exc:
         raise click.BadParameter(str(exc), param_hint="'--graph'") from None
 

@@ -27,8 +27,9 @@ looks up (one store query, after the range) whether its observed version's diges
 is complete, and takes up the reading if not; later passes over unchanged
 partitions only look up memory.
 
-Bounded: each pass (each key range of a pass) reads at most `verify_bytes_per_pass`
-bytes for at most `verify_s_per_pass` seconds, in chunks of `CHUNK_BYTES` (the
+Bounded: each pass (each key range of a pass, recorded or quiet: the scanner's
+`pass_key`) reads at most `verify_bytes_per_pass` bytes for at most
+`verify_s_per_pass` seconds, in chunks of `CHUNK_BYTES` (the
 first chunk of a pass is always read, so a file larger than the budget still gets
 done). Moved versions are read first, as they are listed (their observation waits
 on their digest); pending digests of new partitions get what is left. A moved
@@ -165,7 +166,7 @@ class _Spent(_Undecided):
 
 @dataclass
 class _PassBudget:
-    key: tuple[int, int]  # (pass number, key range): a new one gets a fresh budget
+    key: tuple[int, int]  # the scanner's pass key (a key range of a pass taken up): a new one gets a fresh budget
     bytes_left: int
     deadline: float  # monotonic
     chunks: int = 0  # read in this pass (the first is read whatever the budget)

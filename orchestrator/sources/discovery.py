@@ -42,10 +42,11 @@ class Discovery:
     rewant_tainted: bool = False
     page_items: int = 1_000  # items per connector call
     slice_s: float = 0.05  # the longest a connector call may take when the connector honours deadlines
-    # Split each pass into up to this many key ranges of about equal bytes (rebalanced every pass from
-    # the last one's split estimates), each scanned by the worker that owns it: for sources too big
-    # for one worker's scan. 1: one range. Named `shards` where graphs declare it (and in the API's
-    # JSON): the declared name stays, like a CLI flag; everywhere else a pass's slice is a key range.
+    # Split each pass into up to this many key ranges of about equal bytes (rebalanced from the last
+    # recorded pass's split estimates), each scanned by the worker that owns it: for sources too big
+    # for one worker's scan. 1: one range. Once the split settles, idle passes record nothing either way.
+    # Named `shards` where graphs declare it (and in the API's JSON): the declared name stays, like a CLI
+    # flag; everywhere else a pass's slice is a key range.
     shards: int = 1
     # Confirm a moved weak version by reading the partition's files before it counts (`content.py`).
     verify_content: bool = True

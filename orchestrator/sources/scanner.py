@@ -27,17 +27,24 @@ appended). A quiet pass interrupted by a restart is simply begun again. A pass i
 followed by the next one `rescan_every_s` after it ended (recorded, or quiet in this
 process; a restarted process begins one at once), or as soon as someone asks
 (`SourceScanRequest`, `partbuild sources scan NAME`): such a pass is recorded from
-its start, answering the request in the log, and so is every pass split into
-several key ranges (other workers adopt its ranges from the log).
+its start, answering the request in the log.
 
 A pass may be split into key ranges (`Discovery.shards`), fixed by the
 slice that begins it and rebalanced from the last pass's split estimates
 (`key_ranges.py`); each key range has its own cursor, and in a set of workers
 split by bucket or in a worker group, the owner of `source:<name>/<index>` scans range
-`index` (the owner of range 0 begins passes: when `rescan_every_s` has passed,
-or at once after a `SourceScanRequest`). A worker owning several key ranges
-scans them one after another. Only slices that settled something are recorded,
-so two scanners of one key range cannot keep restarting each other.
+`index`. A worker owning several key ranges scans them one after another. Only a
+recorded pass leaves split estimates, so while the split still moves (a source
+growing towards its `shards`, or rebalancing after its bytes moved) each pass is
+recorded from its start, begun by the owner of range 0. Once the next split would
+be the last one's, passes are quiet again, key ranges or not: each worker, when
+`rescan_every_s` has passed, scans the ranges of that split that it owns, in memory.
+The first slice to settle something begins the pass in the log: range 0's beginning
+(its cursor at its start: the fold wants a pass to begin there) and that slice in one
+append. Every worker then takes up its ranges of the pass from the log, from their
+starts: a range listed quietly before is listed once more, recorded, and a change
+anywhere is observed within the pass. Only slices that settled something are
+recorded, so two scanners of one key range cannot keep restarting each other.
 
 Resumption is by key (key-authoritative connectors; the recorded cursor is the
 end of a partition, where a page's token would not apply). Item counts are of
@@ -118,7 +125,10 @@ class _Scan:
     covered: bool = False
     passes_ended: int = 0  # passes of this source ended here, recorded or quiet
     last_done_ms: int = 0  # when the last pass ended here (clock ms): a quiet pass is not in the log
-    asked: bool = False  # this pass answers an operator's request: it is recorded (the fold clears the request)
+    # This new pass is recorded from its first slice: it answers an operator's request (the fold clears the
+    # request), or its key ranges differ from the last pass's (its split estimates make the next split).
+    recorded: bool = False
+    serial: int = 0  # key ranges taken up here: a content check's budget is per key range taken up
 
     @property
     def name(self) -> str:
@@ -143,16 +153,38 @@ class _Scan:
         self.found = []
         self.present = set()
         self.covered = not key
+        self.serial += 1
+
+    def begin_pass(self, pass_number: int, split_keys: list[bytes], index: int, *, recorded: bool) -> None:
+        """Scan key range `index` of a pass not in the log yet, split at `split_keys`, from its start."""
+        bounds = [b"", *split_keys, b""]
+        self.start(pass_number, index, bounds[index], bounds[index + 1], b"")
+        self.new_pass, self.split_keys, self.recorded = True, split_keys, recorded
+
+    @property
+    def pass_key(self) -> tuple[int, int]:
+        """What a content check keys its budget by: a fresh one for each key range taken up (quiet passes
+        repeat a pass number: a budget spent by one must not hold the next back)."""
+        return (self.pass_number, self.serial)
 
     @property
     def quiet(self) -> bool:
-        """The pass is not in the log yet and may end unrecorded: one key range, scanned by one worker.
+        """The pass is not in the log yet and may end unrecorded: nothing it found so far needs recording.
 
-        A pass split into key ranges is coordinated through the log (other workers adopt its ranges,
-        the next split comes from its recorded hints), so it is recorded from its first slice; so is
-        a pass an operator asked for (the request is in the log: the pass that answers it is too).
+        A pass an operator asked for is recorded from its first slice (the request is in the log: the pass
+        that answers it is too), and so is a pass whose key ranges differ from the last pass's (its split
+        estimates, which only a recorded pass leaves, make the next split): once the split settles, an
+        idle source's passes are quiet however many key ranges it has. Each worker scans the key ranges
+        of a quiet pass that it owns, one after another; the first slice that settles something begins
+        the pass in the log, and the other workers take up their ranges from there (`_begin`).
         """
-        return self.new_pass and self.discovery.shards == 1 and not self.asked
+        return self.new_pass and not self.recorded
+
+    @property
+    def lead(self) -> int:
+        """Slices appended ahead of this range's: a pass first recorded from a range after range 0 begins at
+        range 0 (the fold wants a pass to begin there), with range 0's cursor still at its start."""
+        return 1 if self.new_pass and self.range_index else 0
 
     def position(self, record: SourceScan | None) -> int:
         """The log's updated_seq of what this scan continues (-2: the log has moved to another pass)."""
@@ -268,7 +300,7 @@ class SourceScanner:
             scan.cursor = page.cursor
         scan.present.update(found.ref for found in closed)  # all it listed: the content check may hold some back
         if scan.content is not None and closed:
-            closed = scan.content.confirm(self.live, (scan.pass_number, scan.range_index), closed)
+            closed = scan.content.confirm(self.live, scan.pass_key, closed)
         scan.found += closed
         done = page is None
         # Only progress is recorded: a slice that settled nothing new (a partition longer than a page) would
@@ -278,15 +310,16 @@ class SourceScanner:
         moved = scan.assembler.settled_key != scan.logged_key
         due = moved and time.monotonic() - scan.last_append >= self.checkpoint_every_s
         recordable = done or scan.found or (not scan.quiet and (due or scan.new_pass))
+        pass_key = scan.pass_key  # (a quiet range that ends moves on to the next range in `_append`)
         if recordable and not self._append(scan, done=done):
             return
         if done and scan.content is not None:  # new partitions' digests: after the range's observations
-            scan.content.digest_pending((scan.pass_number, scan.range_index))
+            scan.content.digest_pending(pass_key)
         scan.failures = 0
         scan.next_due = time.monotonic()
 
     def _begin(self, state: BuildState, scan: _Scan, record: SourceScan | None) -> bool:
-        """Take up a key range: one of the log's unfinished pass that we own, or range 0 of the next pass when due."""
+        """Take up a key range: one of the log's unfinished pass that we own, or one of the next pass when due."""
         name = scan.name
         if record is not None and record.pass_number and not record.done:
             for index, key_range in enumerate(record.ranges):
@@ -301,14 +334,23 @@ class SourceScanner:
         due_ms = last_done_ms + int(scan.discovery.rescan_every_s * 1000) if last_done_ms else 0
         requested = record is not None and record.rescan_requested
         wait_s = 0.0 if requested else (due_ms - self.clock()) / 1000
-        if wait_s > 0 or not self.owns(state, source_scope_key(name, 0)):
-            return self._idle(scan, min(POLL_S, max(wait_s, 0.0)) or POLL_S)
-        split = next_split_keys(record.last_pass_ranges, scan.discovery.shards) if record else []
-        scan.start(record.pass_number + 1 if record else 1, 0, b"", split[0] if split else b"", b"")
-        scan.new_pass, scan.split_keys = True, split
+        if wait_s > 0:
+            return self._idle(scan, min(POLL_S, wait_s))
+        previous = record.last_pass_ranges if record else []
+        split = next_split_keys(previous, scan.discovery.shards)
+        recorded = requested or split != [key_range.start for key_range in previous[1:]]
+        # A recorded pass is begun by the owner of range 0; a quiet one by each worker at its first range.
+        index = 0 if recorded else self._next_owned(state, scan, split, -1)
+        if index is None or not self.owns(state, source_scope_key(name, index)):
+            return self._idle(scan, POLL_S)
+        scan.begin_pass(record.pass_number + 1 if record else 1, split, index, recorded=recorded)
         scan.expected_seq = scan.position(record)
-        scan.asked = requested
         return True
+
+    def _next_owned(self, state: BuildState, scan: _Scan, split: list[bytes], after: int) -> int | None:
+        """The first key range after `after` of a pass split at `split` that this worker owns, or None."""
+        ranges = range(after + 1, len(split) + 1)
+        return next((index for index in ranges if self.owns(state, source_scope_key(scan.name, index))), None)
 
     @staticmethod
     def _idle(scan: _Scan, wait_s: float) -> bool:
@@ -346,8 +388,8 @@ class SourceScanner:
                     return True
                 head = state.head_seq
                 events, progress = self._events(state, scan, done, error)
-                if scan.quiet and error is None and len(events) == 1:  # nothing to settle: record nothing
-                    self._settled_quietly(scan, done)
+                if scan.quiet and error is None and len(events) == 1 + scan.lead:  # nothing to settle
+                    self._settled_quietly(state, scan, done)
                     return True
                 refused = state.problem(events[0])
             if refused is not None:  # a bug or a name the fold refuses: never append a rejection in a loop
@@ -359,7 +401,7 @@ class SourceScanner:
             except AppendConflict:
                 self.live.catch_up()
                 continue
-            scan.expected_seq = appended.first_seq
+            scan.expected_seq = appended.first_seq + scan.lead  # this range's slice (after a pass's beginning)
             scan.logged_key = progress.last_key or scan.logged_key
             scan.new_pass = False
             scan.items = scan.bytes = 0
@@ -381,13 +423,22 @@ class SourceScanner:
         scan.active = False
         return True
 
-    def _settled_quietly(self, scan: _Scan, done: bool) -> None:
-        """A slice of a quiet pass that found nothing new: the log is left as it was."""
+    def _settled_quietly(self, state: BuildState, scan: _Scan, done: bool) -> None:
+        """A slice of a quiet pass that found nothing new: the log is left as it was.
+
+        At the end of a key range, the pass goes on with the next range this worker owns; after its last,
+        the pass has ended here.
+        """
         scan.found = []
-        if done:
-            scan.active = False
-            scan.passes_ended += 1
-            scan.last_done_ms = self.clock()
+        if not done:
+            return
+        following = self._next_owned(state, scan, scan.split_keys, scan.range_index)
+        if following is not None:
+            scan.begin_pass(scan.pass_number, scan.split_keys, following, recorded=False)
+            return
+        scan.active = False
+        scan.passes_ended += 1
+        scan.last_done_ms = self.clock()
 
     def _events(
         self, state: BuildState, scan: _Scan, done: bool, error: tuple[str, bool] | None
@@ -395,11 +446,15 @@ class SourceScanner:
         now = self.clock()
         assert scan.assembler is not None
         complete = [found for found in scan.found if found.complete]
+        events = []
+        if scan.lead:  # the pass begins at range 0, listed by nobody yet (its owner takes it up from the log)
+            begin = pb.SourceScanProgress(source=scan.name, pass_number=scan.pass_number, split_keys=scan.split_keys)
+            events.append(envelope(begin, source=SCANNER, timestamp_ms=now))
         progress = pb.SourceScanProgress(
             source=scan.name,
             pass_number=scan.pass_number,
             shard=scan.range_index,
-            split_keys=scan.split_keys if scan.new_pass else [],
+            split_keys=scan.split_keys if scan.new_pass and not scan.lead else [],
             after_key=b"" if scan.new_pass else scan.logged_key,
             last_key=scan.assembler.settled_key,
             done=done,
@@ -410,11 +465,11 @@ class SourceScanner:
         )
         if error is not None:
             progress.error, progress.error_retryable = error
-        events = [envelope(progress, source=SCANNER, timestamp_ms=now)]
+        events.append(envelope(progress, source=SCANNER, timestamp_ms=now))
         observed = [event for found in complete if (event := self._observation(state, scan, found, now)) is not None]
         events += observed
         if done and scan.covered and error is None:
-            events += self._gone(state, scan, state.head_seq + 1, now)
+            events += self._gone(state, scan, state.head_seq + 1 + scan.lead, now)
         if scan.discovery.rewant_tainted and observed:
             rewant = self._rewant(state, scan, observed, now)
             if rewant is not None:

@@ -2,7 +2,8 @@
 
 Declared, it is used as given (and checked); absent, it is derived from the run function's source as Python
 parses it: comments and formatting leave it, a change of code moves it. Functions without a source fall back
-to their code object. Each JobRunBuffer the decider appends carries the job's version.
+to their code object. Each JobRunBuffer the decider appends carries the job's version. What the run function
+reaches in the graph's own files (helpers, classes, constants, sibling modules): test_code_versions_reach.py.
 """
 
 from __future__ import annotations
