@@ -19,6 +19,7 @@ from partbuild.api.commands.common import (
 )
 from partbuild.api.commands.listing import listing_group
 from partbuild.api.errors import NotFound
+from partbuild.api.models.common import MAX_SAFE_INT
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
     InstanceStateName,
@@ -169,8 +170,8 @@ def taint(target: Target, ref: str, reason: str, only_this_ref: bool, user: str,
 @target_options
 @click.argument("ref")
 @click.option("--location", required=True, help="Where the data is (path or URI).")
-@click.option("--rows", type=click.IntRange(min=0), default=0, help="Row count, if known.")
-@click.option("--bytes", "size", type=click.IntRange(min=0), default=0, help="Size in bytes, if known.")
+@click.option("--rows", type=click.IntRange(0, MAX_SAFE_INT), default=0, help="Row count, if known.")
+@click.option("--bytes", "size", type=click.IntRange(0, MAX_SAFE_INT), default=0, help="Size in bytes, if known.")
 @click.option(
     "--version",
     "version",

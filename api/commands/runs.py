@@ -9,6 +9,7 @@ import click
 from partbuild.api import render
 from partbuild.api.commands.common import Target, as_of_option, connect, json_option, target_options
 from partbuild.api.commands.listing import add_cancel_command, listing_group
+from partbuild.api.models.common import MAX_SAFE_INT
 from partbuild.api.models.runs import JobRunStateName
 
 runs_group = listing_group(
@@ -49,7 +50,11 @@ add_cancel_command(
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the run ends.")
 @click.option(
-    "--after", type=click.IntRange(min=0), default=0, show_default=True, help="Only lines numbered above this."
+    "--after",
+    type=click.IntRange(0, MAX_SAFE_INT),
+    default=0,
+    show_default=True,
+    help="Only lines numbered above this.",
 )
 @json_option
 def runs_logs(target: Target, run_id: str, follow: bool, after: int, as_json: bool) -> None:

@@ -18,7 +18,8 @@ from partbuild.api.commands.common import (
     user_option,
 )
 from partbuild.api.commands.listing import add_cancel_command, listing_group
-from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName
+from partbuild.api.models.common import MAX_SAFE_INT
+from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest, WantStateName, made_by_problem
 from partbuild.state.rules.refs import ref_problem
 
 if TYPE_CHECKING:
@@ -43,8 +44,10 @@ if TYPE_CHECKING:
 @click.option("--graph", "graph_path", help="With --db: refuse refs that no job or source of this graph produces.")
 @click.option("--want-id", help="Id of the want (default: a new random id).")
 @click.option("--comment", default="", help="Why the data is wanted.")
-@click.option("--ttl", type=click.IntRange(min=0), default=0, help="Give up after this many seconds (0: never).")
-@click.option("--sla", type=click.IntRange(min=0), default=0, help="Expected Live within this many seconds.")
+@click.option(
+    "--ttl", type=click.IntRange(0, MAX_SAFE_INT), default=0, help="Give up after this many seconds (0: never)."
+)
+@click.option("--sla", type=click.IntRange(0, MAX_SAFE_INT), default=0, help="Expected Live within this many seconds.")
 @click.option("--data-timestamp", type=click.DateTime(), help="The moment the data describes (UTC; default now).")
 @user_option
 @json_option
@@ -149,6 +152,14 @@ def _check_producible(graph: Graph, refs: list[str]) -> None:
             raise click.BadParameter(str(exc), param_hint="'REFS'") from None
 
 
+def _made_by(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A `--made-by` filter as the API takes it; a usage error (exit 2, one line) for an unknown kind."""
+    problem = made_by_problem(value) if value is not None else None
+    if problem:
+        raise click.BadParameter(problem, ctx, param)
+    return value
+
+
 wants_group = listing_group(
     "wants",
     "List wants, oldest first",
@@ -156,6 +167,13 @@ wants_group = listing_group(
         click.option("--state", type=click.Choice(get_args(WantStateName)), help="Only wants in this state."),
         click.option("--ref", help="Only wants naming this ref."),
         click.option("--root", help="Only wants under this root want (derivative wants included)."),
+        click.option(
+            "--made-by",
+            callback=_made_by,
+            metavar="KIND[:NAME]",
+            help="Only wants made by: user[:NAME] (a person, by user or token name), schedule[:NAME], "
+            "reaction[:JOB], derived[:PARENT] or system[:COMPONENT].",
+        ),
     ],
     lambda client, state, **page: client.wants(state_filter=state, **page),
     render.wants_table,

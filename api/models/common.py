@@ -17,6 +17,10 @@ REF_PATTERN = f"^[^{CONTROL_CHARACTERS}]*$"
 # JSON numbers are doubles: above 2^53 - 1 a bound in the document is not the number the server
 # compares with (4611686018427387999 reads as 2^62), so every integer bound stays within it.
 MAX_SAFE_INT = 2**53 - 1
+# SQL's integers are 64-bit signed: every integer a request may carry (a query, path or body integer, a web
+# page's seq) is bounded by MAX_SAFE_INT, well within it, so none can overflow a parameter or a column.
+MAX_SQL_INT = 2**63 - 1
+MAX_DIGITS = len(str(MAX_SAFE_INT))  # longer digit strings are refused before int() reads them
 _DECIMAL = re.compile(r"-?[0-9]+")
 # A JSON number as text (what a client's str() of a float gives too: "2.5", "1e-05"); no "inf", "nan", "0x1".
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
@@ -96,6 +100,13 @@ def _query_bool(value: Any) -> Any:
             raise ValueError(f"{value[:40]!r} is not true or false")
         return value == "true"
     return value
+
+
+def parse_digits(text: str, name: str, maximum: int = MAX_SAFE_INT, noun: str = "an integer") -> int:
+    """A non-negative integer written in ASCII digits, at most `maximum`; ValueError naming `name` otherwise."""
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS and int(text) <= maximum):
+        raise ValueError(f"{name} must be {noun} from 0 to {maximum}, got {text[:40]!r}")
+    return int(text)
 
 
 # Query parameters arrive as text: parsed strictly, so what the document calls an integer is one.

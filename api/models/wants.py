@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema
 
 from partbuild.api.models.common import (
     ID_PATTERN,
@@ -15,6 +16,7 @@ from partbuild.api.models.common import (
     StrictRequest,
     WrittenOut,
 )
+from partbuild.state.rules.refs import CONTROL_CHARACTERS
 
 MAX_BATCH_REFS = 10_000
 # Words that follow /wants/ in a route of their own: a want with such an id could never be read at
@@ -36,6 +38,46 @@ WantId = Annotated[
         json_schema_extra={"not": {"enum": list(RESERVED_WANT_IDS)}},
     ),
     AfterValidator(_unreserved),
+]
+# Who made a want (a want's `made_by`, and the filter of lists): KIND:NAME, each kind naming what below says;
+# a filter may give the KIND alone, for every want of that kind.
+MADE_BY_KINDS = {
+    "user": "a person asked for it (the user, or the token's name, the API recorded)",
+    "schedule": "a schedule's tick (the schedule's name), a tick asked for by hand included",
+    "reaction": "a reaction's firing (the job the reaction is declared on)",
+    "derived": "a derivative want the orchestrator made for a want's refs' inputs (the parent want's id)",
+    "system": "any other writer, as the log records it (the component)",
+}
+MAX_MADE_BY = 300
+MADE_BY_PATTERN = f"^({'|'.join(MADE_BY_KINDS)})(:[^{CONTROL_CHARACTERS}]+)?$"
+
+
+def made_by_problem(value: str) -> str | None:
+    """Why `value` is no `made_by` filter (KIND or KIND:NAME), in one line; None if it is one."""
+    kind, colon, name = value.partition(":")
+    if kind not in MADE_BY_KINDS:
+        return f"made_by must be one of {', '.join(MADE_BY_KINDS)}, optionally followed by :NAME; got {value[:40]!r}"
+    if colon and not name:
+        return f"made_by {value[:40]!r} has a colon but no name after it"
+    if len(value) > MAX_MADE_BY or not re.fullmatch(MADE_BY_PATTERN, value):
+        return f"made_by's name is at most {MAX_MADE_BY} characters and holds no control characters"
+    return None
+
+
+def _valid_made_by(value: str) -> str:
+    problem = made_by_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# The pattern is documented (so a client, and schemathesis, knows the kinds); `_valid_made_by` says what is wrong.
+MadeBy = Annotated[
+    str,
+    AfterValidator(_valid_made_by),
+    WithJsonSchema(
+        {"type": "string", "pattern": MADE_BY_PATTERN, "maxLength": MAX_MADE_BY, "examples": ["user:ann", "schedule"]}
+    ),
 ]
 WantStateName = Literal[
     "idle", "building", "upstream_building", "successful", "failed", "upstream_failed", "canceled", "expired"
@@ -94,6 +136,10 @@ class WantOut(BaseModel):
     sla_breached: bool
     comment: str
     source: str
+    made_by: str = Field(
+        description="Who made it, as `made_by` filters: user:NAME, schedule:NAME, reaction:JOB, derived:PARENT or "
+        "system:COMPONENT."
+    )
     parent_want_id: str | None
     root_want_id: str
     children: list[str]

@@ -156,8 +156,9 @@ class PartitionsService(ServiceBase):
             instance = state.instances.get(uuid)
             if instance is None:
                 raise NotFound(f"no partition instance {uuid!r}")
-            if instance.built_by is None:
-                raise Conflict(f"instance {uuid} of {instance.ref!r} is source data: no job's checks apply to it")
+            refusal = recheck_refusal(instance, source=self._source_by_graph(instance.ref))
+            if refusal is not None:
+                raise Conflict(refusal)
             job = self._producer(instance.ref)
             if job is not None and not job.checks:
                 raise Conflict(f"job {job.label!r} declares no checks")
@@ -173,6 +174,13 @@ class PartitionsService(ServiceBase):
         return ChecksRequestedOut(
             seq=seq, request_id=request_id, instance_uuid=uuid, link=f"/api/v1/instances/{uuid}?min_seq={seq}"
         )
+
+    def _source_by_graph(self, ref: str) -> bool:
+        """Whether the served graph names `ref` a source dataset's (False without a graph, or if it names nothing)."""
+        try:
+            return self.graph is not None and self._producer(ref) is None
+        except InvalidInput:
+            return False
 
     def lineage(
         self,
@@ -267,6 +275,45 @@ class PartitionsService(ServiceBase):
                 if cursor in state.canonical:
                     return
         raise unknown_cursor(cursor)
+
+
+# ----------------------------------------------------------------- why checks cannot run again
+
+_ONLY_LIVE = "only a Live instance's checks run again"
+_NOT_BUILT = {
+    InstanceState.MISSING: "wanted, no job run has started it",
+    InstanceState.BUILDING: "a job run is building it",
+    InstanceState.UPSTREAM_BUILDING: "it waits for its inputs",
+    InstanceState.UP_FOR_RETRY: "its job run failed and it waits to be retried",
+}
+_NOT_LIVE = {
+    InstanceState.FAILED: "failed: its job run failed for good, so nothing was built to check",
+    InstanceState.UPSTREAM_FAILED: "upstream_failed: an input failed for good, so it was never built",
+    InstanceState.CANCELED: "canceled: its job run was canceled before it was built, and a fresh instance replaced it",
+}
+_OBSERVED = (InstanceState.LIVE, InstanceState.TAINTED, InstanceState.GONE)  # what observed data can be
+
+
+def recheck_refusal(instance: Instance, *, source: bool = False) -> str | None:
+    """Why the checks of `instance` cannot run again, in words (None: as far as the instance goes, they can).
+
+    Source data first (no job's checks ever apply to it: observed, so Live, tainted or gone with no job run
+    that built it, or a ref the served graph gives a source); then a job's instance not built yet, one that
+    failed, was canceled, or was tainted (its data withdrawn).
+    """
+    what = f"instance {instance.uuid} of {instance.ref!r}"
+    state = instance.state
+    if source or (instance.built_by is None and state in _OBSERVED):
+        gone = " that a completed scan no longer finds (gone)" if state == InstanceState.GONE else ""
+        return f"{what} is source data{gone}: no job's checks apply to it"
+    if state in _NOT_BUILT:
+        return f"{what} is not built yet ({state_name(state)}: {_NOT_BUILT[state]}); {_ONLY_LIVE}"
+    if state in _NOT_LIVE:
+        return f"{what} is {_NOT_LIVE[state]}; {_ONLY_LIVE}"
+    if state == InstanceState.TAINTED:
+        note = f": {instance.note[:200]}" if instance.note else ""
+        return f"{what} is tainted (its data was withdrawn{note}); {_ONLY_LIVE}"
+    return None
 
 
 # ----------------------------------------------------------------- records -> models

@@ -6,7 +6,7 @@ import time
 from itertools import islice
 
 from partbuild.api.errors import Conflict, InvalidInput, NotFound
-from partbuild.api.models.common import CancelRequest, PageOut, WrittenOut
+from partbuild.api.models.common import MAX_SAFE_INT, CancelRequest, PageOut, WrittenOut
 from partbuild.api.models.runs import (
     InstanceChecksOut,
     JobRunDetailOut,
@@ -69,8 +69,8 @@ class RunsService(ServiceBase):
         """
         if not 1 <= limit <= MAX_LOG_PAGE:
             raise InvalidInput(f"limit must be between 1 and {MAX_LOG_PAGE}, got {limit}")
-        if after < 0:
-            raise InvalidInput(f"after must not be negative, got {after}")
+        if not 0 <= after <= MAX_SAFE_INT:
+            raise InvalidInput(f"after must be a line number from 0 to {MAX_SAFE_INT}, got {after}")
         if not 0 <= follow <= MAX_FOLLOW_S:
             raise InvalidInput(f"follow must be between 0 and {MAX_FOLLOW_S} seconds, got {follow}")
         deadline = time.monotonic() + follow

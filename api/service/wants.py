@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from itertools import islice
 from typing import Any
 
@@ -26,6 +26,7 @@ from partbuild.api.models.wants import (
     WantRequest,
     WantStateName,
     WantTreeOut,
+    made_by_problem,
 )
 from partbuild.api.service.as_of import as_of_suffix, by, page_at
 from partbuild.api.service.base import ServiceBase, cancel_reason, check_limit, state_name
@@ -103,6 +104,7 @@ class WantsService(ServiceBase):
         state_filter: WantStateName | None = None,
         ref: str | None = None,
         root: str | None = None,
+        made_by: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
         as_of_seq: int | None = None,
@@ -110,6 +112,7 @@ class WantsService(ServiceBase):
     ) -> PageOut[WantOut]:
         """Wants oldest first (those created by `as_of_seq`, in their states then), filtered."""
         check_limit(limit)
+        maker = made_by_filter(made_by)
         order = self.listing.wants
         after = self._seq_cursor(cursor, lambda seq: order.has_seq(seq) and by(seq, as_of_seq))
         with self._reading(min_seq, as_of_seq) as state:
@@ -118,13 +121,16 @@ class WantsService(ServiceBase):
             else:
                 ids = order.between(after, state.head_seq)  # the index may hold wants created since
             wanted = WantState[state_filter.upper()] if state_filter else None
+            causes = state.want_causes
             matching = (
                 want
                 for want in map(state.wants.__getitem__, ids)
-                if (wanted is None or want.state == wanted) and (root is None or want.root_want_id == root)
+                if (wanted is None or want.state == wanted)
+                and (root is None or want.root_want_id == root)
+                and (maker is None or maker(want, causes))
             )
             now = self._now(state, as_of_seq)
-            items = [want_out(want, now) for want in islice(matching, limit)]
+            items = [want_out(want, now, causes) for want in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda w: str(w.created_seq), seq)
 
@@ -167,10 +173,51 @@ def _duplicates(values: list[str]) -> set[str]:
     return {value for value, count in Counter(values).items() if count > 1}
 
 
+# ----------------------------------------------------------------- who made a want
+
+# A tick's want id: schedule:NAME:[manual:]TIME (state/fold/schedules.py `tick_want_id`).
+_TICK_WANT_ID = re.compile(r"^schedule:(.+?):(?:manual:)?[0-9]{4}-[0-9]{2}-[0-9]{2}T")
+Maker = Callable[[Want, Mapping[str, str]], bool]
+
+
+def made_by(want: Want, causes: Mapping[str, str]) -> str:
+    """Who made `want`, as KIND:NAME (`MADE_BY_KINDS`; KIND alone if the log names no one).
+
+    Automation's wants have a cause (`want_causes`, set by their tick or firing with the want) and an id the
+    fold checked: schedule:NAME:TIME, reaction:JOB:KIND:DIGEST. A derivative want names its parent; any
+    other want, its event's source (manual:USER is a person's, by token name or user header).
+    """
+    want_id = want.want_id
+    if want_id in causes:
+        tick = _TICK_WANT_ID.match(want_id)
+        if tick is not None:
+            return f"schedule:{tick.group(1)}"
+        if want_id.startswith("reaction:"):
+            return "reaction:" + want_id.removeprefix("reaction:").rsplit(":", 2)[0]
+    if want.parent_want_id is not None:
+        return f"derived:{want.parent_want_id}"
+    kind, _, name = want.source.partition(":")
+    kind, name = ("user", name) if kind == "manual" else ("system", name if kind == "system" else want.source)
+    return f"{kind}:{name}" if name else kind
+
+
+def made_by_filter(value: str | None) -> Maker | None:
+    """The test of the `made_by` filter `value` (KIND or KIND:NAME); None without one; InvalidInput if malformed."""
+    if value is None:
+        return None
+    problem = made_by_problem(value)
+    if problem:
+        raise InvalidInput(problem)
+    if ":" in value:
+        return lambda want, causes: made_by(want, causes) == value
+    prefix = f"{value}:"
+    return lambda want, causes: (maker := made_by(want, causes)) == value or maker.startswith(prefix)
+
+
 # ----------------------------------------------------------------- records -> models
 
 
-def want_out(want: Want, now_ms: int) -> WantOut:
+def want_out(want: Want, now_ms: int, causes: Mapping[str, str]) -> WantOut:
     deadline = want.sla_deadline_ms
     return WantOut(
         want_id=want.want_id,
@@ -187,6 +234,7 @@ def want_out(want: Want, now_ms: int) -> WantOut:
         sla_breached=deadline is not None and want.state != WantState.SUCCESSFUL and now_ms > deadline,
         comment=want.comment,
         source=want.source,
+        made_by=made_by(want, causes),
         parent_want_id=want.parent_want_id,
         root_want_id=want.root_want_id,
         children=list(want.children or ()),
@@ -198,7 +246,7 @@ def want_out(want: Want, now_ms: int) -> WantOut:
 def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut:
     """A want with where each of its refs stands and its derivative-want tree, as of the state's seq."""
     return WantDetailOut(
-        **want_out(want, now_ms).model_dump(),
+        **want_out(want, now_ms, state.want_causes).model_dump(),
         refs_status=[_ref_status(state, ref, WAITING_DEPTH, set()) for ref in want.refs],
         tree=_tree(state, want, [MAX_TREE_NODES]),
         **_progress(state, want),

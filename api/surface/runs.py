@@ -5,7 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Protocol
 
 from partbuild.api.models.common import CancelRequest, PageOut, QueryFloat, QueryInt, WrittenOut
-from partbuild.api.surface.common import ANONYMOUS, AsOfSeq, Body, Cursor, Limit, MinSeq, Path, Query, User, operation
+from partbuild.api.surface.common import (
+    ANONYMOUS,
+    MAX_SEQ,
+    AsOfSeq,
+    Body,
+    Cursor,
+    Limit,
+    MinSeq,
+    Path,
+    Query,
+    User,
+    operation,
+)
 from partbuild.state.ops.roles import Role
 
 if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
@@ -43,7 +55,9 @@ class RunsApi(Protocol):
     def job_run_logs(
         self,
         job_run_id: RunIdPath,
-        after: Annotated[QueryInt, Query(ge=0, description="Only lines numbered above this (`next_after`).")] = 0,
+        after: Annotated[
+            QueryInt, Query(ge=0, le=MAX_SEQ, description="Only lines numbered above this (`next_after`).")
+        ] = 0,
         limit: Annotated[QueryInt, Query(ge=1, le=MAX_LOG_PAGE, description="Lines per page.")] = 1000,
         follow: Annotated[
             QueryFloat,

@@ -10,6 +10,7 @@ from partbuild.state.ops.roles import Role
 
 if TYPE_CHECKING:  # its models load when an operation's types are first needed (`Operation`)
     from partbuild.api.models.wants import (
+        MadeBy,
         ValidatedOut,
         WantBatchCreatedOut,
         WantBatchRequest,
@@ -46,6 +47,14 @@ class WantsApi(Protocol):
         ] = None,
         ref: Annotated[str | None, Query(max_length=4096, description="Only wants naming this ref.")] = None,
         root: Annotated[str | None, Query(max_length=256, description="Only wants under this root want.")] = None,
+        made_by: Annotated[
+            MadeBy | None,
+            Query(
+                description="Only wants made by: user[:NAME] (a person; NAME: the user or token), "
+                "schedule[:NAME], reaction[:JOB], derived[:PARENT] or system[:COMPONENT].",
+                examples=("user:ann", "schedule", "reaction:daily_clicks"),
+            ),
+        ] = None,
         cursor: Cursor = None,
         limit: Limit = 100,
         as_of_seq: AsOfSeq = None,

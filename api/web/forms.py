@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from partbuild.api.errors import ApiError, validation_message
+from partbuild.api.models.common import parse_digits
 from partbuild.api.models.wants import MAX_BATCH_REFS, WantRequest
 from partbuild.orchestrator.graph import Graph, GraphError, PartitionPattern
 
@@ -67,9 +68,10 @@ class WantForm:
         """The API's request for these refs (its validation, its messages)."""
         body: dict[str, Any] = {"refs": refs, "comment": self.comment}
         if self.sla_seconds.strip():
-            if not self.sla_seconds.strip().isdigit():
-                raise FormInvalid("sla_seconds must be a whole number of seconds")
-            body["sla_seconds"] = int(self.sla_seconds)
+            try:  # ASCII digits only ("²" is a digit to str.isdigit), and no longer than a bound can be
+                body["sla_seconds"] = parse_digits(self.sla_seconds.strip(), "sla_seconds", noun="a whole number")
+            except ValueError as exc:
+                raise FormInvalid(f"{exc} (seconds)") from None
         return parse_model(WantRequest, body)
 
 

@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from starlette.responses import HTMLResponse
 
 from partbuild.api.errors import InvalidInput
+from partbuild.api.models.common import parse_digits
 from partbuild.api.service import Service
 from partbuild.api.web import identity as seam
 from partbuild.api.web.identity import Identity, may_write
@@ -93,9 +94,10 @@ def resolve_as_of(request: Request, service: Service) -> int | None:
     """The seq of `?as_of=` or `?as_of_time=`; None without either. InvalidInput for anything else."""
     text = request.query_params.get("as_of", "").strip()
     if text:
-        if not (text.isascii() and text.isdigit() and len(text) <= 16):
-            raise InvalidInput(f"as_of must be a seq (a non-negative integer), got {text[:40]!r}")
-        return int(text)
+        try:
+            return parse_digits(text, "as_of", noun="a seq, an integer")
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
     when = request.query_params.get("as_of_time", "").strip()
     if not when:
         return None

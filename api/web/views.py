@@ -17,12 +17,13 @@ from itertools import islice, takewhile
 from typing import Any
 
 from partbuild.api.errors import InvalidInput, NotFound
+from partbuild.api.models.common import MAX_SAFE_INT, parse_digits
 from partbuild.api.models.partitions import InstanceOut
 from partbuild.api.models.runs import JobRunDetailOut, JobRunOut
 from partbuild.api.models.wants import WantOut
 from partbuild.api.service import Service
 from partbuild.api.service.runs import job_run_out
-from partbuild.api.service.wants import want_out
+from partbuild.api.service.wants import made_by_filter, want_out
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
 from partbuild.state.rules.wanted import WaitingCount, is_unwanted, waiting_counts
@@ -59,20 +60,20 @@ def _take(keyed: Iterable[tuple[str, Any]], keep: Callable[[Any], bool], limit: 
 
 def seq_cursor(text: str | None) -> int | None:
     """A `before` cursor of the newest-first lists: a seq, or None for the newest page."""
-    if not text:
-        return None
-    if not (text.isascii() and text.isdigit() and len(text) <= 16):
-        raise InvalidInput(f"cursor must be a seq, got {text[:40]!r}")
-    return int(text)
+    return seq_param(text, "cursor")
 
 
 def seq_param(text: str | None, name: str) -> int | None:
-    """A seq given in the query as `name` (None: not given); InvalidInput for anything but digits."""
-    if not text:
-        return None
-    if not (text.isascii() and text.isdigit() and len(text) <= 16):
-        raise InvalidInput(f"{name} must be a seq (a non-negative integer), got {text[:40]!r}")
-    return int(text)
+    """A seq given in the query as `name` (None: not given); InvalidInput for anything but digits up to 2^53 - 1."""
+    return query_int(text, name, noun="a seq, an integer") if text else None
+
+
+def query_int(text: str, name: str, maximum: int = MAX_SAFE_INT, noun: str = "an integer") -> int:
+    """A page's integer query parameter: ASCII digits up to `maximum` (never past SQL's integers), else InvalidInput."""
+    try:
+        return parse_digits(text, name, maximum, noun)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: int | None) -> Iterator[int]:
@@ -84,11 +85,19 @@ def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: in
 
 
 def wants_listing(
-    service: Service, as_of: int | None, state_name: str | None, ref: str | None, before: int | None
+    service: Service,
+    as_of: int | None,
+    state_name: str | None,
+    ref: str | None,
+    before: int | None,
+    made_by: str | None = None,
+    limit: int = PAGE,
 ) -> Listing:
-    """Wants newest first, by state and ref, as of a seq."""
+    """Wants newest first, by state, ref and who made them (`made_by`, as the API's filter), as of a seq."""
     wanted = WantState[state_name.upper()] if state_name else None
+    maker = made_by_filter(made_by)  # InvalidInput for an unknown kind: never ignored
     with service.reading(as_of) as state:
+        causes = state.want_causes
         now = service.clock() if as_of is None else state.clock_ms
         if ref:
             mentioning = (state.wants[i] for i in reversed(state.wants_by_ref.get(ref, ())))
@@ -99,8 +108,12 @@ def wants_listing(
             order = service.listing.wants
             indexes = _newest_first(order.ids, order.seqs, state, before)
             keyed = ((str(order.seqs[i]), state.wants[order.ids[i]]) for i in indexes)
-        page = _take(keyed, lambda want: wanted is None or want.state == wanted)
-        page.items = [want_out(want, now) for want in page.items]
+        page = _take(
+            keyed,
+            lambda want: (wanted is None or want.state == wanted) and (maker is None or maker(want, causes)),
+            limit,
+        )
+        page.items = [want_out(want, now, causes) for want in page.items]
     return page
 
 
@@ -197,7 +210,7 @@ def overview(service: Service, as_of: int | None) -> Overview:
             counts=counts,
             in_flight=in_flight,
             failures=[job_run_out(state, run) for run in failed.items],
-            past_sla=[want_out(want, now) for want in breached.items],
+            past_sla=[want_out(want, now, state.want_causes) for want in breached.items],
             clock_ms=now,
             waiting=waiting_counts(state, counts["instances"]),
         )

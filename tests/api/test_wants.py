@@ -51,6 +51,7 @@ def test_create_want_and_get_it(db_api_server: ApiServer) -> None:
         "sla_breached": True,
         "comment": "first",
         "source": "manual:ann",
+        "made_by": "user:ann",  # who made it, as `made_by` filters (tests/api/test_wants_made_by.py)
         "parent_want_id": None,
         "root_want_id": "w-1",
         "children": [],
