@@ -16,6 +16,8 @@ from partbuild.api.models.partitions import check_result_name
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
+from partbuild.state.fold.reaction_notes import ReactionRow, reaction_key, split_reaction_key
+from partbuild.state.fold.reactions import KIND_NAMES
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState, JobRun, JobRunState, WantState
 from partbuild.state.log.live import LiveState
 
@@ -36,6 +38,7 @@ class Metrics:
         self.registry.register(_SourceCollector(live))
         self.registry.register(_SubscriptionCollector(live, db))
         self.registry.register(_CheckCollector(live))
+        self.registry.register(_AutomationCollector(live))
 
 
 class _StateCollector(Collector):
@@ -58,6 +61,36 @@ class _StateCollector(Collector):
         head = GaugeMetricFamily("partbuild_log_head_seq", "Seq of the newest event folded into the served state")
         head.add_metric([], state.head_seq)
         yield head
+
+
+class _AutomationCollector(Collector):
+    """Schedules and reactions: whose last tick failed, firings owed and fired, firings that could not fire."""
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.live.state
+        failing = GaugeMetricFamily(
+            "partbuild_schedule_last_tick_failed", "1 if the schedule's last tick wanted nothing: its function failed",
+            labels=["schedule"],
+        )  # fmt: skip
+        for name, row in sorted(state.schedules.items()):
+            failing.add_metric([name], 1 if row.last_error else 0)
+        yield failing
+        labels = ["job", "reaction"]
+        owed = GaugeMetricFamily("partbuild_reaction_pending", "Firings a reaction owes", labels=labels)
+        fired = CounterMetricFamily("partbuild_reaction_fired", "Wants the reaction made", labels=labels)
+        failed = CounterMetricFamily("partbuild_reaction_failed", "Firings that could not fire", labels=labels)
+        pending: Counter[str] = Counter(reaction_key(row.job, row.kind) for row in state.reaction_pending.values())
+        for key in sorted({*state.reactions, *pending}):
+            job, kind = split_reaction_key(key)
+            row = state.reactions.get(key) or ReactionRow()
+            names = [job, KIND_NAMES[kind]]
+            owed.add_metric(names, pending[key])
+            fired.add_metric(names, row.fired)
+            failed.add_metric(names, row.failed)
+        yield from (owed, fired, failed)
 
 
 class _GroupCollector(Collector):

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from rich.progress import Progress
 
-    from partbuild.api.models.automation import ScheduleOut
     from partbuild.api.models.changes import ChangeOut
     from partbuild.api.models.common import PageOut
     from partbuild.api.models.groups import GroupOut, GroupShareOut, GroupSummaryOut, MemberHeartbeatOut
@@ -156,7 +155,7 @@ def _joined(values: list[str]) -> str:
 
 
 def wants_table(wants: list[WantOut]) -> Table:
-    table = _table("WANT", "STATE", "REFS", "CREATED SEQ", "CREATED", "SOURCE", "PARENT")
+    table = _table("WANT", "STATE", "REFS", "CREATED SEQ", "CREATED", "MADE BY", "PARENT")
     for want in wants:
         table.add_row(
             Text(want.want_id),
@@ -164,7 +163,7 @@ def wants_table(wants: list[WantOut]) -> Table:
             refs_text(want.refs),
             str(want.created_seq),
             when(want.created_ms),
-            Text(want.source),
+            Text(want.made_by),
             Text(want.parent_want_id or "-"),
         )
     return table
@@ -183,6 +182,7 @@ def want_detail(want: WantDetailOut) -> Group:
             ("sla", _sla(want) if want.sla_seconds else None),
             ("comment", want.comment),
             ("source", want.source),
+            ("made by", want.made_by),
             ("cause", want.cause),
             ("progress", ", ".join(f"{state} {count}" for state, count in want.progress.items())),
             ("runs", _joined(want.runs[:10]) + (f"\n... {len(want.runs) - 10} more" if len(want.runs) > 10 else "")),
@@ -514,33 +514,6 @@ def groups_table(groups: list[GroupSummaryOut]) -> Table:
             Text(group.leader_task_id),
             str(group.members),
             str(group.buckets_without_owner),
-        )
-    return table
-
-
-def schedules_table(schedules: list[ScheduleOut]) -> Table:
-    """One row a schedule: when it ticks, running or paused, its ticks, the last one and its want, the next."""
-    table = _table("SCHEDULE", "WHEN", "CATCH-UP", "STATE", "TICKS", "MISSED", "LAST TICK", "LAST WANT", "NEXT")
-    for schedule in schedules:
-        reason = one_line(schedule.pause_reason, MAX_CELL // 3)  # a state column: kept short, never narrowed
-        state = Text(f"paused: {reason}" if reason else "paused", style="yellow")
-        if not schedule.paused:
-            state = Text("running", style="green")
-        last = schedule.last_tick
-        last_text = f"{last.at} ({last.kind})" if last is not None else "-"
-        want = Text(schedule.last_want_id or "-")
-        if schedule.last_error:
-            want = Text(schedule.last_error, style="red")
-        table.add_row(
-            Text(schedule.name),
-            Text(schedule.when or "(log only)"),
-            schedule.catch_up or "-",
-            state,
-            f"{schedule.ticks:,}",
-            f"{schedule.missed:,}",
-            last_text,
-            want,
-            when(schedule.next_tick_ms),
         )
     return table
 

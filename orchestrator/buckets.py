@@ -26,6 +26,7 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from partbuild.orchestrator.identity import ORCHESTRATOR
+from partbuild.orchestrator.reactor import ReactionScope
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.buckets import layout_problem
 from partbuild.state.fold.build_state import BuildState
@@ -60,6 +61,10 @@ class Scope(Protocol):
 
     def stamp(self, payload: Message) -> None:
         """Mark a decision payload as this worker's (a bucket scope, a group fence), in place."""
+        ...
+
+    def reaction_scope(self) -> ReactionScope:
+        """The refs its reactions act for, and the scope keys their cursors are noted under."""
         ...
 
 
@@ -111,6 +116,12 @@ class StaticBucket:
     def at(self, state: BuildState) -> StaticBucket:
         """A static bucket does not change with the log."""
         return self
+
+    def reaction_scope(self) -> ReactionScope:
+        """Its reactions' cursor is its bucket's: one key, under which it examines the refs it owns."""
+        scope = self.scope
+        key = f"bucket {scope.namespace} {scope.bucket_id}/{scope.bucket_total}"
+        return ReactionScope((key,), lambda ref: key, self.owns)
 
     def check_layout(self, state: BuildState) -> None:
         """Raise `BucketRejected` if the namespace's layout (as of `state`) no longer admits this bucket."""

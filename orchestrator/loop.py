@@ -44,7 +44,7 @@ from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.publish import Publisher
-from partbuild.orchestrator.reactions import Reactor
+from partbuild.orchestrator.reactor import ReactionScope, Reactor, everything
 from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.run_logs import RUN_LOG_MAX_AGE_MS, RUN_LOG_PRUNE_EVERY_MS, RunLogWriter
@@ -133,7 +133,7 @@ class Orchestrator:
     def _start_helpers(self) -> None:
         """What acts beside the decisions: the schedules' ticker, the tables' publisher, the source scanner."""
         self.ticker = Ticker(self.graph, self.clock)  # orchestrator/ticks.py
-        self.reactor = Reactor(self.graph)  # orchestrator/reactions.py
+        self.reactor = Reactor(self.graph)  # orchestrator/reactor.py
         self.publisher = Publisher.for_graph(self.graph, self.executor.spark, self.warehouse)  # None: no job publishes
         self.scanner = SourceScanner(
             self.log,
@@ -201,6 +201,12 @@ class Orchestrator:
             return _everything
         return self.ownership.at(state).owns
 
+    def _reaction_scope(self, state: BuildState) -> ReactionScope:
+        """The refs this worker's reactions act for, and the keys of their cursors (alone: every ref, key "")."""
+        if self.ownership is None:
+            return everything()
+        return self.ownership.at(state).reaction_scope()
+
     def _owns_source(self, state: BuildState, key: str) -> bool:
         """Whether this worker scans a source: every worker alone; in a set split by bucket or a group, one owner."""
         return self.ownership is None or self.ownership.at(state).owns(key)
@@ -249,12 +255,15 @@ class Orchestrator:
         now = self.clock()
         alive = [*self.executor.running_ids(), *self._pending]
         cutoff = self.retention.cutoff_due(self.log, now) if self.retention is not None else 0
-        if self.reactor.declared:  # the events folded since the last step, read outside the state's lock
-            self.reactor.read(self.log, self.live.head_seq)
+        with self.live.read() as state:
+            reacting = self.reactor.declared or bool(state.reaction_pending)
+            scope, cursors, head = self._reaction_scope(state), dict(state.reaction_cursors), state.head_seq
+        if reacting:  # the events folded since the last step, read outside the state's lock
+            self.reactor.read(self.log, head, scope, cursors)
         with self.live.read() as state:
             events = stale_runs(state, self.graph, now, self.heartbeat_timeout_ms, alive, self.ownership)
             events += self.ticker.due(state, now, self._owns_key(state), ORCHESTRATOR)
-            events += self.reactor.due(state, now, self._owns_key(state), ORCHESTRATOR)
+            events += self.reactor.due(state, now, scope.owns, ORCHESTRATOR, scope)
             decision = self._decide(state, now)
             events += decision.events
             if cutoff and (dropping := retention_event(state, cutoff, now)) is not None:
@@ -282,7 +291,7 @@ class Orchestrator:
         if self.publisher is not None:
             self.publisher.step(self.live)
         rechecking = self.rechecks.step()
-        reacting = self.reactor.next_due_ms if self.reactor.pending else None
+        reacting = self.reactor.next_due_ms
         due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms, reacting)
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
         busy = bool(events) or observed or dispatched or rechecking
@@ -380,6 +389,8 @@ class Orchestrator:
         if self.executor.running_ids() or self._pending or self.rechecks.busy():
             return False
         with self.live.read() as state:
+            if self.reactor.owes(state, self._reaction_scope(state).owns):  # pending or debouncing: not idle
+                return False
             if self.ownership is None:
                 return not state.has_active_wants() and not state.active_run_ids and not owes_retries(state)
             decision = self._decide(state, self.clock())

@@ -44,20 +44,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from partbuild.orchestrator.declarations import DeclarationError
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.reactions import KIND_NAMES, reaction_want_id
+from partbuild.state.fold.reactions import KIND_NAMES
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import envelope
-from partbuild.state.rules.staleness import StaleIndex, built_version
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.graph import Graph, Job
     from partbuild.state.fold.build_state import BuildState
     from partbuild.state.fold.records import Instance
-    from partbuild.state.log.store import EventLog
 
 logger = logging.getLogger("partbuild")
 
@@ -69,11 +68,19 @@ _ONCE_LIVE = frozenset({InstanceState.LIVE, InstanceState.TAINTED})
 _FAILED_STATES = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
 
 
-class ReactionError(ValueError):
+class ReactionError(DeclarationError):
     """A reaction that cannot be declared (its message says why)."""
 
 
 Affected = Callable[[str], Iterable[str]]
+
+
+class AffectedError(Exception):
+    """A declaration's `affected(source_ref)` raised: what its reaction owes for that change is unknown yet."""
+
+    def __init__(self, job: str, kind: int, source_ref: str, error: str) -> None:
+        super().__init__(f"affected({source_ref!r}) of job {job}'s {KIND_NAMES[kind]} raised {error}")
+        self.job, self.kind, self.source_ref = job, kind, source_ref
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,7 @@ class Change:
     uuid: str
     previous: str
     seq: int
+    at_ms: int = 0  # the time of the event that made it (a debounce window starts there)
 
 
 def changes_in(state: BuildState, events: Iterable[tuple[int, pb.Event]]) -> list[Change]:
@@ -170,7 +178,8 @@ def changes_in(state: BuildState, events: Iterable[tuple[int, pb.Event]]) -> lis
             if instance is None or instance.state != InstanceState.LIVE or instance.updated_seq < seq:
                 continue  # rejected, or changed again later in the batch (that event says so)
             previous = _built_from_before(state, instance)
-            found[ref] = Change(ref, instance.uuid, previous.uuid if previous is not None else "", seq)
+            previous_uuid = previous.uuid if previous is not None else ""
+            found[ref] = Change(ref, instance.uuid, previous_uuid, seq, event.timestamp_ms)
     return [*found.values()]
 
 
@@ -193,227 +202,6 @@ def _built_from_before(state: BuildState, instance: Instance) -> Instance | None
         uuid = earlier.previous_uuid
         steps += 1
     return nearest
-
-
-@dataclass
-class _Pending:
-    job: str
-    reaction: Reaction
-    ref: str  # the job's partition it wants
-    change: Change
-    due_ms: int
-    tries: int = 0
-    _want_id: str = ""
-
-    @property
-    def want_id(self) -> str:
-        """Made when first asked for (at the firing): a change replaced within its window never needs one."""
-        if not self._want_id:
-            self._want_id = reaction_want_id(self.job, self.reaction.kind, self.change.uuid, self.ref)
-        return self._want_id
-
-
-@dataclass
-class Reactor:
-    """This orchestrator's reactions: the changes seen, and the firings waiting for their window."""
-
-    graph: Graph
-    max_per_step: int = MAX_PER_STEP
-    seen_head: int = -1  # the last seq read from the log (-1: not started; starts at the head)
-    pending: dict[tuple[str, int, str], _Pending] = field(default_factory=dict)
-    next_due_ms: int | None = None
-    _fresh: list[tuple[int, pb.Event]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.upstream: dict[str, Reaction] = {}
-        self.arrival: list[tuple[Job, Reaction]] = []
-        self.code_change: list[tuple[Job, Reaction]] = []
-        for job in self.graph.jobs.values():
-            for reaction in job.reactions:
-                if reaction.kind == pb.REACTION_KIND_UPSTREAM_CHANGE:
-                    self.upstream[job.label] = reaction
-                elif reaction.kind == pb.REACTION_KIND_SOURCE_ARRIVAL:
-                    self.arrival.append((job, reaction))
-                else:
-                    self.code_change.append((job, reaction))
-        self.stale = StaleIndex()
-        self.code_seen_head = -1  # the head the code-change firings were last complete at
-
-    @property
-    def declared(self) -> bool:
-        return bool(self.upstream or self.arrival or self.code_change)
-
-    def read(self, log: EventLog, head: int) -> None:
-        """Take the events appended after the last read, up to `head` (the state's head: all folded)."""
-        if self.seen_head < 0:
-            self.seen_head = head  # what happened before this orchestrator started is not reacted to
-        if head <= self.seen_head:
-            return
-        fresh = self._fresh
-        for page in log.iter_payload_pages(after_seq=self.seen_head, upto_seq=head):
-            for seq, payload in page:
-                event = pb.Event()
-                event.ParseFromString(payload)
-                if event.WhichOneof("payload") in _WATCHED:
-                    fresh.append((seq, event))
-        self.seen_head = head
-
-    def due(
-        self, state: BuildState, now_ms: int, owns: Callable[[str], bool], source: pb.EventSource
-    ) -> list[pb.Event]:
-        """The firings due at `now_ms`: the fresh changes added to the pending ones, then the due ones fired."""
-        if self._fresh:
-            fresh, self._fresh = self._fresh, []
-            self.note(state, changes_in(state, fresh), now_ms, owns)
-        events: list[pb.Event] = []
-        if self.pending and (self.next_due_ms is None or now_ms >= self.next_due_ms):
-            events = self.fire(state, now_ms, owns, source)
-        if self.code_change and state.head_seq != self.code_seen_head:
-            events += self.fire_code_changes(state, now_ms, owns, source, self.max_per_step - len(events) // 2)
-        return events
-
-    def fire_code_changes(
-        self, state: BuildState, now_ms: int, owns: Callable[[str], bool], source: pb.EventSource, room: int
-    ) -> list[pb.Event]:
-        """A taint and a ReactionFired for each stale Live partition of a job with on_code_change, newest
-        partitions first, at most `room`; complete, it is not evaluated again until the log moves."""
-        self.stale.update(state)
-        events: list[pb.Event] = []
-        for job, reaction in self.code_change:
-            current = job.code_version
-            if current is None:
-                continue
-            # More than `room`: some may be another worker's, or wanted already.
-            for instance in self.stale.stale(state, job.label, current, room * 4 + 16):
-                if len(events) >= 2 * room:
-                    return events  # the rest on the next step (the head moves with this append)
-                built = built_version(state, instance)
-                want_id = reaction_want_id(job.label, reaction.kind, instance.uuid, instance.ref)
-                if built is None or want_id in state.wants or not owns(instance.ref):
-                    continue
-                events += code_change_events(job.label, reaction, instance, built, current, want_id, now_ms, source)
-        self.code_seen_head = state.head_seq
-        return events
-
-    def note(self, state: BuildState, changes: Iterable[Change], now_ms: int, owns: Callable[[str], bool]) -> None:
-        """Add the firings `changes` call for; a newer change of the same (job, ref) restarts its window."""
-        for change in changes:
-            for job, reaction, ref in self._affected(state, change):
-                if not owns(ref):
-                    continue
-                due = now_ms + reaction.debounce_ms
-                self.pending[(job, reaction.kind, ref)] = _Pending(job, reaction, ref, change, due)
-                self.next_due_ms = due if self.next_due_ms is None else min(self.next_due_ms, due)
-
-    def _affected(self, state: BuildState, change: Change) -> Iterable[tuple[str, Reaction, str]]:
-        """(job, reaction, ref) for each partition a change makes a reaction want: those not Live now."""
-        yield from self._failed_downstream(state, change)
-        instances = state.instances
-        if change.previous:
-            previous = instances.get(change.previous)
-            for uuid in (previous.consumers or ()) if previous is not None else ():
-                consumer = instances.get(uuid)
-                if consumer is None:
-                    continue
-                job = self._built_by(state, consumer)
-                if job is not None and job in self.upstream and not _live(state, consumer.ref):
-                    yield job, self.upstream[job], consumer.ref
-            return
-        if not self.arrival or self._source_of(change.ref) is None:
-            return
-        for job, reaction in self.arrival:
-            for ref in affected_refs(self.graph, job, reaction, change.ref):
-                if not _live(state, ref):
-                    yield job.label, reaction, ref
-
-    def _failed_downstream(self, state: BuildState, change: Change) -> Iterable[tuple[str, Reaction, str]]:
-        """The partitions of jobs with on_upstream_change that failed upstream because the changed ref had failed
-        (`BuildState.upstream_failures`), or that read it (the job's pattern inverted) and failed: fixed input data,
-        or a failed upstream now Live, is what they waited for. They were never built from an earlier instance, so
-        no consumer list names them."""
-        if not self.upstream or _producer(self.graph, change.ref) is None:  # a ref this graph does not know
-            return
-        for uuid in state.upstream_failures.get(change.ref, ()):  # those that failed because it had failed
-            instance = state.instances.get(uuid)
-            if instance is None or instance.superseded_seq or instance.state != InstanceState.UPSTREAM_FAILED:
-                continue  # dropped, or wanted again since
-            job = self._job_of(instance.ref)
-            if job is not None and job in self.upstream:
-                yield job, self.upstream[job], instance.ref
-        for job_label, reaction in self.upstream.items():
-            job = self.graph.jobs[job_label]
-            for ref in affected_refs(self.graph, job, reaction, change.ref):
-                current = state.canonical_instance(ref)
-                if current is not None and current.state in _FAILED_STATES:
-                    yield job_label, reaction, ref
-
-    def _built_by(self, state: BuildState, consumer: Instance) -> str | None:
-        """The job of an instance that has inputs: its run's (a dict read), else the graph's for its ref."""
-        run = state.job_runs.get(consumer.built_by) if consumer.built_by is not None else None
-        if run is not None and run.job_label in self.graph.jobs:  # a job renamed since: the graph says
-            return run.job_label
-        return self._job_of(consumer.ref)
-
-    def _job_of(self, ref: str) -> str | None:
-        from partbuild.orchestrator.graph import Job
-
-        producer = _producer(self.graph, ref)
-        return producer.label if isinstance(producer, Job) else None
-
-    def _source_of(self, ref: str) -> str | None:
-        from partbuild.orchestrator.graph import SourceDataset
-
-        producer = _producer(self.graph, ref)
-        return producer.name if isinstance(producer, SourceDataset) else None
-
-    def fire(
-        self, state: BuildState, now_ms: int, owns: Callable[[str], bool], source: pb.EventSource
-    ) -> list[pb.Event]:
-        """ReactionFired for the due firings, oldest due first, at most `max_per_step`; the rest wait."""
-        events: list[pb.Event] = []
-        wants = state.wants
-        next_due: int | None = None
-        for key, pending in sorted(self.pending.items(), key=lambda item: item[1].due_ms):
-            if pending.due_ms > now_ms or len(events) >= self.max_per_step:
-                next_due = pending.due_ms if next_due is None else min(next_due, pending.due_ms)
-                break  # in due order: the rest are later, or wait for the next step's batch
-            if pending.want_id in wants or _live(state, pending.ref) or not owns(pending.ref):
-                del self.pending[key]  # fired (by us or a copy), built meanwhile, or no longer ours
-                continue
-            if pending.tries >= MAX_TRIES:
-                logger.warning("reaction %s of job %s: the log keeps rejecting its want of %s", *_named(pending))
-                del self.pending[key]
-                continue
-            pending.tries += 1
-            events.append(fired_event(pending, now_ms, source))
-            # Pending until its want is in the state: due again at once, should the append conflict.
-            next_due = now_ms if next_due is None else min(next_due, now_ms)
-        self.next_due_ms = next_due
-        return events
-
-
-def _named(pending: _Pending) -> tuple[str, str, str]:
-    return pending.reaction.name, pending.job, pending.ref
-
-
-def fired_event(pending: _Pending, now_ms: int, source: pb.EventSource) -> pb.Event:
-    """The ReactionFired of a firing, with its one want."""
-    change, reaction = pending.change, pending.reaction
-    want = pb.WantCreate(
-        want_id=pending.want_id,
-        partition_refs=[pending.ref],
-        ttl_seconds=int(reaction.ttl.total_seconds()) if reaction.ttl is not None else 0,
-        comment=reaction.comment,
-    )
-    fired = pb.ReactionFired(
-        job=pending.job,
-        kind=reaction.kind,
-        cause_ref=change.ref,
-        cause_instance_uuid=change.uuid,
-        previous_instance_uuid=change.previous,
-        want=want,
-    )
-    return envelope(fired, source=source, timestamp_ms=now_ms)
 
 
 def code_change_events(
@@ -453,9 +241,8 @@ def affected_refs(graph: Graph, job: Job, reaction: Reaction, source_ref: str) -
     if reaction.affected is not None:
         try:
             refs = [ref for ref in reaction.affected(source_ref) if isinstance(ref, str)]
-        except Exception as exc:  # the user's function: logged, never a crash of the loop
-            logger.warning("on_source_arrival of job %s: affected(%r) raised %r", job.label, source_ref, exc)
-            return []
+        except Exception as exc:  # the user's function: the reactor records it and reads the change again later
+            raise AffectedError(job.label, reaction.kind, source_ref, f"{type(exc).__name__}: {exc}") from exc
         return [ref for ref in dict.fromkeys(refs) if _produced_by(graph, ref, job)]
     fields = graph.resolve(source_ref).partition.fields
     found = []

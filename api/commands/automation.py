@@ -18,6 +18,7 @@ from partbuild.api.commands.common import (
     user_option,
 )
 from partbuild.api.models.automation import ScheduleControlRequest, ScheduleWrittenOut
+from partbuild.api.render_automation import automation_view
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 graph_option = click.option(
@@ -32,7 +33,7 @@ def _list(target: Target, graph_path: str | None, as_of: int | None, as_json: bo
     if not automation.schedules and not as_json:
         click.echo("no schedule")
         return
-    render.emit(automation, as_json, lambda: render.schedules_table(automation.schedules))
+    render.emit(automation, as_json, lambda: automation_view(automation))
 
 
 @click.group("automation", invoke_without_command=True)

@@ -185,6 +185,7 @@ def up(
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
     from partbuild.orchestrator.loop import Orchestrator
     from partbuild.orchestrator.spark import lazy_spark_session
+    from partbuild.orchestrator.supervisor import Supervisor
 
     try:
         selector = None if deliver_shards == "none" else ShardSelector.parse(deliver_shards)
@@ -198,11 +199,12 @@ def up(
         refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(db.log, snapshot_every=snapshot_every)
-        orchestrator = Orchestrator(
-            db, graph, warehouse=warehouse, spark=spark, live=live, retention=_retention(retain_days)
+        retention = _retention(retain_days)
+        background = Supervisor(
+            lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, retention=retention)
         )
-        app = create_app(Service(db, graph=graph, live=live, on_append=orchestrator.wake))
-        background = _Background(orchestrator)
+        service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
+        app = create_app(service)
         deliverer = (
             Deliverer(live, db.deliveries, render_payload, selector=selector).start() if selector is not None else None
         )
@@ -216,31 +218,6 @@ def up(
             if deliverer is not None:
                 deliverer.stop()
             live.close()
-    if background.failure:
-        raise CommandFailed(f"the orchestrator stopped: {background.failure[0]}")
-
-
-class _Background:
-    """The orchestrator of `up`, running in a thread beside the HTTP server."""
-
-    def __init__(self, orchestrator: Any) -> None:
-        self.orchestrator = orchestrator
-        self.stop = threading.Event()
-        self.failure: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, name="partbuild-orchestrator")
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.orchestrator.run(self.stop)
-        except Exception as exc:  # an orchestrator that died must not leave an API taking wants nobody builds
-            logger.exception("the orchestrator stopped")
-            self.failure.append(exc)
-            signal.raise_signal(signal.SIGTERM)
-
-    def request_stop(self) -> None:
-        self.stop.set()
-        self.orchestrator.wake()
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Models of automation (`/api/v1/automation`): schedules, their ticks, and pausing them."""
+"""Models of automation (`/api/v1/automation`): schedules, their ticks, and pausing them; reactions, what they owe."""
 
 from __future__ import annotations
 
@@ -45,10 +45,45 @@ class ScheduleOut(BaseModel):
     )
 
 
+ReactionKindName = Literal["on_upstream_change", "on_source_arrival", "on_code_change"]
+RECENT_PENDING = 20
+
+
+class ReactionPendingOut(BaseModel):
+    """A firing a reaction owes: noted in the log, it fires when due, after any restart or change of owner."""
+
+    partition_ref: str = Field(description="The job's partition it wants.")
+    cause_ref: str
+    cause_instance_uuid: str
+    previous_instance_uuid: str | None = Field(description="The instance the cause superseded (null: an arrival).")
+    cause_seq: int
+    due_ms: int = Field(description="When it fires: the cause's time plus the debounce, ms since the epoch.")
+    noted_seq: int = Field(description="Where the log noted it.")
+
+
+class ReactionOut(BaseModel):
+    """One reaction (job, kind): how the served graph declares it, and what the log says of it as of the seq."""
+
+    job: str
+    kind: ReactionKindName
+    declared: bool = Field(description="The served graph declares it (false: only the log knows it; or no graph).")
+    debounce_s: float | None = Field(description="Its debounce window, in seconds (declared ones only).")
+    fired: int = Field(description="Firings the log holds: wants it made.")
+    last_fired_seq: int | None
+    last_cause_ref: str | None
+    last_cause_instance_uuid: str | None
+    last_want_id: str | None
+    pending_total: int = Field(description="Firings it owes: pending or debouncing.")
+    pending: list[ReactionPendingOut] = Field(description=f"The soonest due of them (at most {RECENT_PENDING}).")
+    failed: int = Field(description="Firings that could not fire (its job gone, the reaction dropped, rejected).")
+    last_error: str | None
+
+
 class AutomationOut(BaseModel):
-    """Every schedule of the served graph and of the log, by name."""
+    """Every schedule and reaction of the served graph and of the log, by name."""
 
     schedules: list[ScheduleOut]
+    reactions: list[ReactionOut] = Field(default_factory=list)
     as_of_seq: int = Field(description="The seq it is answered as of: `as_of_seq` when given, else the head.")
 
 

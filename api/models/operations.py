@@ -29,10 +29,22 @@ class BucketLayoutOut(BaseModel):
     last_round_robin_bucket: int | None = Field(description="The bucket the last round-robin run started.")
 
 
+class OrchestratorHealthOut(BaseModel):
+    """The orchestrator running in this process (`up`): "running", "restarting" (it failed and a new one starts
+    after a backoff) or "stopped"; how many times it failed, and the last failure."""
+
+    status: Literal["running", "restarting", "stopped"]
+    failures: int
+    last_error: str | None
+
+
 class HealthOut(BaseModel):
-    status: Literal["ok"]
+    """ "degraded": the API answers, but the orchestrator beside it failed and is restarting."""
+
+    status: Literal["ok", "degraded"]
     head_seq: int
     state_seq: int
+    orchestrator: OrchestratorHealthOut | None = None
 
 
 class WaitingOut(BaseModel):

@@ -1,4 +1,5 @@
-"""Automation: the served graph's schedules with what the log says of them; pausing, resuming, ticking by hand.
+"""Automation: the served graph's schedules and reactions with what the log says of them; pausing, resuming,
+ticking by hand.
 
 A pause or resume is a `ScheduleControl` the fold judges (a schedule already paused
 cannot be paused again). A tick by hand is the `ScheduleTick` an orchestrator would
@@ -19,6 +20,7 @@ from partbuild.api.models.automation import (
     ScheduleWrittenOut,
 )
 from partbuild.api.service.base import ServiceBase
+from partbuild.api.service.reactions_view import reactions_out
 from partbuild.api.surface import ANONYMOUS
 from partbuild.orchestrator.schedules import DueTick, Schedule
 from partbuild.orchestrator.ticks import tick_event
@@ -46,6 +48,7 @@ class AutomationService(ServiceBase):
                     schedule_out(name, declared.get(name), state.schedules.get(name), now, recent.get(name, []))
                     for name in names
                 ],
+                reactions=reactions_out(self.graph, state.reactions, state.reaction_pending),
                 as_of_seq=state.head_seq,
             )
 

@@ -27,6 +27,7 @@ from partbuild.api.errors import Conflict, Gone, InvalidInput, NotFound
 from partbuild.api.metrics import Metrics
 from partbuild.api.models.common import MAX_PAGE, CancelRequest
 from partbuild.orchestrator.graph import Graph, GraphError, Job
+from partbuild.orchestrator.supervisor import Health
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -56,9 +57,14 @@ class ServiceBase:
         on_append: Callable[[], None] | None = None,
         progress: Callable[[int], None] | None = None,
         snapshot_every: int = 0,
+        health: Callable[[], Health] | None = None,
     ) -> None:
-        """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one."""
+        """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one.
+
+        `health`: the health of the orchestrator running in this process (`up`), if one does.
+        """
         self.db = db
+        self.orchestrator_health = health
         self.log = log = db.log
         self.graph = graph
         self.clock = clock

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from partbuild.api.errors import Conflict
 from partbuild.api.models.common import WrittenOut
-from partbuild.api.models.operations import BucketLayoutOut, CountsOut, HealthOut, ReshardRequest, WaitingOut
+from partbuild.api.models.operations import (
+    BucketLayoutOut,
+    CountsOut,
+    HealthOut,
+    OrchestratorHealthOut,
+    ReshardRequest,
+    WaitingOut,
+)
 from partbuild.api.service.base import ServiceBase
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
@@ -17,7 +24,18 @@ class OperationsService(ServiceBase):
     """How far the served state is; how refs are split into buckets."""
 
     def health(self) -> HealthOut:
-        return HealthOut(status="ok", head_seq=self.log.head(), state_seq=self.live.head_seq)
+        probe = self.orchestrator_health
+        orchestrator = None
+        if probe is not None:
+            now = probe()
+            orchestrator = OrchestratorHealthOut(status=now.status, failures=now.failures, last_error=now.last_error)
+        degraded = orchestrator is not None and orchestrator.status == "restarting"
+        return HealthOut(
+            status="degraded" if degraded else "ok",
+            head_seq=self.log.head(),
+            state_seq=self.live.head_seq,
+            orchestrator=orchestrator,
+        )
 
     def counts(self, as_of_seq: int | None = None, min_seq: int | None = None) -> CountsOut:
         with self._reading(min_seq, as_of_seq) as state:

@@ -1,8 +1,8 @@
 """The web UI's routes: server-rendered pages over the `Service`, and the form posts.
 
 Pages (GET, all honour `?as_of=N` / `?as_of_time=ISO` and `?fragment=main`):
-`/` overview, `/wants` (+ want form), `/wants/{id}`, `/partitions`, `/partition?ref=`,
-`/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
+`/` overview, `/wants` (+ want form; filters `state`, `ref`, `made_by`), `/wants/{id}`, `/partitions`,
+`/partition?ref=`, `/instances/{uuid}` (lineage graph: static/lineage.js draws `GET /api/v1/instances/{uuid}/lineage`
 with dagre), `/runs`, `/runs/{id}`, `/events`, `/changes?from=A&to=B` (what changed between two seqs),
 `/audit`, `/automation` (schedules, their ticks and wants), `/jobs` (the job graph, drawn by static/lineage.js),
 `/jobs/{name}` (its partition grid), `/system` (worker groups, bucketing, sources, subscriptions). Posts:
@@ -13,7 +13,8 @@ Stable hooks for browser tests (ids and data-testid):
 - every page: `#main`, `[data-testid=time-travel-banner][data-as-of]` when time travelling,
   `#time-travel` (form, `as-of-input`), `nav-*` links, `identity`; `body[data-live=on|off]`;
   regions refreshed live carry `data-live-id`.
-- lists: `wants-list`/`want-row[data-want-id]`, `partitions-list`/`partition-row[data-ref]`,
+- lists: `wants-list`/`want-row[data-want-id][data-made-by]` (above it, unfiltered, `people-wants` of the same
+  rows: wants people asked for; the filter's `made-by-filter`), `partitions-list`/`partition-row[data-ref]`,
   `runs-list`/`run-row[data-run-id]`, `events-list`/`event-row[data-seq][data-type]`,
   `rejected-list`/`rejected-row`, `groups-list`, `buckets-list`, `sources-list`,
   `subscriptions-list`, overview `counts`/`count[data-kind][data-state]`, `in-flight`,
@@ -58,6 +59,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from partbuild.api.errors import TITLES, ApiError, InvalidInput
 from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
+from partbuild.api.models.wants import MADE_BY_KINDS
 from partbuild.api.service import Service
 from partbuild.api.service.jobs import GRID_STATES
 from partbuild.api.web import identity as seam
@@ -70,6 +72,7 @@ from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 
 router = APIRouter(include_in_schema=False)
 HISTORY_SHOWN = 200
+PEOPLE_SHOWN = 10  # wants people asked for, above the list of all wants
 REFS_SHOWN = 500
 
 
@@ -111,7 +114,12 @@ def _query(request: Request, *names: str) -> dict[str, str]:
 
 
 def _state_name(value: str, allowed: list[str]) -> str | None:
-    return value if value in allowed else None
+    """A state filter: None when not given; InvalidInput for a state the list does not have (never ignored)."""
+    if not value:
+        return None
+    if value not in allowed:
+        raise InvalidInput(f"state must be one of {', '.join(allowed)}, got {value[:40]!r}")
+    return value
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -123,16 +131,23 @@ def overview_page(request: Request) -> HTMLResponse:
 
 @router.get("/wants", response_class=HTMLResponse)
 def wants_page(request: Request) -> HTMLResponse:
-    filters = _query(request, "state", "ref")
+    """Wants newest first, filtered; unfiltered, the first page shows the wants people asked for above them all."""
+    filters = _query(request, "state", "ref", "made_by")
 
     def build(page: PageContext, service: Service) -> HTMLResponse:
         before = views.seq_cursor(request.query_params.get("before"))
         state = _state_name(filters["state"], _names(WantState))
-        listing = views.wants_listing(service, page.as_of, state, filters["ref"] or None, before)
+        made_by, ref = filters["made_by"] or None, filters["ref"] or None
+        listing = views.wants_listing(service, page.as_of, state, ref, before, made_by)
+        people = None  # automation may make hundreds of wants: a person's are not buried under them
+        if before is None and not any(filters.values()):
+            people = views.wants_listing(service, page.as_of, None, None, None, "user", PEOPLE_SHOWN)
         return render_page(
             page,
             "wants.html",
             listing=listing,
+            people=people,
+            made_by_kinds=MADE_BY_KINDS,
             filters=filters,
             want_states=_names(WantState),
             form=WantForm(),
@@ -182,9 +197,10 @@ def ref_page(request: Request, ref: str = "") -> HTMLResponse:
 def instance_page(request: Request, uuid: str, direction: str = "upstream", depth: str = "2") -> HTMLResponse:
     def build(page: PageContext, service: Service) -> HTMLResponse:
         instance = service.instance(uuid, as_of_seq=page.as_of)
-        chosen = direction if direction in ("upstream", "downstream", "both") else "upstream"
-        hops = int(depth) if depth.isascii() and depth.isdigit() else 2
-        hops = min(hops, MAX_LINEAGE_DEPTH)
+        chosen = direction.strip() or "upstream"
+        if chosen not in DIRECTIONS:
+            raise InvalidInput(f"direction must be one of {', '.join(DIRECTIONS)}, got {chosen[:40]!r}")
+        hops = views.query_int(depth.strip() or "2", "depth", MAX_LINEAGE_DEPTH)
         graph = service.lineage(uuid, direction=chosen, depth=hops, as_of_seq=page.as_of)  # type: ignore[arg-type]
         # Inputs are shown by ref: the graph drawn upstream names them; otherwise one hop up does.
         upstream = graph if chosen != "downstream" and hops >= 1 else None
@@ -210,6 +226,7 @@ def instance_page(request: Request, uuid: str, direction: str = "upstream", dept
 
 
 LINEAGE_LISTED = 1_000
+DIRECTIONS = ("upstream", "downstream", "both")
 
 
 @router.get("/runs", response_class=HTMLResponse)
@@ -283,7 +300,8 @@ def audit_page(request: Request) -> HTMLResponse:
 @router.get("/automation", response_class=HTMLResponse)
 def automation_page(request: Request) -> HTMLResponse:
     def build(page: PageContext, service: Service) -> HTMLResponse:
-        return render_page(page, "automation.html", schedules=service.automation(as_of_seq=page.as_of).schedules)
+        automation = service.automation(as_of_seq=page.as_of)
+        return render_page(page, "automation.html", schedules=automation.schedules, reactions=automation.reactions)
 
     return serve_page(request, build)
 

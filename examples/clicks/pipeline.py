@@ -37,6 +37,8 @@ from partbuild.examples.clicks.isoweek import IsoWeek
 from partbuild.orchestrator.checks import Check, CheckContext, CheckOutcome, row_count_at_least
 from partbuild.orchestrator.context import JobContext, PermanentJobError
 from partbuild.orchestrator.graph import Graph, Job, Partition, PartitionPattern, SourceDataset
+from partbuild.orchestrator.reactions import on_upstream_change
+from partbuild.orchestrator.schedules import CatchUp, Schedule
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -179,6 +181,7 @@ def build_graph(
     stage_raw: Callable[[str], str] | None = None,
     checks: bool = True,
     publish: str | None = None,
+    schedule: bool = False,
 ) -> Graph:
     """The W1 graph over raw data under `data_root`, for the `days` days from `start`.
 
@@ -187,11 +190,11 @@ def build_graph(
     `stage_raw`: see `run_daily`. `checks`: declare the quality checks (a daily is not
     empty, a weekly's total is the sum of its dailies'); the benchmark against the plain
     loop, which checks nothing, leaves them out. `publish`: a database name: the dailies and
-    weeklies are published as its tables `daily_clicks` and `weekly_clicks` (orchestrator/publish.py;
-    off by default, so nothing of it runs).
+    weeklies are published as its tables `daily_clicks` and `weekly_clicks` (off by default). Both jobs react
+    to new upstream data (10 s of debounce): a new raw day rebuilds its daily, then its week. `schedule`:
+    `nightly_weeklies`.
     """
-    # Absolute, so locations stay valid whatever the job process's working directory.
-    root = Path(data_root).absolute()
+    root = Path(data_root).absolute()  # so locations stay valid whatever the job process's working directory
 
     def locate_raw(partition: Partition) -> str | None:
         # Spark writes _SUCCESS last: a directory without it is absent or half-written.
@@ -212,12 +215,11 @@ def build_graph(
         """`run_daily`, reading raw data through `stage_raw`."""
         run_daily(ctx, stage_raw=stage_raw)
 
-    if raw_discovery is None:
-        raw = SourceDataset("raw_clicks", RAW, locate=locate_raw)
-    else:
-        raw = SourceDataset("raw_clicks", RAW, discovery=raw_discovery)
+    found_by: dict[str, Any] = {"locate": locate_raw} if raw_discovery is None else {"discovery": raw_discovery}
+    raw = SourceDataset("raw_clicks", RAW, **found_by)
     daily_run = run_daily if stage_raw is None else run_daily_staged
-    both: dict[str, Any] = {"max_concurrency": 2, "uses_spark": True}  # `run` starts Spark early for them
+    reacting = [on_upstream_change(debounce=timedelta(seconds=10))]
+    both: dict[str, Any] = {"max_concurrency": 2, "uses_spark": True, "reactions": reacting}  # `run` starts Spark
     daily = Job("daily_clicks", [DAILY], run=daily_run, inputs=daily_inputs, batch_size=daily_batch, **both)
     weekly = Job("weekly_clicks", [WEEKLY], run=run_weekly_in_range, inputs=weekly_inputs, **both)
     if checks:
@@ -227,7 +229,13 @@ def build_graph(
             replace(daily, publish=f"{publish}.daily_clicks"),
             replace(weekly, publish=f"{publish}.weekly_clicks"),
         )
-    return Graph(jobs=[daily, weekly], sources=[raw])
+    return Graph(jobs=[daily, weekly], sources=[raw], schedules=[nightly_weeklies(days, start)] if schedule else [])
+
+
+def nightly_weeklies(days: int, start: date) -> Schedule:
+    """At 02:30 UTC, want every weekly of the range: a week missing anything is built again."""
+    weeklies = [weekly_ref(week) for week in weeks_in_range(days, start)]
+    return Schedule("nightly_weeklies", lambda tick: weeklies, cron="30 2 * * *", catch_up=CatchUp.NONE)
 
 
 def graph() -> Graph:
@@ -235,7 +243,8 @@ def graph() -> Graph:
 
     With PARTBUILD_CLICKS_DISCOVER=1 the raw days are discovered by scanning `<root>/raw/clicks`; with
     PARTBUILD_CLICKS_PUBLISH=DB the dailies and weeklies are published as tables of database DB; with
-    PARTBUILD_CLICKS_CHECKS=0 the quality checks are left out (the floor benchmarks check nothing).
+    PARTBUILD_CLICKS_CHECKS=0 the quality checks are left out (the floor benchmarks check nothing); with
+    PARTBUILD_CLICKS_SCHEDULE=0 the nightly schedule is (the tests' runs must not tick at 02:30).
     """
     root = Path(os.environ.get("PARTBUILD_CLICKS_ROOT", "clicks-data")).absolute()
     discovery = None
@@ -250,6 +259,7 @@ def graph() -> Graph:
         raw_discovery=discovery,
         checks=os.environ.get("PARTBUILD_CLICKS_CHECKS", "1") != "0",
         publish=os.environ.get("PARTBUILD_CLICKS_PUBLISH") or None,
+        schedule=os.environ.get("PARTBUILD_CLICKS_SCHEDULE", "1") != "0",
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from google.protobuf.message import Message
 
+from partbuild.orchestrator.reactor import ReactionScope
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import JobRun
@@ -74,6 +75,16 @@ class GroupScope:
 
     def batch_key(self, ref: str) -> int:
         return self._ownership.bucket_of(ref)
+
+    def reaction_scope(self) -> ReactionScope:
+        """A cursor per bucket it owns: a bucket handed on is read by its new owner from that bucket's cursor."""
+        ownership = self._ownership
+        layout = ownership._layout
+        total = layout[1] if layout is not None else 0
+        prefix = f"group {ownership.group} "
+        mine = sorted(bucket for bucket, task in self._owners.items() if task == ownership.task_id)
+        keys = tuple(f"{prefix}{bucket}/{total}" for bucket in mine) if self._fence is not None else ()
+        return ReactionScope(keys, lambda ref: f"{prefix}{ownership.bucket_of(ref)}/{total}", self.owns)
 
     def stamp(self, payload: Message) -> None:
         """Fenced decisions carry (group, epoch, task); the fold judges them against the owners."""

@@ -39,6 +39,7 @@ from partbuild.state.fold.layout import (
     Setting,
     Table,
 )
+from partbuild.state.fold.reaction_notes import PendingRow, ReactionRow
 from partbuild.state.fold.rechecks import CheckRequest
 from partbuild.state.fold.records import (
     Instance,
@@ -71,6 +72,11 @@ class FoldError(RuntimeError):
         what = f"the {kind} event at seq {seq} failed half-way" if kind else f"an event failed half-way at seq {seq}"
         super().__init__(f"applying {what}: this state is inconsistent; discard it and rebuild it from the log")
         self.seq = seq
+
+
+def _reaction_tables() -> tuple[dict[str, PendingRow], dict[str, int], dict[str, ReactionRow]]:
+    """Empty: pending firings by `pending_key`, cursors by scope, rows by `reaction_key`."""
+    return {}, {}, {}
 
 
 class BuildState:
@@ -114,6 +120,8 @@ class BuildState:
         ),
         Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
         Lookup(("upstream_failures", "owed_retries")),
+        Items(("reaction_pending", "reaction_cursors")),  # since issue 35: empty in every older log
+        Lookup(("reactions",)),  # per reaction, from its firings: older logs' ReactionFired must not change digests
     )
     # A slot per declared attribute: a state has exactly LAYOUT's attributes, and `state.x` (a dozen per
     # event in replay) is a slot read. As a plain instance CPython 3.11 keeps at most 30 attributes inline;
@@ -123,8 +131,7 @@ class BuildState:
 
     def __init__(self, *, strict: bool = False) -> None:
         self.head_seq = 0
-        # The log's clock: the largest timestamp of an applied event (ms since epoch).
-        self.clock_ms = 0
+        self.clock_ms = 0  # the log's clock: the largest timestamp of an applied event (ms since epoch)
         self.instances: dict[str, Instance] = {}
         self.canonical: dict[str, str] = {}  # ref -> UUID of its current instance
         self.wants: dict[str, Want] = {}
@@ -178,6 +185,8 @@ class BuildState:
         self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
         self.upstream_failures: dict[str, dict[str, None]] = {}  # failed ref -> instances it made UpstreamFailed
         self.owed_retries: dict[str, None] = {}  # outputs of split batches not run again yet, wanted or not
+        # What reactions owe (fold/reaction_notes.py): firings waiting, each scope's cursor; each reaction's row.
+        self.reaction_pending, self.reaction_cursors, self.reactions = _reaction_tables()
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
 

@@ -446,6 +446,14 @@ class PastState:
     def schedules(self) -> dict[str, Any]:
         return versions_at(self.live, "schedules", self.head_seq)
 
+    @cached_property
+    def reactions(self) -> dict[str, Any]:
+        return _present(versions_at(self.live, "reactions", self.head_seq))
+
+    @cached_property
+    def reaction_pending(self) -> dict[str, Any]:
+        return _present(versions_at(self.live, "reaction_pending", self.head_seq))
+
     @property
     def want_causes(self) -> Mapping[str, str]:
         """Set with each want and never changed: looked up for a want that exists as of the seq, it is as then."""
@@ -551,3 +559,8 @@ def _active(run: JobRun, seq: int) -> bool:
     if run.updated_seq <= seq:
         return run.state in ACTIVE_RUN_STATES
     return run_at(run, seq).state in ACTIVE_RUN_STATES
+
+
+def _present(records: dict[str, Any]) -> dict[str, Any]:
+    """Records kept with deletions (None once deleted, fold/reaction_notes.py): those that existed then."""
+    return {key: record for key, record in records.items() if record is not None}

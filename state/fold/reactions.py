@@ -108,6 +108,9 @@ def _code_change_problem(msg: pb.ReactionFired) -> str | None:
 
 
 def apply_reaction_fired(state: BuildState, seq: int, plan: ReactionPlan, event: pb.Event) -> None:
+    from partbuild.state.fold.reaction_notes import fired
+
     want_plan, cause = plan
     apply_want_create(state, seq, want_plan, event)
     state.want_causes[want_plan[0].want_id] = cause
+    fired(state, seq, event.reaction_fired)

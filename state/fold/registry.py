@@ -34,6 +34,7 @@ from partbuild.state.fold import (
     group,
     instances,
     job_runs,
+    reaction_notes,
     reactions,
     rechecks,
     schedules,
@@ -316,6 +317,7 @@ ROWS: tuple[EventType, ...] = (
         refs=_reaction_refs,
         want_ids=_reaction_want,
     ),
+    EventType("reactions_noted", reaction_notes.check_reactions_noted, reaction_notes.apply_reactions_noted),
 )
 
 # The record classes (and enums) a BuildState may hold, besides builtins: nothing else may be in a snapshot.
@@ -335,6 +337,8 @@ RECORD_CLASSES: tuple[type, ...] = (
     CompositeTopic,
     StorageTopic,
     schedules.ScheduleRow,
+    reaction_notes.PendingRow,
+    reaction_notes.ReactionRow,
 )
 
 BY_NAME: dict[str, EventType] = {row.name: row for row in ROWS}

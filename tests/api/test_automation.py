@@ -11,11 +11,13 @@ import pytest
 from partbuild.api.service import Service
 from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.graph import Graph, Job
+from partbuild.orchestrator.reactions import on_upstream_change
 from partbuild.orchestrator.schedules import CatchUp, Schedule
 from partbuild.orchestrator.ticks import Ticker
 from partbuild.state.database import Database
 from partbuild.state.log.events import system
 
+from golden_reaction_notes import reaction_note_events
 from httpkit import API, ok, problem
 from serverkit import ApiServer, serve_service
 
@@ -152,3 +154,43 @@ def test_without_a_graph_the_log_s_schedules_are_listed_and_nothing_can_be_trigg
     assert ok(api_server.client.get(AUTOMATION))["schedules"] == []
     problem(api_server.client.post(f"{AUTOMATION}/schedules/hourly/trigger"), 409, "no graph")
     problem(api_server.client.post(f"{AUTOMATION}/schedules/hourly/pause"), 404, "no schedule 'hourly'")
+
+
+REACTING = Graph([Job("d", ["d/{n}"], noop, reactions=[on_upstream_change(debounce=dt.timedelta(seconds=30))])])
+
+
+def test_reactions_show_their_firings_what_they_owe_and_their_errors_as_of_any_seq(sqlite_url: str) -> None:
+    """The golden log of issue 35: a debounced firing noted, restarted, fired; another owed; one failed."""
+    with (
+        Database.open(sqlite_url, auto_upgrade=True) as db,
+        serve_service(Service(db, graph=REACTING)) as api,
+    ):
+        api.log.append(reaction_note_events())
+        api.service.refresh()
+
+        def reactions(**params: int) -> dict[str, dict]:  # type: ignore[type-arg]
+            found = ok(api.client.get(AUTOMATION, params=params))["reactions"]
+            return {f"{r['job']} {r['kind']}": r for r in found}
+
+        now = reactions()
+        assert list(now) == ["d on_upstream_change", "gone on_upstream_change"]
+        d, gone = now["d on_upstream_change"], now["gone on_upstream_change"]
+        assert (d["declared"], d["debounce_s"], d["fired"], d["last_fired_seq"], d["pending_total"]) == (
+            True, 30.0, 1, 15, 1
+        )  # fmt: skip
+        assert [(p["partition_ref"], p["cause_seq"], p["noted_seq"]) for p in d["pending"]] == [("d/1", 23, 24)]
+        assert (gone["declared"], gone["fired"], gone["failed"]) == (False, 0, 1)
+        assert gone["last_error"] == "job gone is not in the graph"
+        # Before the firing landed: the restarted window's cause was owed, the older one replaced.
+        then = reactions(as_of_seq=14)["d on_upstream_change"]
+        assert (then["fired"], then["pending_total"], then["pending"][0]["cause_seq"]) == (0, 1, 9)
+        assert "gone on_upstream_change" not in reactions(as_of_seq=14)
+        early = reactions(as_of_seq=5)["d on_upstream_change"]  # declared, nothing in the log yet
+        assert (early["fired"], early["pending"], early["failed"]) == (0, [], 0)
+        metrics = api.client.get("/metrics").text
+        for line in (
+            'partbuild_reaction_pending{job="d",reaction="on_upstream_change"} 1.0',
+            'partbuild_reaction_fired_total{job="d",reaction="on_upstream_change"} 1.0',
+            'partbuild_reaction_failed_total{job="gone",reaction="on_upstream_change"} 1.0',
+        ):
+            assert line in metrics

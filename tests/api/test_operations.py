@@ -63,12 +63,12 @@ def test_counts_say_how_many_waiting_instances_no_active_want_needs(api_server: 
 def test_healthz_and_metrics(api_server: ApiServer) -> None:
     """/healthz reports the log head and the served state; /metrics the state gauges and latency histograms."""
     client = api_server.client
-    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 0, "state_seq": 0}
+    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 0, "state_seq": 0, "orchestrator": None}
     want(client, ["m/1"])
     want(client, ["m/2"])
     ok(client.post(f"{WANTS}/{want(client, ['m/3'])['want_id']}/cancel"))
     observe(client, "m/src", "/data/m")
-    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 5, "state_seq": 5}
+    assert ok(client.get("/healthz")) == {"status": "ok", "head_seq": 5, "state_seq": 5, "orchestrator": None}
 
     response = client.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")

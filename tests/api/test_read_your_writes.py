@@ -51,7 +51,7 @@ def test_read_your_writes_across_servers_with_min_seq(db_api_server: ApiServer, 
 
     seq = observe(a, "ryw/src", "/data/ryw")
     assert canonical(b, "ryw/src", min_seq=seq)["created_seq"] == seq
-    assert ok(b.get("/healthz")) == {"status": "ok", "head_seq": seq, "state_seq": seq}
+    assert ok(b.get("/healthz")) == {"status": "ok", "head_seq": seq, "state_seq": seq, "orchestrator": None}
     batch = ok(a.post(f"{WANTS}/batch", json={"wants": [{"refs": ["ryw/y"], "want_id": "ryw-2"}]}), 201)
     assert listed(b, WANTS, "want_id", min_seq=batch["last_seq"]) == ["ryw-1", "ryw-2"]
     assert listed(b, PARTITIONS, "ref", min_seq=batch["last_seq"]) == ["ryw/src", "ryw/x", "ryw/y"]

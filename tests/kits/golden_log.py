@@ -25,6 +25,7 @@ from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
 from golden_outcomes import outcome_events
+from golden_reaction_notes import reaction_note_events
 
 DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data
 
@@ -758,6 +759,12 @@ GOLDEN_LOGS = (
         "golden_log_outcomes.bin",
         outcome_events,
         "624586e2f003875952e10b241aa570cb170232152e1ab3067e7e01e615b75909",
+    ),
+    GoldenLog(
+        "reaction_notes",  # what reactions owe: pending firings, cursors, settled ones (issue 35), 2026-11
+        "golden_log_reaction_notes.bin",
+        reaction_note_events,
+        "4725fd8bd80c48cde3e5a81f394cc88a091c08700fa4c86785c5cfe714ea7ee2",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

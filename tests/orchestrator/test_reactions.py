@@ -14,11 +14,11 @@ from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.reactions import (
     Change,
     ReactionError,
-    Reactor,
     changes_in,
     on_source_arrival,
     on_upstream_change,
 )
+from partbuild.orchestrator.reactor import Reactor, everything
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -66,10 +66,11 @@ class Log:
         self.state = BuildState(strict=True)
         self.events: list[tuple[int, pb.Event]] = []
         self.runs = 0
+        self.now = T0  # the writers' clock: a change's debounce window starts at its event's time
 
     def add(self, payload: object, source: pb.EventSource | None = None) -> int:
         seq = self.state.head_seq + 1
-        event = envelope(payload, source=source or SOURCE, timestamp_ms=T0 + seq)  # type: ignore[arg-type]
+        event = envelope(payload, source=source or SOURCE, timestamp_ms=self.now)  # type: ignore[arg-type]
         assert self.state.apply(seq, event) is None
         self.events.append((seq, event))
         return seq
@@ -115,7 +116,7 @@ def test_a_new_source_version_wants_the_daily_then_its_new_instance_wants_the_we
     reactor = Reactor(graph(daily=(on_upstream_change(),), weekly=(on_upstream_change(),)))
     mark = log.state.head_seq
     raw2 = log.observe("raw/day=a1", "v2")  # taints daily/day=a1 and weekly/week=a
-    assert changes_in(log.state, log.since(mark)) == [Change("raw/day=a1", raw2, uuids["raw1"], mark + 1)]
+    assert changes_in(log.state, log.since(mark)) == [Change("raw/day=a1", raw2, uuids["raw1"], mark + 1, T0)]
     reactor._fresh = log.since(mark)
     events = reactor.due(log.state, T0, _everything, SOURCE)
     (fired,) = [event.reaction_fired for event in events]  # the weekly waits for its daily's new instance
@@ -129,7 +130,7 @@ def test_a_new_source_version_wants_the_daily_then_its_new_instance_wants_the_we
     )
     # A copy (a second orchestrator, a restart) is rejected; the reactor forgets what landed.
     assert log.fold(events) == [f"want '{want_id}' already exists"]
-    assert reactor.due(log.state, T0 + 1, _everything, SOURCE) == [] and not reactor.pending
+    assert reactor.due(log.state, T0 + 1, _everything, SOURCE) == [] and not reactor.unrecorded
     mark = log.state.head_seq
     daily2 = log.build("daily/day=a1", "daily", raw2)
     reactor._fresh = log.since(mark)
@@ -231,6 +232,7 @@ def test_changes_are_debounced_per_wanted_partition_and_the_newest_cause_is_name
     assert reactor.due(log.state, T0, _everything, SOURCE) == []
     assert reactor.next_due_ms == T0 + 30 * SECOND
     mark = log.state.head_seq
+    log.now = T0 + 20 * SECOND
     raw3 = log.observe("raw/day=a1", "v3")  # within the window: the window starts again
     reactor._fresh = log.since(mark)
     assert reactor.due(log.state, T0 + 20 * SECOND, _everything, SOURCE) == []
@@ -251,7 +253,7 @@ def test_a_step_fires_a_bounded_batch_and_defers_the_rest_until_all_fired() -> N
         assert len(events) == min(3, 7 - len(wanted))
         assert log.fold(events) == [None] * len(events)
         wanted += [ref for event in events for ref in event.reaction_fired.want.partition_refs]
-    assert sorted(wanted) == [f"daily/day=d{n}" for n in range(7)] and not reactor.pending
+    assert sorted(wanted) == [f"daily/day=d{n}" for n in range(7)] and not reactor.unrecorded
 
 
 def test_a_firing_whose_append_was_lost_fires_again_and_only_owned_refs_fire() -> None:
@@ -266,7 +268,7 @@ def test_a_firing_whose_append_was_lost_fires_again_and_only_owned_refs_fire() -
     again = reactor.due(log.state, T0 + 1, owns, SOURCE)  # the append conflicted: nothing landed
     assert [e.reaction_fired.want.want_id for e in again] == [e.reaction_fired.want.want_id for e in first]
     log.fold(again)
-    assert reactor.due(log.state, T0 + 2, owns, SOURCE) == [] and not reactor.pending
+    assert reactor.due(log.state, T0 + 2, owns, SOURCE) == [] and not reactor.unrecorded
 
 
 def test_want_ids_come_from_the_cause_so_two_reactors_make_the_same_firing(sqlite_url: str) -> None:
@@ -279,16 +281,21 @@ def _two_reactors(db: Database) -> None:
     db.log.append([event for _, event in log.events])
     one, two = (Reactor(graph(daily=(on_upstream_change(),))) for _ in range(2))
     for reactor in (one, two):
-        reactor.read(db.log, log.state.head_seq)  # started: the past is not reacted to
+        reactor.read(db.log, log.state.head_seq, everything(), {})  # started, no cursor: the past is not reacted to
     raw2 = log.observe("raw/day=a1", "v2")
     db.log.append([log.events[-1][1]])
-    fired = []
+    fired, notes = [], []
     for reactor in (one, two):
-        reactor.read(db.log, log.state.head_seq)
-        fired += reactor.due(log.state, T0, _everything, SOURCE)
+        reactor.read(db.log, log.state.head_seq, everything(), {})
+        for event in reactor.due(log.state, T0, _everything, SOURCE):
+            (fired if event.HasField("reaction_fired") else notes).append(event)
     ids = {event.reaction_fired.want.want_id for event in fired}
     assert ids == {reaction_want_id("daily", pb.REACTION_KIND_UPSTREAM_CHANGE, raw2, "daily/day=a1")}
     assert len(fired) == 2 and log.fold(fired)[1] is not None  # the second copy is rejected
+    # Each also noted how far it examined the log (no cursor yet), with nothing left owed.
+    assert [(n.reactions_noted.upto_seq, list(n.reactions_noted.pending)) for n in notes] == [
+        (log.state.head_seq - 2, [])
+    ] * 2
 
 
 def test_a_reaction_is_declared_once_per_kind_with_a_sensible_debounce() -> None:

@@ -93,7 +93,7 @@ class SystemSource(_message.Message):
     def __init__(self, component: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone", "checks_request", "checks_rerun", "schedule_tick", "schedule_control", "reaction_fired")
+    __slots__ = ("event_id", "timestamp_ms", "source", "want_create", "want_cancel", "job_run_buffer", "job_run_heartbeat", "job_run_success", "job_run_failure", "job_run_cancel", "job_run_missing_deps", "partition_taint", "partition_observed", "instance_retention", "instances_wait_upstream", "clock_tick", "bucket_run_start", "bucket_layout", "group_epoch", "group_task_message", "source_scan_progress", "source_scan_request", "subscription_create", "subscription_change", "subscription_reshard", "subscription_offset_reset", "partition_gone", "checks_request", "checks_rerun", "schedule_tick", "schedule_control", "reaction_fired", "reactions_noted")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class Event(_message.Message):
     SCHEDULE_TICK_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_CONTROL_FIELD_NUMBER: _ClassVar[int]
     REACTION_FIRED_FIELD_NUMBER: _ClassVar[int]
+    REACTIONS_NOTED_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     timestamp_ms: int
     source: EventSource
@@ -158,7 +159,8 @@ class Event(_message.Message):
     schedule_tick: ScheduleTick
     schedule_control: ScheduleControl
     reaction_fired: ReactionFired
-    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ..., checks_request: _Optional[_Union[ChecksRequest, _Mapping]] = ..., checks_rerun: _Optional[_Union[ChecksRerun, _Mapping]] = ..., schedule_tick: _Optional[_Union[ScheduleTick, _Mapping]] = ..., schedule_control: _Optional[_Union[ScheduleControl, _Mapping]] = ..., reaction_fired: _Optional[_Union[ReactionFired, _Mapping]] = ...) -> None: ...
+    reactions_noted: ReactionsNoted
+    def __init__(self, event_id: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., source: _Optional[_Union[EventSource, _Mapping]] = ..., want_create: _Optional[_Union[WantCreate, _Mapping]] = ..., want_cancel: _Optional[_Union[WantCancel, _Mapping]] = ..., job_run_buffer: _Optional[_Union[JobRunBuffer, _Mapping]] = ..., job_run_heartbeat: _Optional[_Union[JobRunHeartbeat, _Mapping]] = ..., job_run_success: _Optional[_Union[JobRunSuccess, _Mapping]] = ..., job_run_failure: _Optional[_Union[JobRunFailure, _Mapping]] = ..., job_run_cancel: _Optional[_Union[JobRunCancel, _Mapping]] = ..., job_run_missing_deps: _Optional[_Union[JobRunMissingDeps, _Mapping]] = ..., partition_taint: _Optional[_Union[PartitionTaint, _Mapping]] = ..., partition_observed: _Optional[_Union[PartitionObserved, _Mapping]] = ..., instance_retention: _Optional[_Union[InstanceRetention, _Mapping]] = ..., instances_wait_upstream: _Optional[_Union[InstancesWaitUpstream, _Mapping]] = ..., clock_tick: _Optional[_Union[ClockTick, _Mapping]] = ..., bucket_run_start: _Optional[_Union[BucketRunStart, _Mapping]] = ..., bucket_layout: _Optional[_Union[BucketLayout, _Mapping]] = ..., group_epoch: _Optional[_Union[GroupEpoch, _Mapping]] = ..., group_task_message: _Optional[_Union[GroupTaskMessage, _Mapping]] = ..., source_scan_progress: _Optional[_Union[SourceScanProgress, _Mapping]] = ..., source_scan_request: _Optional[_Union[SourceScanRequest, _Mapping]] = ..., subscription_create: _Optional[_Union[SubscriptionCreate, _Mapping]] = ..., subscription_change: _Optional[_Union[SubscriptionChange, _Mapping]] = ..., subscription_reshard: _Optional[_Union[SubscriptionReshard, _Mapping]] = ..., subscription_offset_reset: _Optional[_Union[SubscriptionOffsetReset, _Mapping]] = ..., partition_gone: _Optional[_Union[PartitionGone, _Mapping]] = ..., checks_request: _Optional[_Union[ChecksRequest, _Mapping]] = ..., checks_rerun: _Optional[_Union[ChecksRerun, _Mapping]] = ..., schedule_tick: _Optional[_Union[ScheduleTick, _Mapping]] = ..., schedule_control: _Optional[_Union[ScheduleControl, _Mapping]] = ..., reaction_fired: _Optional[_Union[ReactionFired, _Mapping]] = ..., reactions_noted: _Optional[_Union[ReactionsNoted, _Mapping]] = ...) -> None: ...
 
 class WantCreate(_message.Message):
     __slots__ = ("want_id", "partition_refs", "data_timestamp_ms", "ttl_seconds", "sla_seconds", "comment", "parent_want_id", "root_want_id", "fence")
@@ -705,3 +707,51 @@ class ReactionFired(_message.Message):
     built_version: str
     current_version: str
     def __init__(self, job: _Optional[str] = ..., kind: _Optional[_Union[ReactionKind, str]] = ..., cause_ref: _Optional[str] = ..., cause_instance_uuid: _Optional[str] = ..., previous_instance_uuid: _Optional[str] = ..., want: _Optional[_Union[WantCreate, _Mapping]] = ..., built_version: _Optional[str] = ..., current_version: _Optional[str] = ...) -> None: ...
+
+class ReactionsNoted(_message.Message):
+    __slots__ = ("upto_seq", "scopes", "pending", "settled")
+    UPTO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    upto_seq: int
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    pending: _containers.RepeatedCompositeFieldContainer[ReactionPending]
+    settled: _containers.RepeatedCompositeFieldContainer[ReactionSettled]
+    def __init__(self, upto_seq: _Optional[int] = ..., scopes: _Optional[_Iterable[str]] = ..., pending: _Optional[_Iterable[_Union[ReactionPending, _Mapping]]] = ..., settled: _Optional[_Iterable[_Union[ReactionSettled, _Mapping]]] = ...) -> None: ...
+
+class ReactionPending(_message.Message):
+    __slots__ = ("job", "kind", "partition_ref", "cause_ref", "cause_instance_uuid", "previous_instance_uuid", "cause_seq", "due_ms")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_REF_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    kind: ReactionKind
+    partition_ref: str
+    cause_ref: str
+    cause_instance_uuid: str
+    previous_instance_uuid: str
+    cause_seq: int
+    due_ms: int
+    def __init__(self, job: _Optional[str] = ..., kind: _Optional[_Union[ReactionKind, str]] = ..., partition_ref: _Optional[str] = ..., cause_ref: _Optional[str] = ..., cause_instance_uuid: _Optional[str] = ..., previous_instance_uuid: _Optional[str] = ..., cause_seq: _Optional[int] = ..., due_ms: _Optional[int] = ...) -> None: ...
+
+class ReactionSettled(_message.Message):
+    __slots__ = ("job", "kind", "partition_ref", "cause_instance_uuid", "reason", "failed")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_REF_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_INSTANCE_UUID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    kind: ReactionKind
+    partition_ref: str
+    cause_instance_uuid: str
+    reason: str
+    failed: bool
+    def __init__(self, job: _Optional[str] = ..., kind: _Optional[_Union[ReactionKind, str]] = ..., partition_ref: _Optional[str] = ..., cause_instance_uuid: _Optional[str] = ..., reason: _Optional[str] = ..., failed: _Optional[bool] = ...) -> None: ...
