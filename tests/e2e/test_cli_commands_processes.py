@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from partbuild.state.database import Database
 
 from clikit import run_cli
 from sparkkit import CLICKS_DAYS, CLICKS_START
+from upkit import free_port, partbuild_exe, started, stop_with_sigterm, wait_healthy
 
 pytestmark = pytest.mark.process
 
@@ -29,55 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = REPO_ROOT / "examples/clicks/pipeline.py"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def head_of(db_url: str) -> int:
     with Database.open(db_url) as db:
         return db.log.head()
-
-
-def partbuild_exe() -> str:
-    exe = shutil.which("partbuild", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    return exe
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float, log_file: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"exited early:\n{log_file.read_text()[-3000:]}"
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} not healthy within {timeout_s} s:\n{log_file.read_text()[-3000:]}")
-
-
-def stop_with_sigterm(process: subprocess.Popen[bytes], timeout_s: float, log_file: Path) -> int:
-    process.send_signal(signal.SIGTERM)
-    try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise AssertionError(f"did not stop in {timeout_s} s:\n{log_file.read_text()[-3000:]}") from None
-
-
-@contextmanager
-def started(command: list[str], log_file: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    with log_file.open("wb") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path) -> None:
