@@ -56,7 +56,7 @@ def test_w1_weekly_wants_build_over_http(w1_api_server: ApiServer) -> None:
     weeks = weeks_in_range(CLICKS_DAYS, CLICKS_START)
     all_days = days_in_range(CLICKS_DAYS, CLICKS_START)
     created = want(client, [weekly_ref(week) for week in weeks], want_id="w1-weekly", comment="W1 over HTTP")
-    assert created["seq"] == 1
+    assert created["seq"] in (1, 2)  # the orchestrator's first step may have noted its reactions' cursor first
 
     done = wait_for_want(client, "w1-weekly")
     assert [(s["ref"], s["state"]) for s in done["refs_status"]] == [(weekly_ref(w), "live") for w in weeks]
