@@ -160,3 +160,66 @@ def test_a_reaction_survives_a_sigkill_in_its_window_and_until_idle_waits_for_on
     assert took >= DEBOUNCE_S - 1  # it waited for the window (the change was folded just before it started)
     state, _ = replayed(sqlite_url)
     assert not state.reaction_pending and not state.rejections
+
+
+def start_member(db_url: str, tmp_path: Path, name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    command = [
+        partbuild_exe(), "run", "--db", db_url, "--graph", str(GRAPH), "--warehouse", str(tmp_path / "warehouse"),
+        "--heartbeat-interval", "0.3", "--heartbeat-timeout", "3", "--group", "g", "--buckets", "6",
+        "--member-timeout", "2",
+    ]  # fmt: skip
+    output = (tmp_path / f"{name}.log").open("ab")
+    return subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def test_firings_a_killed_group_member_owed_are_fired_once_by_the_new_owners(tmp_path: Path) -> None:
+    db_url, days = f"sqlite:///{tmp_path / 'group.db'}", range(1, 7)
+    env = os.environ | {"REACTING_DEBOUNCE_S": "6"}
+    with Database.open(db_url, auto_upgrade=True) as db:
+        seen = [pb.PartitionObserved(partition_ref=f"raw/day={d}", location=f"/raw/{d}/v1", version="v1") for d in days]
+        want = pb.WantCreate(want_id="w", partition_refs=[f"daily/day={d}" for d in days])
+        db.log.append([*(envelope(s, source=system("connector")) for s in seen), envelope(want, source=manual("a"))])
+    members = {n: start_member(db_url, tmp_path, f"m{n}", env) for n in range(3)}
+    log = tmp_path / "m0.log"
+    try:
+        live = {f"daily/day={d}" for d in days}
+
+        def built(version: str) -> bool:
+            state = replayed(db_url)[0]
+            return all(
+                (i := state.canonical_instance(ref)) is not None
+                and i.state == InstanceState.LIVE
+                and state.instances[i.inputs[0]].location.endswith(version)
+                for ref in live
+            )
+
+        wait_until("the dailies built from v1", lambda: built("v1"), members[0], log, 120)
+        with Database.open(db_url) as db:
+            again = [
+                pb.PartitionObserved(partition_ref=f"raw/day={d}", location=f"/raw/{d}/v2", version="v2") for d in days
+            ]
+            db.log.append([envelope(s, source=system("connector")) for s in again])
+        changed_at = time.monotonic()
+        wait_until("six firings noted", lambda: len(replayed(db_url)[0].reaction_pending) == 6, members[0], log)
+        notes = [e for e in replayed(db_url)[1] if e.HasField("reactions_noted") and e.reactions_noted.pending]
+        victim = next(n for n, p in members.items() if any(f":{p.pid}:" in e.source.system.worker for e in notes))
+        victim_pid = f":{members[victim].pid}:"
+        owed = {
+            f.partition_ref for e in notes if victim_pid in e.source.system.worker for f in e.reactions_noted.pending
+        }
+        members.pop(victim).send_signal(signal.SIGKILL)  # inside the window: what it noted is owed by its buckets
+        assert time.monotonic() - changed_at < 6
+        wait_until("the dailies rebuilt from v2", lambda: built("v2"), next(iter(members.values())), log, 120)
+    finally:
+        for process in members.values():
+            process.send_signal(signal.SIGTERM)
+        for process in members.values():
+            process.wait(60)
+    fired_by = {
+        e.reaction_fired.want.partition_refs[0]: e.source.system.worker
+        for e in replayed(db_url)[1]
+        if e.HasField("reaction_fired")
+    }
+    assert len(reaction_firings(db_url)) == len(fired_by) == len(live)  # each once
+    assert owed and all(victim_pid not in fired_by[ref] for ref in owed)  # by the buckets' new owners
+    assert not replayed(db_url)[0].reaction_pending
