@@ -129,6 +129,7 @@ def reactions_after_a_batch(folder: Folder, changes: int, version: str = "v2") -
                 event.ParseFromString(payload)
                 if event.WhichOneof("payload") in ("partition_observed", "job_run_success"):
                     reactor._fresh.append((seq, event))
+                reactor.seen_head = seq
             payloads = []
         events = reactor.due(folder.state, now, _everything, SOURCE)
         step_ms.append((time.perf_counter() - started) * 1000)
