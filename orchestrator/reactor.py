@@ -183,6 +183,10 @@ class Reactor:
             kept = pending.get(key)
             if kept is None or kept.cause_instance_uuid != settled.cause_instance_uuid:
                 del self.settling[key]
+        if self._tries:  # only firings still owed keep their count of tries
+            self._tries = {
+                tried: n for tried, n in self._tries.items() if tried[0] in pending or tried[0] in self.unrecorded
+            }
 
     def _note_changes(self, state: BuildState, scope: ReactionScope, now_ms: int) -> bool:
         """Turn the changes read into firings; a newer change of the same (job, ref) restarts its window."""
@@ -265,6 +269,7 @@ class Reactor:
             if problem is not None:
                 reason, failed = problem
                 self.settling[key] = _settled(row, reason, failed)
+                self.unrecorded.pop(key, None)  # settled: owed no more, whether the fold ever held it or not
                 if failed:
                     logger.warning(
                         "reaction %s of job %s on %s: %s", KIND_NAMES[row.kind], row.job, row.partition_ref, reason
