@@ -51,6 +51,7 @@ from partbuild.orchestrator.declarations import DeclarationError
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.reactions import KIND_NAMES
 from partbuild.state.fold.records import InstanceState
+from partbuild.state.fold.registry import MAKES_LIVE
 from partbuild.state.log.events import envelope
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ logger = logging.getLogger("partbuild")
 MAX_PER_STEP = 200  # firings a step; the rest wait for the next one
 MAX_WALK = 32  # earlier instances of a ref looked at to find what its readers were built from
 MAX_TRIES = 3  # a firing the fold keeps rejecting is given up after this many appends (logged)
-_WATCHED = frozenset({"partition_observed", "job_run_success"})
+_WATCHED = frozenset(MAKES_LIVE)  # the events that may be changes: registry rows that can make an instance Live
 _ONCE_LIVE = frozenset({InstanceState.LIVE, InstanceState.TAINTED})
 _FAILED_STATES = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
 
@@ -166,13 +167,10 @@ def changes_in(state: BuildState, events: Iterable[tuple[int, pb.Event]]) -> lis
     instances, canonical = state.instances, state.canonical
     found: dict[str, Change] = {}
     for seq, event in events:
-        kind = event.WhichOneof("payload")
-        if kind == "partition_observed":
-            refs: Iterable[str] = (event.partition_observed.partition_ref,)
-        else:
-            run = state.job_runs.get(event.job_run_success.job_run_id)
-            refs = () if run is None else [instances[u].ref for u in run.instance_uuids if u in instances]
-        for ref in refs:
+        row = MAKES_LIVE.get(event.WhichOneof("payload") or "")
+        if row is None:
+            continue
+        for ref in row.refs(state, row.message(event)):
             uuid = canonical.get(ref)
             instance = instances.get(uuid) if uuid is not None else None
             if instance is None or instance.state != InstanceState.LIVE or instance.updated_seq < seq:

@@ -161,6 +161,8 @@ class EventType:
     # When it changes one record only, the key of that record (read from the event): only its version is
     # compared and kept, instead of every record of `versions` (a tick would otherwise copy every schedule).
     versioned_key: Callable[[pb.Event], str] | None = None
+    # Whether it can give a partition a new Live instance (its refs say which): what reactions watch for.
+    makes_live: bool = False
 
     def message(self, event: pb.Event) -> Any:
         """The payload message of `event`, an event of this type."""
@@ -203,7 +205,12 @@ ROWS: tuple[EventType, ...] = (
     ),
     _run_event("job_run_heartbeat", job_runs.check_job_run_heartbeat, job_runs.apply_job_run_heartbeat, phase=None),
     _run_event(
-        "job_run_success", job_runs.check_job_run_success, job_runs.apply_job_run_success, phase="COMPLETE", build=True
+        "job_run_success",
+        job_runs.check_job_run_success,
+        job_runs.apply_job_run_success,
+        phase="COMPLETE",
+        build=True,
+        makes_live=True,
     ),
     _run_event(
         "job_run_failure",
@@ -233,6 +240,7 @@ ROWS: tuple[EventType, ...] = (
         instances.apply_partition_observed,
         refs=_the_ref,
         build=True,
+        makes_live=True,
     ),
     EventType("instance_retention", instances.check_instance_retention, instances.apply_instance_retention),
     EventType(
@@ -342,6 +350,8 @@ RECORD_CLASSES: tuple[type, ...] = (
 )
 
 BY_NAME: dict[str, EventType] = {row.name: row for row in ROWS}
+# The event types that can make an instance Live, and which refs each may have made Live (read after the fold).
+MAKES_LIVE: dict[str, EventType] = {row.name: row for row in ROWS if row.makes_live}
 assert all(set(row.versions) <= set(VERSIONED) for row in ROWS), "a row names an attribute that is not versioned"
 # Event.payload field name -> (check, apply): the fold's dispatch, read once per event.
 # An event type that changes small records keeps their versions after its apply (state/fold/history.py).
