@@ -65,7 +65,7 @@ def build(spark: object, graph: Graph, out: Path, days: int) -> float:
         ]
         db.log.append([envelope(want, source=manual("b")) for want in wants])
         started = time.perf_counter()
-        orchestrator = Orchestrator(db.log, graph, warehouse=str(out / "warehouse"), spark=spark)
+        orchestrator = Orchestrator(db, graph, warehouse=str(out / "warehouse"), spark=spark)
         try:
             idle = orchestrator.run_until_idle(timeout_s=900)
         finally:

@@ -51,7 +51,7 @@ def run_partbuild(spark: object, data_root: Path, out: Path, days: int) -> tuple
         )
         started = time.perf_counter()
         orchestrator = Orchestrator(
-            log, build_graph(data_root, days=days, checks=False), warehouse=str(out / "warehouse"), spark=spark
+            db, build_graph(data_root, days=days, checks=False), warehouse=str(out / "warehouse"), spark=spark
         )
         try:
             idle = orchestrator.run_until_idle(timeout_s=600)
