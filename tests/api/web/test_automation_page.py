@@ -112,3 +112,21 @@ def test_the_form_pauses_resumes_and_ticks_now(client: tuple[TestClient, Service
     assert bad.status_code == 422 and service.log.head() == head + 1
     no_csrf = test_client.post("/actions/schedule", data={"schedule": "hourly", "action": "pause"})
     assert no_csrf.status_code == 403 and service.log.head() == head + 1
+
+
+def test_the_page_lists_reactions_with_what_they_owe_and_their_errors(tmp_path: Path) -> None:
+    from partbuild.orchestrator.reactions import on_upstream_change
+
+    from golden_reaction_notes import reaction_note_events
+
+    reacting = Graph([Job("d", ["d/{n}"], noop, reactions=[on_upstream_change(debounce=dt.timedelta(seconds=30))])])
+    with Database.open(f"sqlite:///{tmp_path / 'r.db'}", auto_upgrade=True) as db:
+        db.log.append(reaction_note_events())
+        with TestClient(create_app(Service(db, graph=reacting))) as client:
+            page = client.get("/automation").text
+            then = client.get("/automation", params={"as_of": 14}).text
+    rows = re.findall(r'<tr data-testid="reaction-row" data-job="([^"]+)" data-kind="([^"]+)">', page)
+    assert rows == [("d", "on_upstream_change"), ("gone", "on_upstream_change")]
+    assert "job gone is not in the graph" in page and "30.0 s" in page and "d/1" in page
+    assert re.findall(r'data-testid="reaction-pending">(\d+)', then) == ["1"]  # as of seq 14: owed, not fired
+    assert "never" in then
