@@ -57,6 +57,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "What changed after seq A up to seq B (default: the head): instances created, states, canonical moves.",
     ),
     "checks": ("checks", "checks_group", "Quality checks of job outputs: run them again on what is already Live."),
+    "bulk": (
+        "bulk",
+        "bulk",
+        "Want, retry (the failed), taint or re-check (the Live) a selection of partitions in one request.",
+    ),
     "config": ("bucketing", "config_group", "Configuration reference."),
     "db": ("log", "db", "Database schema commands."),
     "deliver": (

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from partbuild.api.service.audit import AuditService
 from partbuild.api.service.automation import AutomationService
+from partbuild.api.service.bulk import BulkService
 from partbuild.api.service.changes import ChangesService
 from partbuild.api.service.events import EventsService
 from partbuild.api.service.groups import GroupsService
@@ -32,6 +33,7 @@ __all__ = ["Service"]
 class Service(
     WantsService,
     PartitionsService,
+    BulkService,
     RunsService,
     GroupsService,
     SourcesService,

@@ -1,6 +1,6 @@
 """partbuild's API, declared once: every operation's name, parameters, result and HTTP route, by resource.
 
-Each resource (wants, partitions, runs, groups, sources, automation, subscriptions,
+Each resource (wants, partitions, bulk, runs, groups, sources, automation, subscriptions,
 events, changes, audit, jobs, operations) is a module here holding a Protocol of its operations, each
 marked with `@operation(...)`, and its `TAG` in the document. The same name is
 the resource's module in `partbuild.api.models` and `partbuild.api.service`.
@@ -24,6 +24,7 @@ from typing import Protocol
 
 from partbuild.api.surface.audit import AuditApi
 from partbuild.api.surface.automation import AutomationApi
+from partbuild.api.surface.bulk import BulkApi
 from partbuild.api.surface.changes import ChangesApi
 from partbuild.api.surface.common import (
     ANONYMOUS,
@@ -69,6 +70,7 @@ __all__ = [
 class Client(
     WantsApi,
     PartitionsApi,
+    BulkApi,
     RunsApi,
     GroupsApi,
     SourcesApi,

@@ -52,6 +52,9 @@ COVERED: dict[str, dict[str, str]] = {
         "GET /api/v1/job-runs": "test_w1_weekly_wants_build_over_http",
         "GET /api/v1/job-runs/{job_run_id}": "test_w1_weekly_wants_build_over_http",
     },
+    "api/test_bulk.py": {
+        "POST /api/v1/bulk": "test_a_bulk_want_is_one_request_and_one_want_and_over_the_limit_nothing_is_recorded",
+    },
     "api/test_runs.py": {
         "POST /api/v1/job-runs/{job_run_id}/cancel": "test_cancel_job_run_then_cancel_again_conflicts",
         "GET /api/v1/job-runs/{job_run_id}/logs": "test_job_run_logs_are_paged_and_followed_while_the_run_is_active",
