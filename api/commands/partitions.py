@@ -22,6 +22,7 @@ from partbuild.api.errors import NotFound
 from partbuild.api.models.common import MAX_SAFE_INT
 from partbuild.api.models.partitions import (
     MAX_LINEAGE_DEPTH,
+    CheckResultName,
     InstanceStateName,
     ObserveRequest,
     SourceVersionRequest,
@@ -52,9 +53,22 @@ partitions_group = listing_group(
             is_flag=True,
             help="Only waiting instances (missing, upstream_building, up_for_retry) no active want needs.",
         ),
+        click.option("--check", help="Only instances whose latest checks include this check (by name)."),
+        click.option(
+            "--check-result",
+            type=click.Choice(get_args(CheckResultName)),
+            help="Only instances with a check of this result (of --check, if given).",
+        ),
+        click.option("--error", help="Only instances whose note (a failure's cause, a taint's reason) holds this."),
     ],
-    lambda client, state, stale, unwanted, **page: client.partitions(
-        state_filter=state, stale_filter=stale, unwanted_filter=unwanted, **page
+    lambda client, state, stale, unwanted, check, check_result, error, **page: client.partitions(
+        state_filter=state,
+        stale_filter=stale,
+        unwanted_filter=unwanted,
+        check_filter=check,
+        check_result_filter=check_result,
+        error_filter=error,
+        **page,
     ),
     render.instances_table,
     "partitions",

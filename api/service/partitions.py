@@ -57,6 +57,9 @@ class PartitionsService(ServiceBase):
         state_filter: InstanceStateName | None = None,
         stale_filter: bool = False,
         unwanted_filter: bool = False,
+        check_filter: str | None = None,
+        check_result_filter: CheckResultName | None = None,
+        error_filter: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
         as_of_seq: int | None = None,
@@ -86,6 +89,12 @@ class PartitionsService(ServiceBase):
                 matching = (i for i in matching if is_stale(state, i, self.code_versions))
             if unwanted_filter:
                 matching = (i for i in matching if is_unwanted(state, i))
+            if check_filter is not None or check_result_filter is not None:
+                results = state.check_results
+                matching = (i for i in matching if _checked(results, i.uuid, check_filter, check_result_filter))
+            if error_filter is not None:
+                text = error_filter.casefold()
+                matching = (i for i in matching if text in (i.note or "").casefold())
             items = [self.instance_answer(state, instance) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)
@@ -377,6 +386,19 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
         )
         for name, passed, blocking, errored, description, metrics, *duration in rows
     ]
+
+
+def _checked(
+    results: Mapping[str, tuple[CheckEntry, ...]], uuid: str, name: str | None, result: CheckResultName | None
+) -> bool:
+    """Whether the instance's latest checks have a check of that name (any, if None) with that result (any)."""
+    latest = latest_checks(results.get(uuid, ()))
+    if latest is None:
+        return False
+    return any(
+        (name is None or row[0] == name) and (result is None or check_result_name(row[1], row[2], row[3]) == result)
+        for row in latest[1]
+    )
 
 
 def _worst_check(entries: tuple[CheckEntry, ...]) -> CheckResultName | None:

@@ -45,6 +45,32 @@ UnwantedFilter = Annotated[
     ),
 ]
 
+CheckFilter = Annotated[
+    str | None,
+    Query(
+        alias="check",
+        min_length=1,
+        max_length=256,
+        description="Only instances whose latest checks include this check (with `check_result`: with that result).",
+    ),
+]
+CheckResultFilter = Annotated[  # models.partitions.CheckResultName's values: a surface loads no models at start-up
+    Literal["passed", "warning", "failed", "errored"] | None,
+    Query(
+        alias="check_result",
+        description="Only instances whose latest checks have a check with this result (of `check`, if given).",
+    ),
+]
+ErrorFilter = Annotated[
+    str | None,
+    Query(
+        alias="error",
+        min_length=1,
+        max_length=1_000,
+        description="Only instances whose note (a failure's root cause, a taint's reason) holds this text, any case.",
+    ),
+]
+
 
 class PartitionsApi(Protocol):
     @operation("GET", "/partitions", "Canonical instances ordered by ref", role=Role.READER)
@@ -56,6 +82,9 @@ class PartitionsApi(Protocol):
         ] = None,
         stale_filter: StaleFilter = False,
         unwanted_filter: UnwantedFilter = False,
+        check_filter: CheckFilter = None,
+        check_result_filter: CheckResultFilter = None,
+        error_filter: ErrorFilter = None,
         cursor: Cursor = None,
         limit: Limit = 100,
         as_of_seq: AsOfSeq = None,
