@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from partbuild.api import render
+from partbuild.api import render, render_operations
 from partbuild.api.commands.common import (
     Target,
     as_of_option,
@@ -102,7 +102,7 @@ def buckets_command(target: Target, as_of: int | None, as_json: bool) -> None:
     """How each bucketing namespace is split (fixed by its first sharded worker), and where round-robin stands."""
     with connect(target) as client:
         layouts = client.bucket_layouts(as_of)
-    render.emit(layouts, as_json, lambda: render.layouts_table(layouts))
+    render.emit(layouts, as_json, lambda: render_operations.layouts_table(layouts))
 
 
 @click.command("reshard")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import click
 
-from partbuild.api import render
+from partbuild.api import render, render_operations
 from partbuild.api.commands.common import (
     CommandFailed,
     Target,
@@ -42,7 +42,7 @@ def group_list(target: Target, as_of: int | None, as_json: bool) -> None:
     if not groups and not as_json:
         click.echo("no worker group")
         return
-    render.emit(groups, as_json, lambda: render.groups_table(groups))
+    render.emit(groups, as_json, lambda: render_operations.groups_table(groups))
 
 
 @group_group.command("show")
@@ -64,7 +64,7 @@ def group_show(target: Target, name: str, as_of: int | None, member_timeout_s: f
     (--as-of: any seq of the log), with its host, pid and last heartbeat now (heartbeats have no history)."""
     with connect(target) as client:
         group = client.group(name, member_timeout_s, as_of)
-    render.emit(group, as_json, lambda: render.group_detail(group))
+    render.emit(group, as_json, lambda: render_operations.group_detail(group))
 
 
 @group_group.command("verify")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from partbuild.api import render
+from partbuild.api import render, render_operations
 from partbuild.api.commands.common import (
     Target,
     as_of_option,
@@ -31,7 +31,7 @@ def _list(target: Target, graph_path: str | None, as_of: int | None, as_json: bo
     if not sources and not as_json:
         click.echo("no source dataset")
         return
-    render.emit(sources, as_json, lambda: render.sources_table(sources))
+    render.emit(sources, as_json, lambda: render_operations.sources_table(sources))
 
 
 @click.group("sources", invoke_without_command=True)
