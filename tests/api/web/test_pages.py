@@ -346,3 +346,21 @@ def test_changes_page_lists_what_the_taint_changed_and_the_banner_links_to_it(wo
     assert "Nothing changed after seq" in _get(world, f"/changes?from={taint}&to={taint}", 200)
     assert "must not be after" in _get(world, f"/changes?from={taint}&to={taint - 1}", 422)
     assert "after the log head" in _get(world, f"/changes?from=1&to={taint + 1000}", 409)
+
+
+def test_a_run_pages_outputs_checks_and_inputs_are_live_regions_that_follow_the_run(world: World) -> None:
+    """Issue 36: static/live.js swaps the regions marked data-live-id with the fragment's; the outputs table was
+    outside them, so a page opened mid-run kept its outputs at "building" after the badge said succeeded."""
+    success_seq = int(re.findall(r'data-seq="(\d+)"', _get(world, f"/instances/{world.daily_uuid}"))[0])
+    during = _get(world, f"/runs/run-1?as_of={success_seq - 1}&fragment=main")
+    after = _get(world, "/runs/run-1?fragment=main")
+
+    def live_region(html: str) -> str:
+        (region,) = re.findall(r'<section id="run-results" data-live-id="run-results">(.*?)</section>', html, re.S)
+        return region
+
+    def output_states(html: str) -> list[str]:
+        return re.findall(r'data-testid="output-row" data-uuid="[^"]+" data-state="([^"]+)"', live_region(html))
+
+    assert output_states(during) == ["building"] and output_states(after) == ["tainted"]  # built, then tainted
+    assert 'data-testid="run-checks"' in live_region(after) and 'data-testid="run-inputs"' in live_region(after)
