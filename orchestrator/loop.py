@@ -25,7 +25,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 from partbuild.orchestrator.buckets import Ownership, StaticBucket, start_bucket
 from partbuild.orchestrator.decide import (
@@ -68,6 +70,24 @@ logger = logging.getLogger("partbuild.orchestrator")
 POLL_BACKOFF_DOUBLINGS = 3
 
 
+@dataclass(frozen=True)
+class LoopSettings:
+    """How an orchestrator runs: every field's default suits one process on one machine."""
+
+    clock: Clock = wall_clock_ms
+    poll_interval_s: float = 0.05  # how often the log is polled when nothing wakes the loop (SQLite)
+    heartbeat_interval_s: float = 5.0  # a running job run's heartbeats
+    heartbeat_timeout_s: float = 30.0  # a run silent this long is failed as stale
+    source_check_interval_s: float = 2.0  # how often wanted source partitions are looked for
+    max_workers: int | None = None  # job run threads (None: the jobs' concurrencies added up)
+    listen_timeout_s: float = 1.0  # PostgreSQL: the longest wait for an append notification
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
+    retention: RetentionPolicy | None = None  # `--retain-days`
+    ownership: StaticBucket | None = None  # a fixed bucket to decide for
+    bucketing: BucketingConfig | None = None  # `run --bucket-*`: the bucket, chosen at start
+    group: GroupConfig | None = None  # a worker group to join
+
+
 class Orchestrator:
     """Turns wants recorded in the log into job runs, and job runs into built partitions."""
 
@@ -80,41 +100,36 @@ class Orchestrator:
         spark: object = None,
         live: LiveState | None = None,
         snapshots: SnapshotStore | None = None,
-        clock: Clock = wall_clock_ms,
-        poll_interval_s: float = 0.05,
-        heartbeat_interval_s: float = 5.0,
-        heartbeat_timeout_s: float = 30.0,
-        source_check_interval_s: float = 2.0,
-        max_workers: int | None = None,
-        listen_timeout_s: float = 1.0,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-        retention: RetentionPolicy | None = None,
-        ownership: StaticBucket | None = None,
-        bucketing: BucketingConfig | None = None,
-        group: GroupConfig | None = None,
+        settings: LoopSettings | None = None,
+        **overrides: Any,
     ) -> None:
+        """Orchestrate `graph` over `db`, writing to `warehouse`; how it runs: `settings`, any field of which a
+        keyword of the same name overrides (`poll_interval_s=0.01`; an unknown name is a TypeError)."""
+        self.settings = settings = replace(settings or LoopSettings(), **overrides)
+        clock, group = settings.clock, settings.group
         self.db = db
         self.log = log = db.log
         self.graph = graph
         self.warehouse = warehouse
         self.clock = clock
-        self.poll_interval_s = poll_interval_s
-        self.heartbeat_timeout_ms = int(heartbeat_timeout_s * 1000)
-        self.source_check_interval_ms = int(source_check_interval_s * 1000)
+        self.poll_interval_s = settings.poll_interval_s
+        self.heartbeat_timeout_ms = int(settings.heartbeat_timeout_s * 1000)
+        self.source_check_interval_ms = int(settings.source_check_interval_s * 1000)
         # The process's one state: shared (`up`: its owner checkpoints it) or our own (snapshotted).
         self._owns_live = live is None
-        self.live = live or LiveState(log, use_snapshots=snapshots is not None, snapshot_every=snapshot_every)
+        self.live = live or LiveState(log, use_snapshots=snapshots is not None, snapshot_every=settings.snapshot_every)
         self._wake = threading.Event()
         # PostgreSQL pushes appends from any process; elsewhere the loop polls every poll_interval_s.
         self._listener = log.append_listener()
-        self.listen_timeout_s = listen_timeout_s
+        self.listen_timeout_s = settings.listen_timeout_s
         self._next_due_ms: int | None = None
         self._quiet_steps = 0  # steps in a row that folded nothing and did nothing: the poll backs off
-        self.retention = retention
+        self.retention = settings.retention
         # Decide only for the refs of this bucket (None: all). `run --bucket-*` makes one now (round-robin
         # records the bucket after the log's last one); a group member decides for the buckets it owns.
+        bucketing = settings.bucketing
         self.ownership: Ownership | None = (
-            ownership if bucketing is None else start_bucket(bucketing, self.live, log, clock)
+            settings.ownership if bucketing is None else start_bucket(bucketing, self.live, log, clock)
         )
         self.group = self._join(group) if group is not None else None
         self._pending: list[str] = []  # runs we buffered, dispatched once the fold accepted them
@@ -125,7 +140,7 @@ class Orchestrator:
         self._last_decision: tuple[int, Decision] | None = None
         self.run_log_max_age_ms = RUN_LOG_MAX_AGE_MS  # the run logs' age cap
         self._run_logs_pruned_ms = 0
-        self.executor = self._executor(spark, max_workers, heartbeat_interval_s)
+        self.executor = self._executor(spark, settings.max_workers, settings.heartbeat_interval_s)
         self._start_helpers()
         if self.group is not None:
             self.group.start()  # last: heartbeats from here on, so nothing slow may follow

@@ -183,7 +183,7 @@ def up(
     from partbuild.api.service import Service
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
-    from partbuild.orchestrator.loop import Orchestrator
+    from partbuild.orchestrator.loop import LoopSettings, Orchestrator
     from partbuild.orchestrator.spark import lazy_spark_session
     from partbuild.orchestrator.supervisor import Supervisor
 
@@ -199,9 +199,9 @@ def up(
         refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = LiveState(db.log, snapshot_every=snapshot_every)
-        retention = _retention(retain_days)
+        settings = LoopSettings(retention=_retention(retain_days))
         background = Supervisor(
-            lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, retention=retention)
+            lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, settings=settings)
         )
         service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
         app = create_app(service)
@@ -361,20 +361,18 @@ def run(
     stop = threading.Event()
     with open_database(db_url, must_exist=False) as db, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
         spark = _lazy_spark(graph, db, master, dict(spark_conf), shared=group is not None or bucketing is not None)
-        from partbuild.orchestrator.loop import Orchestrator  # after: a JVM starting early starts meanwhile
+        from partbuild.orchestrator.loop import LoopSettings, Orchestrator  # after: a JVM starting early starts
 
-        orchestrator = Orchestrator(
-            db,
-            graph,
-            warehouse=warehouse,
-            spark=spark,
-            snapshots=db.log.snapshots,
+        settings = LoopSettings(
             heartbeat_interval_s=heartbeat_interval,
             heartbeat_timeout_s=heartbeat_timeout,
             snapshot_every=snapshot_every,
             retention=_retention(retain_days),
             bucketing=bucketing,
             group=group,
+        )
+        orchestrator = Orchestrator(
+            db, graph, warehouse=warehouse, spark=spark, snapshots=db.log.snapshots, settings=settings
         )
 
         def request_stop(signum: signal.Signals) -> None:
