@@ -44,6 +44,7 @@ from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.group.ownership import GroupOwnership
 from partbuild.orchestrator.group.steps import GroupConfig
 from partbuild.orchestrator.group.worker import GroupWorker
+from partbuild.orchestrator.helpers import Helper, StepOf
 from partbuild.orchestrator.identity import ORCHESTRATOR, WORKER_ID
 from partbuild.orchestrator.publish import Publisher
 from partbuild.orchestrator.reactor import ReactionScope, Reactor, everything
@@ -175,15 +176,26 @@ class Orchestrator:
             run_logs=RunLogWriter(self.db.run_logs, clock=self.clock),
         )
 
-    def _prune_run_logs(self, now: int) -> None:
+    @cached_property
+    def helpers(self) -> list[Helper]:
+        """What acts beside the decisions after each step's append (orchestrator/helpers.py), in this order."""
+        found: list[Helper] = [StepOf("run logs", self._prune_run_logs)]
+        publisher = self.publisher
+        if publisher is not None:
+            found.append(StepOf("publisher", lambda now: bool(publisher.step(self.live))))
+        found.append(StepOf("rechecks", lambda now: self.rechecks.step(), owes=lambda: self.rechecks.busy()))
+        return found
+
+    def _prune_run_logs(self, now: int) -> bool:
         """The run logs' age cap (orchestrator/run_logs.py), at most once per `RUN_LOG_PRUNE_EVERY_MS`."""
         if now < self._run_logs_pruned_ms + RUN_LOG_PRUNE_EVERY_MS:
-            return
+            return False
         self._run_logs_pruned_ms = now
         try:
             self.db.run_logs.prune(now - self.run_log_max_age_ms)
         except Exception:  # lines only: the next prune tries again
             logger.warning("could not prune the run logs", exc_info=True)
+        return False  # pruning is housekeeping: it keeps no loop awake
 
     @cached_property
     def rechecks(self) -> ChecksRerunner:
@@ -300,16 +312,13 @@ class Orchestrator:
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop
                 with self.live.read() as state:
                     self.ownership.check_layout(state)
-        self._prune_run_logs(now)
         observed = self._look_for_sources(decision.source_checks, now)
         dispatched = self._dispatch()
-        if self.publisher is not None:
-            self.publisher.step(self.live)
-        rechecking = self.rechecks.step()
-        reacting = self.reactor.next_due_ms
-        due_times = (decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms, reacting)
+        helped = [helper.step(now) for helper in self.helpers]  # each one, whatever the others did
+        due_times = [decision.next_retry_ms, self.live.state.next_expiry_ms(), self.ticker.next_due_ms]
+        due_times += [self.reactor.next_due_ms, *(helper.next_due_ms() for helper in self.helpers)]
         self._next_due_ms = min((t for t in due_times if t is not None), default=None)
-        busy = bool(events) or observed or dispatched or rechecking
+        busy = bool(events) or observed or dispatched or any(helped)
         self._quiet_steps = 0 if busy or folded else self._quiet_steps + 1
         return busy
 
@@ -401,7 +410,7 @@ class Orchestrator:
         refs of other buckets: a round-robin run from cron then exits, and the next
         bucket's run builds them.)
         """
-        if self.executor.running_ids() or self._pending or self.rechecks.busy():
+        if self.executor.running_ids() or self._pending or any(helper.busy() for helper in self.helpers):
             return False
         with self.live.read() as state:
             if self.reactor.owes(state, self._reaction_scope(state).owns):  # pending or debouncing: not idle
