@@ -30,11 +30,12 @@ class _Static(StaticFiles):
 
 def add_web_ui(app: FastAPI) -> None:
     """Serve the pages at `/` and their static files at `/static` (outside the OpenAPI document)."""
-    from partbuild.api.web import actions, pages, signin
+    from partbuild.api.web import actions, bulk, pages, signin
     from partbuild.api.web.identity import SignInNeeded
 
     app.include_router(pages.router)
     app.include_router(actions.router)
+    app.include_router(bulk.router)
     app.include_router(signin.router)
     app.add_exception_handler(SignInNeeded, signin.to_signin)
     app.mount("/static", _Static(directory=STATIC), name="static")

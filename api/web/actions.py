@@ -28,7 +28,7 @@ from partbuild.api.web.templating import PageContext, render_page
 router = APIRouter(include_in_schema=False)
 
 
-async def _accepted(request: Request) -> tuple[Identity, dict[str, list[str]]] | Response:
+async def accepted_post(request: Request) -> tuple[Identity, dict[str, list[str]]] | Response:
     """The identity and form fields of a post, or the 403/4xx page refusing it."""
     identity = seam.current_identity(request)
     if not may_write(identity):
@@ -47,7 +47,7 @@ def _one(fields: dict[str, list[str]], name: str) -> str:
 
 @router.post("/actions/want")
 async def want_action(request: Request) -> Response:
-    accepted = await _accepted(request)
+    accepted = await accepted_post(request)
     if isinstance(accepted, Response):
         return accepted
     identity, fields = accepted
@@ -69,7 +69,7 @@ async def want_action(request: Request) -> Response:
 
 @router.post("/actions/cancel-want")
 async def cancel_want_action(request: Request) -> Response:
-    accepted = await _accepted(request)
+    accepted = await accepted_post(request)
     if isinstance(accepted, Response):
         return accepted
     identity, fields = accepted
@@ -83,7 +83,7 @@ async def cancel_want_action(request: Request) -> Response:
 
 @router.post("/actions/cancel-run")
 async def cancel_run_action(request: Request) -> Response:
-    accepted = await _accepted(request)
+    accepted = await accepted_post(request)
     if isinstance(accepted, Response):
         return accepted
     identity, fields = accepted
@@ -97,7 +97,7 @@ async def cancel_run_action(request: Request) -> Response:
 
 @router.post("/actions/taint")
 async def taint_action(request: Request) -> Response:
-    accepted = await _accepted(request)
+    accepted = await accepted_post(request)
     if isinstance(accepted, Response):
         return accepted
     identity, fields = accepted
@@ -112,7 +112,7 @@ async def taint_action(request: Request) -> Response:
 
 @router.post("/actions/schedule")
 async def schedule_action(request: Request) -> Response:
-    accepted = await _accepted(request)
+    accepted = await accepted_post(request)
     if isinstance(accepted, Response):
         return accepted
     identity, fields = accepted

@@ -137,3 +137,15 @@ def patterns(graph: Graph | None) -> list[str]:
 def api_message(exc: ApiError) -> str:
     """The API's problem detail for an error."""
     return str(exc)
+
+
+def grid_selection(graph: Graph | None, name: str, filters: dict[str, str]) -> dict[str, str] | None:
+    """The grid's filter as a bulk selection (every partition of the job, in the filter's state), or None when
+    a prefix cannot say it: several patterns, a key range, or a grid-only state (warning, tainted)."""
+    if graph is None or filters.get("start") or filters.get("end"):
+        return None
+    job, source = graph.jobs.get(name), graph.sources.get(name)
+    patterns = list(job.outputs) if job is not None else [source.pattern] if source is not None else []
+    if len(patterns) != 1 or filters.get("state") in ("warning", "tainted"):
+        return None
+    return {"ref_prefix": patterns[0].prefix, "state": filters.get("state", "")}

@@ -7,7 +7,7 @@ with dagre), `/runs`, `/runs/{id}`, `/events`, `/changes?from=A&to=B` (what chan
 `/audit`, `/automation` (schedules, their ticks and wants), `/jobs` (the job graph, drawn by static/lineage.js),
 `/jobs/{name}` (its partition grid), `/system` (worker groups, bucketing, sources, subscriptions). Posts:
 `/actions/want`, `/actions/cancel-want`, `/actions/cancel-run`, `/actions/taint`, `/actions/schedule` (pause,
-resume, tick now) (CSRF double-submit, writers only).
+resume, tick now), `/actions/bulk` (bulk.py: preview, then run) (CSRF double-submit, writers only).
 
 Stable hooks for browser tests (ids and data-testid):
 - every page: `#main`, `[data-testid=time-travel-banner][data-as-of]` when time travelling,
@@ -41,7 +41,12 @@ Stable hooks for browser tests (ids and data-testid):
   with `data-counts`; `job-graph-table`/`job-node-row[data-name]` with `node-count[data-state]` and a grid link.
 - grid: `grid-legend`/`legend-item[data-state][data-count]`, `grid-cells` of `grid-cell[data-ref][data-state]`
   (a range: `data-first`, `data-last`, `data-count`, a zoom link), `grid-months`/`grid-month[data-year][data-month]`
-  of `grid-cell` (a day with no instance: `data-state=none`), `grid-filter` (state, start, end).
+  of `grid-cell` (a day with no instance: `data-state=none`), `grid-filter` (state, start, end); writers get
+  `#bulk-form` (`bulk-scope-refs`, `bulk-scope-filter`, `bulk-count[data-count]`, `bulk-select-mode`,
+  `bulk-select-all`, `bulk-clear`, `bulk-action`, `bulk-reason`, `bulk-review`; selected cells `.selected`), and
+  after an action `bulk-done[data-action][data-acted-on]`.
+- bulk confirmation (`POST /actions/bulk`): `bulk-preview[data-action][data-selected][data-acted-on]`,
+  `bulk-confirm`, `bulk-back`, `bulk-nothing`; a ref page's `#rebuild-form` (`retry-button` or `rebuild-button`).
 - forms: `#want-form` (`want-ref`, `want-refs`, `want-pattern`, `want-start`, `want-end`,
   `want-preview-button`, `want-submit`, `want-preview[data-count]`), `#cancel-want-form`,
   `#cancel-run-form`, `#taint-form`; errors `form-error`; error pages `error-status`.
@@ -65,7 +70,7 @@ from partbuild.api.service.jobs import GRID_STATES
 from partbuild.api.web import identity as seam
 from partbuild.api.web import views
 from partbuild.api.web.event_view import EVENT_TYPES, events_page
-from partbuild.api.web.forms import FormInvalid, WantForm, patterns
+from partbuild.api.web.forms import FormInvalid, WantForm, grid_selection, patterns
 from partbuild.api.web.security import secure
 from partbuild.api.web.templating import PageContext, page_for, render_page
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
@@ -356,6 +361,7 @@ def job_grid_page(request: Request, name: str) -> HTMLResponse:
         view = service.partitions_grid(
             name, filters["start"] or None, filters["end"] or None, filters["state"] or None, as_of_seq=page.as_of
         )
-        return render_page(page, "job_grid.html", view=view, filters=filters, grid_states=GRID_STATES)
+        bulk = grid_selection(service.graph, name, filters)
+        return render_page(page, "job_grid.html", view=view, filters=filters, grid_states=GRID_STATES, bulk=bulk)
 
     return serve_page(request, build)
