@@ -12,10 +12,12 @@ so a grid of a log being written to stays cheap. As of a seq each ref of the ran
 is looked up in the past (from the live records' histories, `cell_states`): a
 pass over the range each time.
 
-Pattern-level dependencies: a job's `inputs` is a function of a partition, so its
-edges are found by asking it about one known partition of the job (its first ref
-in key order) and resolving each input ref to its producer; a job with no known
-partition yet has no edges drawn.
+The job graph is drawn from the graph's declarations (job_declarations.py: each job's inputs asked about
+sample partitions made from its patterns' typed fields, once per served graph; its checks and reactions; the
+graph's schedules), merged with the edges the log shows: each job's inputs asked about one known partition of
+it (its first ref in key order). Each job node counts its stale Live instances (built by another code version
+than the served graph's: `StaleIndex.count`, kept per head). Without a graph, the jobs, their partitions and
+edges are what the log's runs show (log_jobs.py), and a node's summary says so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
 from partbuild.api.models.partitions import check_result_name, worst_check_result
 from partbuild.api.service.base import ServiceBase
+from partbuild.api.service.job_declarations import (
+    DeclaredGraph,
+    declared_graph,
+    producer_name,
+    producers_read,
+    schedules_out,
+)
+from partbuild.api.service.log_jobs import LogJobs, dataset_of
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
@@ -151,27 +161,46 @@ class JobsService(ServiceBase):
     def partitions_summary(
         self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
     ) -> PartitionsSummaryOut:
-        node = self._node(name)
+        node = self._node(name) if self.graph is not None else None
         with self._reading(min_seq, as_of_seq) as state:
-            return self._summary(state, node, as_of_seq is None)
+            return self._summary(state, node or self._log_node(state, name), as_of_seq is None)
 
     def job_graph(self, as_of_seq: int | None = None, min_seq: int | None = None) -> JobGraphOut:
-        graph = self._served_graph()
+        """The served graph's jobs, sources, declared edges merged with the log's, checks, reactions, schedules;
+        without a graph, what the log knows of them (see the module)."""
+        graph = self.graph
+        if graph is None:
+            return self._log_graph(as_of_seq, min_seq)
+        declared = self._declared(graph)
         nodes = _nodes(graph)
         with self._reading(min_seq, as_of_seq) as state:
             summaries = [self._summary(state, node, as_of_seq is None) for node in nodes]
-            edges: dict[tuple[str, str], None] = {}
-            for node in nodes:
-                if node.kind != "job":
-                    continue
-                known = (r for r in self._refs_of(node) if as_of_seq is None or state.canonical_instance(r) is not None)
-                sample = next(known, None)
-                for producer in _producers_read(graph, sample) if sample is not None else ():
-                    edges[(producer, node.name)] = None
+            found = self._known_edges(graph, nodes, state, as_of_seq is None)
+            edges = {edge: GraphEdgeOut(input=edge[0], output=edge[1], declared=True) for edge in declared.edges}
+            for a, b in found:
+                edges.setdefault((a, b), GraphEdgeOut(input=a, output=b)).in_log = True
             return JobGraphOut(
                 as_of_seq=state.head_seq,
+                graph_served=True,
                 nodes=summaries,
-                edges=[GraphEdgeOut(input=a, output=b) for a, b in edges],
+                edges=list(edges.values()),
+                checks=list(declared.checks),
+                reactions=list(declared.reactions),
+                schedules=schedules_out(graph, state, lambda ref: _resolved_name(graph, ref)),
+            )
+
+    def _log_graph(self, as_of_seq: int | None, min_seq: int | None) -> JobGraphOut:
+        """The job graph without a graph: the jobs the log's runs name, the data they read, as of the seq."""
+        with self._reading(min_seq, as_of_seq) as state:
+            index = self._log_jobs(state)
+            seq = state.head_seq
+            nodes = [Node(name, kind, ()) for name, kind in index.nodes(seq)]  # type: ignore[arg-type]
+            return JobGraphOut(
+                as_of_seq=seq,
+                graph_served=False,
+                nodes=[self._summary(state, node, as_of_seq is None) for node in nodes],
+                edges=[GraphEdgeOut(input=a, output=b, in_log=True) for a, b in index.edges(seq)],
+                schedules=schedules_out(None, state, lambda ref: _logged_producer(state, ref)),
             )
 
     def partitions_grid(
@@ -185,8 +214,9 @@ class JobsService(ServiceBase):
         """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order."""
         if state_filter is not None and state_filter not in GRID_STATES:
             raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
-        node = self._node(name)
+        node = self._node(name) if self.graph is not None else None
         with self._reading(None, as_of_seq) as state:
+            node = node or self._log_node(state, name)
             refs = self._refs_of(node)
             low, high = grid.in_range(refs, start, end)
             live = self._live_cells(state, node) if as_of_seq is None else None
@@ -204,7 +234,7 @@ class JobsService(ServiceBase):
             for run in merged:  # the legend counts the key range; without a range, the job's summary
                 counted[run.state] += run.count
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
-            summary = _summary_out(node, counts, state.head_seq)
+            summary = _summary_out(node, counts, state.head_seq, self._stale_count(state, node, as_of_seq is None))
         if state_filter is not None:
             cells = [cell for cell in cells if cell[1] == state_filter]
             shown, merged = len(cells), list(grid.runs(cells))
@@ -226,13 +256,9 @@ class JobsService(ServiceBase):
 
     # ----------------------------------------------------------------- helpers
 
-    def _served_graph(self) -> Graph:
-        if self.graph is None:
-            raise NotFound("this server serves no graph: start it with --graph")
-        return self.graph
-
     def _node(self, name: str) -> Node:
-        graph = self._served_graph()
+        graph = self.graph
+        assert graph is not None  # without one: `_log_node`
         job = graph.jobs.get(name)
         if job is not None:
             return _job_node(job)
@@ -241,8 +267,49 @@ class JobsService(ServiceBase):
             return Node(source.name, "source", (source.pattern,))  # type: ignore[arg-type]
         raise NotFound(f"no job or source dataset named {name!r} in the served graph")
 
+    def _log_node(self, state: BuildState, name: str) -> Node:
+        """Job or source `name` as the log knows it as of the state's seq (no graph is served)."""
+        kind = self._log_jobs(state).kind(name, state.head_seq)
+        if kind is None:
+            raise NotFound(
+                f"no job or source data named {name!r} in the log as of seq {state.head_seq} "
+                "(this server serves no graph: jobs are known by their runs)"
+            )
+        return Node(name, kind, ())  # type: ignore[arg-type]
+
+    def _log_jobs(self, state: BuildState) -> LogJobs:
+        """The index of the log's jobs, brought up to the live state (`state` or the one it is a past of)."""
+        index: LogJobs = self.__dict__.setdefault("_log_jobs_index", LogJobs())
+        index.update(state.live if isinstance(state, PastState) else state)  # type: ignore[attr-defined]
+        return index
+
+    def _declared(self, graph: Graph) -> DeclaredGraph:
+        """What the served graph declares, found once (the graph never changes while served)."""
+        with self._counts_lock:
+            found = self.__dict__.get("_declared_graph")
+        if found is None or found[0] is not graph:
+            found = (graph, declared_graph(graph))  # outside the lock: the user's inputs functions run
+            with self._counts_lock:
+                self.__dict__["_declared_graph"] = found
+        return found[1]
+
+    def _known_edges(self, graph: Graph, nodes: list[Node], state: BuildState, live: bool) -> list[tuple[str, str]]:
+        """Each job's inputs asked about its first partition known as of the state's seq, resolved to producers."""
+        edges: dict[tuple[str, str], None] = {}
+        for node in nodes:
+            if node.kind != "job":
+                continue
+            known = (r for r in self._refs_of(node) if live or state.canonical_instance(r) is not None)
+            sample = next(known, None)
+            for producer in producers_read(graph, sample) if sample is not None else ():
+                edges[(producer, node.name)] = None
+        return list(edges)
+
     def _refs_of(self, node: Node) -> list[str]:
-        """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them."""
+        """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them;
+        without a graph, the log's (`LogJobs.refs`, brought up to date by `_log_node` or `_log_graph`)."""
+        if not node.patterns:
+            return self.__dict__["_log_jobs_index"].refs(node.name)
         lists = [self.listing.refs_matching(p.template, p.prefix, p.match) for p in node.patterns]
         # One pattern: the listing index's own list (never changed once handed out; `_refreshed` knows it).
         return lists[0] if len(lists) == 1 else sorted(ref for refs in lists for ref in refs)
@@ -253,7 +320,23 @@ class JobsService(ServiceBase):
         else:
             counted = Counter(found for _, found in cell_states(state, self._refs_of(node)))
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
-        return _summary_out(node, counts, state.head_seq)
+        return _summary_out(node, counts, state.head_seq, self._stale_count(state, node, live))
+
+    def _stale_count(self, state: BuildState, node: Node, live: bool) -> int | None:
+        """How many of a job's Live instances are stale as of the state's seq (None: a source, or no graph);
+        the live state's count is kept until the head moves."""
+        current = self.code_versions.get(node.name) if node.kind == "job" else None
+        if current is None:
+            return None
+        if not live:
+            return self.stale_index.count(state, node.name, current, now=False)
+        cache: dict[str, tuple[BuildState, int, int]] = self.__dict__.setdefault("_stale_cache", {})
+        last = cache.get(node.name)
+        if last is not None and last[0] is state and last[1] == state.head_seq:
+            return last[2]
+        count = self.stale_index.count(state, node.name, current)
+        cache[node.name] = (state, state.head_seq, count)
+        return count
 
     def _live_cells(self, state: BuildState, node: Node) -> LiveCells:
         """Every known ref of `node` with its grid state in the live `state`, their runs and counts, kept until the
@@ -265,8 +348,8 @@ class JobsService(ServiceBase):
         refs = self._refs_of(node)
         found = None
         if last is not None and last.state is state:
-            pattern = node.patterns[0]
-            added = self.listing.added_to(pattern.template, last.refs) if len(node.patterns) == 1 else None
+            one = node.patterns[0] if len(node.patterns) == 1 else None  # none without a graph: the log's refs
+            added = self.listing.added_to(one.template, last.refs) if one is not None else None
             found = _refreshed(last, state, refs, added)
         if found is None:
             found = _counted_cells(state, refs)
@@ -365,13 +448,21 @@ def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:
     return cells, tracked, seen
 
 
-def _summary_out(node: Node, counts: dict[str, int], seq: int) -> PartitionsSummaryOut:
+NO_GRAPH_NOTES = {
+    "job": "no graph is served: its partitions are those the log's runs of it were buffered for",
+    "source": "no graph is served: data the log's runs read that no run built, named after the refs' path",
+}
+
+
+def _summary_out(node: Node, counts: dict[str, int], seq: int, stale: int | None = None) -> PartitionsSummaryOut:
     return PartitionsSummaryOut(
         name=node.name,
         kind=node.kind,
         patterns=[pattern.template for pattern in node.patterns],
         total=sum(counts.values()),
         counts=counts,
+        stale=stale,
+        note=None if node.patterns else NO_GRAPH_NOTES[node.kind],
         as_of_seq=seq,
     )
 
@@ -385,20 +476,19 @@ def _nodes(graph: Graph) -> list[Node]:
     return sources + [_job_node(job) for job in graph.jobs.values()]
 
 
-def _producers_read(graph: Graph, ref: str) -> list[str]:
-    """The jobs and sources that produce what building `ref` reads (unresolvable inputs are left out)."""
-    found: dict[str, None] = {}
+def _resolved_name(graph: Graph, ref: str) -> str | None:
+    """The job or source producing `ref` in the served graph (None: none, or several)."""
     try:
-        inputs = graph.inputs_of(ref)
-    except (GraphError, ValueError, KeyError, TypeError):  # the user's inputs function may refuse an odd ref
-        return []
-    for input_ref in inputs:
-        try:
-            producer = graph.resolve(input_ref).producer
-        except GraphError:
-            continue
-        found[producer.label if isinstance(producer, Job) else producer.name] = None
-    return list(found)
+        return producer_name(graph.resolve(ref).producer)
+    except GraphError:
+        return None
+
+
+def _logged_producer(state: BuildState, ref: str) -> str | None:
+    """Without a graph: the job whose run built `ref`'s canonical instance as of the seq, else its data's name."""
+    instance = state.canonical_instance(ref)
+    run = state.job_runs.get(instance.built_by) if instance is not None and instance.built_by is not None else None
+    return run.job_label if run is not None else dataset_of(ref)
 
 
 def _only_date_field(node: Node) -> str | None:

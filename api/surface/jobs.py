@@ -1,4 +1,5 @@
-"""Jobs and source datasets of the served graph: partition counts by state and the pattern-level graph."""
+"""Jobs and source datasets of the served graph (without one, of the log): partition counts by state and the
+pattern-level graph with each job's declared checks and reactions, and the graph's schedules."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ if TYPE_CHECKING:  # its models load when an operation's types are first needed 
     from partbuild.api.models.jobs import JobGraphOut, PartitionsSummaryOut
 
 TAG = "jobs"
-NamePath = Annotated[str, Path(description="A job's label or a source dataset's name (a job first).")]
+NamePath = Annotated[
+    str,
+    Path(description="A job's label or a source dataset's name (a job first); without a graph, as the log names it."),
+]
 
 
 class JobsApi(Protocol):
@@ -25,5 +29,10 @@ class JobsApi(Protocol):
         self, name: NamePath, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None
     ) -> PartitionsSummaryOut: ...
 
-    @operation("GET", "/graph", "The served graph: jobs, sources, their dependencies and counts", role=Role.READER)
+    @operation(
+        "GET",
+        "/graph",
+        "The job graph: jobs, sources, declared and logged dependencies, counts, checks, reactions, schedules",
+        role=Role.READER,
+    )
     def job_graph(self, as_of_seq: AsOfSeq = None, min_seq: MinSeq = None) -> JobGraphOut: ...

@@ -109,12 +109,17 @@ def test_the_graph_has_three_nodes_two_edges_and_the_summaries_counts(served: Ap
     assert edges == {("raw_clicks", "daily_clicks"), ("daily_clicks", "weekly_clicks")}
     for name, node in nodes.items():
         assert node == ok(client.get(f"/api/v1/jobs/{name}/partitions/summary"))
-    early = ok(client.get("/api/v1/graph", params={"as_of_seq": 1}))
-    assert early["edges"] == [] and all(node["total"] <= 1 for node in early["nodes"])
+    assert all(edge["declared"] and edge["in_log"] for edge in graph["edges"])
+    early = ok(client.get("/api/v1/graph", params={"as_of_seq": 1}))  # the declared edges; none the log shows
+    assert {(e["input"], e["output"], e["declared"], e["in_log"]) for e in early["edges"]} == {
+        (a, b, True, False) for a, b in edges
+    }
+    assert all(node["total"] <= 1 for node in early["nodes"])
 
 
 def test_a_server_without_a_graph_says_so(api_server: ApiServer) -> None:
-    problem(api_server.client.get("/api/v1/graph"), 404, "serves no graph")
+    """Its job graph is the log's (empty here), and a job the log does not know is a 404 that says why."""
+    assert ok(api_server.client.get("/api/v1/graph"))["graph_served"] is False
     problem(api_server.client.get("/api/v1/jobs/x/partitions/summary"), 404, "serves no graph")
 
 

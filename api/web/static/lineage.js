@@ -3,11 +3,13 @@
 // the time travel) and, when checks were recorded on it, a badge of their worst result (passed, warning,
 // failed, errored); changing direction or depth redraws without a reload. The job graph page
 // (#lineage[data-kind=graph], GET /api/v1/graph) is drawn the same way: a node per job or source
-// (its name is its id, its counts by state its second line) linking to its grid (data-link-base).
+// (its name is its id, its counts by state and stale count its second line, a job's declared checks and
+// reactions a third) linking to its grid (data-link-base); an edge the graph declares but no known partition
+// shows yet is dashed (data-declared, data-in-log).
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
-  var NODE_H = 40, CHAR_W = 7.2, PAD = 12, BADGE_W = 16;
+  var NODE_H = 40, EXTRA_H = 16, CHAR_W = 7.2, PAD = 12, BADGE_W = 16;
   // The worst result of a node's checks (null: none recorded), as a letter on a coloured square.
   var BADGE_TEXT = { passed: "\u2713", warning: "!", failed: "\u2717", errored: "E" };
 
@@ -27,13 +29,21 @@
 
   // The job graph's answer in the lineage's shape: nodes by name, edges from producer to reader.
   function asLineage(data) {
+    function of(list, name) { return (list || []).filter(function (item) { return item.job === name; }); }
     return {
       root: null, as_of_seq: data.as_of_seq,
       nodes: data.nodes.map(function (node) {
         var counts = Object.keys(node.counts).map(function (k) { return k.replace(/_/g, " ") + " " + node.counts[k]; });
         var worst = ["failed", "upstream_failed", "tainted", "warning", "building", "missing"].filter(function (k) { return node.counts[k]; })[0];
+        var checks = of(data.checks, node.name).map(function (c) { return c.name + (c.blocking ? "" : " (warn)"); });
+        var reactions = of(data.reactions, node.name).map(function (r) {
+          return r.kind.replace(/^on_/, "").replace(/_/g, " ") + (r.debounce_ms ? " " + r.debounce_ms / 1000 + "s" : "");
+        });
+        var extra = [checks.length ? "checks: " + checks.join(", ") : "", reactions.length ? "reacts: " + reactions.join(", ") : ""];
         return { uuid: node.name, ref: node.name, state: worst || (node.total ? "live" : "none"), depth: 0,
-                 sub: node.kind + " · " + (counts.join(", ") || "no partitions"), counts: counts.join(",") };
+                 sub: node.kind + " · " + (counts.join(", ") || "no partitions") + (node.stale ? " · stale " + node.stale : ""),
+                 counts: counts.join(","), stale: node.stale === null || node.stale === undefined ? "" : String(node.stale),
+                 extra: extra.filter(Boolean).join(" · "), checks: checks.join(","), reactions: reactions.join(",") };
       }),
       edges: data.edges
     };
@@ -50,12 +60,12 @@
       // Room for the check badge at the right end (it never covers the label).
       var badge = node.check_result ? BADGE_W + 4 : 0;
       // The box fits the longer of its two lines (a job's counts can be longer than its name).
-      var chars = Math.max(label.length, node.sub ? node.sub.length : 0);
+      var chars = Math.max(label.length, node.sub ? node.sub.length : 0, node.extra ? node.extra.length : 0);
       var width = Math.min(420, Math.max(120, chars * CHAR_W + 2 * PAD)) + badge;
-      g.setNode(node.uuid, { width: width, height: NODE_H, label: label, node: node });
+      g.setNode(node.uuid, { width: width, height: NODE_H + (node.extra ? EXTRA_H : 0), label: label, node: node });
     });
     data.edges.forEach(function (edge) {
-      if (g.hasNode(edge.input) && g.hasNode(edge.output)) { g.setEdge(edge.input, edge.output); }
+      if (g.hasNode(edge.input) && g.hasNode(edge.output)) { g.setEdge(edge.input, edge.output, { edge: edge }); }
     });
     dagre.layout(g);
     return g;
@@ -69,8 +79,15 @@
       "transform": "translate(" + (box.x - box.width / 2) + "," + (box.y - box.height / 2) + ")"
     }, svg);
     var base = document.getElementById("lineage").getAttribute("data-link-base") || "/instances/";
-    var link = el("a", { "href": base + encodeURIComponent(id) + suffix }, group);
-    if (node.counts !== undefined) { group.setAttribute("data-counts", node.counts); }
+    // Without a served graph, source data is named after its refs' path: its partitions list, not a grid.
+    var href = base === "/jobs/" && id.indexOf("/") >= 0
+      ? "/partitions?prefix=" + encodeURIComponent(id + "/") + suffix.replace(/^\?/, "&")
+      : base + encodeURIComponent(id) + suffix;
+    var link = el("a", { "href": href }, group);
+    if (node.counts !== undefined) {
+      group.setAttribute("data-counts", node.counts);
+      ["stale", "checks", "reactions"].forEach(function (key) { group.setAttribute("data-" + key, node[key]); });
+    }
     el("rect", { "width": box.width, "height": box.height, "rx": 4 }, link);
     var title = el("text", { "x": PAD, "y": 16 }, link);
     title.textContent = box.label.length > 56 ? box.label.slice(0, 55) + "…" : box.label;
@@ -78,6 +95,10 @@
     // A superseded Live node is an older version: its location may hold other data now.
     var stateText = state.replace(/_/g, " ") + (node.superseded ? " (superseded)" : "");
     sub.textContent = node.sub || stateText + " · " + id.slice(0, 8);
+    if (node.extra) {
+      var extra = el("text", { "class": "sub", "x": PAD, "y": 32 + EXTRA_H, "data-testid": "job-declarations" }, link);
+      extra.textContent = node.extra.length > 56 ? node.extra.slice(0, 55) + "…" : node.extra;
+    }
     if (node.superseded) { group.setAttribute("class", group.getAttribute("class") + " superseded"); }
     group.setAttribute("data-superseded", node.superseded ? "true" : "false");
     if (node.check_result) {
@@ -103,9 +124,16 @@
       "markerWidth": 7, "markerHeight": 7, "orient": "auto-start-reverse" }, defs);
     el("path", { "class": "arrow", "d": "M 0 0 L 10 5 L 0 10 z" }, marker);
     g.edges().forEach(function (e) {
-      var points = g.edge(e).points.map(function (p) { return p.x + "," + p.y; });
-      el("path", { "class": "edge", "d": "M" + points.join(" L"), "marker-end": "url(#arrow)",
+      var drawn = g.edge(e), points = drawn.points.map(function (p) { return p.x + "," + p.y; });
+      var path = el("path", { "class": "edge", "d": "M" + points.join(" L"), "marker-end": "url(#arrow)",
         "data-testid": "lineage-edge", "data-input": e.v, "data-output": e.w }, svg);
+      var edge = drawn.edge;
+      if (edge && edge.declared !== undefined) {  // the job graph's: declared, seen in the log, or both
+        path.setAttribute("data-declared", String(edge.declared));
+        path.setAttribute("data-in-log", String(edge.in_log));
+        if (!edge.in_log) { path.setAttribute("stroke-dasharray", "5 4"); }
+        el("title", {}, path).textContent = e.v + " → " + e.w + (edge.in_log ? "" : " (declared; no known partition shows it yet)");
+      }
     });
     var suffix = box.getAttribute("data-link-suffix") || "";
     g.nodes().forEach(function (id) { drawNode(svg, g, id, data.root, suffix); });
