@@ -41,6 +41,7 @@ from partbuild.api.service.job_declarations import (
     schedules_out,
 )
 from partbuild.api.service.log_jobs import LogJobs, dataset_of
+from partbuild.api.service.partitions import checked
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
@@ -102,6 +103,29 @@ def cell_state(state: BuildState, ref: str) -> str | None:
     warned or errored."""
     found = cell_states(state, [ref])
     return found[0][1] if found else None
+
+
+CHECK_RESULTS = ("passed", "warning", "failed", "errored")
+
+
+def narrowed_cells(
+    state: BuildState, cells: list[tuple[str, str]], check: str | None, result: str | None, error: str | None
+) -> list[tuple[str, str]]:
+    """The cells whose instance (readers', else canonical) has a latest check of that name and result, and
+    whose note holds `error` (any case): one lookup each, on the live records (as of a seq: theirs then)."""
+    results = state.check_results
+    text = error.casefold() if error is not None else None
+    kept = []
+    for ref, found in cells:
+        instance = state.served_instance(ref) or state.canonical_instance(ref)
+        if instance is None:
+            continue
+        if (check is not None or result is not None) and not checked(results, instance.uuid, check, result):
+            continue
+        if text is not None and text not in (instance.note or "").casefold():
+            continue
+        kept.append((ref, found))
+    return kept
 
 
 def cell_states(state: BuildState, refs: Iterable[str]) -> list[tuple[str, str]]:
@@ -210,10 +234,17 @@ class JobsService(ServiceBase):
         end: str | None = None,
         state_filter: str | None = None,
         as_of_seq: int | None = None,
+        check_filter: str | None = None,
+        check_result_filter: str | None = None,
+        error_filter: str | None = None,
     ) -> GridView:
-        """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order."""
+        """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order;
+        the filters of `GET /partitions` narrow it (a check, its result, an error's text), as of any seq."""
         if state_filter is not None and state_filter not in GRID_STATES:
             raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
+        if check_result_filter is not None and check_result_filter not in CHECK_RESULTS:
+            raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
+        narrowed = check_filter is not None or check_result_filter is not None or error_filter is not None
         node = self._node(name) if self.graph is not None else None
         with self._reading(None, as_of_seq) as state:
             node = node or self._log_node(state, name)
@@ -224,12 +255,13 @@ class JobsService(ServiceBase):
                 # Runs of the range from the cached ones: a page costs its runs, not its refs.
                 merged = grid.runs_between(live.cells, live.starts, low, high)
                 small = high - low <= grid.MAX_CELLS
-                cells = (
-                    live.cells[low:high] if small or state_filter is not None or len(merged) > grid.MAX_CELLS else []
-                )
+                whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
+                cells = live.cells[low:high] if whole else []
             else:
                 cells = cell_states(state, refs[low:high])
                 merged = list(grid.runs(cells))
+            if narrowed:
+                cells = narrowed_cells(state, cells, check_filter, check_result_filter, error_filter)
             counted: Counter[str] = Counter()
             for run in merged:  # the legend counts the key range; without a range, the job's summary
                 counted[run.state] += run.count
@@ -237,12 +269,13 @@ class JobsService(ServiceBase):
             summary = _summary_out(node, counts, state.head_seq, self._stale_count(state, node, as_of_seq is None))
         if state_filter is not None:
             cells = [cell for cell in cells if cell[1] == state_filter]
+        if state_filter is not None or narrowed:
             shown, merged = len(cells), list(grid.runs(cells))
         else:
             shown = summary.total
         months = None
         date_field = _only_date_field(node)
-        if date_field is not None and state_filter is None and shown <= grid.MAX_CELLS:
+        if date_field is not None and state_filter is None and not narrowed and shown <= grid.MAX_CELLS:
             days = [_day(node, ref, date_field) for ref, _ in cells]
             if all(day is not None for day in days):
                 months = grid.day_layout(cells, days)  # type: ignore[arg-type]  # None: checked above

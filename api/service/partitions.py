@@ -91,7 +91,7 @@ class PartitionsService(ServiceBase):
                 matching = (i for i in matching if is_unwanted(state, i))
             if check_filter is not None or check_result_filter is not None:
                 results = state.check_results
-                matching = (i for i in matching if _checked(results, i.uuid, check_filter, check_result_filter))
+                matching = (i for i in matching if checked(results, i.uuid, check_filter, check_result_filter))
             if error_filter is not None:
                 text = error_filter.casefold()
                 matching = (i for i in matching if text in (i.note or "").casefold())
@@ -388,7 +388,7 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
     ]
 
 
-def _checked(
+def checked(
     results: Mapping[str, tuple[CheckEntry, ...]], uuid: str, name: str | None, result: CheckResultName | None
 ) -> bool:
     """Whether the instance's latest checks have a check of that name (any, if None) with that result (any)."""

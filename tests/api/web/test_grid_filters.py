@@ -1,0 +1,46 @@
+"""The grid filtered by a check and by an error's text (issue 36 item 2), on the golden log of issue 34 served with
+a graph of its job: only the matching cells, as of any seq; a bad filter value is a 422 page, never ignored."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from partbuild.api.app import create_app
+from partbuild.api.service import Service
+from partbuild.orchestrator.context import JobContext
+from partbuild.orchestrator.graph import Graph, Job
+from partbuild.state.database import Database
+
+from golden_outcomes import outcome_events
+
+
+def noop(ctx: JobContext) -> None:
+    """Never run."""
+
+
+def cells(client: TestClient, **params: object) -> list[tuple[str, str]]:
+    html = client.get("/jobs/d", params=params).text
+    return re.findall(r'data-testid="grid-cell" data-ref="([^"]+)" data-state="([^"]+)"', html)
+
+
+def test_the_grid_shows_only_the_cells_of_a_check_or_an_error_as_of_any_seq(tmp_path: Path) -> None:
+    graph = Graph([Job("d", ["d/{n:int}"], noop)])
+    with Database.open(f"sqlite:///{tmp_path / 'g.db'}", auto_upgrade=True) as db:
+        db.log.append(outcome_events())
+        with TestClient(create_app(Service(db, graph=graph))) as client:
+            everything = cells(client)
+            failed_rows = cells(client, check="rows", check_result="failed")
+            by_error = cells(client, error="FILE_FOOTER")
+            before = cells(client, check="rows", as_of=4)
+            bad = client.get("/jobs/d", params={"check_result": "meh"})
+            shown = re.findall(
+                r'data-testid="grid-shown" data-count="(\d+)"', client.get("/jobs/d", params={"check": "rows"}).text
+            )
+    assert len(everything) == 7 and failed_rows == [("d/3", "failed")]
+    assert by_error == [("d/4", "up_for_retry")]
+    assert before == []  # the outcome that checked them came at seq 5
+    assert bad.status_code == 422 and "check_result must be one of" in bad.text
+    assert shown == ["2"]  # the count of what the filter shows: d/2 passed, d/3 failed
