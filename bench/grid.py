@@ -13,6 +13,8 @@ and asks the web app (Starlette's TestClient, with the `Server-Timing` wrapper o
   offsets; the answer aggregates runs of equal state, so its HTML stays bounded (its size is printed);
 - the same as of a random earlier seq (`?as_of=N`: the past state's canonical instances);
 - `GET /api/v1/jobs/daily_clicks/partitions/summary` (counts of all the job's partitions; kept per head seq);
+- the grid of such a range filtered by a check and its result (`&check=daily_not_empty&check_result=failed`,
+  issue 36): every cell of the range looked up, its instance's latest checks read;
 - the grid after the log moved (`--moves` times: a new daily wanted and a Live one tainted, two events
   folded, then the grid): what a page costs on a log being written to (the cells are brought forward from
   the last head's, not looked up again).
@@ -149,7 +151,7 @@ def main() -> None:
                 query = f"start={refs[low]}&end={refs[low + size - 1]}"
                 return f"/jobs/daily_clicks?{query}" + (f"&as_of={as_of}" if as_of is not None else "")
 
-            timings: dict[str, list[float]] = {"grid": [], "grid as of a seq": [], "summary": []}
+            timings: dict[str, list[float]] = {"grid": [], "grid as of a seq": [], "summary": [], "check filter": []}
             sizes: list[int] = []
             seqs = [rng.randrange(head // 2, head) for _ in range(3)]
             for seq in seqs:  # the first read of a past seq builds it: reported apart
@@ -168,6 +170,9 @@ def main() -> None:
                 timings["grid as of a seq"].append(server_ms(response))
                 response = client.get("/api/v1/jobs/daily_clicks/partitions/summary")
                 timings["summary"].append(server_ms(response))
+                response = client.get(grid_path(None) + "&check=daily_not_empty&check_result=failed")
+                assert response.status_code == 200
+                timings["check filter"].append(server_ms(response))
             timings["grid after the log moved"] = moved_grids(service, db, client, refs, grid_path, args.moves, rng)
         service.stop()
     print(
@@ -176,6 +181,7 @@ def main() -> None:
     print(line(f"grid page, {size:,} partitions", timings["grid"], TARGET_P99_MS))
     print(line(f"grid page as of a seq, {size:,} partitions", timings["grid as of a seq"]))
     print(line(f"summary, {total:,} partitions (per head seq)", timings["summary"]))
+    print(line(f"grid page with a check filter, {size:,} partitions", timings["check filter"], TARGET_P99_MS))
     print(
         line(f"grid page after the log moved, {size:,} partitions", timings["grid after the log moved"], TARGET_P99_MS)
     )
