@@ -44,3 +44,23 @@ def test_the_grid_shows_only_the_cells_of_a_check_or_an_error_as_of_any_seq(tmp_
     assert before == []  # the outcome that checked them came at seq 5
     assert bad.status_code == 422 and "check_result must be one of" in bad.text
     assert shown == ["2"]  # the count of what the filter shows: d/2 passed, d/3 failed
+
+
+def test_the_grid_has_a_key_of_every_state_each_in_its_own_color(tmp_path: Path) -> None:
+    """Issue 36: failed and upstream_failed were the same red; every state now has its own color and meaning."""
+    from partbuild.api.service.jobs import GRID_STATES
+
+    graph = Graph([Job("d", ["d/{n:int}"], noop)])
+    with Database.open(f"sqlite:///{tmp_path / 'k.db'}", auto_upgrade=True) as db:
+        db.log.append(outcome_events())
+        with TestClient(create_app(Service(db, graph=graph))) as client:
+            html = client.get("/jobs/d").text
+            css = client.get("/static/app.css").text
+    key = re.findall(
+        r'data-testid="legend-key-item" data-state="([a-z_]+)"><span class="cell s-\1"></span> ([^<]+)<', html
+    )
+    assert [state for state, _ in key] == GRID_STATES
+    assert len({meaning for _, meaning in key}) == len(GRID_STATES)  # no two states explained alike
+    colors = dict(re.findall(r"\.cell\.s-([a-z_]+) \{ background: (#[0-9a-f]{6}); \}", css))
+    assert set(GRID_STATES) <= set(colors)
+    assert len({colors[state] for state in GRID_STATES}) == len(GRID_STATES)
