@@ -20,24 +20,19 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 from _common import machine
 from checks_gate import HEAVY, NOOP
+from w1_vs_plain import run_partbuild
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for `examples`
 
 from examples.clicks.generate import generate_raw
-from examples.clicks.pipeline import WEEKLY_CHECKS, build_graph, weekly_ref, weeks_in_range
+from examples.clicks.pipeline import WEEKLY_CHECKS, build_graph
 from partbuild.orchestrator.graph import Graph
-from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.spark import spark_session
-from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.database import Database
-from partbuild.state.fold.records import WantState
-from partbuild.state.log.events import envelope, manual
 
 CHECKED_TARGET = 1.15
 NOOP_TARGET = 1.02
@@ -57,26 +52,6 @@ def side_graph(side: str, root: Path, days: int) -> Graph:
     return Graph(jobs=jobs, sources=list(graph.sources.values()))
 
 
-def build(spark: object, graph: Graph, out: Path, days: int) -> float:
-    """Build W1 from weekly wants in a fresh log; its seconds, from the wants to idle."""
-    with Database.open(f"sqlite:///{out / 'partbuild.db'}") as db:
-        wants = [
-            pb.WantCreate(want_id=f"weekly-{week}", partition_refs=[weekly_ref(week)]) for week in weeks_in_range(days)
-        ]
-        db.log.append([envelope(want, source=manual("b")) for want in wants])
-        started = time.perf_counter()
-        orchestrator = Orchestrator(db, graph, warehouse=str(out / "warehouse"), spark=spark)
-        try:
-            idle = orchestrator.run_until_idle(timeout_s=900)
-        finally:
-            orchestrator.close()
-        seconds = time.perf_counter() - started
-        state = orchestrator.state
-        assert idle and state.want_counts[WantState.SUCCESSFUL] == len(state.wants), state.counts()
-        assert not state.rejections, state.rejections[:3]
-        return seconds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=int, default=28)
@@ -91,13 +66,13 @@ def main() -> None:
         generate_raw(spark, root, days=args.days, rows_per_day=args.rows)
         warm = Path(tmp) / "warm-up"
         warm.mkdir()
-        build(spark, side_graph("W1's checks", root, args.days), warm, args.days)
+        run_partbuild(spark, root, warm, args.days, side_graph("W1's checks", root, args.days))
         for round_ in range(args.rounds):
             order = SIDES[round_ % len(SIDES) :] + SIDES[: round_ % len(SIDES)]
             for side in order:
                 out = Path(tmp) / f"{SIDES.index(side)}-{round_}"
                 out.mkdir()
-                seconds[side].append(build(spark, side_graph(side, root, args.days), out, args.days))
+                seconds[side].append(run_partbuild(spark, root, out, args.days, side_graph(side, root, args.days))[0])
             print(f"  round {round_ + 1}: " + ", ".join(f"{side} {seconds[side][-1]:.2f} s" for side in SIDES))
     spark.stop()
     print(f"machine: {machine()}")

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 from examples.clicks.generate import generate_raw
 from examples.clicks.pipeline import build_graph, weekly_ref, weeks_in_range
 from examples.clicks.plain import run_plain
+from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.loop import Orchestrator
 from partbuild.orchestrator.spark import spark_session
 from partbuild.proto.v1 import events_pb2 as pb
@@ -39,8 +40,10 @@ from partbuild.state.log.events import envelope, manual
 TARGET_RATIO = 1.15
 
 
-def run_partbuild(spark: object, data_root: Path, out: Path, days: int) -> tuple[float, int]:
-    """Build W1 from weekly wants in a fresh log; returns (seconds, job runs)."""
+def run_partbuild(
+    spark: object, data_root: Path, out: Path, days: int, graph: Graph | None = None
+) -> tuple[float, int]:
+    """Build W1 from weekly wants in a fresh log (W1's graph without checks, or `graph`); (seconds, job runs)."""
     with Database.open(f"sqlite:///{out / 'partbuild.db'}") as db:
         log = db.log
         log.append(
@@ -50,11 +53,10 @@ def run_partbuild(spark: object, data_root: Path, out: Path, days: int) -> tuple
             ]
         )
         started = time.perf_counter()
-        orchestrator = Orchestrator(
-            db, build_graph(data_root, days=days, checks=False), warehouse=str(out / "warehouse"), spark=spark
-        )
+        graph = graph or build_graph(data_root, days=days, checks=False)
+        orchestrator = Orchestrator(db, graph, warehouse=str(out / "warehouse"), spark=spark)
         try:
-            idle = orchestrator.run_until_idle(timeout_s=600)
+            idle = orchestrator.run_until_idle(timeout_s=900)
         finally:
             orchestrator.close()
         seconds = time.perf_counter() - started
