@@ -411,7 +411,7 @@ def test_run_passes_the_config_to_the_orchestrator(
     args = ["run", "--db", sqlite_url, "--graph", str(graph), "--bucket-total", "6", "--bucket-id", "2"]
     with pytest.raises(_Stopped):
         main([*args, "--bucket-ranges", "1-2", "--bucket-ranges", "5,6"])
-    assert given_kwargs["bucketing"] == BucketingConfig(6, 2, True, ("1-2", "5,6"))
+    assert given_kwargs["settings"].bucketing == BucketingConfig(6, 2, True, ("1-2", "5,6"))
 
 
 def test_orchestrator_turns_the_config_into_its_bucket(sqlite_url: str) -> None:
