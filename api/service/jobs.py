@@ -95,6 +95,22 @@ class GridView:
     start: str | None
     end: str | None
     state: str | None
+    # Single cells are labeled with the text after this (the node's one pattern's literal prefix: a month, a
+    # year, an hour, a name), when that text is short; None: no labels (days are laid out by month instead).
+    label_prefix: str | None = None
+
+
+MAX_LABEL = 16  # a cell label's characters at most: longer keys are left to the cell's title
+
+
+def label_prefix(node: Node, cells: list[Cell]) -> str | None:
+    """The prefix whose rest labels each of `cells` (all single, each rest short), or None."""
+    if len(node.patterns) != 1 or not cells or not all(cell.single for cell in cells):
+        return None
+    prefix = node.patterns[0].prefix
+    if not all(cell.first.startswith(prefix) and len(cell.first) - len(prefix) <= MAX_LABEL for cell in cells):
+        return None
+    return prefix
 
 
 def cell_state(state: BuildState, ref: str) -> str | None:
@@ -285,7 +301,8 @@ class JobsService(ServiceBase):
             shape = merged
         else:
             shape = grid.bounded(cells)
-        return GridView(summary, shape, months, shown, start, end, state_filter)
+        labels = label_prefix(node, shape) if months is None else None
+        return GridView(summary, shape, months, shown, start, end, state_filter, labels)
 
     # ----------------------------------------------------------------- helpers
 

@@ -64,3 +64,29 @@ def test_the_grid_has_a_key_of_every_state_each_in_its_own_color(tmp_path: Path)
     colors = dict(re.findall(r"\.cell\.s-([a-z_]+) \{ background: (#[0-9a-f]{6}); \}", css))
     assert set(GRID_STATES) <= set(colors)
     assert len({colors[state] for state in GRID_STATES}) == len(GRID_STATES)
+
+
+def test_cells_of_months_years_and_hours_are_labeled_with_their_key(tmp_path: Path) -> None:
+    """Issue 36: a monthly job's grid was 12 unlabeled squares; its cells now say which month each is."""
+    from partbuild.proto.v1 import events_pb2 as pb
+    from partbuild.state.log.events import envelope, manual
+
+    graph = Graph(
+        [
+            Job("monthly", ["m/month={month:month}"], noop),
+            Job("yearly", ["y/year={year:year}"], noop),
+            Job("long", ["l/key={key}"], noop),
+        ]
+    )
+    months = [f"m/month=2026-{n:02d}" for n in range(1, 13)]
+    refs = [*months, "y/year=2025", "y/year=2026", "l/key=" + "k" * 40]
+    with Database.open(f"sqlite:///{tmp_path / 'l.db'}", auto_upgrade=True) as db:
+        db.log.append([envelope(pb.WantCreate(want_id="w", partition_refs=refs), source=manual("ann"))])
+        with TestClient(create_app(Service(db, graph=graph))) as client:
+            labels = {
+                name: re.findall(r'data-testid="cell-label">([^<]+)<', client.get(f"/jobs/{name}").text)
+                for name in ("monthly", "yearly", "long")
+            }
+    assert labels["monthly"] == [f"2026-{n:02d}" for n in range(1, 13)]
+    assert labels["yearly"] == ["2025", "2026"]
+    assert labels["long"] == []  # a key too long for a cell: its title says it
