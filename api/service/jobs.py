@@ -49,6 +49,7 @@ from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
+from partbuild.state.rules.staleness import is_stale
 
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()
@@ -98,6 +99,7 @@ class GridView:
     # Single cells are labeled with the text after this (the node's one pattern's literal prefix: a month, a
     # year, an hour, a name), when that text is short; None: no labels (days are laid out by month instead).
     label_prefix: str | None = None
+    stale: frozenset[str] = frozenset()  # refs of single cells whose readers get a stale instance
 
 
 MAX_LABEL = 16  # a cell label's characters at most: longer keys are left to the cell's title
@@ -122,6 +124,14 @@ def cell_state(state: BuildState, ref: str) -> str | None:
 
 
 CHECK_RESULTS = ("passed", "warning", "failed", "errored")
+
+
+def _check_grid_filters(state: str | None, check_result: str | None) -> None:
+    """A grid filter's value is one the grid knows: InvalidInput (a 422 page) otherwise, never ignored."""
+    if state is not None and state not in GRID_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
+    if check_result is not None and check_result not in CHECK_RESULTS:
+        raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
 
 
 def narrowed_cells(
@@ -256,10 +266,7 @@ class JobsService(ServiceBase):
     ) -> GridView:
         """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order;
         the filters of `GET /partitions` narrow it (a check, its result, an error's text), as of any seq."""
-        if state_filter is not None and state_filter not in GRID_STATES:
-            raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
-        if check_result_filter is not None and check_result_filter not in CHECK_RESULTS:
-            raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
+        _check_grid_filters(state_filter, check_result_filter)
         narrowed = check_filter is not None or check_result_filter is not None or error_filter is not None
         node = self._node(name) if self.graph is not None else None
         with self._reading(None, as_of_seq) as state:
@@ -283,6 +290,7 @@ class JobsService(ServiceBase):
                 counted[run.state] += run.count
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
             summary = _summary_out(node, counts, state.head_seq, self._stale_count(state, node, as_of_seq is None))
+            stale = self._stale_cells(state, cells)
         if state_filter is not None:
             cells = [cell for cell in cells if cell[1] == state_filter]
         if state_filter is not None or narrowed:
@@ -302,9 +310,25 @@ class JobsService(ServiceBase):
         else:
             shape = grid.bounded(cells)
         labels = label_prefix(node, shape) if months is None else None
-        return GridView(summary, shape, months, shown, start, end, state_filter, labels)
+        return GridView(summary, shape, months, shown, start, end, state_filter, labels, stale)
 
     # ----------------------------------------------------------------- helpers
+
+    def _stale_cells(self, state: BuildState, cells: list[tuple[str, str]]) -> frozenset[str]:
+        """The refs whose readers get a stale instance: one still serving while its successor is built (new
+        input data, a code change), or a Live one built by another code version than the served graph's.
+        Only for a grid of single cells (`MAX_CELLS` at most): ranges carry no marks."""
+        if len(cells) > grid.MAX_CELLS:
+            return frozenset()
+        found = set()
+        for ref, _ in cells:
+            served = state.served_instance(ref)
+            canonical = state.canonical_instance(ref)
+            if served is not None and canonical is not None and served.uuid != canonical.uuid:
+                found.add(ref)  # out of date, serving until its successor goes Live
+            elif served is not None and is_stale(state, served, self.code_versions):
+                found.add(ref)
+        return frozenset(found)
 
     def _node(self, name: str) -> Node:
         graph = self.graph

@@ -90,3 +90,18 @@ def test_cells_of_months_years_and_hours_are_labeled_with_their_key(tmp_path: Pa
     assert labels["monthly"] == [f"2026-{n:02d}" for n in range(1, 13)]
     assert labels["yearly"] == ["2025", "2026"]
     assert labels["long"] == []  # a key too long for a cell: its title says it
+
+
+def test_a_stale_instance_still_serving_is_marked_on_its_cell_as_of_any_seq(tmp_path: Path) -> None:
+    """Issue 36: staleness shows in the grid: d/1 serves stale from seq 27 to 28, x/1 at the end (issue 34's log)."""
+    graph = Graph([Job("d", ["d/{n:int}"], noop), Job("x", ["x/{n:int}"], noop)])
+    with Database.open(f"sqlite:///{tmp_path / 's.db'}", auto_upgrade=True) as db:
+        db.log.append(outcome_events())
+        with TestClient(create_app(Service(db, graph=graph))) as client:
+
+            def marked(name: str, **params: object) -> list[str]:
+                html = client.get(f"/jobs/{name}", params=params).text
+                return re.findall(r'class="cell s-[a-z_]+[^"]* stale"[^>]*data-ref="([^"]+)"', html)
+
+            assert marked("d", as_of=27) == ["d/1"] and marked("d") == [] and marked("d", as_of=26) == []
+            assert marked("x") == ["x/1"] and marked("x", as_of=26) == []
