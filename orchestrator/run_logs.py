@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import threading
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,8 +231,12 @@ class RunLog:
         self._writer.close(self.run_id)
 
 
-def spark_job_lines(spark: object, run_id: str) -> list[str]:
+def spark_job_lines(spark: object, run_id: str, settle_s: float = 2.0) -> list[str]:
     """One line per Spark job of the run's job group (classic sessions; none on Spark Connect).
+
+    Called once the job function returned, so its jobs have ended; but Spark's listener bus tells the status
+    tracker so a moment later (longer on a loaded machine): a job still said to run is asked again, for up to
+    `settle_s`, before its line says so.
 
     PySpark's status tracker gives each job's id, status and stages and keeps only recent jobs
     (`spark.ui.retainedJobs`). It has no times: a job's duration comes from the JVM's status store (what
@@ -243,12 +248,22 @@ def spark_job_lines(spark: object, run_id: str) -> list[str]:
     tracker = context.statusTracker()
     lines = []
     for job_id in sorted(tracker.getJobIdsForGroup(run_id)):
-        info = tracker.getJobInfo(job_id)
+        info = _settled_info(tracker, job_id, settle_s)
         if info is not None:
             took = _spark_job_duration(context, job_id)
             lasted = "" if took is None else f", {took:.3f} s"
             lines.append(f"Spark job {job_id}: {info.status}{lasted}, stages {list(info.stageIds)}")
     return lines
+
+
+def _settled_info(tracker: Any, job_id: int, settle_s: float) -> Any:
+    """The tracker's info on a job, once it no longer says RUNNING (or `settle_s` passed)."""
+    deadline = time.monotonic() + settle_s
+    info = tracker.getJobInfo(job_id)
+    while info is not None and info.status in ("RUNNING", "UNKNOWN") and time.monotonic() < deadline:
+        time.sleep(0.02)
+        info = tracker.getJobInfo(job_id)
+    return info
 
 
 def _spark_job_duration(context: Any, job_id: int) -> float | None:
