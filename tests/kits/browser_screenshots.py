@@ -5,7 +5,8 @@ Run: `make screenshots` (or `.venv/bin/python tests/kits/browser_screenshots.py 
 weekly wanted; one daily tainted and rebuilt; then one daily tainted and left so, and one day's raw
 files lost so its daily's rebuild fails for good), serves it on a free port, and photographs, in the
 distribution's headless Chromium (tests/kits/browserkit.py) at 1280x800: the lineage graph of week
-2026-W02's instance, the want tree, the dailies' partition grid, the job graph, the failed run's page
+2026-W02's instance, the want tree, the dailies' partition grid (and filtered by a check), the job graph,
+the failed run's page
 (its log: the job's lines and the traceback), and the overview while a weekly rebuild is held in
 flight. Takes about a minute.
 """
@@ -166,6 +167,9 @@ def photograph_jobs(tab: Tab, failed_run_id: str, out: Path) -> None:
         "data-state", "failed"
     )
     photograph_down_to(page, "[data-testid=grid-months]", out / "grid.png")
+    visit(tab, "/jobs/daily_clicks?check=daily_not_empty&check_result=passed")  # which dailies passed their check
+    expect(page.get_by_test_id("grid-check")).to_have_value("daily_not_empty")
+    photograph_down_to(page, "[data-testid=grid-cells]", out / "grid-filter.png")
     visit(tab, "/jobs")
     expect(page.locator("#lineage-status")).to_have_attribute("data-state", "drawn")
     photograph_down_to(page, "[data-testid=job-graph-table]", out / "job-graph.png")
