@@ -286,7 +286,7 @@ class JobsService(ServiceBase):
             if narrowed:
                 cells = narrowed_cells(state, cells, check_filter, check_result_filter, error_filter)
             counted: Counter[str] = Counter()
-            for run in merged:  # the legend counts the key range; without a range, the job's summary
+            for run in grid.runs(cells) if narrowed else merged:  # the legend: the filter's, or the key range's
                 counted[run.state] += run.count
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
             summary = _summary_out(node, counts, state.head_seq, self._stale_count(state, node, as_of_seq is None))

@@ -36,14 +36,16 @@ def test_the_grid_shows_only_the_cells_of_a_check_or_an_error_as_of_any_seq(tmp_
             by_error = cells(client, error="FILE_FOOTER")
             before = cells(client, check="rows", as_of=4)
             bad = client.get("/jobs/d", params={"check_result": "meh"})
-            shown = re.findall(
-                r'data-testid="grid-shown" data-count="(\d+)"', client.get("/jobs/d", params={"check": "rows"}).text
-            )
+            checked_page = client.get("/jobs/d", params={"check": "rows"}).text
+            shown = re.findall(r'data-testid="grid-shown" data-count="(\d+)"', checked_page)
+            legend_items = r'data-testid="legend-item" data-state="([a-z_]+)" data-count="(\d+)"'
+            legend = dict(re.findall(legend_items, checked_page))
     assert len(everything) == 7 and failed_rows == [("d/3", "failed")]
     assert by_error == [("d/4", "up_for_retry")]
     assert before == []  # the outcome that checked them came at seq 5
     assert bad.status_code == 422 and "check_result must be one of" in bad.text
     assert shown == ["2"]  # the count of what the filter shows: d/2 passed, d/3 failed
+    assert legend == {"live": "1", "failed": "1"}  # and the legend counts the filter's cells by state
 
 
 def test_the_grid_has_a_key_of_every_state_each_in_its_own_color(tmp_path: Path) -> None:
