@@ -60,14 +60,16 @@ partitions_group = listing_group(
             help="Only instances with a check of this result (of --check, if given).",
         ),
         click.option("--error", help="Only instances whose note (a failure's cause, a taint's reason) holds this."),
+        click.option("--made-by", help="Only partitions a want made by this names (as 'wants --made-by')."),
     ],
-    lambda client, state, stale, unwanted, check, check_result, error, **page: client.partitions(
+    lambda client, state, stale, unwanted, check, check_result, error, made_by, **page: client.partitions(
         state_filter=state,
         stale_filter=stale,
         unwanted_filter=unwanted,
         check_filter=check,
         check_result_filter=check_result,
         error_filter=error,
+        made_by_filter=made_by,
         **page,
     ),
     render.instances_table,

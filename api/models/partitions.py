@@ -16,6 +16,7 @@ from partbuild.api.models.common import (
     StrictRequest,
     WrittenOut,
 )
+from partbuild.api.models.wants import MadeBy as MadeBy  # re-exported: the partitions list's `made_by` filter
 from partbuild.state.rules.refs import MAX_REF_BYTES
 
 MAX_LINEAGE_DEPTH = 50

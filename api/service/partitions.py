@@ -32,6 +32,8 @@ from partbuild.api.models.partitions import (
 )
 from partbuild.api.service.as_of import as_of_suffix, page_at
 from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
+from partbuild.api.service.wants import Maker
+from partbuild.api.service.wants import made_by_filter as made_by_filter_of
 from partbuild.api.surface import ANONYMOUS
 from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
@@ -60,6 +62,7 @@ class PartitionsService(ServiceBase):
         check_filter: str | None = None,
         check_result_filter: CheckResultName | None = None,
         error_filter: str | None = None,
+        made_by_filter: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
         as_of_seq: int | None = None,
@@ -95,6 +98,8 @@ class PartitionsService(ServiceBase):
             if error_filter is not None:
                 text = error_filter.casefold()
                 matching = (i for i in matching if text in (i.note or "").casefold())
+            if (maker := made_by_filter_of(made_by_filter)) is not None:
+                matching = (i for i in matching if _wanted_by(state, i.ref, maker))
             items = [self.instance_answer(state, instance) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)
@@ -386,6 +391,12 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
         )
         for name, passed, blocking, errored, description, metrics, *duration in rows
     ]
+
+
+def _wanted_by(state: BuildState, ref: str, maker: Maker) -> bool:
+    """Whether a want naming `ref` (as of the state's seq) was made by whom `maker` accepts."""
+    wants, causes = state.wants, state.want_causes
+    return any(maker(wants[want_id], causes) for want_id in state.wants_by_ref.get(ref, ()) if want_id in wants)
 
 
 def checked(

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # its models load when an operation's types are first needed 
         InstanceOut,
         InstanceStateName,
         LineageOut,
+        MadeBy,
         ObserveRequest,
         RetentionReportOut,
         RetentionRequest,
@@ -85,6 +86,14 @@ class PartitionsApi(Protocol):
         check_filter: CheckFilter = None,
         check_result_filter: CheckResultFilter = None,
         error_filter: ErrorFilter = None,
+        made_by_filter: Annotated[
+            MadeBy | None,
+            Query(
+                alias="made_by",
+                description="Only partitions a want names that was made by: user[:NAME], schedule[:NAME], "
+                "reaction[:JOB], derived[:PARENT] or system[:COMPONENT] (as `GET /wants?made_by=`).",
+            ),
+        ] = None,
         cursor: Cursor = None,
         limit: Limit = 100,
         as_of_seq: AsOfSeq = None,
