@@ -41,7 +41,8 @@ from partbuild.api.service.job_declarations import (
     schedules_out,
 )
 from partbuild.api.service.log_jobs import LogJobs, dataset_of
-from partbuild.api.service.partitions import checked
+from partbuild.api.service.partitions import checked, wanted_by
+from partbuild.api.service.wants import made_by_filter
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
@@ -126,21 +127,36 @@ def cell_state(state: BuildState, ref: str) -> str | None:
 CHECK_RESULTS = ("passed", "warning", "failed", "errored")
 
 
-def _check_grid_filters(state: str | None, check_result: str | None) -> None:
+@dataclass(frozen=True)
+class GridFilters:
+    """What narrows a grid beyond its key range and state: a check (by name, by result), an error's text, who
+    made the wants naming a partition; the filters of `GET /partitions`."""
+
+    check: str | None = None
+    check_result: str | None = None
+    error: str | None = None
+    made_by: str | None = None
+
+    @property
+    def narrows(self) -> bool:
+        return any(value is not None for value in (self.check, self.check_result, self.error, self.made_by))
+
+
+def _check_grid_filters(state: str | None, filters: GridFilters) -> None:
     """A grid filter's value is one the grid knows: InvalidInput (a 422 page) otherwise, never ignored."""
     if state is not None and state not in GRID_STATES:
         raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
-    if check_result is not None and check_result not in CHECK_RESULTS:
+    if filters.check_result is not None and filters.check_result not in CHECK_RESULTS:
         raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
 
 
-def narrowed_cells(
-    state: BuildState, cells: list[tuple[str, str]], check: str | None, result: str | None, error: str | None
-) -> list[tuple[str, str]]:
-    """The cells whose instance (readers', else canonical) has a latest check of that name and result, and
-    whose note holds `error` (any case): one lookup each, on the live records (as of a seq: theirs then)."""
-    results = state.check_results
-    text = error.casefold() if error is not None else None
+def narrowed_cells(state: BuildState, cells: list[tuple[str, str]], filters: GridFilters) -> list[tuple[str, str]]:
+    """The cells whose instance (readers', else canonical) has a latest check of that name and result, whose
+    note holds the error's text (any case), and that a want made by whom the filter names names: one lookup
+    each, on the live records (as of a seq: theirs then)."""
+    results, check, result = state.check_results, filters.check, filters.check_result
+    text = filters.error.casefold() if filters.error is not None else None
+    maker = made_by_filter(filters.made_by)  # InvalidInput for a malformed value
     kept = []
     for ref, found in cells:
         instance = state.served_instance(ref) or state.canonical_instance(ref)
@@ -149,6 +165,8 @@ def narrowed_cells(
         if (check is not None or result is not None) and not checked(results, instance.uuid, check, result):
             continue
         if text is not None and text not in (instance.note or "").casefold():
+            continue
+        if maker is not None and not wanted_by(state, ref, maker):
             continue
         kept.append((ref, found))
     return kept
@@ -260,14 +278,12 @@ class JobsService(ServiceBase):
         end: str | None = None,
         state_filter: str | None = None,
         as_of_seq: int | None = None,
-        check_filter: str | None = None,
-        check_result_filter: str | None = None,
-        error_filter: str | None = None,
+        filters: GridFilters = GridFilters(),
     ) -> GridView:
         """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order;
         the filters of `GET /partitions` narrow it (a check, its result, an error's text), as of any seq."""
-        _check_grid_filters(state_filter, check_result_filter)
-        narrowed = check_filter is not None or check_result_filter is not None or error_filter is not None
+        _check_grid_filters(state_filter, filters)
+        narrowed = filters.narrows
         node = self._node(name) if self.graph is not None else None
         with self._reading(None, as_of_seq) as state:
             node = node or self._log_node(state, name)
@@ -284,7 +300,7 @@ class JobsService(ServiceBase):
                 cells = cell_states(state, refs[low:high])
                 merged = list(grid.runs(cells))
             if narrowed:
-                cells = narrowed_cells(state, cells, check_filter, check_result_filter, error_filter)
+                cells = narrowed_cells(state, cells, filters)
             counted: Counter[str] = Counter()
             for run in grid.runs(cells) if narrowed else merged:  # the legend: the filter's, or the key range's
                 counted[run.state] += run.count

@@ -99,7 +99,7 @@ class PartitionsService(ServiceBase):
                 text = error_filter.casefold()
                 matching = (i for i in matching if text in (i.note or "").casefold())
             if (maker := made_by_filter_of(made_by_filter)) is not None:
-                matching = (i for i in matching if _wanted_by(state, i.ref, maker))
+                matching = (i for i in matching if wanted_by(state, i.ref, maker))
             items = [self.instance_answer(state, instance) for instance in islice(matching, limit)]
             seq = state.head_seq
         return page_at(items, limit, lambda i: i.ref, seq)
@@ -393,7 +393,7 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
     ]
 
 
-def _wanted_by(state: BuildState, ref: str, maker: Maker) -> bool:
+def wanted_by(state: BuildState, ref: str, maker: Maker) -> bool:
     """Whether a want naming `ref` (as of the state's seq) was made by whom `maker` accepts."""
     wants, causes = state.wants, state.want_causes
     return any(maker(wants[want_id], causes) for want_id in state.wants_by_ref.get(ref, ()) if want_id in wants)

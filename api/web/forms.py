@@ -141,9 +141,10 @@ def api_message(exc: ApiError) -> str:
 
 def grid_selection(graph: Graph | None, name: str, filters: dict[str, str]) -> dict[str, str] | None:
     """The grid's filter as a bulk selection (every partition of the job, in the filter's state), or None when
-    a prefix cannot say it: several patterns, a key range, a check or error filter, or a grid-only state (warning,
-    tainted)."""
-    if graph is None or any(filters.get(name) for name in ("start", "end", "check", "check_result", "error")):
+    a prefix cannot say it: several patterns, a key range, a check, error or maker filter, or a grid-only
+    state (warning, tainted)."""
+    narrowing = ("start", "end", "check", "check_result", "error", "made_by")
+    if graph is None or any(filters.get(name) for name in narrowing):
         return None
     job, source = graph.jobs.get(name), graph.sources.get(name)
     patterns = list(job.outputs) if job is not None else [source.pattern] if source is not None else []

@@ -66,7 +66,7 @@ from partbuild.api.errors import TITLES, ApiError, InvalidInput
 from partbuild.api.models.partitions import MAX_LINEAGE_DEPTH
 from partbuild.api.models.wants import MADE_BY_KINDS
 from partbuild.api.service import Service
-from partbuild.api.service.jobs import CHECK_RESULTS, GRID_STATES
+from partbuild.api.service.jobs import CHECK_RESULTS, GRID_STATES, GridFilters
 from partbuild.api.web import identity as seam
 from partbuild.api.web import views
 from partbuild.api.web.event_view import EVENT_TYPES, events_page
@@ -355,7 +355,7 @@ def job_graph_page(request: Request) -> HTMLResponse:
 @router.get("/jobs/{name}", response_class=HTMLResponse)
 def job_grid_page(request: Request, name: str) -> HTMLResponse:
     """A job's (or source's) partition status grid, filtered by state and key range (`start`, `end`)."""
-    filters = _query(request, "state", "start", "end", "check", "check_result", "error")
+    filters = _query(request, "state", "start", "end", "check", "check_result", "error", "made_by")
 
     def build(page: PageContext, service: Service) -> HTMLResponse:
         view = service.partitions_grid(
@@ -364,9 +364,7 @@ def job_grid_page(request: Request, name: str) -> HTMLResponse:
             filters["end"] or None,
             filters["state"] or None,
             as_of_seq=page.as_of,
-            check_filter=filters["check"] or None,
-            check_result_filter=filters["check_result"] or None,
-            error_filter=filters["error"] or None,
+            filters=GridFilters(*(filters[name] or None for name in ("check", "check_result", "error", "made_by"))),
         )
         bulk = grid_selection(service.graph, name, filters)
         return render_page(

@@ -36,6 +36,8 @@ def test_the_grid_shows_only_the_cells_of_a_check_or_an_error_as_of_any_seq(tmp_
             by_error = cells(client, error="FILE_FOOTER")
             before = cells(client, check="rows", as_of=4)
             bad = client.get("/jobs/d", params={"check_result": "meh"})
+            by_maker = (cells(client, made_by="user:ann"), cells(client, made_by="reaction"))
+            bad_maker = client.get("/jobs/d", params={"made_by": "boss"})
             checked_page = client.get("/jobs/d", params={"check": "rows"}).text
             shown = re.findall(r'data-testid="grid-shown" data-count="(\d+)"', checked_page)
             legend_items = r'data-testid="legend-item" data-state="([a-z_]+)" data-count="(\d+)"'
@@ -44,6 +46,8 @@ def test_the_grid_shows_only_the_cells_of_a_check_or_an_error_as_of_any_seq(tmp_
     assert by_error == [("d/4", "up_for_retry")]
     assert before == []  # the outcome that checked them came at seq 5
     assert bad.status_code == 422 and "check_result must be one of" in bad.text
+    assert (len(by_maker[0]), by_maker[1]) == (7, [])  # ann wanted every daily; no reaction did
+    assert bad_maker.status_code == 422 and "made_by must be one of" in bad_maker.text
     assert shown == ["2"]  # the count of what the filter shows: d/2 passed, d/3 failed
     assert legend == {"live": "1", "failed": "1"}  # and the legend counts the filter's cells by state
 
