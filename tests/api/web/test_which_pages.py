@@ -1,5 +1,7 @@
-"""The grid filtered by a check and by an error's text (issue 36 item 2), on the golden log of issue 34 served with
-a graph of its job: only the matching cells, as of any seq; a bad filter value is a 422 page, never ignored."""
+"""Pages that answer "which" (issue 36), on the golden log of issue 34 served with a graph of its job: the grid
+filtered by a check, an error's text or who made the wants, as of any seq (a bad filter value is a 422 page, never
+ignored); its key of every state's color, its cells' labels and stale marks; and a failed want's page naming the
+partitions that failed it and why."""
 
 from __future__ import annotations
 
@@ -111,3 +113,17 @@ def test_a_stale_instance_still_serving_is_marked_on_its_cell_as_of_any_seq(tmp_
 
             assert marked("d", as_of=27) == ["d/1"] and marked("d") == [] and marked("d", as_of=26) == []
             assert marked("x") == ["x/1"] and marked("x", as_of=26) == []
+
+
+def test_a_failed_wants_page_says_which_partition_failed_it_and_why(tmp_path: Path) -> None:
+    """Issue 34's want detail `failures`, on the want's page: w1 failed because d/3 failed its check `rows`."""
+    with Database.open(f"sqlite:///{tmp_path / 'w.db'}", auto_upgrade=True) as db:
+        db.log.append(outcome_events())
+        with TestClient(create_app(Service(db, graph=Graph([Job("d", ["d/{n:int}"], noop)])))) as client:
+            failed = client.get("/wants/w1").text
+            fine = client.get("/wants/w2").text
+            api = client.get("/api/v1/wants/w1").json()["failures"]
+    shown = re.findall(r'data-testid="want-failure" data-ref="([^"]+)"', failed)
+    assert shown == [failure["ref"] for failure in api] and "d/3" in shown
+    assert "<code>rows</code>" in failed and "check rows failed on d/3: 0 rows" in failed
+    assert 'data-testid="want-failures"' not in fine
