@@ -4,7 +4,8 @@ No Spark and no orchestrator: the log says January's dailies 6..31 failed (one p
 January 1..5 and February built, and February 10 failed (another run). On the grid a writer selects January
 (a click on its first day, a shift-click on its last), asks to retry, sees the count the server's dry run
 reports (26 of the 31 selected), confirms, and the page goes back to the grid where those 26 cells left the
-failed state; the log holds exactly one new event, a want naming exactly those 26 refs. `browserkit` fails
+failed state; the log holds exactly one new event, a want naming exactly those 26 refs; a run then builds
+them (as an orchestrator would) and the page follows them to Live. `browserkit` fails
 the test on any console error, uncaught exception or CSP violation (no inline scripts). While cells are
 selected a want lands and the live refresh redraws the grid: the selection stays.
 """
@@ -142,3 +143,11 @@ def test_retry_a_month_of_failed_cells_in_one_action_after_confirming_the_count(
     want_id = page.locator("[data-testid=bulk-done] [data-testid=want-link]").text_content()
     want = world.api.client.get(f"/api/v1/wants/{want_id}").json()
     assert sorted(want["refs"]) == january_failed() and want["comment"] == "January's bad input is fixed"
+    # What an orchestrator does next: a run builds the 26 fresh instances; the page follows them to Live.
+    _run(world.service, "run-retried", [day for day in DAYS if day.month == 1 and day.day > 5], failed=False)
+    expect(page.locator("[data-testid=grid-cell][data-day='2026-01-31']")).to_have_attribute(
+        "data-state", "live", timeout=15_000
+    )
+    assert {ref: state for ref, state in _states(tab).items() if "2026-01-" in ref} == dict.fromkeys(
+        [daily(day) for day in DAYS if day.month == 1], "live"
+    )
