@@ -157,11 +157,10 @@ class Reactor:
             return []
         scope = scope or everything(owns)
         self._forget_folded(state)
-        self._retry_due(now_ms)
-        retried = {seq for seq, _, _ in self._catch_up if seq in self._retrying}
+        retried = self._retry_due(now_ms)
         noted = self._note_changes(state, scope, now_ms)
         for seq in retried:
-            if self._retrying.get(seq, (0,))[0] == 2**62:  # read again without failing: noted
+            if self._retrying[seq][0] <= now_ms:  # read again without failing (a failure moves its time on)
                 del self._retrying[seq]
         events: list[pb.Event] = []
         if noted or state.head_seq != self._scanned_head or (self.next_due_ms or 0) <= now_ms:
@@ -234,12 +233,11 @@ class Reactor:
         )
         self._retrying[change.seq] = (now_ms + backoff, backoff, event, keys)
 
-    def _retry_due(self, now_ms: int) -> None:
-        """Changes whose evaluation failed and whose backoff passed: read again this step."""
-        for seq, (retry_at, backoff, event, keys) in sorted(self._retrying.items()):
-            if retry_at <= now_ms:
-                self._catch_up.append((seq, event, keys))
-                self._retrying[seq] = (2**62, backoff, event, keys)  # until it fails again, or is noted
+    def _retry_due(self, now_ms: int) -> list[int]:
+        """Changes whose evaluation failed and whose backoff passed: read again this step; their seqs."""
+        due = [seq for seq, (retry_at, *_) in sorted(self._retrying.items()) if retry_at <= now_ms]
+        self._catch_up += [(seq, self._retrying[seq][2], self._retrying[seq][3]) for seq in due]
+        return due
 
     def _note(self, state: BuildState, job: str, reaction: Reaction, ref: str, change: Change) -> bool:
         key = pending_key(job, reaction.kind, ref)
