@@ -3,16 +3,18 @@
 Targets: the gate's cost <= 15 % of the same build without checks; checks that do nothing <= 2 %.
 
 W1's daily work on `--days` days of generated raw clicks (examples/clicks/generate.py), built in
-batches of `--batch` days as the daily job builds them (`write_daily` per day, what `run_daily`
-does), each batch followed by the gate on its outputs (`run_gate`, what the executor runs before
-the outcome). One SparkSession, partbuild's local settings. A warm-up build runs first (a cold JVM
+batches of `--batch` days as the daily job builds them (per day what `run_daily` does: its write,
+through the side's `WriteObserver` as `ctx.write` does, so what Spark can observe of the checks is
+computed in the write), each batch followed by the gate on its outputs (`run_gate`, what the
+executor runs before the outcome). One SparkSession, partbuild's local settings. A warm-up build runs first (a cold JVM
 is slow, and its outputs are each daily's "previous instance"); then every round runs each side
 once, the order rotating, and medians are compared. The sides:
 
 - `build`: the dailies, no checks;
-- `w1 checks`: + W1's own daily check (`daily_not_empty`), one pass;
+- `w1 checks`: + W1's own daily check (`daily_not_empty`), observed in the write: no pass;
 - `6 checks, one pass`: + six ready-made checks per daily (not empty, no nulls in url, no nulls in
-  count, url unique, rows within a ratio of the raw day's, within a ratio of the previous instance's);
+  count, url unique, rows within a ratio of the raw day's, within a ratio of the previous instance's):
+  the write observes what it can, one pass computes the rest (url unique, the raw and previous rows);
 - `6 checks, per check`: the same six, each computed alone on each output (`Check.fn`: a Spark job or
   more per check per output, how every check ran before the shared pass; `--skip-per-check` to leave out);
 - `6 no-op checks`: six plain `Check`s returning passed at once.
@@ -41,7 +43,7 @@ from _common import machine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for `examples`
 
 from examples.clicks.generate import generate_raw
-from examples.clicks.pipeline import DAILY_CHECKS, daily_ref, days_in_range, raw_ref, write_daily
+from examples.clicks.pipeline import DAILY_CHECKS, daily_counts, daily_ref, days_in_range, raw_ref, write_daily
 from partbuild.orchestrator.checks import (
     Check,
     CheckContext,
@@ -55,12 +57,13 @@ from partbuild.orchestrator.checks import (
     run_gate,
     unique,
 )
+from partbuild.orchestrator.observed_writes import Observed, WriteObserver
 from partbuild.orchestrator.spark import spark_session
 
 GATE_TARGET = 0.15
 NOOP_TARGET = 0.02
 HEAVY = (
-    row_count_at_least(1, name="daily_not_empty"),
+    row_count_at_least(1),
     no_nulls("url"),
     no_nulls("count"),
     unique("url"),
@@ -109,6 +112,7 @@ class Side:
         self.checks = tuple(checks)
         self.target = target  # the most its gate may cost, as a fraction of the build
         self.alone = alone
+        self.observer = WriteObserver(self.checks)  # what `ctx.write` attaches to each daily it writes
         self.builds: list[float] = []  # each round's seconds building the dailies (this side's own)
         self.gates: list[float] = []  # and checking them
         self.jobs: list[int] = []
@@ -123,9 +127,10 @@ class Side:
             targets = []
             for day in batch:
                 location = str(out / daily_ref(day))
-                write_daily(spark, env.raw[day], location)
+                observed = observed_write(spark, self.observer, env.raw[day], location)
                 inputs = {raw_ref(day): env.raw[day]}
-                targets.append(CheckTarget(daily_ref(day), f"{self.name}-{day}", location, inputs, env.previous[day]))
+                uuid = f"{self.name}-{day}"
+                targets.append(CheckTarget(daily_ref(day), uuid, location, inputs, env.previous[day], {}, observed))
             built += time.perf_counter() - started
             started = time.perf_counter()
             self._gate(spark, targets)
@@ -143,6 +148,13 @@ class Side:
             return
         verdict = run_gate(self.checks, targets, "daily_clicks", lambda: spark)
         assert all(not r.errored for c in verdict.results for r in c.results), verdict.results
+
+
+def observed_write(spark: Any, observer: WriteObserver, raw: str, location: str) -> Observed | None:
+    """`write_daily` as the daily job does it (`ctx.write`): the checks Spark can observe computed as it writes."""
+    frame, watch = observer.observe(daily_counts(spark.read.parquet(raw)))
+    frame.write.mode("overwrite").parquet(location)
+    return watch.observed()
 
 
 class Env:

@@ -4,13 +4,15 @@
 output, its location and the row counts its checks want (of the output itself, its inputs, its
 previous instance). One action computes them all:
 
-- if any check has expressions, the outputs are read together (one listing, one schema inference:
-  the outputs of one run share their schema, and a column missing from one of them reads as nulls
-  there), each row tagged with its output, then grouped by the tag, every check's expressions in one
-  aggregation; an ungrouped aggregation over no rows gives an empty output its values (grouping
-  gives it no row);
-- the counted locations (each once, however many outputs and checks want it) are read together with
-  a one-column schema (counting reads no column, and a given schema spares the inference job),
+- if any check has expressions, the outputs are read together (one listing, one schema inference,
+  none when their writes gave the schema: the outputs of one run share their schema, and a column
+  missing from one of them reads as nulls there), each row tagged with its output, then grouped by
+  the tag, every check's expressions in one aggregation; an ungrouped aggregation over no rows gives
+  an empty output its values (grouping gives it no row; not computed when every output read is
+  known to hold rows);
+- the counted locations (each once, however many outputs and checks want it) on the driver's local file
+  system are counted from their parquet footers (`parquet_rows`: no Spark job); the others are read
+  together with a one-column schema (counting reads no column, and a given schema spares the inference job),
   tagged the same way and counted per tag;
 - the frames are unioned and collected: one action, whatever the number of outputs and checks.
 
@@ -19,6 +21,10 @@ when the outputs' columns are read anyway, their own row counts come from that r
 A row's tag comes from its file: the files Spark listed are assigned to their locations once, on
 the driver, and each row looks its file up (`_tagged`); one read per location would cost a listing
 and tasks of its own each, which on small outputs cost more than the work.
+
+What the job's write observed (`orchestrator/observed_writes.py`: an output written with `ctx.write`)
+is not computed again: such an output is read only for the checks Spark could not observe, and its
+own row count is known; a gate whose every value was observed runs no Spark job.
 
 When the pass fails, each output is computed in a pass of its own (its own schema, each counted
 location read on its own), and if that fails, each of its checks alone: an error is charged only
@@ -30,6 +36,7 @@ say which expression took what); a pair that errored gets the time of its last a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
@@ -40,6 +47,8 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from partbuild.orchestrator.parquet_rows import footer_rows
 
 KEY = "__partbuild_key"  # the output (or counted location) a row belongs to
 ROWS = "__partbuild_rows"  # the rows of a group: what a counted location's count is read from
@@ -57,10 +66,15 @@ class UnmatchedRows(RuntimeError):
 
 @dataclass(frozen=True)
 class PassOutput:
-    """One output of the pass: its location, and per check index the row counts wanted (name -> locations)."""
+    """One output of the pass: its location, per check index the row counts wanted (name -> locations), and
+    what its write already observed."""
 
     location: str
     counts: Mapping[int, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    # What the job's write observed (`orchestrator/observed_writes.py`): per check index its values, and the rows.
+    known: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    rows: int | None = None
+    schema: str | None = None  # the written frame's schema (JSON), when its write was observed
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,9 @@ def _attempt(
     """One pass over the outputs `which` for the checks `checks`; on failure, smaller passes."""
     started = time.perf_counter()
     noun = "1 output" if len(which) == 1 else f"{len(which)} outputs"
+    chosen, wanted = [outputs[i] for i in which], {c: columns[c] for c in checks}
     try:
-        values = _aggregate(spark, [outputs[i] for i in which], {c: columns[c] for c in checks})
+        values = _aggregate(spark, chosen, wanted)
     except Exception as exc:
         seconds = time.perf_counter() - started
         error = f"{type(exc).__name__}: {exc}"
@@ -120,7 +135,10 @@ def _attempt(
             _attempt(spark, outputs, columns, part_which, part_checks, shares, log)
         return
     seconds = time.perf_counter() - started
-    log.info("checks of %s computed in one pass in %.2f s", noun, seconds)
+    if _needs_spark(chosen, wanted):
+        log.info("checks of %s computed in one pass in %.2f s", noun, seconds)
+    else:
+        log.info("checks of %s computed in their writes: no pass (%.3f s)", noun, seconds)
     each = seconds / (len(which) * len(checks))  # shared out evenly: the pass has no per-check times
     for position, index in enumerate(which):
         for check in checks:
@@ -137,43 +155,80 @@ def _smaller(which: list[int], checks: list[int]) -> list[tuple[list[int], list[
 def _aggregate(
     spark: Any, outputs: Sequence[PassOutput], columns: Mapping[int, Mapping[str, Any]]
 ) -> list[dict[int, dict[str, Any]]]:
-    """One action: per output (in order), per check, its values by name (its columns' and its row counts)."""
+    """One action: per output (in order), per check, its values by name (its columns' and its row counts).
+
+    What an output's write observed (`PassOutput.known`, `PassOutput.rows`) is taken as is: only the
+    outputs still missing a check's columns are read, and only the locations whose rows are not known
+    are counted. When nothing is left to compute, no Spark job runs at all.
+    """
     from pyspark.sql import functions as F
 
-    aliases = {(check, name): f"c{check}_{n}" for check, named in columns.items() for n, name in enumerate(named)}
+    read = [p for p, output in enumerate(outputs) if any(_unknown(output, c, named) for c, named in columns.items())]
+    computed = sorted({c for p in read for c, named in columns.items() if _unknown(outputs[p], c, named)})
+    aliases = {(check, name): f"c{check}_{n}" for check in computed for n, name in enumerate(columns[check])}
     frames = []
     same: dict[int, int] = {}  # a key -> the key its rows were tagged with (one place spelled twice)
-    read_whole: dict[str, int] = {}  # output location -> its key, when its columns are read anyway
-    if aliases:  # checks that only count rows need no read of the outputs' columns (nor their schema)
+    key_of: dict[int, int] = {}  # output position -> the key of its rows, for the outputs read
+    rows_of: dict[str, int] = {o.location: o.rows for o in outputs if o.rows is not None}  # location -> rows
+    if read:  # checks that only count rows need no read of the outputs' columns (nor their schema)
         exprs = [F.count(F.lit(1)).alias(ROWS), *(columns[c][name].alias(a) for (c, name), a in aliases.items())]
-        locations = [output.location for output in outputs]
-        data = _tagged(lambda at: spark.read.parquet(*at), locations, 0, same)  # one listing, one schema inference
-        # Grouping gives an empty output no row: the same aggregation over no rows gives its values.
-        frames += [data.groupBy(KEY).agg(*exprs), data.where(F.lit(False)).agg(*exprs).withColumn(KEY, F.lit(EMPTY))]
-        read_whole = {location: index for index, location in enumerate(locations)}
+        locations = [outputs[p].location for p in read]
+        reader = _reader(spark, {outputs[p].schema for p in read})  # one listing, at most one schema inference
+        data = _tagged(lambda at: reader.parquet(*at), locations, 0, same)
+        frames.append(data.groupBy(KEY).agg(*exprs))
+        if any(outputs[p].rows in (None, 0) for p in read):
+            # Grouping gives an empty output no row: the same aggregation over no rows gives its values.
+            frames.append(data.where(F.lit(False)).agg(*exprs).withColumn(KEY, F.lit(EMPTY)))
+        key_of = {p: key for key, p in enumerate(read)}
+    whole = {outputs[p].location: key for p, key in key_of.items()}  # an output's own rows come with its columns
     wanted = {loc for output in outputs for check in columns for loc in _counted(output, check)}
-    counted = sorted(wanted - read_whole.keys())  # an output's own rows come with its columns
-    base = len(outputs)  # counted locations are keyed after the outputs
+    rows_of.update(footer_rows(spark, sorted(wanted - whole.keys() - rows_of.keys())))  # no Spark job for these
+    counted = sorted(wanted - whole.keys() - rows_of.keys())
+    base = len(read)  # counted locations are keyed after the outputs read
     if counted:
         frames.append(_counted_rows(spark, counted, base, same, together=len(outputs) > 1))
     found = {row[KEY]: row for row in reduce(_union, frames).collect()} if frames else {}
     if None in found:
         raise UnmatchedRows("rows of the pass were read from a file Spark did not list")
-    keys = {**read_whole, **{loc: base + i for i, loc in enumerate(counted)}}
-    rows_of = {
-        loc: int(found[same.get(key, key)][ROWS]) if same.get(key, key) in found else 0 for loc, key in keys.items()
-    }
+    for loc, key in {**whole, **{loc: base + i for i, loc in enumerate(counted)}}.items():
+        key = same.get(key, key)
+        rows_of.setdefault(loc, int(found[key][ROWS]) if key in found else 0)
     answers = []
     for position, output in enumerate(outputs):
-        row = found.get(same.get(position, position), found.get(EMPTY))
+        row = found.get(same.get(key_of[position], key_of[position]), found.get(EMPTY)) if position in key_of else None
         per_check = {}
         for check, named in columns.items():
-            values = {name: row[aliases[(check, name)]] for name in named} if row is not None else {}
+            if check in output.known:
+                values = dict(output.known[check])
+            else:
+                values = {name: row[aliases[(check, name)]] for name in named} if row is not None else {}
             for name, locs in output.counts.get(check, {}).items():
                 values[name] = sum(rows_of[loc] for loc in locs)
             per_check[check] = values
         answers.append(per_check)
     return answers
+
+
+def _reader(spark: Any, schemas: set[str | None]) -> Any:
+    """A parquet reader: given the schema the outputs were written with, if they all share a known one."""
+    if len(schemas) != 1 or (schema := next(iter(schemas))) is None:
+        return spark.read
+    from pyspark.sql.types import StructType
+
+    return spark.read.schema(StructType.fromJson(json.loads(schema)))
+
+
+def _needs_spark(outputs: Sequence[PassOutput], columns: Mapping[int, Mapping[str, Any]]) -> bool:
+    """Whether some value of the pass is not known from the writes: a check's columns, or a location's rows."""
+    if any(_unknown(output, c, named) for output in outputs for c, named in columns.items()):
+        return True
+    known = {output.location for output in outputs if output.rows is not None}
+    return any(loc not in known for output in outputs for check in columns for loc in _counted(output, check))
+
+
+def _unknown(output: PassOutput, check: int, named: Mapping[str, Any]) -> bool:
+    """Whether the pass must read `output` for `check`'s columns (it has some, and the write did not observe them)."""
+    return bool(named) and check not in output.known
 
 
 def _counted_rows(spark: Any, counted: Sequence[str], base: int, same: dict[int, int], *, together: bool) -> Any:

@@ -22,11 +22,12 @@ Two kinds of check. A plain one, `Check(name, fn)`, is a function of a `CheckCon
 output's ref, instance UUID and location, the Spark session, started only if the check asks
 for it, the locations of its declared inputs and of the ref's previous Live instance), run
 on each output in turn. An aggregate one, `Check.aggregate(name, columns, evaluate)`, gives
-Spark aggregate expressions instead: the gate computes every aggregate check of the run, on
-every output, in one shared Spark pass (`orchestrator/check_pass.py`), and each check's
-`evaluate` turns its values into the outcome. The ready-made checks are aggregate ones, so
-a run's checks cost one pass over its outputs rather than a Spark job per check per output;
-each keeps a `fn` that computes it alone, the way they all ran before. They read outputs
+Spark aggregate expressions instead: computed as the job writes the output if it writes with
+`ctx.write` (`orchestrator/observed_writes.py`), and otherwise by the gate, for every output of
+the run, in one shared Spark pass (`orchestrator/check_pass.py`); each check's `evaluate` turns
+its values into the outcome. The ready-made checks are aggregate ones, so a run's checks cost
+nothing more than its writes, or one pass over its outputs, rather than a Spark job per check per
+output; each keeps a `fn` that computes it alone, the way they all ran before. They read outputs
 as parquet, the format the jobs of the examples write (`spark.read.parquet(location)`).
 """
 
@@ -42,6 +43,8 @@ from typing import Any
 
 from partbuild.orchestrator.check_pass import PassOutput, Share, compute
 from partbuild.orchestrator.declarations import DeclarationError, bool_problem, callable_problem, number_problem
+from partbuild.orchestrator.observed_writes import Observed
+from partbuild.orchestrator.plan_keys import proves_unique
 from partbuild.proto.v1 import events_pb2 as pb
 
 MAX_CHECK_NAME = 256  # the fold's bound for ids (state/fold/validation.py)
@@ -77,6 +80,8 @@ class CheckContext:
     open_spark: Callable[[], Any] = field(default=lambda: None, repr=False)
     # Where the ref's latest earlier instance that went Live keeps its data (None: this is its first build).
     previous_location: str | None = None
+    # What the checks of each input's instance recorded when it was checked: ref -> check name -> metric -> value.
+    input_metrics: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
 
     @property
     def spark(self) -> Any:
@@ -88,6 +93,7 @@ CheckFunction = Callable[[CheckContext], CheckOutcome]
 AggregateColumns = Callable[[], Mapping[str, Any]]  # name -> a pyspark aggregate Column, built at gate time
 AggregateEvaluate = Callable[[Mapping[str, Any]], CheckOutcome]  # the values by name -> the outcome
 RowCounts = Callable[[CheckContext], Mapping[str, Sequence[str]]]  # name -> locations counted together
+Recorded = Callable[[CheckContext], Mapping[str, Any]]  # name -> a value taken from what the log recorded
 
 
 @dataclass(frozen=True)
@@ -100,12 +106,26 @@ class Aggregation:
     threshold belongs in a plain `Check`. `row_counts(context)` names locations whose rows to count,
     e.g. `{"rows": [context.location], "input_rows": list(context.input_locations.values())}` (each
     name's locations together; counting reads no column, so a check that only counts never makes the
-    pass read the outputs' columns). `evaluate(values)` gets both, by name, and returns the outcome.
+    pass read the outputs' columns). `recorded(context)` gives values the log already holds (e.g. what the
+    inputs' checks measured, `context.input_metrics`), so they need no read at all. `evaluate(values)` gets
+    them all, by name, and returns the outcome. `observable`: the expressions may be computed in the job's
+    own write (`orchestrator/observed_writes.py`); False for expressions Spark cannot observe (DISTINCT).
     """
 
     columns: AggregateColumns
     evaluate: AggregateEvaluate
     row_counts: RowCounts | None = None
+    recorded: Recorded | None = None
+    observable: bool = True
+    # The expressions to observe in the write of a given frame instead of `columns()` (None: not observed);
+    # e.g. `unique`, which only counts rows when the frame's plan proves its key (orchestrator/plan_keys.py).
+    observed_in: Callable[[Any], Mapping[str, Any] | None] | None = None
+
+    def observed_columns(self, frame: Any) -> Mapping[str, Any] | None:
+        """What a write of `frame` observes for this check (None: the gate's pass computes it)."""
+        if self.observed_in is not None:
+            return self.observed_in(frame)
+        return self.columns() if self.observable else None
 
 
 @dataclass(frozen=True)
@@ -138,6 +158,9 @@ class Check:
             raise CheckDeclarationError(f"check {self.name!r}: columns and evaluate must be callable")
         if self.aggregation is not None and (
             problem := callable_problem(self.aggregation.row_counts, "row_counts", optional=True)
+            or callable_problem(self.aggregation.recorded, "recorded", optional=True)
+            or bool_problem(self.aggregation.observable, "observable")
+            or callable_problem(self.aggregation.observed_in, "observed_in", optional=True)
         ):
             raise CheckDeclarationError(f"check {self.name!r}: {problem}")
 
@@ -149,6 +172,8 @@ class Check:
         evaluate: AggregateEvaluate,
         *,
         row_counts: RowCounts | None = None,
+        recorded: Recorded | None = None,
+        observable: bool = True,
         blocking: bool = True,
         retryable: bool = False,
     ) -> Check:
@@ -158,7 +183,7 @@ class Check:
         `Check.aggregate("no_future", lambda: {"late": F.count(F.when(F.col("ts") > F.current_timestamp(), 1))},
         lambda v: CheckOutcome(v["late"] == 0, f"{v['late']} rows in the future", {"late": v["late"]}))`.
         """
-        aggregation = Aggregation(columns, evaluate, row_counts)
+        aggregation = Aggregation(columns, evaluate, row_counts, recorded, observable)
         return cls(name, partial(_alone, name, aggregation), blocking, retryable, aggregation)
 
 
@@ -169,7 +194,12 @@ def _alone(name: str, aggregation: Aggregation, context: CheckContext) -> CheckO
     computed = share[(0, 0)]
     if computed.values is None:
         raise CheckPassError(computed.error or f"check {name} could not be computed")
-    return aggregation.evaluate(computed.values)
+    return aggregation.evaluate(_with_recorded(aggregation, computed.values, context))
+
+
+def _with_recorded(aggregation: Aggregation, values: Mapping[str, Any], context: CheckContext) -> Mapping[str, Any]:
+    """The pass's values and those the check takes from the log (`recorded`)."""
+    return values if aggregation.recorded is None else {**values, **aggregation.recorded(context)}
 
 
 class CheckPassError(RuntimeError):
@@ -185,6 +215,10 @@ class CheckTarget:
     location: str
     input_locations: Mapping[str, str]
     previous_location: str | None = None
+    # ref -> check name -> metric -> value: what each input's checks recorded (`CheckContext.input_metrics`)
+    input_metrics: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+    # What the job's write observed of this output (`JobContext.write`): the pass need not read it again.
+    observed: Observed | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +260,7 @@ def run_gate(
     """
     log = log or logger
     contexts = [_context(target, job_label, open_spark) for target in targets]
-    shared = _shared_pass(checks, contexts, log)
+    shared = _shared_pass(checks, contexts, [target.observed for target in targets], log)
     results: list[pb.InstanceChecks] = []
     failures: dict[str, tuple[str, bool]] = {}
     for index, context in enumerate(contexts):
@@ -234,7 +268,7 @@ def run_gate(
         results.append(recorded)
         for position, check in enumerate(checks):
             if check.aggregation is not None:
-                result, error = _from_pass(check, shared[(index, position)])
+                result, error = _from_pass(check, shared[(index, position)], context)
             else:
                 result, error = _run_one(check, partial(check.fn, context))
             recorded.results.append(result)
@@ -257,13 +291,18 @@ def _context(target: CheckTarget, job_label: str, open_spark: Callable[[], Any])
         target.input_locations,
         open_spark,
         target.previous_location,
+        target.input_metrics,
     )
 
 
 def _shared_pass(
-    checks: Sequence[Check], contexts: Sequence[CheckContext], log: logging.Logger
+    checks: Sequence[Check],
+    contexts: Sequence[CheckContext],
+    observed: Sequence[Observed | None],
+    log: logging.Logger,
 ) -> dict[tuple[int, int], Share]:
-    """(output index, check position) -> the aggregate check's values in the pass, or why it has none."""
+    """(output index, check position) -> the aggregate check's values in the pass (or observed in the job's
+    write), or why it has none."""
     aggregate = [position for position, check in enumerate(checks) if check.aggregation is not None]
     if not aggregate or not contexts:
         return {}
@@ -285,17 +324,33 @@ def _shared_pass(
         except Exception as exc:
             columns.pop(position, None)
             shares.update({(index, position): _errored(exc) for index in range(len(contexts))})
-    outputs = [PassOutput(context.location, counts[index]) for index, context in enumerate(contexts)]
+    outputs = [
+        _pass_output(context.location, counts[index], observed[index], columns)
+        for index, context in enumerate(contexts)
+    ]
     shares.update(compute(spark, outputs, columns, log))
     return shares
+
+
+def _pass_output(
+    location: str,
+    counts: Mapping[int, Mapping[str, Sequence[str]]],
+    observed: Observed | None,
+    columns: Mapping[int, Mapping[str, Any]],
+) -> PassOutput:
+    """An output of the pass, with what its write observed: its rows and the checks' values (those it has)."""
+    if observed is None:
+        return PassOutput(location, counts)
+    known = {check: observed.values[check] for check in columns if check in observed.values}
+    return PassOutput(location, counts, known, observed.rows, observed.schema)
 
 
 def _errored(exc: Exception) -> Share:
     return Share(None, f"{type(exc).__name__}: {exc}", 0.0)
 
 
-def _from_pass(check: Check, share: Share) -> tuple[pb.CheckResult, str | None]:
-    """An aggregate check's result from its values in the pass (or the pass's error)."""
+def _from_pass(check: Check, share: Share, context: CheckContext) -> tuple[pb.CheckResult, str | None]:
+    """An aggregate check's result from its values in the pass (or the pass's error) and those it takes from the log."""
     aggregation = check.aggregation
     assert aggregation is not None
     values = share.values
@@ -305,7 +360,7 @@ def _from_pass(check: Check, share: Share) -> tuple[pb.CheckResult, str | None]:
         errored = pb.CheckResult(name=check.name, blocking=check.blocking, errored=True, description=description)
         errored.duration_ms = _ms(share.seconds)
         return errored, error
-    return _run_one(check, lambda: aggregation.evaluate(values), share.seconds)
+    return _run_one(check, lambda: aggregation.evaluate(_with_recorded(aggregation, values, context)), share.seconds)
 
 
 def _run_one(check: Check, produce: Callable[[], object], already_s: float = 0.0) -> tuple[pb.CheckResult, str | None]:
@@ -392,12 +447,13 @@ def row_count_at_least(n: int, *, name: str | None = None, blocking: bool = True
     def alone(context: CheckContext) -> CheckOutcome:
         return evaluate({"rows": _read(context).count()})
 
-    aggregation = Aggregation(dict, evaluate, _own_rows)
+    aggregation = Aggregation(dict, evaluate, own_rows)
     return Check(name or f"row_count_at_least_{n}", alone, blocking=blocking, aggregation=aggregation)
 
 
-def _own_rows(context: CheckContext) -> dict[str, list[str]]:
-    """The output's rows, counted as a location (no column read, no schema inferred)."""
+def own_rows(context: CheckContext) -> dict[str, list[str]]:
+    """`row_counts` of the output's own rows, as `rows` (counted as a location: no column read, no schema
+    inferred; or observed as the job wrote it)."""
     return {"rows": [context.location]}
 
 
@@ -426,8 +482,11 @@ def unique(*columns: str, name: str | None = None, blocking: bool = True) -> Che
     """No two rows share the same values of `columns` (a key; nulls count as a value).
 
     Counted as distinct keys against rows, which joins the gate's pass (a groupBy of its own would
-    not). Metrics: `rows`, `distinct_keys` (distinct values of the key) and `extra_rows` (rows that
-    repeat a key seen before: rows - distinct_keys; 0 when unique).
+    not). Spark cannot observe a DISTINCT aggregation in a write: for an output written with `ctx.write`,
+    the check is settled in the write only when Spark's plan of the written frame proves the key (it is
+    grouped by it, or made distinct: `plan_keys`), and the pass computes it otherwise. Metrics: `rows`,
+    `distinct_keys` (distinct values of the key) and `extra_rows` (rows that repeat a key seen before:
+    rows - distinct_keys; 0 when unique).
     """
     _need_columns("unique", columns)
 
@@ -448,7 +507,11 @@ def unique(*columns: str, name: str | None = None, blocking: bool = True) -> Che
         found = _read(context).groupBy(*columns).count().agg(F.sum("count"), F.count(F.lit(1))).first()
         return evaluate({"rows": found[0] or 0, "distinct_keys": found[1]})
 
-    aggregation = Aggregation(expressions, evaluate)
+    def proven(frame: Any) -> dict[str, Any] | None:
+        # Every row has a key of its own when the plan proves the columns unique: counting rows is enough.
+        return {"rows": _rows(), "distinct_keys": _rows()} if proves_unique(frame, columns) else None
+
+    aggregation = Aggregation(expressions, evaluate, observable=False, observed_in=proven)
     return Check(name or f"unique_{'_'.join(columns)}", alone, blocking=blocking, aggregation=aggregation)
 
 
@@ -463,7 +526,7 @@ def row_count_within_ratio_of_inputs(
 
     def row_counts(context: CheckContext) -> dict[str, list[str]]:
         locations = list(context.input_locations.values())
-        return {**_own_rows(context), "input_rows": locations} if locations else {}
+        return {**own_rows(context), "input_rows": locations} if locations else {}
 
     def evaluate(values: Mapping[str, Any]) -> CheckOutcome:
         if "input_rows" not in values:
@@ -493,7 +556,7 @@ def row_count_within_ratio_of_previous(
 
     def row_counts(context: CheckContext) -> dict[str, list[str]]:
         previous = context.previous_location
-        return {**_own_rows(context), **({"previous_rows": [previous]} if previous is not None else {})}
+        return {**own_rows(context), **({"previous_rows": [previous]} if previous is not None else {})}
 
     def evaluate(values: Mapping[str, Any]) -> CheckOutcome:
         rows = int(values["rows"])

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partbuild.orchestrator.graph import Partition
+from partbuild.orchestrator.observed_writes import Watch, WriteObserver
 
 
 class MissingInputs(Exception):
@@ -102,6 +103,10 @@ class JobContext:
     # Gives the process's SparkSession (pyspark.sql.SparkSession, typed loosely so that state-only users
     # need no pyspark), starting it if no run has yet: read through `spark`, only by jobs that use Spark.
     open_spark: Callable[[], Any] = field(default=lambda: None, repr=False)
+    # Attaches the job's checks to what `write` writes (orchestrator/observed_writes.py).
+    observer: WriteObserver = field(default_factory=lambda: WriteObserver(()), repr=False)
+    # Output ref -> its write's observation (None: written more than once; the gate reads it back).
+    watches: dict[str, Watch | None] = field(default_factory=dict)
 
     @property
     def spark(self) -> Any:
@@ -141,12 +146,30 @@ class JobContext:
         `retryable`: it may succeed if tried again (the job's RetryPolicy); by default it fails for good until
         it is wanted again (new input data, a fix). Its data, if written, is never read.
         """
-        if ref not in {target.ref for target in self.outputs}:
-            raise ValueError(f"{ref!r} is not an output of job run {self.job_run_id}")
+        self._target(ref)  # an output of this run, or ValueError
         self.failures[ref] = (" ".join(str(reason).split()) or "failed", retryable)
+
+    def write(self, ref: str, frame: Any, *, format: str = "parquet", mode: str = "overwrite", **options: Any) -> str:
+        """Write the DataFrame `frame` as output `ref` (to its instance's location) and return the location.
+
+        The job's checks that Spark can observe are computed as the rows are written, in the write's own
+        action, and so is the row count (recorded as the output's `row_count` unless `record` gives one):
+        the gate then reads nothing back for them. `options` go to the writer (`.options(**options)`).
+        """
+        location = self._target(ref).location
+        observed, watch = self.observer.observe(frame)
+        observed.write.format(format).mode(mode).options(**options).save(location)
+        # A second write of one output (e.g. an append) leaves the first one's rows unobserved.
+        self.watches[ref] = None if ref in self.watches else watch
+        return location
+
+    def _target(self, ref: str) -> OutputTarget:
+        for target in self.outputs:
+            if target.ref == ref:
+                return target
+        raise ValueError(f"{ref!r} is not an output of job run {self.job_run_id}")
 
     def record(self, ref: str, *, row_count: int = 0, byte_count: int = 0, **metadata: Any) -> None:
         """Attach output metadata (row count, size, anything else) to the partition just written."""
-        if ref not in {target.ref for target in self.outputs}:
-            raise ValueError(f"{ref!r} is not an output of job run {self.job_run_id}")
+        self._target(ref)  # an output of this run, or ValueError
         self.records[ref] = OutputRecord(row_count, byte_count, {k: str(v) for k, v in metadata.items()})

@@ -28,6 +28,7 @@ from partbuild.orchestrator.graph import Graph, GraphError, Job, Partition, Sour
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import recorded_metrics
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
 from partbuild.state.log.events import envelope, from_job_run
 
@@ -69,6 +70,8 @@ class RunPlan:
     prior_failures: int  # failed attempts of these instances before this run
     # output instance UUID -> location of the ref's latest earlier instance that went Live (checks compare with it)
     previous_locations: dict[str, str] = field(default_factory=dict)
+    # declared input ref -> what its Live instance's checks recorded (check name -> metric -> value)
+    input_metrics: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
 
 def decide(state: BuildState, graph: Graph, now_ms: int, ownership: Ownership | None = None) -> Decision:
@@ -431,6 +434,7 @@ def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> Ru
     input_locations: dict[str, str] = {}
     input_uuids: dict[str, tuple[str, ...]] = {}
     previous_locations: dict[str, str] = {}
+    input_metrics: dict[str, dict[str, dict[str, float]]] = {}
     prior = 0
     for uuid in run.instance_uuids:
         instance = state.instances[uuid]
@@ -444,9 +448,11 @@ def plan_run(state: BuildState, graph: Graph, run_id: str, warehouse: str) -> Ru
             if current is not None and current.state == InstanceState.LIVE and current.location:
                 input_locations[upstream] = current.location
                 read.append(current.uuid)
+                if entries := state.check_results.get(current.uuid):
+                    input_metrics[upstream] = recorded_metrics(entries)
         input_uuids[uuid] = tuple(read)
         prior = max(prior, failed_attempts(state, instance))
-    return RunPlan(job, run_id, targets, input_locations, input_uuids, prior, previous_locations)
+    return RunPlan(job, run_id, targets, input_locations, input_uuids, prior, previous_locations, input_metrics)
 
 
 def previous_live_location(state: BuildState, instance: Instance) -> str | None:

@@ -27,10 +27,12 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from partbuild.orchestrator.checks import CheckTarget, run_gate
+from partbuild.orchestrator.checks import Check, CheckTarget, run_gate
 from partbuild.orchestrator.context import JobContext, MissingInputs, OutputRecord, PermanentJobError, Resolver
 from partbuild.orchestrator.decide import RunPlan
 from partbuild.orchestrator.errors import root_cause
+from partbuild.orchestrator.graph import Job
+from partbuild.orchestrator.observed_writes import Observed, WriteObserver
 from partbuild.orchestrator.run_logs import RunLogWriter, spark_job_lines
 from partbuild.orchestrator.spark import LazySpark, cancel_spark_jobs, tag_spark_jobs, untag_spark_jobs
 from partbuild.proto.v1 import events_pb2 as pb
@@ -83,6 +85,7 @@ class JobExecutor:
         self._canceled: set[str] = set()  # canceled in the log while submitted here: record nothing more
         self._building: dict[str, str] = {}  # instance UUID -> the run handed to a thread to build it
         self._parked: list[RunPlan] = []  # runs waiting for a thread still building one of their instances
+        self._observers: dict[str, tuple[tuple[Check, ...], WriteObserver]] = {}  # job label -> see `_observer`
         self._lock = threading.Lock()  # guards the bookkeeping above
         # Held while a run's events are appended: once `cancel` has it, nothing of the run is in flight.
         self._emit_lock = threading.Lock()  # taken before `_lock`, never after
@@ -90,6 +93,18 @@ class JobExecutor:
         self._heartbeat_interval_s = heartbeat_interval_s
         self._ticker = threading.Thread(target=self._beat, name="partbuild-heartbeat", daemon=True)
         self._ticker.start()
+
+    def _observer(self, job: Job) -> WriteObserver:
+        """The job's `WriteObserver`, one per declaration of its checks (what Spark refuses is learned once)."""
+        checks = tuple(job.checks)
+        with self._lock:
+            # Kept with the checks themselves (compared by identity: a reloaded graph declares new ones).
+            held, observer = self._observers.get(job.label, ((), None))
+            same = len(held) == len(checks) and all(a is b for a, b in zip(held, checks, strict=True))
+            if observer is None or not same:
+                observer = WriteObserver(checks)
+                self._observers[job.label] = (checks, observer)
+            return observer
 
     def running_ids(self) -> list[str]:
         """Job runs submitted here and not finished: waiting, held back or executing (canceled ones too)."""
@@ -182,6 +197,7 @@ class JobExecutor:
                 log=log,
                 resolve=self._resolve,
                 open_spark=open_spark,
+                observer=self._observer(plan.job),
             )
             try:
                 return self._run_job(plan, context, log)
@@ -330,6 +346,8 @@ class JobExecutor:
                     if ref in context.input_locations
                 },
                 plan.previous_locations.get(target.instance_uuid),
+                plan.input_metrics,
+                _observed(context, target.ref),
             )
             for target in plan.targets
             if target.instance_uuid not in failed
@@ -446,6 +464,8 @@ def _success(
         if failed and target.instance_uuid in failed:
             continue
         record = context.records.get(target.ref) or OutputRecord()
+        if not record.row_count and (observed := _observed(context, target.ref)) is not None:
+            record = OutputRecord(observed.rows, record.byte_count, record.metadata)  # counted by its write
         declared = plan.input_uuids[target.instance_uuid]
         outputs.append(
             pb.OutputResult(
@@ -460,6 +480,12 @@ def _success(
     return pb.JobRunSuccess(
         job_run_id=plan.job_run_id, outputs=outputs, checks=checks, failed_outputs=list((failed or {}).values())
     )
+
+
+def _observed(context: JobContext, ref: str) -> Observed | None:
+    """What the write of output `ref` observed (None: not written with `ctx.write`, or not observed)."""
+    watch = context.watches.get(ref)
+    return watch.observed() if watch is not None else None
 
 
 def _output_failure(uuid: str, message: str, retryable: bool) -> pb.OutputFailure:

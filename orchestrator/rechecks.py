@@ -34,6 +34,7 @@ from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import recorded_metrics
 from partbuild.state.log.events import Clock, envelope
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import AppendConflict, EventLog, WriteNotDone
@@ -149,14 +150,17 @@ class ChecksRerunner:
             return Rerun(request_id, None, skipped=f"job {job.label} declares no checks")
         declared = set(job.inputs(resolution.partition))
         inputs = {}
+        metrics = {}
         for input_uuid in instance.inputs:  # the inputs it was built from, as the gate saw them
             read = state.instances.get(input_uuid)
             if read is not None and read.ref in declared and read.location:
                 inputs[read.ref] = read.location
+                if entries := state.check_results.get(input_uuid):
+                    metrics[read.ref] = recorded_metrics(entries)
         # The ref's instance that went Live before this one, as the gate gave it when this one was built: a
         # ratio to the previous build can fail on a re-check too.
         previous = previous_live_location(state, instance)
-        target = CheckTarget(instance.ref, uuid, instance.location or "", inputs, previous)
+        target = CheckTarget(instance.ref, uuid, instance.location or "", inputs, previous, metrics)
         return Rerun(request_id, target, tuple(job.checks), job.label)
 
     def _run(self, rerun: Rerun) -> pb.ChecksRerun:

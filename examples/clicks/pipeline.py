@@ -7,8 +7,9 @@
 `partbuild` loads this file with `load_graph`, which calls `graph()`: data root and
 day count come from `PARTBUILD_CLICKS_ROOT` (default `clicks-data`) and
 `PARTBUILD_CLICKS_DAYS` (default 28). The Spark work lives in `daily_counts` /
-`weekly_counts` / `write_daily` / `write_weekly`, shared with the plain-loop floor
-in `plain.py`, so both do provably the same work.
+`weekly_counts`, shared with the plain-loop floor in `plain.py` (`write_daily` /
+`write_weekly`), so both do provably the same work; the job functions write with
+`ctx.write` (parquet, overwrite, as those do), which computes the checks as it writes.
 
 The raw source is found one of two ways. By default `locate` checks a wanted day's
 directory for Spark's `_SUCCESS` marker. With `build_graph(..., raw_discovery=...)`
@@ -27,14 +28,14 @@ loading the graph needs no Spark.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partbuild.examples.clicks.isoweek import IsoWeek
-from partbuild.orchestrator.checks import Check, CheckContext, CheckOutcome, row_count_at_least
+from partbuild.orchestrator.checks import Check, CheckContext, CheckOutcome, own_rows
 from partbuild.orchestrator.context import JobContext, PermanentJobError
 from partbuild.orchestrator.graph import Graph, Job, Partition, PartitionPattern, SourceDataset
 from partbuild.orchestrator.reactions import on_upstream_change
@@ -128,7 +129,8 @@ def run_daily(ctx: JobContext, *, stage_raw: Callable[[str], str] | None = None)
     for target, raw_location in zip(ctx.outputs, raw_locations, strict=True):
         readable = stage_raw(raw_location) if stage_raw is not None else raw_location
         ctx.log.info("%s: counting clicks per url in %s", target.ref, readable)
-        write_daily(ctx.spark, readable, target.location)
+        # `ctx.write`: what `write_daily` does, with the daily's checks computed as it writes.
+        ctx.write(target.ref, daily_counts(ctx.spark.read.parquet(readable)))
 
 
 def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
@@ -144,28 +146,56 @@ def run_weekly(ctx: JobContext, *, days: int = 28, start: date = START) -> None:
         plans.append((target.ref, target.location, refs))
     all_refs = [ref for _, _, refs in plans for ref in refs]
     located = dict(zip(all_refs, ctx.inputs(all_refs), strict=True))
-    for weekly, location, refs in plans:
+    for weekly, _, refs in plans:
         ctx.log.info("%s: summing the clicks per url of its %d dailies", weekly, len(refs))
-        write_weekly(ctx.spark, [located[ref] for ref in refs], location)
+        # `ctx.write`: what `write_weekly` does, with the weekly's total computed as it writes.
+        ctx.write(weekly, weekly_counts(ctx.spark.read.parquet(*(located[ref] for ref in refs))))
 
 
 # --- Quality checks (orchestrator/checks.py): run on each output before it may go Live -----------
 
 
-def weekly_total_matches_dailies(context: CheckContext) -> CheckOutcome:
-    """The weekly's total clicks equal the sum of its dailies' (two small aggregations)."""
+def _clicks() -> dict[str, Any]:
+    """The output's total clicks: the sum of its `count` column (computed as the job writes it)."""
     from pyspark.sql import functions as F
 
-    spark = context.spark
-    total = spark.read.parquet(context.location).agg(F.sum("count")).first()[0] or 0
-    dailies = spark.read.parquet(*context.input_locations.values()).agg(F.sum("count")).first()[0] or 0
+    return {"clicks": F.sum("count")}
+
+
+def _daily_outcome(values: Mapping[str, Any]) -> CheckOutcome:
+    rows, clicks = int(values["rows"]), int(values["clicks"] or 0)
+    return CheckOutcome(rows >= 1, f"{rows} urls, {clicks} clicks", {"rows": rows, "clicks": clicks})
+
+
+def dailies_clicks(context: CheckContext) -> dict[str, int]:
+    """The clicks of the weekly's dailies, as each daily's own check counted them when it was built.
+
+    A daily checked before its check recorded its clicks is read again (one aggregation over those).
+    """
+    found = {
+        ref: context.input_metrics.get(ref, {}).get("daily_not_empty", {}).get("clicks")
+        for ref in context.input_locations
+    }
+    total = sum(int(clicks) for clicks in found.values() if clicks is not None)
+    unrecorded = [context.input_locations[ref] for ref, clicks in found.items() if clicks is None]
+    if unrecorded:
+        from pyspark.sql import functions as F
+
+        total += context.spark.read.parquet(*unrecorded).agg(F.sum("count")).first()[0] or 0
+    return {"dailies": total}
+
+
+def _weekly_outcome(values: Mapping[str, Any]) -> CheckOutcome:
+    total, dailies = int(values["clicks"] or 0), int(values["dailies"])
     return CheckOutcome(
         total == dailies, f"{total} clicks in the week, {dailies} in its dailies", {"total": total, "dailies": dailies}
     )
 
 
-DAILY_CHECKS = (row_count_at_least(1, name="daily_not_empty"),)
-WEEKLY_CHECKS = (Check("weekly_total_matches_dailies", weekly_total_matches_dailies),)
+# A daily is not empty, and records its clicks; a weekly's clicks are its dailies' (as they recorded them).
+# Both are computed as the jobs write their outputs: the gate reads no output back.
+DAILY_CHECKS = (Check.aggregate("daily_not_empty", _clicks, _daily_outcome, row_counts=own_rows),)
+WEEKLY_CHECKS = (Check.aggregate("weekly_total_matches_dailies", _clicks, _weekly_outcome, recorded=dailies_clicks),)
 
 
 # --- The graph -----------------------------------------------------------------------------------

@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
 # (name, passed, blocking, errored, description, metrics as sorted (key, value) pairs[, duration in ms])
-CheckRow = tuple[str, bool, bool, bool, str, tuple[tuple[str, float], ...]] | tuple[
-    str, bool, bool, bool, str, tuple[tuple[str, float], ...], int
-]
+CheckRow = (
+    tuple[str, bool, bool, bool, str, tuple[tuple[str, float], ...]]
+    | tuple[str, bool, bool, bool, str, tuple[tuple[str, float], ...], int]
+)
 # (seq of the outcome, its results on the instance)
 CheckEntry = tuple[int, tuple[CheckRow, ...]]
 # What an outcome records: (instance UUID, its results), in the event's order.
@@ -117,6 +118,14 @@ def record_checks(state: BuildState, seq: int, plan: ChecksPlan) -> None:
 def latest_checks(entries: tuple[CheckEntry, ...]) -> CheckEntry | None:
     """The newest entry (the results of the last outcome that checked the instance), or None."""
     return entries[-1] if entries else None
+
+
+def recorded_metrics(entries: tuple[CheckEntry, ...]) -> dict[str, dict[str, float]]:
+    """Check name -> metric -> value, from the instance's latest checked outcome (errored checks recorded none)."""
+    latest = latest_checks(entries)
+    if latest is None:
+        return {}
+    return {row[0]: dict(row[5]) for row in latest[1] if not row[3]}
 
 
 class PastCheckResults(Mapping[str, tuple[CheckEntry, ...]]):

@@ -79,10 +79,12 @@ def test_w1_weekly_wants_build_over_http(w1_api_server: ApiServer) -> None:
         (total,) = weekly["checks"]
         assert (total["name"], total["passed"], total["blocking"]) == ("weekly_total_matches_dailies", True, True)
         assert total["metrics"] == {"total": CLICKS_ROWS * len(days), "dailies": CLICKS_ROWS * len(days)}
-        daily_checks = canonical(client, daily_ref(days[0]))["checks"]
-        assert [(c["name"], c["passed"], c["metrics"]) for c in daily_checks] == [
-            ("daily_not_empty", True, {"rows": 50})
+        daily = canonical(client, daily_ref(days[0]))
+        # The daily's check and its row count were observed as `ctx.write` wrote it: 50 urls, R clicks.
+        assert [(c["name"], c["passed"], c["metrics"]) for c in daily["checks"]] == [
+            ("daily_not_empty", True, {"rows": 50, "clicks": CLICKS_ROWS})
         ]
+        assert daily["row_count"] == 50 and weekly["row_count"] == 50
         weeklies[week] = weekly
         lineage = ok(
             client.get(f"{API}/instances/{weekly['uuid']}/lineage", params={"direction": "upstream", "depth": 2})

@@ -1,13 +1,25 @@
 """The shared pass of aggregate checks (orchestrator/check_pass.py), its parts that need no Spark: which
-location a file Spark listed belongs to. The pass itself on real parquet data: tests/e2e/test_checks_spark.py."""
+location a file Spark listed belongs to, what the writes observed, row counts from parquet footers. The pass
+itself on real parquet data: tests/e2e/test_checks_spark.py and tests/e2e/test_observed_writes_spark.py."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from partbuild.orchestrator.check_pass import UnmatchedRows, _location_parts, _owners, _spellings, compute
+from partbuild.orchestrator.check_pass import (
+    PassOutput,
+    UnmatchedRows,
+    _location_parts,
+    _owners,
+    _spellings,
+    compute,
+)
+from partbuild.orchestrator.parquet_rows import footer_rows, local_rows
 
 
 def test_a_location_is_read_as_hadoop_reads_it() -> None:
@@ -42,3 +54,41 @@ def test_a_row_may_name_a_local_file_in_either_form_spark_writes() -> None:
 
 def test_nothing_to_compute_asks_nothing_of_spark() -> None:
     assert compute(object(), [], {0: {}}) == {}
+
+
+def test_what_the_writes_observed_is_taken_as_is_and_asks_nothing_of_spark() -> None:
+    """Every check's columns and every counted location's rows known from the writes: no Spark at all."""
+    outputs = [
+        PassOutput("/w/a", {0: {"rows": ["/w/a"]}}, {1: {"nulls": 0}}, rows=3),
+        PassOutput("/w/b", {0: {"rows": ["/w/b"]}}, {1: {"nulls": 2}}, rows=0),
+    ]
+    shares = compute(object(), outputs, {0: {}, 1: {"nulls": "an expression"}})
+    assert {key: share.values for key, share in shares.items()} == {
+        (0, 0): {"rows": 3},
+        (0, 1): {"nulls": 0},
+        (1, 0): {"rows": 0},
+        (1, 1): {"nulls": 2},
+    }
+    assert all(share.error is None for share in shares.values())
+
+
+def test_parquet_rows_come_from_the_footers_of_the_files_spark_would_read(tmp_path: Path) -> None:
+    table = pa.table({"k": [1, 2, 3]})
+    (tmp_path / "out" / "n=1").mkdir(parents=True)
+    (tmp_path / "out" / "_n=2").mkdir()  # a partition directory: read
+    (tmp_path / "out" / "_temporary").mkdir()  # hidden from Spark: not read
+    pq.write_table(table, tmp_path / "out" / "part-0.parquet")
+    pq.write_table(table, tmp_path / "out" / "n=1" / "part-1.parquet")
+    pq.write_table(table, tmp_path / "out" / "_n=2" / "part-2.parquet")
+    pq.write_table(table, tmp_path / "out" / "_temporary" / "part-3.parquet")
+    pq.write_table(table, tmp_path / "out" / ".part-4.parquet")
+    (tmp_path / "out" / "_SUCCESS").write_text("")
+    (tmp_path / "out" / ".part-0.parquet.crc").write_bytes(b"\0\1")
+    location = str(tmp_path / "out")
+    assert local_rows(location) == 9
+    assert local_rows(f"file://{location}") == 9 and local_rows(location + "/part-0.parquet") == 3
+    assert local_rows(location, bare_is_local=False) is None  # a bare path on a default file system elsewhere
+    assert local_rows("s3a://bucket/out") is None and local_rows(str(tmp_path / "absent")) is None
+    (tmp_path / "out" / "not-parquet").write_text("text")
+    assert local_rows(location) is None  # Spark reads it, and says what is wrong with it
+    assert footer_rows(object(), [location]) == {}  # no classic SparkContext: Spark counts
