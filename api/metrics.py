@@ -7,6 +7,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterator
 from itertools import islice
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -85,11 +86,11 @@ class _AutomationCollector(Collector):
         pending: Counter[str] = Counter(reaction_key(row.job, row.kind) for row in state.reaction_pending.values())
         for key in sorted({*state.reactions, *pending}):
             job, kind = split_reaction_key(key)
-            row = state.reactions.get(key) or ReactionRow()
+            reaction = state.reactions.get(key) or ReactionRow()
             names = [job, KIND_NAMES[kind]]
             owed.add_metric(names, pending[key])
-            fired.add_metric(names, row.fired)
-            failed.add_metric(names, row.failed)
+            fired.add_metric(names, reaction.fired)
+            failed.add_metric(names, reaction.failed)
         yield from (owed, fired, failed)
 
 
@@ -210,7 +211,7 @@ class _CheckCollector(Collector):
         yield family
 
 
-def _take_new(table: dict[str, object], seen: int, pending: dict[str, None]) -> int:
+def _take_new(table: dict[str, Any], seen: int, pending: dict[str, None]) -> int:
     """Add the keys created since `seen` entries to `pending` (dicts keep creation order); returns the new count."""
     new = len(table) - seen
     if new > 0:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from partbuild.orchestrator.checks import Check
 from partbuild.orchestrator.code_versions import code_version_problem, derived_code_version, graph_files
@@ -271,6 +271,11 @@ class Job:
         elif problem := code_version_problem(self.code_version):
             raise GraphError(f"job {self.label!r}: {problem}")
 
+    @property
+    def patterns(self) -> tuple[PartitionPattern, ...]:
+        """`outputs` as `__post_init__` left them: patterns (the field takes strs too)."""
+        return cast("tuple[PartitionPattern, ...]", self.outputs)
+
 
 def _settings_problem(job: Job) -> str | None:
     """Why a job's settings are not of their types (a str of outputs, "10" for an int, ...), or None."""
@@ -322,12 +327,17 @@ class SourceDataset:
             raise GraphError(f"source {self.name!r} needs a locate function or a discovery (or both)")
         if self.discovery is not None and self.discovery.keys is not None:
             keys = PartitionPattern(self.discovery.keys)
-            own = self.pattern.fields  # type: ignore[union-attr]
-            if {name: kind.regex for name, kind in keys.fields.items()} != {n: k.regex for n, k in own.items()}:
+            own = self.partition_pattern
+            if {name: kind.regex for name, kind in keys.fields.items()} != {n: k.regex for n, k in own.fields.items()}:
                 raise GraphError(
                     f"source {self.name!r}: the discovery's key pattern {keys.template!r} must have the fields "
-                    f"of {self.pattern.template!r} with the same types"  # type: ignore[union-attr]
+                    f"of {own.template!r} with the same types"
                 )
+
+    @property
+    def partition_pattern(self) -> PartitionPattern:
+        """`pattern` as `__post_init__` left it: a PartitionPattern (the field takes a str too)."""
+        return cast(PartitionPattern, self.pattern)
 
 
 def _source_problem(source: SourceDataset) -> str | None:
@@ -376,19 +386,19 @@ class Graph:
             if job.label in self.jobs:
                 raise GraphError(f"two jobs are labelled {job.label!r}")
             self.jobs[job.label] = job
-            for pattern in job.outputs:
-                self._claim(pattern, job, f"job {job.label!r}", seen_templates)  # type: ignore[arg-type]
+            for pattern in job.patterns:
+                self._claim(pattern, job, f"job {job.label!r}", seen_templates)
         for source in sources:
             if not isinstance(source, SourceDataset):
                 raise GraphError(f"sources must be SourceDataset objects, not {source!r}")
             if source.name in self.sources:
                 raise GraphError(f"two source datasets are named {source.name!r}")
             self.sources[source.name] = source
-            self._claim(source.pattern, source, f"source {source.name!r}", seen_templates)  # type: ignore[arg-type]
+            self._claim(source.partition_pattern, source, f"source {source.name!r}", seen_templates)
         published = ((job.label, job.publish) for job in self.jobs.values() if isinstance(job.publish, Publish))
         if conflict := table_conflict(published):
             raise GraphError(conflict)
-        source_patterns = [source.pattern for source in self.sources.values()]
+        source_patterns = [source.partition_pattern for source in self.sources.values()]
         for job in self.jobs.values():
             if any(r.inverts_pattern for r in job.reactions) and not invertible(job, source_patterns):
                 raise GraphError(

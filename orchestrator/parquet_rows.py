@@ -67,7 +67,7 @@ def _data_files(path: str) -> list[str]:
     """The files Spark reads under `path` (itself, if it is a file), in a stable order."""
     if os.path.isfile(path):
         return [path]
-    found = []
+    found: list[str] = []
     for root, directories, files in os.walk(path):
         directories[:] = sorted(name for name in directories if not _hidden(name))
         found.extend(os.path.join(root, name) for name in sorted(files) if not _hidden(name))

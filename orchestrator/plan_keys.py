@@ -33,12 +33,12 @@ def distinct_keys(frame: Any) -> list[set[str]]:
     found = []
     sets = key_sets.iterator()
     while sets.hasNext():
-        names: set[str] | None = set()
+        names: set[str] = set()
         expressions = sets.next().iterator()
         while expressions.hasNext():
             expression = expressions.next()
             if expression.getClass().getSimpleName() != "AttributeReference":
-                names = None  # a key over a computed expression says nothing about plain columns
+                names.clear()  # a key over a computed expression says nothing about plain columns
                 break
             names.add(expression.name())
         if names:

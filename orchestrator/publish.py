@@ -92,9 +92,12 @@ class Publish:
 
 
 class _Pattern(Protocol):
-    template: str
-    prefix: str
-    fields: Mapping[str, Any]
+    @property
+    def template(self) -> str: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def fields(self) -> Mapping[str, Any]: ...
 
     def match(self, ref: str) -> dict[str, Any] | None: ...
 
@@ -176,9 +179,9 @@ class Publisher:
         """The graph's publisher, or None when no job publishes (then nothing here ever runs)."""
         targets = {}
         for label, job in graph.jobs.items():
-            if job.publish is not None:
-                pattern = job.outputs[0]
-                targets[label] = Table(job.publish, pattern, tuple(pattern.fields))  # type: ignore[arg-type]
+            if isinstance(job.publish, Publish):  # a str too before `Job.__post_init__`
+                pattern = job.patterns[0]
+                targets[label] = Table(job.publish, pattern, tuple(pattern.fields))
         return cls(targets, spark, warehouse) if targets else None
 
     @property
@@ -265,9 +268,9 @@ class Publisher:
             if run.job_label in self._targets:
                 watched[run_id] = None
         for run_id in watched:
-            run = runs.get(run_id)
-            if run is not None and run.state not in ACTIVE_RUN_STATES:
-                refs.update((instances[uuid].ref, None) for uuid in run.instance_uuids if uuid in instances)
+            found = runs.get(run_id)
+            if found is not None and found.state not in ACTIVE_RUN_STATES:
+                refs.update((instances[uuid].ref, None) for uuid in found.instance_uuids if uuid in instances)
         return refs
 
     def _wanted(self, state: BuildState, ref: str) -> tuple[str | None, str | None]:

@@ -55,7 +55,7 @@ from partbuild.state.fold.registry import MAKES_LIVE
 from partbuild.state.log.events import envelope
 
 if TYPE_CHECKING:
-    from partbuild.orchestrator.graph import Graph, Job
+    from partbuild.orchestrator.graph import Graph, Job, PartitionPattern
     from partbuild.state.fold.build_state import BuildState
     from partbuild.state.fold.records import Instance
 
@@ -88,7 +88,7 @@ class AffectedError(Exception):
 class Reaction:
     """What makes a job want its partitions again: `kind` (pb.ReactionKind), quiet for `debounce` first."""
 
-    kind: int
+    kind: pb.ReactionKind
     debounce: dt.timedelta = dt.timedelta(0)
     affected: Affected | None = None  # on_source_arrival: source ref -> the job's refs that read it
     ttl: dt.timedelta | None = None
@@ -244,21 +244,17 @@ def affected_refs(graph: Graph, job: Job, reaction: Reaction, source_ref: str) -
         return [ref for ref in dict.fromkeys(refs) if _produced_by(graph, ref, job)]
     fields = graph.resolve(source_ref).partition.fields
     found = []
-    for pattern in job.outputs:
-        if set(pattern.fields) <= set(fields):  # type: ignore[union-attr]
-            ref = pattern.format(**fields)  # type: ignore[union-attr]
+    for pattern in job.patterns:
+        if set(pattern.fields) <= set(fields):
+            ref = pattern.format(**fields)
             if _produced_by(graph, ref, job) and source_ref in graph.inputs_of(ref):
                 found.append(ref)
     return found
 
 
-def invertible(job: Job, source_patterns: Iterable[object]) -> bool:
+def invertible(job: Job, source_patterns: Iterable[PartitionPattern]) -> bool:
     """Whether some output pattern of the job can be filled from some source's fields (the default inversion)."""
-    return any(
-        set(output.fields) <= set(pattern.fields)  # type: ignore[attr-defined]
-        for output in job.outputs
-        for pattern in source_patterns
-    )
+    return any(set(output.fields) <= set(pattern.fields) for output in job.patterns for pattern in source_patterns)
 
 
 def _produced_by(graph: Graph, ref: str, job: Job) -> bool:

@@ -171,7 +171,7 @@ class DueTick:
     """A tick to append: its time, kind and how many times before it were given up."""
 
     tick_ms: int
-    kind: int  # pb.TickKind
+    kind: pb.TickKind
     missed: int = 0
 
 
@@ -183,7 +183,7 @@ def due_ticks(schedule: Schedule, last_tick_ms: int, first_seen_ms: int, now_ms:
         return []
     grace = schedule.grace_ms
 
-    def kind(tick_ms: int) -> int:
+    def kind(tick_ms: int) -> pb.TickKind:
         return pb.TICK_KIND_SCHEDULED if now_ms - tick_ms <= grace else pb.TICK_KIND_CATCH_UP
 
     if schedule.catch_up is CatchUp.LATEST:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from partbuild.orchestrator.errors import first_line
 
@@ -31,12 +31,15 @@ class Runnable(Protocol):
     def wake(self) -> None: ...
 
 
+HealthStatus = Literal["running", "restarting", "stopped"]
+
+
 @dataclass(frozen=True)
 class Health:
     """The orchestrator's health: "running", "restarting" (it failed: a new one starts after a backoff) or
     "stopped"; how many times it failed, and the last failure's one line."""
 
-    status: str
+    status: HealthStatus
     failures: int
     last_error: str | None
 
@@ -50,7 +53,7 @@ class Supervisor:
         self.stop = threading.Event()
         self._lock = threading.Lock()
         self._current: Runnable | None = None
-        self._status = "running"
+        self._status: HealthStatus = "running"
         self._failures = 0
         self._last_error: str | None = None
         self.thread = threading.Thread(target=self._run, name="partbuild-orchestrator")
@@ -93,6 +96,6 @@ class Supervisor:
                 self._current = None
         self._set("stopped")
 
-    def _set(self, status: str) -> None:
+    def _set(self, status: HealthStatus) -> None:
         with self._lock:
             self._status = status

@@ -359,7 +359,9 @@ class AppendListener:
         from psycopg import sql
 
         self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
-        channel = self._conn.execute(f"SELECT {_APPEND_CHANNEL_SQL}").fetchone()[0]
+        row = self._conn.execute(f"SELECT {_APPEND_CHANNEL_SQL}").fetchone()
+        assert row is not None  # a SELECT of one expression has one row
+        channel = row[0]
         self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
 
     def wait(self, timeout_s: float) -> bool:

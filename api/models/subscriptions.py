@@ -19,14 +19,13 @@ from partbuild.state.rules.subscriptions import (
     MAX_TIMEOUT_MS,
     MIN_TIMEOUT_MS,
     ORDERINGS,
-    QUEUES,
+    QueueName,
 )
 from partbuild.state.rules.topics import MAX_PARTITIONS
 
 SUBSCRIPTION_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 OrderingName = Literal[ORDERINGS]  # type: ignore[valid-type]
 FormatName = Literal[FORMATS]  # type: ignore[valid-type]
-QueueName = Literal[tuple(QUEUES.values())]  # type: ignore[valid-type]
 StatusName = Literal["active", "paused", "deleted"]
 EventTypeName = Literal[EVENT_TYPES]  # type: ignore[valid-type]
 FilterText = Annotated[str, Field(min_length=1, max_length=MAX_FILTER_CHARS)]
@@ -45,8 +44,8 @@ class SubscriptionFilterRequest(StrictRequest):
     ref_patterns: list[FilterText] = Field(
         default_factory=list, max_length=MAX_FILTER_ENTRIES, description="Shell-style patterns: *, ?, [..]."
     )
-    job: str = Field("", max_length=MAX_FILTER_CHARS, description="Only job-run events of this job.")
-    root_want: str = Field("", max_length=MAX_FILTER_CHARS, description="Only messages serving this root want.")
+    job: str = Field(default="", max_length=MAX_FILTER_CHARS, description="Only job-run events of this job.")
+    root_want: str = Field(default="", max_length=MAX_FILTER_CHARS, description="Only messages serving this root want.")
 
 
 class RetryPolicyRequest(StrictRequest):

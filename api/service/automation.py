@@ -22,6 +22,7 @@ from partbuild.api.models.automation import (
 from partbuild.api.service.base import ServiceBase
 from partbuild.api.service.reactions_view import reactions_out
 from partbuild.api.surface import ANONYMOUS
+from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.schedules import DueTick, Schedule
 from partbuild.orchestrator.ticks import tick_event
 from partbuild.proto.v1 import events_pb2 as pb
@@ -65,9 +66,9 @@ class AutomationService(ServiceBase):
 
     def trigger_schedule(self, name: str, user: str = ANONYMOUS) -> ScheduleWrittenOut:
         """Tick `name` now, by hand: the want its function makes of the present time."""
-        schedule = self._declared_schedule(name)
+        graph, schedule = self._declared_schedule(name)
         now = self.clock()
-        event = tick_event(schedule, self.graph, DueTick(now, pb.TICK_KIND_MANUAL), now, manual(user))  # type: ignore[arg-type]
+        event = tick_event(schedule, graph, DueTick(now, pb.TICK_KIND_MANUAL), now, manual(user))
         if event.schedule_tick.error:
             raise InvalidInput(f"schedule {name!r}: {event.schedule_tick.error}")
         seq = self._write(self._checked(event.schedule_tick, user))[0]
@@ -85,13 +86,15 @@ class AutomationService(ServiceBase):
             schedule = schedule_out(name, declared, state.schedules.get(name), self.clock())
         return ScheduleWrittenOut(seq=seq, schedule=schedule, want_id=want_id)
 
-    def _declared_schedule(self, name: str) -> Schedule:
-        if self.graph is None:
+    def _declared_schedule(self, name: str) -> tuple[Graph, Schedule]:
+        """The served graph and its schedule `name`."""
+        graph = self.graph
+        if graph is None:
             raise Conflict("this service has no graph, so no schedule's want function: serve it with --graph")
-        schedule = self.graph.schedules.get(name)
+        schedule = graph.schedules.get(name)
         if schedule is None:
             raise NotFound(f"no schedule {name!r} in the served graph")
-        return schedule
+        return graph, schedule
 
     def _known_schedule(self, name: str) -> None:
         """NotFound unless the served graph declares `name` or the log knows it (pausing a typo helps nobody)."""
@@ -134,7 +137,7 @@ def schedule_out(
     """A schedule as the API shows it; `now_ms` only for the present (a next tick of the past means nothing)."""
     row = row or ScheduleRow()
     last = None
-    if row.last_tick_ms:
+    if row.last_tick_ms and row.last_kind:  # set together, by every tick but a manual one
         last = ScheduleTickOut(
             tick_ms=row.last_tick_ms, at=tick_time_text(row.last_tick_ms), kind=row.last_kind, seq=row.last_tick_seq
         )

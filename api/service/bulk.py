@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid as uuids
 from itertools import takewhile
+from typing import TypedDict
 
 from partbuild.api.errors import Conflict, InvalidInput, TooLarge
 from partbuild.api.models.bulk import (
@@ -35,6 +36,13 @@ from partbuild.state.rules.staleness import is_stale
 _FAILED = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
 
 
+class _Found(TypedDict, total=False):
+    """What the write's build function found: how many refs the selection holds, those the action applies to."""
+
+    selected: int
+    targets: list[str]
+
+
 class BulkService(ServiceBase):
     """Bulk actions on a selection of partitions."""
 
@@ -44,14 +52,14 @@ class BulkService(ServiceBase):
         if isinstance(selection, PrefixSelectionRequest) and selection.stale and self.graph is None:
             raise Conflict("this API serves no graph: it knows no job's current code version to call anything stale")
         want_id = request.want_id or f"bulk-{uuids.uuid4().hex}"
-        found: dict[str, object] = {}
+        found: _Found = {}
 
         def build(state: BuildState) -> list[pb.Event]:
             selected = self._selected(state, selection)
             targets = [ref for ref, instance in selected if self._applies(request.action, state, instance)]
             if request.action == "taint":  # a taint cascades: one of a target built from another would be refused
                 targets = _not_downstream_of_each_other(state, targets)
-            found.update(selected=len(selected), targets=targets)
+            found["selected"], found["targets"] = len(selected), targets
             if request.dry_run or not targets:
                 raise _NothingToWrite
             return self._events(state, request, targets, want_id, user)
@@ -68,10 +76,10 @@ class BulkService(ServiceBase):
                 written = True
         except _NothingToWrite:
             pass
-        targets: list[str] = found["targets"]  # type: ignore[assignment]
+        targets = found["targets"]
         return BulkOut(
             action=request.action,
-            selected=found["selected"],  # type: ignore[arg-type]
+            selected=found["selected"],
             acted_on=len(targets),
             refs=targets[:SAMPLE],
             dry_run=request.dry_run,

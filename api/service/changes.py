@@ -1,12 +1,12 @@
 """Changes: what changed after one seq up to another, from the live state's histories (state/rules/changes.py).
 
 A page's cursor is its last change's key, `seq:kind:id`; with the same `from_seq` and `to_seq` the next page
-continues after it. Each page scans the records again (O(records)): the live state keeps no index by seq.
+continues after it. A page looks at the records created up to its last change and no further
+(`changes_page`): the live state keeps no index by seq, so a page deep into a range still scans the records
+created before it.
 """
 
 from __future__ import annotations
-
-from bisect import bisect_right
 
 from partbuild.api.errors import Conflict, InvalidInput
 from partbuild.api.models.changes import ChangeOut
@@ -14,7 +14,7 @@ from partbuild.api.models.common import PageOut
 from partbuild.api.service.as_of import page_at
 from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
 from partbuild.state.log.live import SeqAfterHead
-from partbuild.state.rules.changes import KINDS, Change, changes_between
+from partbuild.state.rules.changes import KINDS, Change, changes_page
 
 _KIND_ORDER = {kind: index for index, kind in enumerate(KINDS)}
 
@@ -47,14 +47,9 @@ class ChangesService(ServiceBase):
             # From a seq to itself nothing changed: a poll from the head gets an empty page, not an error.
             last = state.head_seq if to_seq is None else to_seq
             after = _cursor_key(cursor, from_seq, last)
-            found = changes_between(state, from_seq, last)
-        start = 0 if after is None else bisect_right(found, after, key=_key)
-        items = [change_out(change) for change in found[start : start + limit]]
+            found = changes_page(state, from_seq, last, limit, after)
+        items = [change_out(change) for change in found]
         return page_at(items, limit, lambda c: f"{c.seq}:{c.kind}:{c.id}", last)
-
-
-def _key(change: Change) -> tuple[int, int, str]:
-    return change.key
 
 
 def _cursor_key(cursor: str | None, first: int, last: int) -> tuple[int, int, str] | None:
@@ -76,7 +71,7 @@ def _cursor_key(cursor: str | None, first: int, last: int) -> tuple[int, int, st
 def change_out(change: Change) -> ChangeOut:
     return ChangeOut(
         seq=change.seq,
-        kind=change.kind,  # type: ignore[arg-type]  # one of KINDS, the model's literal
+        kind=change.kind,
         id=change.id,
         ref=change.ref,
         from_state=None if change.from_state is None else state_name(change.from_state),

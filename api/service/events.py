@@ -59,7 +59,11 @@ def _redact_bytes(message: Message, shown: dict[str, Any]) -> None:
         if field.type == FieldDescriptor.TYPE_BYTES:
             kind = _BYTES_KINDS.get(field.name, "Bytes")
             shown[field.name] = [redacted(kind, v) for v in value] if field.is_repeated else redacted(kind, value)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and not field.message_type.GetOptions().map_entry:
+        elif (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and field.message_type is not None  # always, for a message field
+            and not field.message_type.GetOptions().map_entry
+        ):
             if field.is_repeated:
                 for item, item_shown in zip(value, shown[field.name], strict=True):
                     _redact_bytes(item, item_shown)

@@ -70,8 +70,8 @@ def pending_buckets(group: GroupState) -> list[PendingBucketOut]:
     for bucket in range(1, group.bucket_total + 1):
         if bucket in group.owners:
             continue
-        sharer, target = handing.get(bucket, (None, None))
-        pending.append(PendingBucketOut(bucket=bucket, from_task=sharer, to_task=target))
+        sharer, receiver = handing.get(bucket, (None, None))
+        pending.append(PendingBucketOut(bucket=bucket, from_task=sharer, to_task=receiver))
     return pending
 
 

@@ -83,14 +83,14 @@ def sample_refs(graph: Graph, job: Job, times: Iterable[dt.datetime]) -> list[st
     refs: dict[str, None] = {}
     for moment in times:
         renderings = _renderings(moment)
-        for pattern in job.outputs:
-            has_str = any(kind is FIELD_TYPES["str"] for kind in pattern.fields.values())  # type: ignore[union-attr]
+        for pattern in job.patterns:
+            has_str = any(kind is FIELD_TYPES["str"] for kind in pattern.fields.values())
             for text in renderings if has_str else renderings[-1:]:
-                values = sample_values(pattern, moment, text)  # type: ignore[arg-type]  # patterns after __post_init__
+                values = sample_values(pattern, moment, text)
                 if values is None or len(refs) >= MAX_SAMPLES:
                     continue
                 try:
-                    ref = pattern.format(**values)  # type: ignore[union-attr]
+                    ref = pattern.format(**values)
                     if graph.resolve(ref).producer is job:
                         refs[ref] = None
                 except (GraphError, ValueError, TypeError):  # a registered type's formatter may refuse its sample

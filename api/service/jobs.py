@@ -179,7 +179,7 @@ def cell_states(state: BuildState, refs: Iterable[str]) -> list[tuple[str, str]]
     states come from the live records and their histories (`canonical_at`, `instance_state_at`, with their
     common case inline: a record unchanged since that seq), not from rebuilt past Instance records."""
     past = isinstance(state, PastState)
-    live: BuildState = state.live if past else state  # type: ignore[attr-defined]
+    live = state.live if isinstance(state, PastState) else state
     seq = state.head_seq
     canonical, instances, checked = live.canonical, live.instances, live.check_results
     out: list[tuple[str, str]] = []
@@ -262,7 +262,7 @@ class JobsService(ServiceBase):
         with self._reading(min_seq, as_of_seq) as state:
             index = self._log_jobs(state)
             seq = state.head_seq
-            nodes = [Node(name, kind, ()) for name, kind in index.nodes(seq)]  # type: ignore[arg-type]
+            nodes = [Node(name, kind, ()) for name, kind in index.nodes(seq)]
             return JobGraphOut(
                 as_of_seq=seq,
                 graph_served=False,
@@ -317,8 +317,9 @@ class JobsService(ServiceBase):
         date_field = _only_date_field(node)
         if date_field is not None and state_filter is None and not narrowed and shown <= grid.MAX_CELLS:
             days = [_day(node, ref, date_field) for ref, _ in cells]
-            if all(day is not None for day in days):
-                months = grid.day_layout(cells, days)  # type: ignore[arg-type]  # None: checked above
+            known = [day for day in days if day is not None]
+            if len(known) == len(days):
+                months = grid.day_layout(cells, known)
         if shown <= grid.MAX_CELLS:
             shape = [Cell(ref, ref, found, 1) for ref, found in cells]
         elif len(merged) <= grid.MAX_CELLS:
@@ -354,7 +355,7 @@ class JobsService(ServiceBase):
             return _job_node(job)
         source = graph.sources.get(name)
         if source is not None:
-            return Node(source.name, "source", (source.pattern,))  # type: ignore[arg-type]
+            return Node(source.name, "source", (source.partition_pattern,))
         raise NotFound(f"no job or source dataset named {name!r} in the served graph")
 
     def _log_node(self, state: BuildState, name: str) -> Node:
@@ -365,12 +366,12 @@ class JobsService(ServiceBase):
                 f"no job or source data named {name!r} in the log as of seq {state.head_seq} "
                 "(this server serves no graph: jobs are known by their runs)"
             )
-        return Node(name, kind, ())  # type: ignore[arg-type]
+        return Node(name, kind, ())
 
     def _log_jobs(self, state: BuildState) -> LogJobs:
         """The index of the log's jobs, brought up to the live state (`state` or the one it is a past of)."""
         index: LogJobs = self.__dict__.setdefault("_log_jobs_index", LogJobs())
-        index.update(state.live if isinstance(state, PastState) else state)  # type: ignore[attr-defined]
+        index.update(state.live if isinstance(state, PastState) else state)
         return index
 
     def _declared(self, graph: Graph) -> DeclaredGraph:
@@ -558,11 +559,11 @@ def _summary_out(node: Node, counts: dict[str, int], seq: int, stale: int | None
 
 
 def _job_node(job: Job) -> Node:
-    return Node(job.label, "job", tuple(job.outputs))  # type: ignore[arg-type]  # patterns after __post_init__
+    return Node(job.label, "job", job.patterns)
 
 
 def _nodes(graph: Graph) -> list[Node]:
-    sources = [Node(s.name, "source", (s.pattern,)) for s in graph.sources.values()]  # type: ignore[arg-type]
+    sources = [Node(s.name, "source", (s.partition_pattern,)) for s in graph.sources.values()]
     return sources + [_job_node(job) for job in graph.jobs.values()]
 
 

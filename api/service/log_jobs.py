@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Final
 
+from partbuild.api.models.jobs import NodeKind
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, JobRun, JobRunState
 
-JOB, SOURCE = "job", "source"
+JOB: Final = "job"
+SOURCE: Final = "source"
 
 
 def dataset_of(ref: str) -> str:
@@ -34,7 +37,7 @@ def dataset_of(ref: str) -> str:
 
 @dataclass
 class _Node:
-    kind: str
+    kind: NodeKind
     first_seq: int
     refs: dict[str, None] = field(default_factory=dict)  # its refs, in the order first known
     listed: list[str] = field(default_factory=list)  # the refs, sorted: replaced (never changed) when refs come
@@ -64,18 +67,18 @@ class LogJobs:
                 self._known_runs = len(state.job_runs)
             pending, self._pending = self._pending, []
             for run_id in pending:
-                run = state.job_runs.get(run_id)
-                if run is not None:
-                    self._look_at(state, run)
+                pending_run = state.job_runs.get(run_id)
+                if pending_run is not None:
+                    self._look_at(state, pending_run)
             self._seen_head = state.head_seq
 
-    def nodes(self, as_of_seq: int) -> list[tuple[str, str]]:
+    def nodes(self, as_of_seq: int) -> list[tuple[str, NodeKind]]:
         """(name, kind) of the sources then the jobs known as of `as_of_seq`, each in the order first known."""
         with self._lock:
             known = [(name, node.kind) for name, node in self._nodes.items() if node.first_seq <= as_of_seq]
         return [item for item in known if item[1] == SOURCE] + [item for item in known if item[1] == JOB]
 
-    def kind(self, name: str, as_of_seq: int) -> str | None:
+    def kind(self, name: str, as_of_seq: int) -> NodeKind | None:
         """The kind of node `name` as of `as_of_seq` (None: not known then)."""
         with self._lock:
             node = self._nodes.get(name)
@@ -130,7 +133,7 @@ class LogJobs:
                 self._node(producer, SOURCE, seq).refs[instance.ref] = None
             self._edges.setdefault((producer, run.job_label), seq)
 
-    def _node(self, name: str, kind: str, seq: int) -> _Node:
+    def _node(self, name: str, kind: NodeKind, seq: int) -> _Node:
         node = self._nodes.get(name)
         if node is None:
             node = self._nodes[name] = _Node(kind, seq)

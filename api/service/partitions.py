@@ -399,10 +399,9 @@ def wanted_by(state: BuildState, ref: str, maker: Maker) -> bool:
     return any(maker(wants[want_id], causes) for want_id in state.wants_by_ref.get(ref, ()) if want_id in wants)
 
 
-def checked(
-    results: Mapping[str, tuple[CheckEntry, ...]], uuid: str, name: str | None, result: CheckResultName | None
-) -> bool:
-    """Whether the instance's latest checks have a check of that name (any, if None) with that result (any)."""
+def checked(results: Mapping[str, tuple[CheckEntry, ...]], uuid: str, name: str | None, result: str | None) -> bool:
+    """Whether the instance's latest checks have a check of that name (any, if None) with that result (any; a
+    `CheckResultName`, or nothing matches: a grid's filters are strs, checked apart)."""
     latest = latest_checks(results.get(uuid, ()))
     if latest is None:
         return False

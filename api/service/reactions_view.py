@@ -40,7 +40,7 @@ def _reaction_out(
     soonest = sorted(owed, key=lambda firing: (firing.due_ms, firing.partition_ref))
     return ReactionOut(
         job=job,
-        kind=KIND_NAMES[kind],  # type: ignore[arg-type]
+        kind=KIND_NAMES[kind],
         declared=declared is not None,
         debounce_s=declared.debounce.total_seconds() if declared is not None else None,
         fired=row.fired,

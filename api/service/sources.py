@@ -88,7 +88,7 @@ def discovery_out(source: SourceDataset, discovery: Discovery) -> SourceDiscover
     return SourceDiscoveryOut(
         connector=connector_out(discovery),
         base_location=discovery.base_location,
-        keys=discovery.keys or source.pattern.template,  # type: ignore[union-attr]
+        keys=discovery.keys or source.partition_pattern.template,
         complete_marker=discovery.complete_marker,
         rescan_every_s=discovery.rescan_every_s,
         rewant_tainted=discovery.rewant_tainted,
@@ -139,7 +139,7 @@ def source_out(name: str, declared: SourceDataset | None, scan: SourceScan | Non
     discovery = declared.discovery if declared is not None else None
     return SourceOut(
         name=name,
-        pattern=declared.pattern.template if declared is not None else None,  # type: ignore[union-attr]
+        pattern=declared.partition_pattern.template if declared is not None else None,
         found_by=found_by(declared) if declared is not None else None,
         discovery=discovery_out(declared, discovery) if declared is not None and discovery is not None else None,
         scan=scan_out(scan) if scan is not None else None,

@@ -279,7 +279,7 @@ def subscription_then(sub: Subscription, now: Subscription | None, db: Database,
     default_types = sub.event_types == BUILD_EVENT_TYPES
     return SubscriptionOut(
         name=sub.name,
-        status=sub.status,  # type: ignore[arg-type]
+        status=sub.status,
         endpoint=sub.endpoint,
         filter=SubscriptionFilterRequest(
             event_types=[] if default_types else list(sub.event_types),
@@ -288,8 +288,8 @@ def subscription_then(sub: Subscription, now: Subscription | None, db: Database,
             job=sub.job,
             root_want=sub.root_want,
         ),
-        ordering=sub.ordering,  # type: ignore[arg-type]
-        format=sub.format,  # type: ignore[arg-type]
+        ordering=sub.ordering,
+        format=sub.format,
         retry=RetryPolicyRequest(
             max_attempts=sub.max_attempts,
             backoff_initial_ms=sub.backoff_initial_ms,

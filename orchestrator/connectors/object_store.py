@@ -44,7 +44,7 @@ from __future__ import annotations
 import datetime
 import io
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -217,7 +217,7 @@ class ObjectStoreConnector:
 
     def _walk(
         self, lower: bytes | None, inclusive: bool, end: bytes | None, token: str | None, state: _Listing
-    ) -> Iterator[tuple[_Listed, bool]]:
+    ) -> Generator[tuple[_Listed, bool], None, None]:
         """Listed objects within bounds in key order, each with whether it ends its S3 response.
 
         The caller keeps `state.want` up to date: asking S3 for exactly the keys a page still needs

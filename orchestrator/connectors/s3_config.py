@@ -21,6 +21,7 @@ class Secret:
     """A credential's text that never prints itself."""
 
     __slots__ = ("_text",)
+    _text: str
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str) or not text:

@@ -74,7 +74,7 @@ class ToxicBytes:
         # A key and a ref holding the same bytes are different things.
         if type(other) is not type(self):
             return NotImplemented
-        return self._raw == other._raw  # type: ignore[attr-defined]
+        return self._raw == other._raw
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._raw))

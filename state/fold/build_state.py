@@ -116,6 +116,7 @@ class BuildState:
                 "next_clock_mark",
                 "first_created",
                 "dropped_changes",
+                "run_heartbeats",
             )
         ),
         Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
@@ -180,8 +181,8 @@ class BuildState:
         self.next_clock_mark = CLOCK_MARK_EVERY  # the first seq whose fold keeps a mark first
         # ref -> the seq its first instance was created at, once retention dropped that instance.
         self.first_created: dict[str, int] = {}
-        # seq -> instance state -> what instances retention dropped added to its count then (history.keep_dropped).
-        self.dropped_changes: dict[int, dict[int, int]] = {}
+        self.dropped_changes = bytearray()  # what dropped instances added to the counts (history.keep_dropped)
+        self.run_heartbeats: dict[str, bytearray] = {}  # run id -> later heartbeats' (seq, ms) (history.heartbeat_at)
         self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
         self.upstream_failures: dict[str, dict[str, None]] = {}  # failed ref -> instances it made UpstreamFailed
         self.owed_retries: dict[str, None] = {}  # outputs of split batches not run again yet, wanted or not

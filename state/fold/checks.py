@@ -64,9 +64,9 @@ def checks_problem(
             return f"checks for instance {uuid} are listed more than once"
         seen.add(uuid)
         rows = check_rows(checked.results, uuid, success and uuid not in failed)
-        if type(rows) is str:
+        if isinstance(rows, str):
             return rows
-        plan.append((uuid, rows))  # type: ignore[arg-type]
+        plan.append((uuid, rows))
     return tuple(plan)
 
 
@@ -93,7 +93,7 @@ def check_rows(results: Sequence[pb.CheckResult], uuid: str, success: bool) -> s
             return f"check {short(name)} on instance {uuid} has a negative duration"
         row = (name, result.passed, result.blocking, result.errored, result.description, metrics)
         # Since issue 34 a row may end with its duration: only when set, so older logs keep their digests.
-        rows.append((*row, result.duration_ms) if result.duration_ms else row)  # type: ignore[arg-type]
+        rows.append((*row, result.duration_ms) if result.duration_ms else row)
     return tuple(rows)
 
 

@@ -187,7 +187,7 @@ def check_group_epoch(state: BuildState, seq: int, msg: pb.GroupEpoch, event: pb
         return problem
     members = tuple(msg.members)
     states = _states_of(msg.connector_state, members, msg.bucket_total)
-    if type(states) is str:
+    if isinstance(states, str):
         return states
     previous = current.states if current is not None else None
     problem = epoch_problem(previous, msg.leader_task_id, msg.bucket_total, states)
@@ -263,7 +263,7 @@ def check_group_task_message(
     """A task's incremental message; the plan is the group's new record."""
     sender = msg.task_id
     group = _current_member(state, msg.group, msg.epoch_id, sender)
-    if type(group) is str:
+    if isinstance(group, str):
         return group
     problem = _writer_problem(event, sender, "task")
     if problem:
@@ -271,7 +271,7 @@ def check_group_task_message(
     if msg.message_timestamp_ms < 0:
         return "message_timestamp_ms is negative"
     states = _states_of(msg.connector_state, group.members, group.bucket_total)
-    if type(states) is str:
+    if isinstance(states, str):
         return states
     problem = _others_problem(group, sender, states) or step_problem(group.states, sender, states[sender])
     if problem:
@@ -295,7 +295,7 @@ def apply_group_task_message(state: BuildState, seq: int, plan: GroupState, even
 def fence_problem(state: BuildState, fence: pb.DecisionFence, event: pb.Event) -> GroupState | str:
     """The group of a fenced decision, if it is made under the current epoch by a member; or why not."""
     found = _current_member(state, fence.group, fence.epoch_id, fence.task_id)
-    if type(found) is str:
+    if isinstance(found, str):
         return f"fenced decision: {found}"
     problem = _writer_problem(event, fence.task_id, "fenced decision of task")
     return problem or found
@@ -306,7 +306,7 @@ def fenced_decision_problem(
 ) -> str | None:
     """Why a fenced decision about `instances` is not its task's to make at this point of the log, or None."""
     group = fence_problem(state, fence, event)
-    if type(group) is str:
+    if isinstance(group, str):
         return group
     task, namespace, total, owners = fence.task_id, group.namespace, group.bucket_total, group.owners
     for instance in instances:
@@ -324,7 +324,7 @@ def fenced_decision_problem(
 def fenced_member_problem(state: BuildState, fence: pb.DecisionFence, event: pb.Event) -> str | None:
     """Why a fenced decision that needs only membership (a derivative want) is refused, or None."""
     group = fence_problem(state, fence, event)
-    return group if type(group) is str else None
+    return group if isinstance(group, str) else None
 
 
 # ----------------------------------------------------------------- fence rejections, for operators

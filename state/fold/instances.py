@@ -292,7 +292,7 @@ def _drop(state: BuildState, instance: Instance, seq: int) -> None:
         upstream = instances.get(input_uuid)  # None: dropped earlier (this event or before)
         if upstream is not None and upstream.consumers and uuid in upstream.consumers:
             kept = [consumer for consumer in upstream.consumers if consumer != uuid]
-            upstream.consumers = kept if len(kept) > 1 else tuple(kept) or None
+            upstream.consumers = kept if len(kept) > 1 else (kept[0],) if kept else None
     state.dropped_instances += 1
 
 

@@ -11,7 +11,14 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
 from partbuild.state.fold.checks import NO_CHECKS, ChecksPlan, checks_problem, gate_problem, record_checks
 from partbuild.state.fold.group import fenced_decision_problem
-from partbuild.state.fold.history import ENTRY_BITS, HEARTBEAT, MS_MASK, RUN_ENTRY_BITS, STATE_BITS, keep_versions
+from partbuild.state.fold.history import (
+    ENTRY_BITS,
+    HEARTBEAT_PAIR,
+    MS_MASK,
+    RUN_ENTRY_BITS,
+    STATE_BITS,
+    keep_versions,
+)
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, BUILDABLE_INSTANCE_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.transitions import (
     BUILDING,
@@ -56,6 +63,7 @@ MissingDepsPlan = tuple[JobRun, list[Instance], tuple[str, ...], list[str]]
 
 _QUEUED = JobRunState.QUEUED
 _RUNNING = JobRunState.RUNNING
+_PAIR = HEARTBEAT_PAIR  # a heartbeat: (seq, ms), appended to its run's bytes
 _PERMANENT = pb.ERROR_CLASS_PERMANENT
 _uuid_of = attrgetter("uuid")
 _NO_INPUTS: Inputs = ((), ())
@@ -190,8 +198,12 @@ def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.
     ms = event.timestamp_ms
     if run.state == _QUEUED:  # the change to Running says when this heartbeat came
         _move_run(state, run, _RUNNING, seq, event)
-    else:  # history.run_entry(seq, HEARTBEAT, ms), inline
-        run.history = run.history << RUN_ENTRY_BITS | (ms & MS_MASK) << ENTRY_BITS | seq << STATE_BITS | HEARTBEAT
+    else:  # kept apart from the run's history, for reads as of a seq (history.heartbeat_at)
+        beats = state.run_heartbeats.get(run.job_run_id)
+        if beats is None:
+            state.run_heartbeats[run.job_run_id] = bytearray(_PAIR.pack(seq, ms))
+        else:
+            beats += _PAIR.pack(seq, ms)
     run.last_heartbeat_ms = ms
 
 
@@ -223,12 +235,12 @@ def _resolve_inputs(state: BuildState, inputs: Sequence[str], built: frozenset[s
 def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, event: pb.Event) -> str | SuccessPlan:
     """Validate a JobRunSuccess; resolve the run, its instances, and every input instance named."""
     run = _active_run(state, msg.job_run_id)
-    if type(run) is str:
+    if isinstance(run, str):
         return run
     built = run.instance_uuids
     built_set = frozenset(built) if len(built) > 8 else built
     run_inputs = _resolve_inputs(state, msg.input_instance_uuids, built_set)
-    if type(run_inputs) is str:
+    if isinstance(run_inputs, str):
         return run_inputs
     # uuid -> (output, its own inputs); protobuf fields are read once, here.
     outputs: dict[str, OutputPlan] = {}
@@ -241,11 +253,11 @@ def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, ev
         if output.row_count < 0 or output.bytes < 0:
             return "row_count and bytes must not be negative"
         own_inputs = _resolve_inputs(state, output.input_instance_uuids, built_set)
-        if type(own_inputs) is str:
+        if isinstance(own_inputs, str):
             return own_inputs
         outputs[uuid] = (output, own_inputs)
     failed = _failed_outputs(msg.failed_outputs, built_set, run.job_run_id) if msg.failed_outputs else {}
-    if type(failed) is str:
+    if isinstance(failed, str):
         return failed
     if failed and len(failed) == len(built):
         return "a success needs an output that did not fail: record a JobRunFailure"
@@ -254,14 +266,14 @@ def check_job_run_success(state: BuildState, seq: int, msg: pb.JobRunSuccess, ev
     checks = (
         checks_problem(msg.checks, built_set, run.job_run_id, success=True, failed=failed) if msg.checks else NO_CHECKS
     )
-    if type(checks) is str:
+    if isinstance(checks, str):
         return checks
     if run.blocking_checks:  # the gate, as the run's job declared it when the run was buffered
         going_live = [uuid for uuid in built if uuid not in failed]
-        problem = gate_problem(run.blocking_checks, checks, going_live)  # type: ignore[arg-type]
+        problem = gate_problem(run.blocking_checks, checks, going_live)
         if problem:
             return problem
-    return run, _instances_of(state, run), run_inputs, outputs, checks, failed  # type: ignore[return-value]
+    return run, _instances_of(state, run), run_inputs, outputs, checks, failed
 
 
 def _failed_outputs(
@@ -314,10 +326,10 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
             consumers = upstream.consumers
             if consumers is None:
                 upstream.consumers = (uuid,)  # most inputs feed one build: a tuple is 16 bytes less than a list
-            elif type(consumers) is tuple:
-                upstream.consumers = [*consumers, uuid]
-            else:
+            elif type(consumers) is list:
                 consumers.append(uuid)
+            else:
+                upstream.consumers = [*consumers, uuid]
         changed = _changed_input(state, inputs[1])
         if changed is None:
             move_instance_and_waiters(state, instance, LIVE, seq)
@@ -362,7 +374,7 @@ def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | 
 def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, event: pb.Event) -> str | FailurePlan:
     """Validate a JobRunFailure; resolve the run and its instances."""
     run = _active_run(state, msg.job_run_id)
-    if type(run) is str:
+    if isinstance(run, str):
         return run
     if msg.retry_after_ms < 0:
         return "retry_after_ms must not be negative"
@@ -372,14 +384,14 @@ def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, ev
         if problem:
             return problem
     checks = checks_problem(msg.checks, run.instance_uuids, run.job_run_id, success=False) if msg.checks else NO_CHECKS
-    if type(checks) is str:
+    if isinstance(checks, str):
         return checks
     failed = _failed_outputs(msg.failed_outputs, run.instance_uuids, run.job_run_id) if msg.failed_outputs else {}
-    if type(failed) is str:
+    if isinstance(failed, str):
         return failed
     if msg.split and (len(instances) < 2 or failed):
         return "only a batch of several outputs that failed as a whole can be split"
-    return run, msg, instances, checks, failed  # type: ignore[return-value]
+    return run, msg, instances, checks, failed
 
 
 def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event: pb.Event) -> None:
@@ -414,7 +426,7 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
 def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:
     """Validate a JobRunCancel; resolve the run and its instances."""
     run = _active_run(state, msg.job_run_id)
-    if type(run) is str:
+    if isinstance(run, str):
         return run
     return run, msg.reason or None, _instances_of(state, run), msg.replace_instances
 
@@ -444,7 +456,7 @@ def check_job_run_missing_deps(
 ) -> str | MissingDepsPlan:
     """Validate a JobRunMissingDeps; resolve the run, its instances, and which missing refs are not Live."""
     run = _active_run(state, msg.job_run_id)
-    if type(run) is str:
+    if isinstance(run, str):
         return run
     missing = tuple(map(intern, msg.missing_refs))
     instances = _instances_of(state, run)

@@ -32,7 +32,15 @@ from typing import Any, TypeVar
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, PastCheckResults
-from partbuild.state.fold.history import HEARTBEAT, entries, field_at, instance_state_at, run_entries, versions_at
+from partbuild.state.fold.history import (
+    dropped_deltas,
+    entries,
+    field_at,
+    heartbeat_at,
+    instance_state_at,
+    run_entries,
+    versions_at,
+)
 from partbuild.state.fold.rechecks import CheckRequest, PastCheckRequests, past_pending
 from partbuild.state.fold.records import (
     ACTIVE_RUN_STATES,
@@ -52,6 +60,7 @@ _FAILED_RUN = JobRunState.FAILED
 _RUNNING = JobRunState.RUNNING
 
 R = TypeVar("R")
+_Created = TypeVar("_Created", Instance, Want, JobRun)  # the records kept in creation order
 
 
 class HistoryDropped(LookupError):
@@ -232,18 +241,19 @@ def want_at(state: BuildState, want: Want, seq: int) -> Want:
     return past
 
 
-def run_at(run: JobRun, seq: int) -> JobRun:
-    """A fresh copy of a job run as it was as of `seq` (at or after its creation)."""
+def run_at(run: JobRun, seq: int, beats: bytearray | None = None) -> JobRun:
+    """A fresh copy of a job run as it was as of `seq` (at or after its creation); `beats`: its
+    `run_heartbeats` (without, its last heartbeat as of `seq` is read from the Running change alone)."""
     past = JobRun.__new__(JobRun)
     past.__setstate__(run.__getstate__())
     past.history = 0
     if run.updated_seq > seq:
         past.state, past.updated_seq, past.updated_ms = JobRunState.QUEUED, run.created_seq, run.created_ms
         for at, kind, ms in run_entries(run.history):
-            if at <= seq and kind != HEARTBEAT:
+            if at <= seq:
                 past.state, past.updated_seq, past.updated_ms = JobRunState(kind), at, ms
                 break
-    past.last_heartbeat_ms = _heartbeat_at(run, seq)
+    past.last_heartbeat_ms = _heartbeat_at(run, seq, beats)
     state = past.state
     if state != JobRunState.SUCCEEDED:
         past.inputs = ()
@@ -259,16 +269,18 @@ def run_at(run: JobRun, seq: int) -> JobRun:
     return past
 
 
-def _heartbeat_at(run: JobRun, seq: int) -> int:
-    """When a job run's newest heartbeat by `seq` came (0: none): heartbeats and the change to Running, which
-    the first heartbeat made, are kept in its history in the order they came, among its other changes."""
-    newest, when = 0, 0
+def _heartbeat_at(run: JobRun, seq: int, beats: bytearray | None) -> int:
+    """When a job run's newest heartbeat by `seq` came (0: none): the first made it Running (a change of its
+    history, or its state), the later ones are its `run_heartbeats`."""
+    newest, when = heartbeat_at(beats, seq)
+    if newest:
+        return when
     if run.state == _RUNNING and run.updated_seq <= seq:
-        newest, when = run.updated_seq, run.updated_ms
+        return run.updated_ms
     for at, kind, ms in run_entries(run.history):
-        if (kind in (HEARTBEAT, _RUNNING)) and newest < at <= seq:
-            newest, when = at, ms
-    return when
+        if kind == _RUNNING and at <= seq:
+            return ms
+    return 0
 
 
 # ----------------------------------------------------------------- the tables as of a seq
@@ -292,7 +304,7 @@ class _PastTable(Mapping[str, R]):
         return self._rebuild(record)
 
     def __contains__(self, key: object) -> bool:
-        record = self._table.get(key)  # type: ignore[call-overload]
+        record = self._table.get(key)  # type: ignore[call-overload]  # any key, as Mapping.__contains__ takes
         return record is not None and record.created_seq <= self._seq
 
     def __iter__(self) -> Iterator[str]:
@@ -318,7 +330,7 @@ class _PastWants(_PastTable[Want]):
 
 class _PastRuns(_PastTable[JobRun]):
     def _rebuild(self, record: JobRun) -> JobRun:
-        return run_at(record, self._seq)
+        return run_at(record, self._seq, self._past.live.run_heartbeats.get(record.job_run_id))
 
 
 class _PastCanonical(Mapping[str, str]):
@@ -531,10 +543,8 @@ class PastState:
         for _, instance in _created_by(live.instances, seq):
             # Inline: most records have not changed since, and this visits every one of them.
             instances[instance.state if instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]] += 1
-        for at, deltas in live.dropped_changes.items():  # instances retention dropped since: as they were then
-            if at <= seq:
-                for dropped_state, delta in deltas.items():
-                    instances[dropped_state] += delta
+        for dropped_state, delta in dropped_deltas(live, seq).items():  # dropped since: as they were then
+            instances[dropped_state] += delta
         wants = [0] * len(WantState)
         for _, want in _created_by(live.wants, seq):
             wants[want.state if want.updated_seq <= seq else want_state_at(want, seq)[0]] += 1
@@ -548,9 +558,9 @@ class PastState:
         }
 
 
-def _created_by(table: dict[str, R], seq: int) -> Iterator[tuple[str, R]]:
+def _created_by(table: dict[str, _Created], seq: int) -> Iterator[tuple[str, _Created]]:
     for key, record in table.items():
-        if record.created_seq > seq:  # type: ignore[attr-defined]
+        if record.created_seq > seq:
             return
         yield key, record
 

@@ -162,8 +162,8 @@ def apply_reactions_noted(state: BuildState, seq: int, plan: NotedPlan, event: p
         _keep(state, seq, "reaction_pending", key)
         _touch(state, seq, row.job, row.kind)
     for key, done in settled:
-        row = state.reaction_pending.get(key)
-        if row is not None and row.cause_instance_uuid == done.cause_instance_uuid:
+        pending = state.reaction_pending.get(key)
+        if pending is not None and pending.cause_instance_uuid == done.cause_instance_uuid:
             del state.reaction_pending[key]
             _keep(state, seq, "reaction_pending", key)
         if done.failed:

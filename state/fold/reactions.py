@@ -22,7 +22,7 @@ as of any seq at which the want exists finds it as it was.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem, short
@@ -31,7 +31,8 @@ from partbuild.state.fold.wants import WantCreatePlan, apply_want_create, check_
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
-KIND_NAMES = {
+ReactionKindName = Literal["on_upstream_change", "on_source_arrival", "on_code_change"]
+KIND_NAMES: dict[int, ReactionKindName] = {
     pb.REACTION_KIND_UPSTREAM_CHANGE: "on_upstream_change",
     pb.REACTION_KIND_SOURCE_ARRIVAL: "on_source_arrival",
     pb.REACTION_KIND_CODE_CHANGE: "on_code_change",

@@ -92,9 +92,9 @@ def check_checks_rerun(state: BuildState, seq: int, msg: pb.ChecksRerun, event: 
     if uuid not in state.instances:  # retention dropped it since: there is nothing to record the results on
         return f"instance {uuid} was dropped by retention; the rerun can only skip"
     rows = check_rows(msg.checks.results, uuid, success=False)  # a rerun may carry failures and errors
-    if type(rows) is str:
+    if isinstance(rows, str):
         return rows
-    return msg.request_id, uuid, rows  # type: ignore[return-value]
+    return msg.request_id, uuid, rows
 
 
 def apply_checks_rerun(state: BuildState, seq: int, plan: RerunPlan, event: pb.Event) -> None:

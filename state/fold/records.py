@@ -96,7 +96,7 @@ class _Record:
     digest of a log that never set them stays what it always was.
     """
 
-    __slots__ = ()
+    __slots__: ClassVar[tuple[str, ...]] = ()
     added_later: ClassVar[tuple[str, ...]] = ()
     # Slots the digest leaves out: they follow from the log and the other slots (a record's `history`).
     digest_leaves_out: ClassVar[tuple[str, ...]] = ()
@@ -114,12 +114,12 @@ class _Record:
         cls._fields_getter = attrgetter(*cls.__slots__)
         cls._digest_getter = attrgetter(*(cls.digest_reads.get(name, name) for name in digested))
         # One unpacking assignment instead of a setattr loop: snapshots decode ~20% faster.
-        cls.__setstate__ = _slots_setter(cls.__slots__)  # type: ignore[method-assign]
+        cls.__setstate__ = _slots_setter(cls.__slots__)  # type: ignore[method-assign]  # on purpose, per subclass
 
     def __getstate__(self) -> tuple[Any, ...]:
         return self._fields_getter(self)
 
-    def __setstate__(self, values: tuple[Any, ...]) -> None:
+    def __setstate__(self, values: tuple[Any, ...], /) -> None:
         raise NotImplementedError  # replaced per subclass by __init_subclass__
 
     def digest_values(self) -> tuple[Any, ...]:

@@ -23,7 +23,7 @@ sections of the digest: empty in every older log, they hash nothing there.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import id_problem, short
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
 MAX_REASON_CHARS = 1024
-KIND_NAMES = {
+TickKindName = Literal["scheduled", "catch_up", "skipped", "manual"]
+KIND_NAMES: dict[int, TickKindName] = {
     pb.TICK_KIND_SCHEDULED: "scheduled",
     pb.TICK_KIND_CATCH_UP: "catch_up",
     pb.TICK_KIND_SKIPPED: "skipped",
@@ -48,7 +49,7 @@ class ScheduleRow(NamedTuple):
     pause_reason: str = ""
     last_tick_ms: int = 0  # the last scheduled, catch-up or skipped tick's time (0: none yet)
     last_tick_seq: int = 0
-    last_kind: str = ""
+    last_kind: TickKindName | Literal[""] = ""
     last_want_id: str = ""  # the last tick's want, manual ones included ("" if it wanted nothing)
     ticks: int = 0  # ticks taken, every kind
     missed: int = 0  # times given up by the catch-up policy, in all (a skipped tick's own time included)
@@ -62,13 +63,13 @@ def tick_time_text(tick_ms: int) -> str:
     return moment.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
-def tick_want_id(schedule: str, tick_ms: int, kind: int) -> str:
+def tick_want_id(schedule: str, tick_ms: int, kind: pb.TickKind) -> str:
     """The id of the want a tick creates: the same from every writer, so the tick's copy collides."""
     manual = "manual:" if kind == pb.TICK_KIND_MANUAL else ""
     return f"schedule:{schedule}:{manual}{tick_time_text(tick_ms)}"
 
 
-def tick_cause(schedule: str, tick_ms: int, kind: int) -> str:
+def tick_cause(schedule: str, tick_ms: int, kind: pb.TickKind) -> str:
     """Why a tick's want exists, in words."""
     how = {pb.TICK_KIND_CATCH_UP: " (caught up)", pb.TICK_KIND_MANUAL: " (by hand)"}.get(kind, "")
     return f"schedule {schedule} ticked at {tick_time_text(tick_ms)}{how}"
@@ -112,12 +113,16 @@ def check_schedule_tick(state: BuildState, seq: int, msg: pb.ScheduleTick, event
         if isinstance(checked, str):
             return checked
         want_plan = checked
+    # A manual tick leaves the last tick where it was.
+    last = (row.last_tick_ms, row.last_tick_seq, row.last_kind) if manual else (tick_ms, seq, KIND_NAMES[kind])
     new_row = row._replace(
         last_want_id=want_id,
         last_error=msg.error,
         ticks=row.ticks + 1,
         missed=row.missed + msg.missed + (kind == pb.TICK_KIND_SKIPPED),
-        **({} if manual else {"last_tick_ms": tick_ms, "last_tick_seq": seq, "last_kind": KIND_NAMES[kind]}),
+        last_tick_ms=last[0],
+        last_tick_seq=last[1],
+        last_kind=last[2],
     )
     return new_row, want_plan, tick_cause(name, tick_ms, kind)
 

@@ -27,6 +27,7 @@ from partbuild.state.rules.subscriptions import (
     NAME_PATTERN,
     ORDERINGS,
     QUEUES,
+    StatusName,
     Subscription,
     endpoint_problem,
     filter_problem,
@@ -83,7 +84,7 @@ def apply_subscription_create(state: BuildState, seq: int, plan: None, event: pb
     state.subscriptions[sub.name] = sub
 
 
-_ACTIONS = {
+_ACTIONS: dict[int, tuple[StatusName | None, StatusName]] = {
     pb.SUBSCRIPTION_ACTION_PAUSE: ("active", "paused"),
     pb.SUBSCRIPTION_ACTION_RESUME: ("paused", "active"),
     pb.SUBSCRIPTION_ACTION_DELETE: (None, "deleted"),
@@ -154,7 +155,8 @@ def _grown(topic: CompositeTopic, shard_count: int, asked: int) -> CompositeTopi
 
 
 def apply_subscription_reshard(state: BuildState, seq: int, plan: ReshardPlan, event: pb.Event) -> None:
-    sub, sub.main, sub.rq, sub.dlq = plan
+    sub, main, rq, dlq = plan
+    sub.main, sub.rq, sub.dlq = main, rq, dlq
     sub.shard_count = event.subscription_reshard.shard_count
     sub.updated_seq = seq
     sub.updated_ms = event.timestamp_ms

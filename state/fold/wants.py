@@ -113,10 +113,10 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
         listed = wants_by_ref.get(ref)
         if listed is None:
             wants_by_ref[ref] = (want_id,)  # most refs are wanted once: a tuple is 16 bytes less than a list
-        elif type(listed) is tuple:
-            wants_by_ref[ref] = [*listed, want_id]
-        else:
+        elif type(listed) is list:
             listed.append(want_id)
+        else:
+            wants_by_ref[ref] = [*listed, want_id]
     if parent is not None:
         if parent.children is None:
             parent.children = [want_id]

@@ -20,7 +20,9 @@ Clock = Callable[[], int]
 
 # Message type name -> the Event.payload oneof field that carries it.
 _PAYLOAD_FIELD: dict[str, str] = {
-    field.message_type.full_name: field.name for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+    field.message_type.full_name: field.name
+    for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields
+    if field.message_type is not None  # every payload is a message
 }
 
 

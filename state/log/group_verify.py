@@ -93,10 +93,11 @@ def verify_report(events: Iterable[tuple[int, pb.Event | bytes] | pb.Event]) -> 
         report.events += 1
         if isinstance(event, bytes):
             try:
-                event = pb.Event.FromString(event)
+                parsed = pb.Event.FromString(event)
             except DecodeError:
                 fold.apply_payload(seq, event)  # a rejection, as in any replay
                 continue
+            event = parsed
         kind = event.WhichOneof("payload")
         fence, refs = _fenced_refs(fold, kind, event)
         if fold.apply(seq, event) is not None:

@@ -30,6 +30,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState, FoldError
 from partbuild.state.fold.history import clock_mark
 from partbuild.state.fold.past import PastState
+from partbuild.state.fold.records import Rejection
 from partbuild.state.log.collector import collector_paused, settle_loaded_state
 from partbuild.state.log.replay import Progress, checkpoint, load_state
 from partbuild.state.log.store import EventLog
@@ -194,5 +195,5 @@ class LiveState:
         self.checkpoint()
 
 
-def _rejection_seq(rejection: object) -> int:
-    return rejection.seq  # type: ignore[attr-defined]
+def _rejection_seq(rejection: Rejection) -> int:
+    return rejection.seq

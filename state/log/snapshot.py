@@ -17,12 +17,16 @@ import sys
 import zlib
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from partbuild.state import fold, rules
 from partbuild.state.fold import records as model
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.registry import RECORD_CLASSES
 from partbuild.state.log.collector import collector_paused
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 # Bump to invalidate snapshots for a reason the source fingerprint cannot see.
 SNAPSHOT_EPOCH = 1
@@ -76,9 +80,9 @@ class _CompressingWriter(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: bytes) -> int:  # type: ignore[override]
+    def write(self, data: ReadableBuffer, /) -> int:
         self._chunks.append(self._deflate.compress(data))
-        return len(data)
+        return memoryview(data).nbytes
 
     def payload(self) -> bytes:
         self._chunks.append(self._deflate.flush())
@@ -97,7 +101,8 @@ class _DecompressingReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
+        view = memoryview(buffer)  # any writable buffer (BufferedReader passes a memoryview)
         while not self._pending:
             if self._offset >= len(self._payload):
                 self._pending = memoryview(self._inflate.flush())
@@ -105,8 +110,8 @@ class _DecompressingReader(io.RawIOBase):
             chunk = self._payload[self._offset : self._offset + _CHUNK]
             self._offset += len(chunk)
             self._pending = memoryview(self._inflate.decompress(chunk))
-        count = min(len(buffer), len(self._pending))
-        buffer[:count] = self._pending[:count]
+        count = min(len(view), len(self._pending))
+        view[:count] = self._pending[:count]
         self._pending = self._pending[count:]
         return count
 

@@ -17,10 +17,11 @@ import signal
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.db import (
@@ -106,11 +107,12 @@ class _DriverStatement:
     """
 
     def __init__(self, statement: sa.ClauseElement, dialect: Dialect) -> None:
-        self._compiled = statement.compile(dialect=dialect)
+        # An insert or a select: compiled by the dialect's SQL compiler (DDL is never run this way).
+        self._compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
         self.sql = str(self._compiled)
         self.positional_names: list[str] | None = list(self._compiled.positiontup or []) if dialect.positional else None
 
-    def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+    def params(self, values: Mapping[str, Any]) -> tuple[Any, ...] | Mapping[str, Any]:
         """Driver parameters for one execution, in the dialect's paramstyle."""
         full = self._compiled.construct_params(dict(values))
         if self.positional_names is None:
@@ -252,7 +254,7 @@ class EventLog(EngineHandle):
 
     def iter_payload_pages(
         self, after_seq: int = 0, upto_seq: int | None = None, page_size: int = 20_000
-    ) -> Iterator[list[tuple[int, bytes]]]:
+    ) -> Iterator[Sequence[tuple[int, bytes]]]:
         """Pages of (seq, payload) for after_seq < seq <= upto_seq (default: the head now).
 
         Pages through a driver cursor, one short connection per page, so an
@@ -275,7 +277,7 @@ class EventLog(EngineHandle):
                 cursor = conn.connection.cursor()
                 try:
                     cursor.execute(self._page.sql, params)
-                    rows: list[tuple[int, bytes]] = cursor.fetchall()
+                    rows: Sequence[tuple[int, bytes]] = cursor.fetchall()
                 finally:
                     cursor.close()
             yield rows

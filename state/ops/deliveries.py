@@ -239,12 +239,12 @@ class DeliveryStore:
         cost a query each per step.
         """
         c = delivery_messages.c
-        order = {"partition_by": c.group_key, "order_by": (c.topic, c.offset)}
+        key, order = c.group_key, (c.topic, c.offset)
         ranked = (
             sa.select(
                 *(c[name] for name in _MESSAGE_COLUMNS),
-                sa.func.row_number().over(**order).label("place"),
-                sa.func.first_value(c.not_before_ms).over(**order).label("head_due_ms"),
+                sa.func.row_number().over(partition_by=key, order_by=order).label("place"),
+                sa.func.first_value(c.not_before_ms).over(partition_by=key, order_by=order).label("head_due_ms"),
             )
             .where(c.subscription == subscription, c.queue == "rq")
             .subquery()
@@ -299,7 +299,7 @@ class DeliveryStore:
     def _counts(conn: Connection, subscription: str) -> dict[str, int]:
         c = delivery_messages.c
         rows = conn.execute(sa.select(c.queue, sa.func.count()).where(c.subscription == subscription).group_by(c.queue))
-        found = dict(rows.all())
+        found: dict[str, int] = dict(rows.all())
         return {queue: found.get(queue, 0) for queue in QUEUE_NAMES}
 
     # ----------------------------------------------------------------- writes

@@ -11,21 +11,24 @@ histories: their changes are not listed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import insort
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.history import HEARTBEAT, entries, run_entries
+from partbuild.state.fold.history import entries, run_entries
 from partbuild.state.fold.past import instance_state_at, want_state_at
 from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Want, WantState
 
 # The kinds of change, in the order changes at one seq are listed.
-INSTANCE_CREATED = "instance_created"
-INSTANCE_STATE = "instance_state"
-WANT_STATE = "want_state"
-JOB_RUN_STATE = "job_run_state"
-CANONICAL_MOVED = "canonical_moved"
-KINDS = (INSTANCE_CREATED, INSTANCE_STATE, WANT_STATE, JOB_RUN_STATE, CANONICAL_MOVED)
+ChangeKind = Literal["instance_created", "instance_state", "want_state", "job_run_state", "canonical_moved"]
+INSTANCE_CREATED: Final = "instance_created"
+INSTANCE_STATE: Final = "instance_state"
+WANT_STATE: Final = "want_state"
+JOB_RUN_STATE: Final = "job_run_state"
+CANONICAL_MOVED: Final = "canonical_moved"
+KINDS: tuple[ChangeKind, ...] = (INSTANCE_CREATED, INSTANCE_STATE, WANT_STATE, JOB_RUN_STATE, CANONICAL_MOVED)
 _KIND_ORDER = {kind: index for index, kind in enumerate(KINDS)}
 
 State = InstanceState | WantState | JobRunState
@@ -39,7 +42,7 @@ class Change:
     first instance)."""
 
     seq: int
-    kind: str
+    kind: ChangeKind
     id: str
     ref: str | None = None
     from_state: State | None = None
@@ -120,17 +123,57 @@ def run_state_at(run: JobRun, seq: int) -> JobRunState:
     if run.updated_seq <= seq:
         return run.state
     for at, kind, _ in run_entries(run.history):
-        if at <= seq and kind != HEARTBEAT:
+        if at <= seq:
             return JobRunState(kind)
     return JobRunState.QUEUED
 
 
 def _run_changes(run: JobRun, first: int, last: int) -> Iterator[Change]:
     seqs = {run.created_seq, run.updated_seq}
-    seqs.update(at for at, kind, _ in run_entries(run.history) if kind != HEARTBEAT)
+    seqs.update(at for at, _, _ in run_entries(run.history))
     before = run_state_at(run, first) if run.created_seq <= first else None
     for seq in sorted(at for at in seqs if first < at <= last):
         now = run_state_at(run, seq)
         if now != before:
             yield Change(seq, JOB_RUN_STATE, run.job_run_id, None, before, now)
         before = now
+
+
+# ----------------------------------------------------------------- one page
+
+
+def changes_page(
+    state: BuildState, first: int, last: int, limit: int, after: tuple[int, int, str] | None = None
+) -> list[Change]:
+    """The first `limit` changes in (`first`, `last`] whose key is after `after`: one page of `changes_between`.
+
+    Every record's changes come in key order, and records in creation order, so a page stops looking as
+    soon as it is full: at a record whose changes start after the page's last one (its next ones come
+    later still), and, for records created after that, at the first (nothing later can come before).
+    A page near `first` costs the records created up to its last change, not the whole range's.
+    """
+    if not 0 <= first <= last <= state.head_seq:
+        raise ValueError(f"need 0 <= first <= last <= head ({state.head_seq}), got {first} and {last}")
+    floor = (first + 1, -1, "") if after is None or after < (first + 1, -1, "") else after
+    page: list[tuple[tuple[int, int, str], Change]] = []
+    tables: tuple[tuple[Iterable[Any], Callable[[Any], Iterator[Change]]], ...] = (
+        (state.instances.values(), lambda instance: _instance_changes(state, instance, first, last)),
+        (state.wants.values(), lambda want: _want_changes(want, first, last)),
+        (state.job_runs.values(), lambda run: _run_changes(run, first, last)),
+    )
+    floor_seq = floor[0]
+    for records, changes_of in tables:
+        for record in records:
+            if record.updated_seq < floor_seq:  # its latest change (a Building too) is before the floor
+                continue
+            if record.created_seq > last or (len(page) >= limit and record.created_seq > page[-1][0][0]):
+                break  # creation order: every later record's changes come after the page's
+            for change in changes_of(record):
+                key = change.key
+                if key <= floor:
+                    continue
+                if len(page) >= limit and key >= page[-1][0]:
+                    break  # its later changes come later still
+                insort(page, (key, change))
+                del page[limit:]
+    return [change for _, change in page]

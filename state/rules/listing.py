@@ -92,9 +92,10 @@ class _SortedRefs:
             if generation == self.generation:
                 return self.refs, generation, []
             batches = [batch for merged, batch in self._recent if merged > generation]
-            if len(batches) != self.generation - generation or any(batch is None for batch in batches):
+            kept = [batch for batch in batches if batch is not None]
+            if len(batches) != self.generation - generation or len(kept) != len(batches):
                 return self.refs, self.generation, None
-            return self.refs, self.generation, [ref for batch in batches for ref in batch]  # type: ignore[union-attr]
+            return self.refs, self.generation, [ref for batch in kept for ref in batch]
 
     def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.records import _Record
@@ -32,7 +32,13 @@ MAX_ENDPOINT_CHARS = 2048
 MAX_ATTEMPTS = 100
 MAX_BACKOFF_MS = 24 * 3600 * 1000
 MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 100, 300_000
-QUEUES = {pb.SUBSCRIPTION_QUEUE_MAIN: "main", pb.SUBSCRIPTION_QUEUE_RQ: "rq", pb.SUBSCRIPTION_QUEUE_DLQ: "dlq"}
+QueueName = Literal["main", "rq", "dlq"]
+QUEUES: dict[pb.SubscriptionQueue, QueueName] = {
+    pb.SUBSCRIPTION_QUEUE_MAIN: "main",
+    pb.SUBSCRIPTION_QUEUE_RQ: "rq",
+    pb.SUBSCRIPTION_QUEUE_DLQ: "dlq",
+}
+StatusName = Literal["active", "paused", "deleted"]
 
 
 def _registry() -> ModuleType:
@@ -100,7 +106,7 @@ class Subscription(_Record):
         self.rq = CompositeTopic.create(msg.rq_partitions)
         self.dlq = CompositeTopic.create(msg.dlq_partitions)
         self.secret_digest = msg.secret_digest
-        self.status = "active"  # "paused", "deleted"
+        self.status: StatusName = "active"
         # (seq of the reset event, queue name, to_seq), in log order: delivery applies each once.
         self.resets: tuple[tuple[int, str, int], ...] = ()
         self.rq_floor = self.dlq_floor = 0  # the highest fast-forward of each internal queue

@@ -44,6 +44,8 @@ def _plain(value: Any) -> Any:
         return tuple(_plain(v) for v in value)
     if isinstance(value, IntEnum):
         return (type(value).__name__, int(value))
+    if isinstance(value, bytearray):  # packed pairs (a run's heartbeats)
+        return bytes(value)
     assert value is None or isinstance(value, str | int | float | bytes), type(value)
     return value
 

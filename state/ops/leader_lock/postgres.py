@@ -89,7 +89,9 @@ class PostgresLeaderLock(LeaderLock):
         try:
             for name, value in _SERVER_KEEPALIVES.items():
                 conn.execute(f"SET {name} = {int(value)}")
-            schema = conn.execute("SELECT current_schema()").fetchone()[0]
+            row = conn.execute("SELECT current_schema()").fetchone()
+            assert row is not None  # a SELECT of one expression has one row
+            schema = row[0]
         except BaseException:
             conn.close()
             raise

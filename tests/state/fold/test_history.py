@@ -6,11 +6,12 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import (
     CLOCK_MARK_EVERY,
-    HEARTBEAT,
+    HEARTBEAT_PAIR,
     clock_mark,
     entries,
     entry,
     field_at,
+    heartbeat_at,
     keep_field,
     run_entries,
     run_entry,
@@ -28,9 +29,20 @@ def test_entries_come_back_newest_first_with_their_seqs_and_states() -> None:
     for seq, state in ((3, 1), (17, 4), (2**40, 7)):
         history = history << 48 | entry(seq, state)
     assert list(entries(history)) == [(2**40, 7), (17, 4), (3, 1)]
-    runs = run_entry(5, JobRunState.RUNNING, 1_790_000_000_123) << 92 | run_entry(9, HEARTBEAT, 1_790_000_000_456)
-    assert list(run_entries(runs)) == [(9, HEARTBEAT, 1_790_000_000_456), (5, 1, 1_790_000_000_123)]
+    runs = run_entry(5, JobRunState.RUNNING, 1_790_000_000_123) << 92 | run_entry(9, JobRunState.FAILED, 17)
+    assert list(run_entries(runs)) == [(9, JobRunState.FAILED, 17), (5, 1, 1_790_000_000_123)]
     assert list(entries(0)) == []
+
+
+def test_a_runs_heartbeat_as_of_a_seq_is_a_search_of_its_packed_pairs() -> None:
+    beats = bytearray()
+    for seq in range(10, 100_010, 10):
+        beats += HEARTBEAT_PAIR.pack(seq, 1_790_000_000_000 + seq)
+    assert len(beats) == 16 * 10_000  # 16 bytes a heartbeat, however many: no copy per heartbeat
+    assert heartbeat_at(beats, 9) == (0, 0) and heartbeat_at(None, 50) == (0, 0)
+    assert heartbeat_at(beats, 10) == (10, 1_790_000_000_010)
+    assert heartbeat_at(beats, 55_555) == (55_550, 1_790_000_055_550)
+    assert heartbeat_at(beats, 10**9) == (100_000, 1_790_000_100_000)
 
 
 def test_a_record_changed_once_keeps_no_history_and_a_retried_one_keeps_its_changes() -> None:

@@ -31,7 +31,7 @@ from golden_log import GOLDEN_LOGS, read
 
 PAYLOAD = pb.Event.DESCRIPTOR.oneofs_by_name["payload"]
 RUN_PHASES = {"START", "COMPLETE", "FAIL", "ABORT"}
-_LEAVES = (type(None), bool, int, float, str, bytes)
+_LEAVES = (type(None), bool, int, float, str, bytes, bytearray)  # bytearray: packed pairs, pickled as bytes
 
 # ----------------------------------------------------------------- the checks
 

@@ -18,9 +18,11 @@ from partbuild.state.rules.changes import (
     WANT_STATE,
     Change,
     changes_between,
+    changes_page,
 )
 
 from foldkit import Story
+from golden_log import GOLDEN_LOGS, read
 
 I, W, R = InstanceState, WantState, JobRunState
 
@@ -142,3 +144,32 @@ def test_the_first_seq_must_not_come_after_the_last_and_the_last_be_folded() -> 
     for first, last in ((4, 3), (-1, 3), (0, head + 1)):
         with pytest.raises(ValueError, match="first <= last"):
             changes_between(story.state, first, last)
+
+
+def _paged(state: BuildState, first: int, last: int, limit: int) -> list[Any]:
+    """Every change in (first, last], a page of `limit` at a time, each after the last one's key."""
+    found: list[Any] = []
+    while True:
+        page = changes_page(state, first, last, limit, found[-1].key if found else None)
+        assert len(page) <= limit and all(c.key > found[-1].key for c in page[:1] if found)
+        found += page
+        if len(page) < limit:
+            return found
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_pages_of_changes_are_the_span_in_order_whatever_their_size(name: str) -> None:
+    """`changes_page` stops looking once its page is full: its pages, one after another, are the span."""
+    state = BuildState(strict=True)
+    for seq, payload in enumerate(read(name), 1):
+        state.apply_payload(seq, payload)
+    head = state.head_seq
+    spans = {(0, head), (head // 3, 2 * head // 3), (head - 1, head), (0, 1), (5, 5)}
+    for first, last in spans:
+        whole = changes_between(state, first, last)
+        for limit in (1, 3, 10, 1_000):
+            assert _paged(state, first, last, limit) == whole, (first, last, limit)
+    story, _ = _story()
+    for first in range(story.state.head_seq):
+        for last in range(first, story.state.head_seq + 1):
+            assert _paged(story.state, first, last, 2) == changes_between(story.state, first, last)
