@@ -15,7 +15,7 @@ The delivery engine calls `render` holding the state's read lock, so the state m
 the event (a run buffered at seq 10 may have succeeded since): what happened is read from the event,
 names and refs from the state. Nothing here does I/O.
 
-The formats are `FORMATS` of state/rules/subscriptions.py, each with its renderer in `_RENDERERS`;
+The formats are `FORMATS` of state/fold/subscription_records.py, each with its renderer in `_RENDERERS`;
 which event types a format renders follows from the event registry (state/fold/registry.py):
 every type for partbuild and cloudevents, the job-run events with a `run_phase` for openlineage.
 """
@@ -51,7 +51,7 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckRow
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.fold.registry import BY_NAME, JOB_RUN_EVENT_TYPES, ROWS
-from partbuild.state.rules.subscriptions import FORMATS
+from partbuild.state.fold.subscription_records import FORMATS
 
 JSON = "application/json"
 CLOUDEVENTS_JSON = "application/cloudevents+json"

@@ -22,7 +22,7 @@ from bisect import bisect_right
 from _common import machine, percentile, w1_history
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.rules.changes import Change, changes_between, changes_page
+from partbuild.state.queries.changes import Change, changes_between, changes_page
 
 TARGET_MS = 50.0
 

@@ -1,7 +1,7 @@
 """The overview's numbers on a 1,000,000-instance W1 state: what counting waiting instances no active want needs costs.
 
 Target: the overview (and `GET /api/v1/counts`) does not scan the instances: the split of each waiting
-state into wanted and unwanted (`state/rules/wanted.py`) reads an index of the fold
+state into wanted and unwanted (`state/queries/wanted.py`) reads an index of the fold
 (`wanted_instance_counts`), so it adds under 10% to the overview page's server time (p50 of the
 overview with it vs without it, interleaved), whatever the number of actively wanted refs.
 
@@ -34,7 +34,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
-from partbuild.state.rules.wanted import waiting_counts
+from partbuild.state.queries.wanted import waiting_counts
 
 TAIL_WANTS = ("bench-overview-backfill", "bench-overview-expired")
 

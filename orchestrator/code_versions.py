@@ -2,7 +2,7 @@
 
 The version a job run was buffered with is recorded in its `JobRunBuffer` (the fold
 keeps it on the `JobRun`); an instance reaches it through `built_by`. Staleness is a
-read of that fact against the graph served now (`state/rules/staleness.py`).
+read of that fact against the graph served now (`state/queries/staleness.py`).
 
 The derived version is a blake3 hash of the run function's source as Python parses it
 (`ast.dump`), and of what it reaches in the user's own files: the functions and classes

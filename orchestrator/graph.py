@@ -229,7 +229,7 @@ class Job:
     # What each run records as the code that built its instances; None: derived from `run`'s source and the
     # helpers, classes and constants it reaches in the graph's own files (comments and formatting leave it, a
     # change of that code moves it, libraries do not: see orchestrator/code_versions.py). Live instances built
-    # by another version are stale (state/rules/staleness.py).
+    # by another version are stale (state/queries/staleness.py).
     code_version: str | None = None
     # Its runs use `ctx.spark`: a `partbuild run` with work to do starts the session in the background at
     # once, while it reads the log and decides, rather than when the first run asks (seconds later).

@@ -31,7 +31,7 @@ derived from the cause (state/fold/reactions.py), so two orchestrators never fir
 Only the owner of the wanted ref's bucket fires it.
 
 `on_code_change`: the job's Live partitions built by another code version than its current one (stale,
-state/rules/staleness.py) are tainted and wanted again, newest partitions first (oldest last), at most
+state/queries/staleness.py) are tainted and wanted again, newest partitions first (oldest last), at most
 `max_per_step` a step: the taint (guarded by the instance it names, and cascading to what was built from
 it, as any taint does; out of date rather than wrong, so each instance whose job serves stale data stays
 readable until its rebuild goes Live) and the `ReactionFired` go in one append, so the want rebuilds the partition

@@ -49,7 +49,7 @@ from partbuild.state.fold.reaction_notes import PendingRow, pending_key
 from partbuild.state.fold.reactions import KIND_NAMES, reaction_want_id
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import envelope
-from partbuild.state.rules.staleness import StaleIndex, built_version
+from partbuild.state.queries.staleness import StaleIndex, built_version
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.graph import Graph, Job

@@ -15,7 +15,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope, system
 from partbuild.state.log.store import EventLog
-from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
+from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 
 DAY_MS = 86_400_000
 RETENTION = system("retention")

@@ -59,6 +59,45 @@ def test_dependencies_point_one_way() -> None:
     assert found == []
 
 
+# What each part of state/ may import of the others: the pure rules nothing, the fold the rules, the log the
+# fold and the database's plumbing (the schema, the dialect seam, engines, migrations), the reads of the state
+# all of those, the operational stores the rules, the log and the plumbing; `database.py` (the handle of one
+# database: the log and the stores) stands above them all.
+PLUMBING = {"schema", "db", "engine", "frozen_writer", "migrate"}
+STATE_LAYERS = {
+    "rules": set(),
+    "fold": {"rules"},
+    "log": {"rules", "fold", *PLUMBING},
+    "queries": {"rules", "fold", "log", *PLUMBING},
+    "ops": {"rules", "log", *PLUMBING},
+    **{module: PLUMBING for module in PLUMBING},
+    "database": {"log", "ops", *PLUMBING},
+}
+
+
+def _state_imports(path: Path) -> set[str]:
+    """The state/ folders (or top-level modules) `path` imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        found |= {name.split(".")[2] for name in names if name.startswith("partbuild.state.")}
+    return found
+
+
+def test_the_folders_of_state_import_only_those_below_them() -> None:
+    """No import circle between the folders of state/: each imports only the folders its layer allows."""
+    found = []
+    for part, allowed in STATE_LAYERS.items():
+        folder = ROOT / "state" / part
+        for path in sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]:
+            for imported in sorted(_state_imports(path) - allowed - {part}):
+                found.append(f"{path.relative_to(ROOT)} imports partbuild.state.{imported}")
+    assert found == []
+    parts = {path.stem for path in (ROOT / "state").iterdir() if path.name not in ("__pycache__", "__init__.py")}
+    assert parts == set(STATE_LAYERS)  # a new part of state/ says where it stands
+
+
 @pytest.mark.parametrize("name", sorted(OPERATIONS))
 def test_the_service_implements_each_declared_operation_with_its_signature(name: str) -> None:
     """The in-process back end answers exactly the declared calls: same parameters, same defaults.

@@ -34,7 +34,7 @@ from partbuild.api.models.subscriptions import (
     SubscriptionOut,
     SubscriptionRequest,
 )
-from partbuild.state.rules.subscriptions import FORMATS, ORDERINGS
+from partbuild.state.fold.subscription_records import FORMATS, ORDERINGS
 
 _COMMANDLINE = click.core.ParameterSource.COMMANDLINE
 

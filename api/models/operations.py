@@ -49,7 +49,7 @@ class HealthOut(BaseModel):
 
 class WaitingOut(BaseModel):
     """Instances in one waiting state (missing, upstream_building, up_for_retry): the orchestrator moves them on
-    only while an active want names their ref (state/rules/wanted.py)."""
+    only while an active want names their ref (state/queries/wanted.py)."""
 
     total: int
     wanted: int = Field(description="Named by an active (not yet terminal) want: directly, or by a derivative want.")

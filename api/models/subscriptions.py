@@ -9,7 +9,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from partbuild.api.models.common import MAX_SAFE_INT, JsonInt, NonNegative, StrictRequest, WrittenOut
 from partbuild.state.fold.registry import EVENT_TYPES
-from partbuild.state.rules.subscriptions import (
+from partbuild.state.fold.subscription_records import (
     FORMATS,
     MAX_ATTEMPTS,
     MAX_BACKOFF_MS,

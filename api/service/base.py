@@ -36,8 +36,8 @@ from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
 from partbuild.state.log.store import AppendConflict, WriteLockLost
-from partbuild.state.rules.listing import ListingIndex
-from partbuild.state.rules.staleness import StaleIndex
+from partbuild.state.queries.listing import ListingIndex
+from partbuild.state.queries.staleness import StaleIndex
 
 MAX_WRITE_ATTEMPTS = 20
 

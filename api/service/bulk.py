@@ -31,7 +31,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import Instance, InstanceState
-from partbuild.state.rules.staleness import is_stale
+from partbuild.state.queries.staleness import is_stale
 
 _FAILED = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
 

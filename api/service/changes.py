@@ -1,4 +1,4 @@
-"""Changes: what changed after one seq up to another, from the live state's histories (state/rules/changes.py).
+"""Changes: what changed after one seq up to another, from the live state's histories (state/queries/changes.py).
 
 A page's cursor is its last change's key, `seq:kind:id`; with the same `from_seq` and `to_seq` the next page
 continues after it. A page looks at the records created up to its last change and no further
@@ -14,7 +14,7 @@ from partbuild.api.models.common import PageOut
 from partbuild.api.service.as_of import page_at
 from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
 from partbuild.state.log.live import SeqAfterHead
-from partbuild.state.rules.changes import KINDS, Change, changes_page
+from partbuild.state.queries.changes import KINDS, Change, changes_page
 
 _KIND_ORDER = {kind: index for index, kind in enumerate(KINDS)}
 

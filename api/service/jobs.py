@@ -48,9 +48,9 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
 from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
-from partbuild.state.rules.staleness import is_stale
 
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()

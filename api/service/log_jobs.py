@@ -6,7 +6,7 @@ instances built by another job's run, or by none, source data). Source data is n
 the segments before the first `key=value` one (`raw/clicks/date=2026-01-05` is `raw/clicks`), the whole ref
 but its last segment without one.
 
-`LogJobs` follows a BuildState as it grows (as `state/rules/staleness.StaleIndex` does): the runs added since
+`LogJobs` follows a BuildState as it grows (as `state/queries/staleness.StaleIndex` does): the runs added since
 the last update (dicts keep creation order) are taken in once, and the runs still queued or running are looked
 at again until they end; each job, source and edge keeps the first seq it was known at, so a read as of a seq
 lists what was known then (a node's refs are all it ever had: the grid's reads skip those with no instance

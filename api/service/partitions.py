@@ -41,10 +41,10 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
-from partbuild.state.rules.queries import Lineage, lineage, ref_history
-from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
-from partbuild.state.rules.staleness import built_version, is_stale
-from partbuild.state.rules.wanted import is_unwanted
+from partbuild.state.queries.lineage import Lineage, lineage, ref_history
+from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
+from partbuild.state.queries.staleness import built_version, is_stale
+from partbuild.state.queries.wanted import is_unwanted
 
 DAY_MS = 86_400_000
 RETENTION_LISTED = 1_000

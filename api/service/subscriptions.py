@@ -40,9 +40,9 @@ from partbuild.orchestrator.delivery.shard import layouts, message_id
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.registry import BUILD_EVENT_TYPES
+from partbuild.state.fold.subscription_records import QUEUES, Subscription
 from partbuild.state.ops.deliveries import QUEUE_NAMES, Fenced, Queued, Standing
-from partbuild.state.rules.retention import cutoff_seq_before
-from partbuild.state.rules.subscriptions import QUEUES, Subscription
+from partbuild.state.queries.retention import cutoff_seq_before
 from partbuild.state.rules.topics import CompositeTopic
 
 _QUEUES = {name: queue for queue, name in QUEUES.items()}  # "main" -> SUBSCRIPTION_QUEUE_MAIN, ...

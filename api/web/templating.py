@@ -23,7 +23,7 @@ from partbuild.api.service import Service
 from partbuild.api.web import identity as seam
 from partbuild.api.web.identity import Identity, may_write
 from partbuild.api.web.security import CSRF_FIELD, csrf_token, secure, set_csrf_cookie
-from partbuild.state.rules.retention import cutoff_seq_before
+from partbuild.state.queries.retention import cutoff_seq_before
 
 HERE = Path(__file__).resolve().parent
 ENV = Environment(

@@ -26,7 +26,7 @@ from partbuild.api.service.runs import job_run_out
 from partbuild.api.service.wants import made_by_filter, want_out
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
-from partbuild.state.rules.wanted import WaitingCount, is_unwanted, waiting_counts
+from partbuild.state.queries.wanted import WaitingCount, is_unwanted, waiting_counts
 
 PAGE = 50
 SCAN_BUDGET = 20_000

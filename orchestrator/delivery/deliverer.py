@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from partbuild.orchestrator.delivery.sender import Sender
 from partbuild.orchestrator.delivery.shard import Render, ShardStep
+from partbuild.state.fold.subscription_records import Subscription
 from partbuild.state.log.live import LiveState
 from partbuild.state.ops.deliveries import Control, DeliveryStore
-from partbuild.state.rules.subscriptions import Subscription
 
 log = logging.getLogger(__name__)
 

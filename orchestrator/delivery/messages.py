@@ -18,7 +18,7 @@ from typing import Any
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.registry import BY_NAME, EventType
-from partbuild.state.rules.subscriptions import Subscription
+from partbuild.state.fold.subscription_records import Subscription
 from partbuild.state.rules.topics import key_hash
 
 

@@ -37,10 +37,10 @@ from partbuild.orchestrator.delivery.messages import Message, messages_for
 from partbuild.orchestrator.delivery.sender import Outcome, Sender
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.subscription_records import Subscription
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import StoredEvent
 from partbuild.state.ops.deliveries import Commit, Control, DeliveryStore, Layout, NewMessage, Queued
-from partbuild.state.rules.subscriptions import Subscription
 from partbuild.state.rules.topics import CompositeTopic, route, shard_of_partition
 
 log = logging.getLogger(__name__)

@@ -79,7 +79,7 @@ from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, InstanceState, Sour
 from partbuild.state.log.events import Clock, envelope, system, wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import AppendConflict, EventLog
-from partbuild.state.rules.queries import refs_tainted_by, root_wanted
+from partbuild.state.queries.lineage import refs_tainted_by, root_wanted
 
 logger = logging.getLogger("partbuild.sources")
 

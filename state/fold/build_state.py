@@ -54,9 +54,9 @@ from partbuild.state.fold.records import (
 )
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
 from partbuild.state.fold.schedules import ScheduleRow
+from partbuild.state.fold.subscription_records import Subscription
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.rules.group import GroupState
-from partbuild.state.rules.subscriptions import Subscription
 
 
 class FoldError(RuntimeError):
@@ -145,7 +145,7 @@ class BuildState:
         self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
         # Dicts used as ordered sets: iteration order must not depend on string hashing.
         self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
-        # By state: the canonical instances of the refs in active_wants_by_ref (state/rules/wanted.py).
+        # By state: the canonical instances of the refs in active_wants_by_ref (state/queries/wanted.py).
         self.wanted_instance_counts = [0] * len(InstanceState)
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first

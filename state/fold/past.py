@@ -1,7 +1,7 @@
 """The state as it was right after any seq the live state has folded, read from its histories: no replay.
 
 `PastState(live, seq, clock_ms)` answers the reads a `BuildState` answers (the same
-attributes and methods the API, the web pages and `state/rules/queries.py` use),
+attributes and methods the API, the web pages and `state/queries/lineage.py` use),
 each record rebuilt on demand as of `seq` from what the live record holds and its
 history (state/fold/history.py). It copies nothing up front and holds nothing
 after the read: a read as of N costs the records it touches, not a past state.

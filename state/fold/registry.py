@@ -9,7 +9,7 @@ Everything that must know every event type is derived from the rows:
 
 - the fold's dispatch (`HANDLERS`, used by `BuildState.apply`);
 - the subscription filters (`EVENT_TYPES`, `BUILD_EVENT_TYPES`, exposed by
-  state/rules/subscriptions.py) and the web UI's event-type list;
+  state/fold/subscription_records.py) and the web UI's event-type list;
 - the delivery messages' refs and roots (orchestrator/delivery/messages.py);
 - the payload formats' event sets (api/webhook_payloads.py: job-run events,
   OpenLineage run states);
@@ -54,8 +54,8 @@ from partbuild.state.fold.records import (
     Want,
     WantState,
 )
+from partbuild.state.fold.subscription_records import Subscription
 from partbuild.state.rules.group import GroupState, TaskState
-from partbuild.state.rules.subscriptions import Subscription
 from partbuild.state.rules.topics import CompositeTopic, StorageTopic
 
 if TYPE_CHECKING:

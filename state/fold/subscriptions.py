@@ -21,8 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.validation import short
-from partbuild.state.rules.subscriptions import (
+from partbuild.state.fold.subscription_records import (
     FORMATS,
     NAME_PATTERN,
     ORDERINGS,
@@ -33,6 +32,7 @@ from partbuild.state.rules.subscriptions import (
     filter_problem,
     retry_problem,
 )
+from partbuild.state.fold.validation import short
 from partbuild.state.rules.topics import CompositeTopic, partition_count_problem, shard_count_problem
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope, manual
-from partbuild.state.rules.listing import ListingIndex
+from partbuild.state.queries.listing import ListingIndex
 
 from gridkit import DAILY, TAINTED, grid_graph, grid_service, write_history
 from httpkit import ok, problem

@@ -22,7 +22,7 @@ from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
-from partbuild.state.rules.queries import lineage, ref_history
+from partbuild.state.queries.lineage import lineage, ref_history
 
 from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START
 

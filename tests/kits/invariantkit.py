@@ -24,8 +24,8 @@ from partbuild.state.fold.records import (
     WantState,
 )
 from partbuild.state.fold.transitions import derive_want_state
+from partbuild.state.queries.lineage import attempts_for
 from partbuild.state.rules.ids import instance_uuid
-from partbuild.state.rules.queries import attempts_for
 
 from stepkit import Action, is_live
 
@@ -313,7 +313,7 @@ def check_invariants(state: BuildState) -> None:
     assert {ref: list(ids) for ref, ids in state.wants_by_ref.items()} == wants_by_ref
     assert {ref: set(ids) for ref, ids in state.active_wants_by_ref.items()} == active_by_ref
     assert all(state.active_wants_by_ref.values())
-    wanted = [0] * len(InstanceState)  # what an active want needs, by state (state/rules/wanted.py)
+    wanted = [0] * len(InstanceState)  # what an active want needs, by state (state/queries/wanted.py)
     for ref in state.active_wants_by_ref:
         wanted[instances[canonical[ref]].state] += 1
     assert state.wanted_instance_counts == wanted, "wanted_instance_counts does not follow the active refs"

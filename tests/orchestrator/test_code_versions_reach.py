@@ -22,7 +22,7 @@ from partbuild.orchestrator.code_versions import DERIVED_PREFIX, derived_code_ve
 from partbuild.orchestrator.decide import decide
 from partbuild.orchestrator.graph import Graph, Job, SourceDataset, load_graph
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.rules.staleness import is_stale
+from partbuild.state.queries.staleness import is_stale
 
 from foldkit import Story
 

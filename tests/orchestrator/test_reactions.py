@@ -25,8 +25,8 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.reactions import reaction_want_id
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.events import envelope, from_job_run, manual, system
+from partbuild.state.queries.staleness import built_version
 from partbuild.state.rules.ids import instance_uuid
-from partbuild.state.rules.staleness import built_version
 
 SOURCE = system("orchestrator")
 T0 = 1_800_000_000_000

@@ -15,8 +15,8 @@ from partbuild.state.fold.records import JobRunState as R
 from partbuild.state.fold.records import WantState as W
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope
+from partbuild.state.queries.lineage import attempts_for, builder_of, lineage, ref_history, wants_for
 from partbuild.state.rules.ids import INSTANCE_NAMESPACE, instance_uuid
-from partbuild.state.rules.queries import attempts_for, builder_of, lineage, ref_history, wants_for
 
 from foldkit import Story
 

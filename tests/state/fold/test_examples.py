@@ -15,7 +15,7 @@ from partbuild.state.fold.records import InstanceState, WantState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope
 from partbuild.state.log.snapshot import decode_state, encode_state
-from partbuild.state.rules.queries import ref_history
+from partbuild.state.queries.lineage import ref_history
 
 from invariantkit import check_invariants, check_taint_outcome
 from stepkit import FUTURE_FIELD, INT64_MAX, LOCATIONS, REFS, T0

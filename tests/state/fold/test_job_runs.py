@@ -13,8 +13,8 @@ from partbuild.state.fold.past import PastState, instance_at
 from partbuild.state.fold.records import Instance, InstanceState, JobRunState, WantState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.snapshot import decode_state, encode_state
+from partbuild.state.queries.lineage import ref_history
 from partbuild.state.rules.ids import instance_uuid
-from partbuild.state.rules.queries import ref_history
 
 from foldkit import Story
 

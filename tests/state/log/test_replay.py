@@ -15,7 +15,7 @@ from partbuild.state.log.events import envelope
 from partbuild.state.log.replay import load_state, replay_into, save_snapshot, state_as_of
 from partbuild.state.log.snapshot import encode_state, snapshot_format
 from partbuild.state.log.store import EventLog
-from partbuild.state.rules.queries import ref_history
+from partbuild.state.queries.lineage import ref_history
 
 PLAN = SimulationPlan(weeks=26, sites=2)
 

@@ -1,4 +1,4 @@
-"""Code versions in the fold and staleness (state/fold/job_runs.py, state/rules/staleness.py).
+"""Code versions in the fold and staleness (state/fold/job_runs.py, state/queries/staleness.py).
 
 A JobRunBuffer's `code_version` is kept on its JobRun (an instance reaches it through `built_by`); an
 instance is stale when it is Live, its run recorded a version and its job's current one differs. Old logs
@@ -13,7 +13,7 @@ from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import JobRun
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.snapshot import decode_state, encode_state
-from partbuild.state.rules.staleness import StaleIndex, built_version, is_stale
+from partbuild.state.queries.staleness import StaleIndex, built_version, is_stale
 
 from foldkit import Story
 

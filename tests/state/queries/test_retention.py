@@ -23,8 +23,8 @@ from partbuild.state.log.events import envelope, system
 from partbuild.state.log.replay import load_state, replay_into, save_snapshot, state_as_of
 from partbuild.state.log.snapshot import decode_state, encode_state
 from partbuild.state.log.store import EventLog, StoredEvent
-from partbuild.state.rules.queries import attempts_for, builder_of, lineage, ref_history
-from partbuild.state.rules.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
+from partbuild.state.queries.lineage import attempts_for, builder_of, lineage, ref_history
+from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 
 from foldkit import Story
 from stepkit import Step, materialize, replay, steps_strategy

@@ -7,7 +7,7 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import InstanceState as I
 from partbuild.state.fold.records import WantState as W
-from partbuild.state.rules.wanted import WAITING_STATE_NAMES, WaitingCount, is_unwanted, waiting_counts
+from partbuild.state.queries.wanted import WAITING_STATE_NAMES, WaitingCount, is_unwanted, waiting_counts
 
 from foldkit import Story
 

@@ -9,7 +9,7 @@ from itertools import takewhile
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope
-from partbuild.state.rules.listing import FANOUT, LEVELS, RECENT_MERGES, ListingIndex
+from partbuild.state.queries.listing import FANOUT, LEVELS, RECENT_MERGES, ListingIndex
 
 from foldkit import Story
 

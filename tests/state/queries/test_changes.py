@@ -10,7 +10,7 @@ import pytest
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
-from partbuild.state.rules.changes import (
+from partbuild.state.queries.changes import (
     CANONICAL_MOVED,
     INSTANCE_CREATED,
     INSTANCE_STATE,
