@@ -116,7 +116,7 @@ def _attempt(
     noun = "1 output" if len(which) == 1 else f"{len(which)} outputs"
     chosen, wanted = [outputs[i] for i in which], {c: columns[c] for c in checks}
     try:
-        values = _aggregate(spark, chosen, wanted)
+        values, ran = _aggregate(spark, chosen, wanted)
     except Exception as exc:
         seconds = time.perf_counter() - started
         error = f"{type(exc).__name__}: {exc}"
@@ -135,7 +135,7 @@ def _attempt(
             _attempt(spark, outputs, columns, part_which, part_checks, shares, log)
         return
     seconds = time.perf_counter() - started
-    if _needs_spark(chosen, wanted):
+    if ran:
         log.info("checks of %s computed in one pass in %.2f s", noun, seconds)
     else:
         log.info("checks of %s computed in their writes: no pass (%.3f s)", noun, seconds)
@@ -154,8 +154,9 @@ def _smaller(which: list[int], checks: list[int]) -> list[tuple[list[int], list[
 
 def _aggregate(
     spark: Any, outputs: Sequence[PassOutput], columns: Mapping[int, Mapping[str, Any]]
-) -> list[dict[int, dict[str, Any]]]:
-    """One action: per output (in order), per check, its values by name (its columns' and its row counts).
+) -> tuple[list[dict[int, dict[str, Any]]], bool]:
+    """One action: per output (in order), per check, its values by name (its columns' and its row counts), and
+    whether a Spark action ran.
 
     What an output's write observed (`PassOutput.known`, `PassOutput.rows`) is taken as is: only the
     outputs still missing a check's columns are read, and only the locations whose rows are not known
@@ -206,7 +207,7 @@ def _aggregate(
                 values[name] = sum(rows_of[loc] for loc in locs)
             per_check[check] = values
         answers.append(per_check)
-    return answers
+    return answers, bool(frames)
 
 
 def _reader(spark: Any, schemas: set[str | None]) -> Any:
@@ -216,14 +217,6 @@ def _reader(spark: Any, schemas: set[str | None]) -> Any:
     from pyspark.sql.types import StructType
 
     return spark.read.schema(StructType.fromJson(json.loads(schema)))
-
-
-def _needs_spark(outputs: Sequence[PassOutput], columns: Mapping[int, Mapping[str, Any]]) -> bool:
-    """Whether some value of the pass is not known from the writes: a check's columns, or a location's rows."""
-    if any(_unknown(output, c, named) for output in outputs for c, named in columns.items()):
-        return True
-    known = {output.location for output in outputs if output.rows is not None}
-    return any(loc not in known for output in outputs for check in columns for loc in _counted(output, check))
 
 
 def _unknown(output: PassOutput, check: int, named: Mapping[str, Any]) -> bool:

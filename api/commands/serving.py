@@ -98,12 +98,15 @@ def _url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> None:
+def _serve_http(
+    app: Any, sock: socket.socket, on_stop: Callable[[], None], stopping: threading.Event | None = None
+) -> None:
     """Serve `app` on `sock` in this thread until SIGTERM/SIGINT; `on_stop` runs when a signal arrives.
 
     uvicorn catches the signals while it serves and, once shut down, raises them
     again under the handlers that were installed before: ours, so the process
     stops cleanly with exit code 0 instead of dying of the re-raised SIGTERM.
+    `stopping`: set when a stop signal came before this was called (the server then starts and stops at once).
     """
     import uvicorn
 
@@ -117,6 +120,8 @@ def _serve_http(app: Any, sock: socket.socket, on_stop: Callable[[], None]) -> N
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if stopping is not None and stopping.is_set():
+        server.should_exit = True  # told to stop while starting up: it binds, then shuts down
     server.run(sockets=[sock])
     if not server.started:
         raise CommandFailed("the HTTP API did not start (see the log above)")
@@ -142,6 +147,28 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: b
         app = create_app(Service(db, graph=graph, snapshot_every=snapshot_every))
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         _serve_http(app, sock, on_stop=lambda: None)
+
+
+class _EarlyStop:
+    """A stop signal that comes before the API serves (the orchestrator may be building already): it stops
+    what was started so far, and the API then starts and stops at once, so the process exits cleanly (0)."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._stops: list[Callable[[], None]] = []
+        on_stop_signal(self._stop)
+
+    def _stop(self, signum: signal.Signals) -> None:
+        logger.info("%s while starting: stopping", signum.name)
+        self.stopping.set()
+        for stop in list(self._stops):
+            stop()
+
+    def watch(self, stop: Callable[[], None]) -> None:
+        """Call `stop` on a stop signal from now on (now, if one came already)."""
+        self._stops.append(stop)
+        if self.stopping.is_set():
+            stop()
 
 
 @click.command()
@@ -195,6 +222,7 @@ def up(
     sock = _listen(host, port)
     configure_logging()
     spark = lazy_spark_session(master, conf=dict(spark_conf))  # started by the first job run
+    early = _EarlyStop()
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
@@ -203,6 +231,7 @@ def up(
         background = Supervisor(
             lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, settings=settings)
         )
+        early.watch(background.request_stop)
         service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
         app = create_app(service)
         deliverer = (
@@ -210,7 +239,7 @@ def up(
         )
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
-            _serve_http(app, sock, on_stop=background.request_stop)
+            _serve_http(app, sock, on_stop=background.request_stop, stopping=early.stopping)
         finally:
             logger.info("finishing the job runs in flight")
             background.request_stop()
