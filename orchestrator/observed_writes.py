@@ -97,16 +97,19 @@ class WriteObserver:
         return frame.observe(observation, *exprs), Watch(observation, aliases, _nullable(frame.schema.jsonValue()))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Watch:
     """One write's observation and the names its values go back to."""
 
     observation: Any
     aliases: Mapping[tuple[int, str], str]
     schema: str | None = None
+    _found: Observed | None = field(default=None, init=False, repr=False)  # read once: a completed one stays
 
     def observed(self) -> Observed | None:
         """The values, once the write completed them (None: not observed; the gate's pass computes them)."""
+        if self._found is not None:  # the gate and the outcome both ask: Spark is asked once
+            return self._found
         try:
             found = _completed(self.observation)
         except Exception:  # an engine that observed nothing: the pass reads the output instead
@@ -117,7 +120,8 @@ class Watch:
         values: dict[int, dict[str, Any]] = {}
         for (position, name), alias in self.aliases.items():
             values.setdefault(position, {})[name] = found[alias]
-        return Observed(int(found[ROWS]), values, self.schema)
+        self._found = Observed(int(found[ROWS]), values, self.schema)
+        return self._found
 
 
 def _completed(observation: Any) -> dict[str, Any] | None:
