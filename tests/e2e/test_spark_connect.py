@@ -122,9 +122,10 @@ def run(ctx):
         marker = ROOT / f"attempted-{{target.partition['n']}}"
         if not marker.exists():
             marker.touch()
+            spark = ctx.spark  # the session first (slow to open on a busy host): the cancel must find it tagged
             (ROOT / "first-started").write_text(ctx.job_run_id)
             try:
-                ctx.spark.range(0, 2, 1, 2).selectExpr(SLEEP).collect()
+                spark.range(0, 2, 1, 2).selectExpr(SLEEP).collect()
             except Exception as exc:
                 (ROOT / "first-ended").write_text(f"{{time.time()}}\\n{{exc}}")
                 raise
