@@ -6,6 +6,9 @@ often or is too private to be history: worker-group heartbeats, where each
 subscription's deliveries stand, API tokens, leader locks, the content digests of
 source files, the lines job runs logged. They share the log's database so one URL configures a deployment,
 but they are reached here, through the database, never through `EventLog`.
+
+The state store (`state/store/`, `changes`) is neither: it is derived from the log like `BuildState`, and
+kept here, in tables, so that reads cost their answer.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from partbuild.state.ops.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.ops.members import MemberStore
 from partbuild.state.ops.run_logs import RunLogStore
 from partbuild.state.ops.tokens import TokenStore
+from partbuild.state.store.changes import ChangeStore
 
 
 class Database(EngineHandle):
@@ -39,6 +43,7 @@ class Database(EngineHandle):
         self.tokens = TokenStore(engine)
         self.content_digests = ContentDigestStore(engine)
         self.run_logs = RunLogStore(engine)
+        self.changes = ChangeStore(engine)  # the state store's (state/store/), derived from the log
 
     def schema_revision(self) -> str | None:
         """The Alembic revision the database is at."""

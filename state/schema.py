@@ -236,3 +236,30 @@ run_log_lines = sa.Table(
     sa.Column("text", sa.Text(), nullable=False),
     sa.Index("ix_run_log_lines_time", "time_ms"),
 )
+
+# ----------------------------------------------------------------- the state store (issue 37)
+# What changed at each seq, projected from the fold by state/store/: one row per change of an instance, a
+# want, a job run or a canonical pointer, keyed as the changes are listed (seq, kind's rank, id). Derived from
+# the log, not operational: replay rebuilds it. A page of `/changes` is a range scan of the key, whatever the
+# range. Ids are compared byte by byte on both backends (PostgreSQL's "C" collation), as Python compares them.
+ByteOrderText = sa.Text().with_variant(sa.Text(collation="C"), "postgresql")
+state_changes = sa.Table(
+    "state_changes",
+    metadata,
+    sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("id", ByteOrderText, primary_key=True),
+    sa.Column("ref", sa.Text(), nullable=True),
+    sa.Column("from_state", sa.SmallInteger(), nullable=True),
+    sa.Column("to_state", sa.SmallInteger(), nullable=True),
+    sa.Column("from_uuid", sa.String(36), nullable=True),
+    sa.Column("to_uuid", sa.String(36), nullable=True),
+)
+
+# One row per projection: the seq up to which its rows are written (the watermark reads compare with).
+state_projections = sa.Table(
+    "state_projections",
+    metadata,
+    sa.Column("name", sa.String(40), primary_key=True),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+)

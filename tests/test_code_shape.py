@@ -70,8 +70,9 @@ STATE_LAYERS = {
     "log": {"rules", "fold", *PLUMBING},
     "queries": {"rules", "fold", "log", *PLUMBING},
     "ops": {"rules", "log", *PLUMBING},
+    "store": {"rules", "fold", "log", "queries", *PLUMBING},
     **{module: PLUMBING for module in PLUMBING},
-    "database": {"log", "ops", *PLUMBING},
+    "database": {"log", "ops", "store", *PLUMBING},
 }
 
 

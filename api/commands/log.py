@@ -26,8 +26,10 @@ from partbuild.api.models.partitions import RetentionRequest
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.state.fold.records import Rejection
 from partbuild.state.log.audit import AuditInputError, AuditReport, audit
+from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
+from partbuild.state.store.projector import Projector
 
 APPEND_BATCH = 2_000
 
@@ -50,7 +52,12 @@ def db_upgrade(db_url: str) -> None:
     except sa.exc.OperationalError as exc:
         raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
     with open_database(db_url, must_exist=False) as db:
-        render.console.print(f"database at revision {db.schema_revision()}, log head seq {db.log.head()}")
+        # An existing log is projected into the state store once, here, rather than by the first server.
+        projected = Projector(LiveState(db.log), db.changes).project()
+        render.console.print(
+            f"database at revision {db.schema_revision()}, log head seq {db.log.head()}, "
+            f"state store projected up to seq {projected}"
+        )
 
 
 @click.command()

@@ -8,7 +8,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,11 @@ from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
+from partbuild.state.store.projector import Projector
+
+if TYPE_CHECKING:
+    from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
+    from partbuild.state.database import Database
 
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
@@ -144,9 +149,14 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: b
     configure_logging()
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
-        app = create_app(Service(db, graph=graph, snapshot_every=snapshot_every))
+        service = Service(db, graph=graph, snapshot_every=snapshot_every)
+        projector = Projector(service.live, db.changes).start()  # the state store follows the live state
+        app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
-        _serve_http(app, sock, on_stop=lambda: None)
+        try:
+            _serve_http(app, sock, on_stop=lambda: None)
+        finally:
+            projector.stop()
 
 
 class _EarlyStop:
@@ -208,8 +218,7 @@ def up(
     """
     from partbuild.api.app import create_app
     from partbuild.api.service import Service
-    from partbuild.api.webhook_payloads import render as render_payload
-    from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
+    from partbuild.orchestrator.delivery.deliverer import ShardSelector
     from partbuild.orchestrator.loop import LoopSettings, Orchestrator
     from partbuild.orchestrator.spark import lazy_spark_session
     from partbuild.orchestrator.supervisor import Supervisor
@@ -234,9 +243,7 @@ def up(
         early.watch(background.request_stop)
         service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
         app = create_app(service)
-        deliverer = (
-            Deliverer(live, db.deliveries, render_payload, selector=selector).start() if selector is not None else None
-        )
+        followers = _followers(live, db, selector)
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop, stopping=early.stopping)
@@ -244,9 +251,20 @@ def up(
             logger.info("finishing the job runs in flight")
             background.request_stop()
             background.thread.join()
-            if deliverer is not None:
-                deliverer.stop()
+            for follower in followers:
+                follower.stop()
             live.close()
+
+
+def _followers(live: LiveState, db: Database, selector: ShardSelector | None) -> list[Projector | Deliverer]:
+    """What follows the live state beside the API, started: the state store's projector, webhook delivery."""
+    from partbuild.api.webhook_payloads import render as render_payload
+    from partbuild.orchestrator.delivery.deliverer import Deliverer
+
+    followers: list[Projector | Deliverer] = [Projector(live, db.changes).start()]
+    if selector is not None:
+        followers.append(Deliverer(live, db.deliveries, render_payload, selector=selector).start())
+    return followers
 
 
 @contextmanager

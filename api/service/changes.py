@@ -1,9 +1,10 @@
-"""Changes: what changed after one seq up to another, from the live state's histories (state/queries/changes.py).
+"""Changes: what changed after one seq up to another, from the state store or the live state's histories.
 
 A page's cursor is its last change's key, `seq:kind:id`; with the same `from_seq` and `to_seq` the next page
-continues after it. A page looks at the records created up to its last change and no further
-(`changes_page`): the live state keeps no index by seq, so a page deep into a range still scans the records
-created before it.
+continues after it. Once the store's projection has reached the range's end (state/store/changes.py), a page
+is one range scan of the store's key, whatever the range. Before, it is read from the live state's histories
+(`changes_page`), which keep no index by seq: a page deep into a range scans the records created before it.
+Both answer the same pages (tests/state/store/test_change_store.py).
 """
 
 from __future__ import annotations
@@ -43,11 +44,14 @@ class ChangesService(ServiceBase):
             raise Conflict(str(exc)) from None
         if to_seq is not None and from_seq > to_seq:
             raise InvalidInput(f"from_seq ({from_seq}) must not be after to_seq ({to_seq})")
-        with self.live.read() as state:
-            # From a seq to itself nothing changed: a poll from the head gets an empty page, not an error.
-            last = state.head_seq if to_seq is None else to_seq
-            after = _cursor_key(cursor, from_seq, last)
-            found = changes_page(state, from_seq, last, limit, after)
+        # From a seq to itself nothing changed: a poll from the head gets an empty page, not an error.
+        last = self.live.head_seq if to_seq is None else to_seq
+        after = _cursor_key(cursor, from_seq, last)
+        if self.db.changes.watermark() >= last:  # the store has every change of the range: one range scan
+            found = self.db.changes.page(from_seq, last, limit, after)
+        else:
+            with self.live.read() as state:
+                found = changes_page(state, from_seq, last, limit, after)
         items = [change_out(change) for change in found]
         return page_at(items, limit, lambda c: f"{c.seq}:{c.kind}:{c.id}", last)
 

@@ -99,7 +99,7 @@ class AppendResult:
     last_seq: int
 
 
-class _DriverStatement:
+class DriverStatement:
     """A Core statement compiled once for a dialect, to run on a driver cursor.
 
     The hot paths (batched insert, replay paging) skip SQLAlchemy's per-row
@@ -136,7 +136,7 @@ class EventLog(EngineHandle):
         super().__init__(engine)
         self.snapshots = SnapshotStore(engine)
         dialect = engine.dialect
-        self._insert = _DriverStatement(events_table.insert(), dialect)
+        self._insert = DriverStatement(events_table.insert(), dialect)
         if self._insert.positional_names not in (None, _EVENT_COLUMNS):
             raise RuntimeError(f"unexpected insert parameter order {self._insert.positional_names}")
         self._bump_head = (
@@ -146,7 +146,7 @@ class EventLog(EngineHandle):
             .returning(log_head.c.head_seq)
         )
         seq = events_table.c.seq
-        self._page = _DriverStatement(
+        self._page = DriverStatement(
             sa.select(seq, events_table.c.payload)
             .where(seq > sa.bindparam("after"), seq <= sa.bindparam("upto"))
             .order_by(seq),

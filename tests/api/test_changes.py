@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from partbuild.state.store.projector import Projector
+
 from httpkit import API, PARTITIONS, canonical, head_seq, ok, problem, walk, want
 from serverkit import ApiServer
 
@@ -18,7 +22,10 @@ def _item(seq: int, kind: str, id_: str, ref: str | None, **fields: Any) -> dict
     }
 
 
-def test_changes_of_a_taint_and_its_new_data_paged(api_server: ApiServer) -> None:
+@pytest.mark.parametrize("read_from", ["live state", "state store"])
+def test_changes_of_a_taint_and_its_new_data_paged(db_api_server: ApiServer, read_from: str) -> None:
+    """The same pages from the live state's histories and, once projected, from the state store."""
+    api_server = db_api_server
     client = api_server.client
     ok(client.post(f"{PARTITIONS}/observe", json={"ref": "c/src", "location": "/data/c1"}), 201)  # seq 1
     first = canonical(client, "c/src")["uuid"]
@@ -28,6 +35,8 @@ def test_changes_of_a_taint_and_its_new_data_paged(api_server: ApiServer) -> Non
     second = canonical(client, "c/src")["uuid"]
     ok(client.post(f"{PARTITIONS}/observe", json={"ref": "c/src", "location": "/data/c2"}), 201)  # seq 4
     assert head_seq(client) == 4
+    if read_from == "state store":
+        assert Projector(api_server.service.live, api_server.service.db.changes).project() == 4
 
     expected = [
         _item(2, "instance_created", out, "c/out", to_state="missing"),

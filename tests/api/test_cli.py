@@ -9,7 +9,10 @@ import click
 import pytest
 
 from partbuild.api.cli import COMMANDS, cli, load_command
+from partbuild.state.database import Database
+from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import EventLog
+from partbuild.state.queries.changes import changes_between
 
 from clikit import run_cli
 
@@ -107,6 +110,17 @@ def test_db_upgrade_creates_schema(capsys: pytest.CaptureFixture[str], db_url: s
     assert code == 0 and "log head seq 0" in out
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)  # idempotent
     assert code == 0
+
+
+def test_db_upgrade_projects_an_existing_log_into_the_state_store(capsys: pytest.CaptureFixture[str], db: str) -> None:
+    assert run_cli(capsys, "demo", "--db", db, "--weeks", "1", "--sites", "1")[0] == 0
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db)
+    with Database.open(db) as database:
+        head = database.log.head()
+        assert code == 0 and f"log head seq {head}, state store projected up to seq {head}" in out
+        state = LiveState(database.log).state
+        assert database.changes.watermark() == head
+        assert database.changes.page(0, head, 10**6) == changes_between(state, 0, head)
 
 
 # ----------------------------------------------------------------- the lazy command table

@@ -28,6 +28,11 @@ def head_of(db_url: str) -> int:
         return db.log.head()
 
 
+def watermark_of(db_url: str) -> int:
+    with Database.open(db_url) as db:
+        return db.changes.watermark()
+
+
 def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -37,6 +42,10 @@ def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str,
         code, out, err = run_cli(capsys, "want", "x/y", "--want-id", "served", "--server", url, "--json")
         assert code == 0, err
         assert json.loads(out)["want_id"] == "served"
+        poll(lambda: watermark_of(sqlite_url) == 1, 30, "projected into the state store by the server")
+        code, out, err = run_cli(capsys, "changes", "0", "--server", url, "--json")
+        assert code == 0, err
+        assert {(c["kind"], c["id"]) for c in json.loads(out)["items"]} >= {("want_state", "served")}
         assert stop_with_sigterm(process, 30, log_file) == 0
     output = log_file.read_text()
     assert f"partbuild API on {url}" in output and "Application shutdown complete" in output

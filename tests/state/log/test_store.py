@@ -306,13 +306,15 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "i26_3_run_logs"
+        assert current_revision(engine) == head_revision() == "i37_1_state_changes"
         assert {
             "delivery_offsets",
             "delivery_messages",
             "delivery_groups",
             "api_tokens",
             "run_log_lines",
+            "state_changes",
+            "state_projections",
         } <= _table_names(engine)
         with Database.open(db_url, auto_upgrade=False) as db:
             log = db.log
@@ -324,7 +326,7 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
 
         command.downgrade(alembic_config(db_url), "0001")
         assert current_revision(engine) == "0001"
-        assert not {"group_members", "delivery_messages", "api_tokens", "session_keys"} & _table_names(engine)
+        assert not {"group_members", "delivery_messages", "api_tokens", "state_changes"} & _table_names(engine)
         assert old.head() == 4
     finally:
         engine.dispose()
@@ -335,6 +337,7 @@ def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: s
     deliveries = {"delivery_offsets", "delivery_control", "delivery_heads", "delivery_messages", "delivery_groups"}
     expected = {"alembic_version", "events", "log_head", "snapshots", "group_members", "delivery_secrets", *deliveries}
     expected |= {"api_tokens", "session_keys", "source_file_digests", "source_partition_digests", "run_log_lines"}
+    expected |= {"state_changes", "state_projections"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

@@ -1,0 +1,10 @@
+"""The state store: what the fold decided, projected into tables of the log's database (issue 37).
+
+The log stays the truth and the fold keeps deciding validity; the store holds what reads need, keyed so
+that a read costs its answer, and it is derived: replay rebuilds it. `changes` is its first table, every
+change by seq (`ChangeStore`), kept up to the live state's head by a `Projector`. Each projection has a
+watermark, the seq its rows are written up to: a read answers from the store only when the watermark has
+reached what it asks about, and from the live state otherwise.
+
+Above `queries/` (it projects what they compute) and below `database.py` (which hands it out).
+"""

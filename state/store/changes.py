@@ -1,0 +1,165 @@
+"""Every change by seq, in the `state_changes` table: a page of `/changes` is one range scan of the key.
+
+The rows are `changes_between` (state/queries/changes.py) of the live state, written a span of seqs at a
+time in one transaction that moves the watermark from the span's first seq to its last (a compare and set:
+two projectors of one database never write the same span twice, and a span computed from a state behind
+the watermark is dropped). Rows are never updated: the changes in a span are final once the live state has
+folded it. Retention is the exception, as in the live state: a dropped instance's changes are gone with it,
+so a span holding an accepted `InstanceRetention` also deletes the rows of every instance the state no
+longer holds (the ids are read from the table: O(instances projected), paid once per retention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from partbuild.state.db import begin_write, insert_ignoring_conflicts
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.log.store import DriverStatement
+from partbuild.state.queries.changes import (
+    CANONICAL_MOVED,
+    INSTANCE_CREATED,
+    INSTANCE_STATE,
+    JOB_RUN_STATE,
+    KINDS,
+    WANT_STATE,
+    Change,
+    State,
+)
+from partbuild.state.schema import events, state_projections
+from partbuild.state.schema import state_changes as table
+
+PROJECTION: Final = "changes"
+INSTANCE_RETENTION: Final = "instance_retention"  # the event type column's value
+_RANK = {kind: rank for rank, kind in enumerate(KINDS)}
+_STATES: dict[str, type[InstanceState] | type[WantState] | type[JobRunState]] = {
+    INSTANCE_CREATED: InstanceState,
+    INSTANCE_STATE: InstanceState,
+    WANT_STATE: WantState,
+    JOB_RUN_STATE: JobRunState,
+}
+_COLUMNS = [column.name for column in table.columns]
+_DELETE_CHUNK = 500  # ids per DELETE: well under SQLite's bound on parameters
+
+
+class ChangeStore:
+    """The `state_changes` table of one database and its watermark; see the module docstring."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def watermark(self) -> int:
+        """The seq the rows are written up to (0: nothing projected yet)."""
+        with self._engine.connect() as conn:
+            return _watermark(conn)
+
+    def write(
+        self, first: int, last: int, changes: Iterable[Change], dropped: Callable[[Iterable[str]], set[str]]
+    ) -> bool:
+        """Write the changes in (`first`, `last`] and move the watermark from `first` to `last`.
+
+        False, writing nothing, when the watermark is not at `first` (another projector moved it).
+        `dropped(ids)`: which of these instance UUIDs the state no longer holds; asked only when the span
+        holds a retention.
+        """
+        rows = [_row(change) for change in changes]
+        with begin_write(self._engine) as conn:
+            if not _move_watermark(conn, first, last):
+                return False
+            if rows:  # one executemany of plain tuples: no per-row SQLAlchemy processing (as the log's appends)
+                insert = DriverStatement(insert_ignoring_conflicts(conn, table), conn.dialect)
+                if insert.positional_names is None:  # a named paramstyle (psycopg)
+                    conn.exec_driver_sql(insert.sql, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
+                else:
+                    conn.exec_driver_sql(insert.sql, rows)
+            if _retention_between(conn, first, last):
+                _delete_dropped(conn, dropped)
+        return True
+
+    def page(self, first: int, last: int, limit: int, after: tuple[int, int, str] | None = None) -> list[Change]:
+        """`changes_page` of the live state, from the rows: the first `limit` changes in (`first`, `last`]
+        after the key `after`. The caller makes sure the watermark is at `last` or beyond."""
+        # One lower bound on seq: given two, SQLite's planner may range from the lower one.
+        lowest = first + 1 if after is None else max(first + 1, after[0])
+        query = sa.select(table).where(table.c.seq >= lowest, table.c.seq <= last)
+        if after is not None:
+            query = query.where(sa.tuple_(table.c.seq, table.c.kind, table.c.id) > sa.tuple_(*after))
+        query = query.order_by(table.c.seq, table.c.kind, table.c.id).limit(limit)
+        with self._engine.connect() as conn:
+            return [_change(row) for row in conn.execute(query)]
+
+
+def _watermark(conn: Connection) -> int:
+    found = conn.execute(sa.select(state_projections.c.seq).where(state_projections.c.name == PROJECTION))
+    return found.scalar_one_or_none() or 0
+
+
+def _move_watermark(conn: Connection, first: int, last: int) -> bool:
+    """Compare and set, inside the write transaction (so the rows and the watermark move together)."""
+    if first == 0 and _watermark(conn) == 0:
+        insert = insert_ignoring_conflicts(conn, state_projections).values(name=PROJECTION, seq=last)
+        if conn.execute(insert.returning(state_projections.c.name)).first() is not None:
+            return True  # (a rowcount is not reliable for ON CONFLICT on every driver)
+    moved = conn.execute(
+        sa.update(state_projections)
+        .where(state_projections.c.name == PROJECTION, state_projections.c.seq == first)
+        .values(seq=last)
+    )
+    return moved.rowcount == 1
+
+
+def _retention_between(conn: Connection, first: int, last: int) -> bool:
+    found = conn.execute(
+        sa.select(events.c.seq)
+        .where(events.c.seq > first, events.c.seq <= last, events.c.event_type == INSTANCE_RETENTION)
+        .limit(1)
+    )
+    return found.first() is not None
+
+
+def _delete_dropped(conn: Connection, dropped: Callable[[Iterable[str]], set[str]]) -> None:
+    """Delete the rows of the instances the state dropped: their creations, states and canonical moves."""
+    created = conn.execute(sa.select(table.c.id).where(table.c.kind == _RANK[INSTANCE_CREATED])).scalars().all()
+    gone = sorted(dropped(created))
+    for start in range(0, len(gone), _DELETE_CHUNK):
+        chunk = gone[start : start + _DELETE_CHUNK]
+        instance_kinds = table.c.kind.in_([_RANK[INSTANCE_CREATED], _RANK[INSTANCE_STATE]])
+        moves = sa.and_(table.c.kind == _RANK[CANONICAL_MOVED], table.c.to_uuid.in_(chunk))
+        conn.execute(sa.delete(table).where(sa.or_(sa.and_(instance_kinds, table.c.id.in_(chunk)), moves)))
+
+
+def _row(change: Change) -> tuple[object, ...]:
+    """The change's row, in the table's column order."""
+    return (
+        change.seq,
+        _RANK[change.kind],
+        change.id,
+        change.ref,
+        None if change.from_state is None else int(change.from_state),
+        None if change.to_state is None else int(change.to_state),
+        change.from_uuid,
+        change.to_uuid,
+    )
+
+
+def _change(row: sa.Row[tuple[object, ...]]) -> Change:
+    kind = KINDS[row.kind]
+    states = _STATES.get(kind)
+    return Change(
+        seq=row.seq,
+        kind=kind,
+        id=row.id,
+        ref=row.ref,
+        from_state=_state(states, row.from_state),
+        to_state=_state(states, row.to_state),
+        from_uuid=row.from_uuid,
+        to_uuid=row.to_uuid,
+    )
+
+
+def _state(states: type[InstanceState] | type[WantState] | type[JobRunState] | None, value: int | None) -> State | None:
+    return None if states is None or value is None else states(value)

@@ -1,0 +1,78 @@
+"""Keeping the store up to the live state: a background thread that projects each span the state folded.
+
+Each pass projects (watermark, head] in spans of at most `span` seqs: the span's changes are computed
+from the live state under its read lock (`changes_between`, a scan of the records changed since the span's
+first seq), then written outside it in one transaction with the watermark (`ChangeStore.write`). Any
+number of processes holding a live state of one database may project: the watermark's compare and set
+lets one of them write each span, and the others skip to where it got.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+
+from partbuild.state.log.live import LiveState
+from partbuild.state.queries.changes import changes_between
+from partbuild.state.store.changes import ChangeStore
+
+logger = logging.getLogger("partbuild.state.store")
+
+DEFAULT_SPAN = 50_000  # seqs per transaction: bounds the rows a pass holds, whatever the log's length
+
+
+class Projector:
+    """Projects `live`'s changes into `store`, now (`project`) or in the background (`start`)."""
+
+    def __init__(self, live: LiveState, store: ChangeStore, *, span: int = DEFAULT_SPAN) -> None:
+        self.live = live
+        self.store = store
+        self.span = span
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        live.on_fold(lambda _state, _count, _seconds: self._wake.set())
+
+    def project(self) -> int:
+        """Write every change up to the live state's head; returns the watermark reached."""
+        mark = self.store.watermark()
+        while mark < self.live.head_seq:
+            with self.live.read() as state:
+                last = min(state.head_seq, mark + self.span)
+                changes = changes_between(state, mark, last)
+            written = self.store.write(mark, last, changes, self._dropped)
+            # When another projector wrote this span, go on from where it got.
+            mark = last if written else self.store.watermark()
+        return mark
+
+    def _dropped(self, uuids: Iterable[str]) -> set[str]:
+        with self.live.read() as state:
+            held = state.instances
+            return {uuid for uuid in uuids if uuid not in held}
+
+    def start(self, interval_s: float = 1.0) -> Projector:
+        """Project in a thread: whenever the live state folds, and every `interval_s` (other projectors)."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, args=(interval_s,), name="partbuild-project")
+            self._thread.daemon = True
+            self._thread.start()
+        return self
+
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()  # before the pass: a fold during it wakes the next one
+            try:
+                self.project()
+            except Exception:  # a database hiccup must not stop the projection; the next pass retries
+                logger.warning("projecting the state's changes failed; retrying", exc_info=True)
+            self._wake.wait(interval_s)
+
+    def stop(self) -> None:
+        """Stop the thread (a pass in flight finishes its transaction first)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

@@ -1,0 +1,109 @@
+"""The state store's changes (`Database.changes`) on both backends: projected span by span while the log
+grows, its pages are the live state's pages (every golden log), retention deletes what the state dropped,
+and two projectors of one database never write a span twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.fold.records import InstanceState
+from partbuild.state.log.live import LiveState
+from partbuild.state.queries.changes import INSTANCE_CREATED, Change, changes_between, changes_page
+from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.projector import Projector
+
+from golden_log import GOLDEN_LOGS, read
+
+
+def _events(name: str) -> list[pb.Event]:
+    return [pb.Event.FromString(payload) for payload in read(name)]
+
+
+def _paged(page: object, first: int, last: int, limit: int) -> list[Change]:
+    """Every change in (first, last] from `page(first, last, limit, after)`, a page after another."""
+    found: list[Change] = []
+    while True:
+        got = page(first, last, limit, found[-1].key if found else None)  # type: ignore[operator]
+        assert len(got) <= limit
+        found += got
+        if len(got) < limit:
+            return found
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_projected_while_the_log_grows_the_store_pages_as_the_live_state_does(database: Database, name: str) -> None:
+    """Spans projected at an earlier head stay true: a span's changes are final once folded. A golden log
+    is appended 7 events at a time, each time folded and projected in spans of 3 seqs."""
+    events = _events(name)
+    live = LiveState(database.log)
+    projector = Projector(live, database.changes, span=3)
+    for start in range(0, len(events), 7):
+        database.log.append(events[start : start + 7])
+        live.catch_up()
+        assert projector.project() == live.head_seq == database.changes.watermark()
+    state, head = live.state, live.head_seq
+    store = database.changes
+    assert store.page(0, head, 10**6) == changes_between(state, 0, head)
+    for first, last in {(0, head), (head // 3, 2 * head // 3), (head - 1, head), (0, 1), (5, 5)}:
+        for limit in (1, 4, 1_000):
+            live_pages = _paged(lambda *a: changes_page(state, *a), first, last, limit)
+            assert _paged(store.page, first, last, limit) == live_pages, (first, last, limit)
+
+
+def test_retention_deletes_the_changes_of_the_instances_it_dropped(database: Database) -> None:
+    """The v1 log ends with a retention: projected before it, the store held the instances it drops."""
+    events = _events("v1")
+    retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
+    live = LiveState(database.log)
+    projector = Projector(live, database.changes)
+    database.log.append(events[:retention])
+    live.catch_up()
+    projector.project()
+    created_before = _created(database.changes, live.head_seq)
+    assert created_before == set(live.state.instances)
+    database.log.append(events[retention:])
+    live.catch_up()
+    projector.project()
+    kept = set(live.state.instances)
+    assert kept < created_before  # the retention dropped some
+    assert _created(database.changes, live.head_seq) == kept
+    head = live.head_seq
+    assert database.changes.page(0, head, 10**6) == changes_between(live.state, 0, head)
+
+
+def _created(store: ChangeStore, head: int) -> set[str]:
+    return {change.id for change in store.page(0, head, 10**6) if change.kind == INSTANCE_CREATED}
+
+
+def test_a_span_is_written_once_whoever_projects_it(database: Database) -> None:
+    """The watermark moves by compare and set with the rows: a projector behind it writes nothing."""
+    database.log.append(_events("v1")[:20])
+    live = LiveState(database.log)
+    store = database.changes
+    changes = changes_between(live.state, 0, 10)
+
+    def none_dropped(_ids: object) -> set[str]:
+        return set()
+
+    assert store.write(0, 10, changes, none_dropped)
+    assert not store.write(0, 10, changes, none_dropped)  # a second projector of the same span
+    assert not store.write(5, 12, changes_between(live.state, 5, 12), none_dropped)  # one behind the mark
+    assert store.watermark() == 10
+    assert store.page(0, 20, 1_000) == changes  # each row once, nothing past the mark
+    other = Projector(LiveState(database.log), store, span=4)  # a second process: goes on from the mark
+    assert other.project() == 20
+    assert store.page(0, 20, 1_000) == changes_between(live.state, 0, 20)
+
+
+def test_ids_sort_byte_by_byte_as_the_live_state_sorts_them(database: Database) -> None:
+    """Want ids differing only in case and punctuation, in one seq: PostgreSQL's locale order would differ."""
+    ids = ["b", "B", "a-1", "a_1", "A", "a.2", "Z9", "z"]
+    database.log.append([pb.Event(want_create=pb.WantCreate(want_id=i, partition_refs=[f"r/{i}"])) for i in ids])
+    live = LiveState(database.log)
+    Projector(live, database.changes).project()
+    head = live.head_seq
+    assert database.changes.page(0, head, 1_000) == changes_between(live.state, 0, head)
+    first_states = {c.id: c.to_state for c in database.changes.page(0, head, 1_000) if c.kind == INSTANCE_CREATED}
+    assert set(first_states.values()) == {InstanceState.MISSING}
