@@ -30,6 +30,7 @@ from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
 from partbuild.state.store.projector import Projector
+from partbuild.state.store.verify import store_problems
 
 APPEND_BATCH = 2_000
 
@@ -113,6 +114,7 @@ def _replay_database(
                     save=save_snapshot,
                     rejected_limit=rejected_limit,
                     progress=progress,
+                    verify_also=lambda state: store_problems(db.changes, state),
                 )
         except AuditInputError as exc:
             raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None

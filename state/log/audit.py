@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -66,11 +67,13 @@ def audit(
     save: bool = False,
     rejected_limit: int = 20,
     progress: Progress | None = None,
+    verify_also: Callable[[BuildState], list[str]] | None = None,
 ) -> AuditReport:
     """Replay the log (from the newest usable snapshot) and report; optionally verify and snapshot.
 
     Verification replays the whole log from seq 0 without snapshots and checks
-    that the seqs are gapless and that both states have the same digest.
+    that the seqs are gapless and that both states have the same digest; then, for an
+    audit of the head, `verify_also(state)` (the state store's check, from the layer above).
     """
     head = log.head()
     if as_of is not None and as_of > head:
@@ -95,6 +98,8 @@ def audit(
     )
     if verify:
         result.problems = _verify(log, state, digest, target, progress)
+        if verify_also is not None and target == head:
+            result.problems += verify_also(state)
         result.verified = not result.problems
     if save:
         result.snapshot_saved_at = save_snapshot(state, snapshots)

@@ -80,6 +80,11 @@ class ChangeStore:
                 _delete_dropped(conn, dropped)
         return True
 
+    def retention_between(self, first: int, last: int) -> bool:
+        """Whether an `InstanceRetention` was appended in (`first`, `last`] (accepted or not)."""
+        with self._engine.connect() as conn:
+            return _retention_between(conn, first, last)
+
     def page(self, first: int, last: int, limit: int, after: tuple[int, int, str] | None = None) -> list[Change]:
         """`changes_page` of the live state, from the rows: the first `limit` changes in (`first`, `last`]
         after the key `after`. The caller makes sure the watermark is at `last` or beyond."""

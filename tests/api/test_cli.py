@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 import pytest
+import sqlalchemy as sa
 
 from partbuild.api.cli import COMMANDS, cli, load_command
 from partbuild.state.database import Database
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import EventLog
 from partbuild.state.queries.changes import changes_between
+from partbuild.state.schema import state_changes
 
 from clikit import run_cli
 
@@ -121,6 +123,12 @@ def test_db_upgrade_projects_an_existing_log_into_the_state_store(capsys: pytest
         state = LiveState(database.log).state
         assert database.changes.watermark() == head
         assert database.changes.page(0, head, 10**6) == changes_between(state, 0, head)
+    assert run_cli(capsys, "replay", "--db", db, "--verify")[0] == 0  # the audit checks the store too
+    with Database.open(db) as database, database.log._engine.begin() as conn:
+        conn.execute(sa.delete(state_changes).where(state_changes.c.seq == head))
+    code, _, err = run_cli(capsys, "replay", "--db", db, "--verify")
+    assert code == 1 and "verification failed: the state store differs from the replay" in err
+    assert f"a change missing from the store: Change(seq={head}" in err
 
 
 # ----------------------------------------------------------------- the lazy command table

@@ -1,0 +1,63 @@
+"""The audit of the state store: its changes against those of a state replayed from the log.
+
+`replay --verify` (and `POST /audit` with `verify`) replays the log to its head; this compares the store's
+rows up to its watermark with that state's changes, one span of seqs at a time (memory bounded by a span's
+changes, whatever the log's length). A retention after the watermark has dropped instances from the
+replayed state that the store still holds until the projector reaches it: those rows are left out then.
+"""
+
+from __future__ import annotations
+
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.queries.changes import CANONICAL_MOVED, INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between
+from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.projector import DEFAULT_SPAN
+
+
+def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SPAN) -> list[str]:
+    """Where the store differs from `state` (replayed to the log's head); [] when it agrees."""
+    mark = store.watermark()
+    if mark > state.head_seq:
+        return [f"the state store is projected up to seq {mark}, after the log's head {state.head_seq}"]
+    pending_drops = store.retention_between(mark, state.head_seq)
+    for first in range(0, mark, span):
+        last = min(mark, first + span)
+        expected = changes_between(state, first, last)
+        stored = _span(store, first, last)
+        if pending_drops:
+            stored = [change for change in stored if _held(state, change)]
+        if stored != expected:
+            difference = _first_difference(stored, expected)
+            return [f"the state store differs from the replay in seqs ({first}, {last}]: {difference}"]
+    return []
+
+
+def _span(store: ChangeStore, first: int, last: int, page: int = 10_000) -> list[Change]:
+    """Every stored change in (first, last]."""
+    found: list[Change] = []
+    while True:
+        got = store.page(first, last, page, found[-1].key if found else None)
+        found += got
+        if len(got) < page:
+            return found
+
+
+def _held(state: BuildState, change: Change) -> bool:
+    """Whether the state still holds the instance a change is about."""
+    if change.kind == CANONICAL_MOVED:
+        return change.to_uuid in state.instances
+    return change.kind not in (INSTANCE_CREATED, INSTANCE_STATE) or change.id in state.instances
+
+
+def _first_difference(stored: list[Change], expected: list[Change]) -> str:
+    """The first change the two lists (both in key order) disagree on, said as what is wrong with the store."""
+    for got, want in zip(stored, expected, strict=False):
+        if got.key < want.key:
+            return f"a change the replay does not have: {got}"
+        if want.key < got.key:
+            return f"a change missing from the store: {want}"
+        if got != want:
+            return f"stored {got}, replayed {want}"
+    if len(stored) > len(expected):
+        return f"a change the replay does not have: {stored[len(expected)]}"
+    return f"a change missing from the store: {expected[len(stored)]}"
