@@ -51,23 +51,28 @@ class Projector:
             held = state.instances
             return {uuid for uuid in uuids if uuid not in held}
 
-    def start(self, interval_s: float = 1.0) -> Projector:
-        """Project in a thread: whenever the live state folds, and every `interval_s` (other projectors)."""
+    def start(self, gap_s: float = 1.0) -> Projector:
+        """Project in a thread whenever the live state has folded, at most once every `gap_s`.
+
+        The gap bounds what the passes cost (each scans the records changed since the watermark under the
+        read lock) while the log moves fast; reads of the newest seqs meanwhile come from the live state.
+        """
         if self._thread is None:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, args=(interval_s,), name="partbuild-project")
-            self._thread.daemon = True
+            self._wake.set()  # what the live state loaded
+            self._thread = threading.Thread(target=self._run, args=(gap_s,), name="partbuild-project", daemon=True)
             self._thread.start()
         return self
 
-    def _run(self, interval_s: float) -> None:
-        while not self._stop.is_set():
+    def _run(self, gap_s: float) -> None:
+        while self._wake.wait() and not self._stop.is_set():
             self._wake.clear()  # before the pass: a fold during it wakes the next one
             try:
                 self.project()
             except Exception:  # a database hiccup must not stop the projection; the next pass retries
                 logger.warning("projecting the state's changes failed; retrying", exc_info=True)
-            self._wake.wait(interval_s)
+                self._wake.set()
+            self._stop.wait(gap_s)
 
     def stop(self) -> None:
         """Stop the thread (a pass in flight finishes its transaction first)."""

@@ -4,6 +4,9 @@ and two projectors of one database never write a span twice."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import sqlalchemy as sa
 
@@ -138,3 +141,24 @@ def test_the_audit_finds_a_store_that_differs_from_the_replay(database: Database
         conn.execute(sa.delete(state_changes).where(row))
     problems = store_problems(database.changes, replayed, span=100)
     assert len(problems) == 1 and "a change missing from the store" in problems[0] and f"seq={some.seq}" in problems[0]
+
+
+def test_a_started_projector_follows_each_fold_and_stops(database: Database) -> None:
+    events = _events("v1")
+    live = LiveState(database.log)
+    projector = Projector(live, database.changes).start(gap_s=0.05)
+    try:
+        for start in (0, 30, 60):
+            database.log.append(events[start : start + 30])
+            live.catch_up()
+            deadline = time.monotonic() + 20
+            while database.changes.watermark() < start + 30:
+                assert time.monotonic() < deadline, f"not projected up to {start + 30}"
+                time.sleep(0.02)
+    finally:
+        projector.stop()
+    assert not any(thread.name == "partbuild-project" for thread in threading.enumerate())
+    database.log.append(events[90:100])
+    live.catch_up()
+    time.sleep(0.2)
+    assert database.changes.watermark() == 90  # stopped: nothing projected any more
