@@ -26,8 +26,8 @@ from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.schedules import DueTick, Schedule
 from partbuild.orchestrator.ticks import tick_event
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.schedules import ScheduleRow, tick_time_text
+from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import manual
 
 MAX_WALKED = 100_000
@@ -107,7 +107,7 @@ class AutomationService(ServiceBase):
         raise NotFound(f"no schedule {name!r}: neither {where} one of that name")
 
 
-def recent_wants(state: BuildState, names: set[str]) -> dict[str, list[str]]:
+def recent_wants(state: StateView, names: set[str]) -> dict[str, list[str]]:
     """The wants each schedule's last ticks made, newest first: a walk back over the automation-made wants.
 
     `want_causes` holds a key per want automation made, in creation order; the walk stops once every

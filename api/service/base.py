@@ -33,6 +33,7 @@ from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import HistoryDropped
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
+from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
 from partbuild.state.log.store import AppendConflict, WriteLockLost
@@ -169,7 +170,7 @@ class ServiceBase:
     # ----------------------------------------------------------------- reads
 
     @contextmanager
-    def _reading(self, min_seq: int | None = None, as_of_seq: int | None = None) -> Iterator[BuildState]:
+    def _reading(self, min_seq: int | None = None, as_of_seq: int | None = None) -> Iterator[StateView]:
         """The state to answer from: caught up to `min_seq`, or as it was right after `as_of_seq`.
 
         The past is read from the live state's histories (state/fold/past.py: the same reads), under
@@ -185,13 +186,13 @@ class ServiceBase:
                 return
             # The past we are asked about may be our future: another process may have appended since.
             with self.live.read_as_of(as_of_seq) as past:
-                yield past  # type: ignore[misc]  # a PastState answers the reads a BuildState answers
+                yield past
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)
         except HistoryDropped as exc:
             raise Gone(str(exc)) from None
 
-    def reading(self, as_of_seq: int | None = None) -> AbstractContextManager[BuildState]:
+    def reading(self, as_of_seq: int | None = None) -> AbstractContextManager[StateView]:
         """The state as of `as_of_seq` (None: now), for views of their own (the web pages); the lock as above."""
         return self._reading(None, as_of_seq)
 

@@ -31,6 +31,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.staleness import is_stale
 
 _FAILED = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})
@@ -88,7 +89,7 @@ class BulkService(ServiceBase):
             want_id=want_id if written and request.action in ("want", "retry") else None,
         )
 
-    def _selected(self, state: BuildState, selection: BulkSelection) -> list[tuple[str, Instance | None]]:
+    def _selected(self, state: StateView, selection: BulkSelection) -> list[tuple[str, Instance | None]]:
         """(ref, the instance readers get or the canonical one) for each ref the selection names, by ref."""
         if isinstance(selection, RefsSelectionRequest):
             if len(selection.refs) > MAX_BULK_REFS:
@@ -160,7 +161,7 @@ class _NothingToWrite(Exception):
     """A dry run, or a selection the action applies to nowhere: the answer, with nothing appended."""
 
 
-def _not_downstream_of_each_other(state: BuildState, refs: list[str]) -> list[str]:
+def _not_downstream_of_each_other(state: StateView, refs: list[str]) -> list[str]:
     """The refs whose served instance was not built, however indirectly, from another one's: tainting those
     taints the rest with them (a taint cascades), and a taint of an instance tainted already is refused."""
     instances = {ref: state.served_instance(ref) or state.canonical_instance(ref) for ref in refs}

@@ -33,7 +33,7 @@ from typing import Any
 
 from partbuild.api.models.jobs import DeclaredCheckOut, DeclaredReactionOut, GraphScheduleOut
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern, SourceDataset
-from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.view import StateView
 
 logger = logging.getLogger("partbuild")
 
@@ -195,7 +195,7 @@ def _renderings(moment: dt.datetime) -> list[str]:
 
 
 def schedules_out(
-    graph: Graph | None, state: BuildState, resolve: Callable[[str], str | None]
+    graph: Graph | None, state: StateView, resolve: Callable[[str], str | None]
 ) -> list[GraphScheduleOut]:
     """The graph's schedules and those only the log knows (as of the state's seq), by name; `resolve`: a ref's
     producer (None: none), for what each one's last tick wanted."""

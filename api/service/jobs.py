@@ -44,10 +44,10 @@ from partbuild.api.service.log_jobs import LogJobs, dataset_of
 from partbuild.api.service.partitions import checked, wanted_by
 from partbuild.api.service.wants import made_by_filter
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
-from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
-from partbuild.state.fold.past import PastState, canonical_at, instance_state_at
+from partbuild.state.fold.past import PastState, canonical_at, instance_state_at, live_state
 from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
@@ -80,7 +80,7 @@ class LiveCells:
     starts: list[int]
     counts: dict[str, int]
     seq: int = 0
-    state: BuildState | None = None  # the live state they are of (another object: nothing carries over)
+    state: StateView | None = None  # the live state they are of (another object: nothing carries over)
     refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
     instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
     seen: list[int] = field(default_factory=list)  # the `updated_seq` each had as of `seq`
@@ -116,7 +116,7 @@ def label_prefix(node: Node, cells: list[Cell]) -> str | None:
     return prefix
 
 
-def cell_state(state: BuildState, ref: str) -> str | None:
+def cell_state(state: StateView, ref: str) -> str | None:
     """The grid's state of `ref` (None: no instance as of the state's seq): its canonical instance's, but `tainted`
     for a Missing one that replaced a tainted one (not rebuilt yet), `warning` for a Live one whose latest checks
     warned or errored."""
@@ -150,7 +150,7 @@ def _check_grid_filters(state: str | None, filters: GridFilters) -> None:
         raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
 
 
-def narrowed_cells(state: BuildState, cells: list[tuple[str, str]], filters: GridFilters) -> list[tuple[str, str]]:
+def narrowed_cells(state: StateView, cells: list[tuple[str, str]], filters: GridFilters) -> list[tuple[str, str]]:
     """The cells whose instance (readers', else canonical) has a latest check of that name and result, whose
     note holds the error's text (any case), and that a want made by whom the filter names names: one lookup
     each, on the live records (as of a seq: theirs then)."""
@@ -172,14 +172,14 @@ def narrowed_cells(state: BuildState, cells: list[tuple[str, str]], filters: Gri
     return kept
 
 
-def cell_states(state: BuildState, refs: Iterable[str]) -> list[tuple[str, str]]:
+def cell_states(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
     """(ref, grid state) of each of `refs` that has an instance as of the state's seq, in their order.
 
     One tight loop (a grid asks for 100,000): dict lookups, the state names precomputed. As of a seq the
     states come from the live records and their histories (`canonical_at`, `instance_state_at`, with their
     common case inline: a record unchanged since that seq), not from rebuilt past Instance records."""
     past = isinstance(state, PastState)
-    live = state.live if isinstance(state, PastState) else state
+    live = live_state(state)
     seq = state.head_seq
     canonical, instances, checked = live.canonical, live.instances, live.check_results
     out: list[tuple[str, str]] = []
@@ -331,7 +331,7 @@ class JobsService(ServiceBase):
 
     # ----------------------------------------------------------------- helpers
 
-    def _stale_cells(self, state: BuildState, cells: list[tuple[str, str]]) -> frozenset[str]:
+    def _stale_cells(self, state: StateView, cells: list[tuple[str, str]]) -> frozenset[str]:
         """The refs whose readers get a stale instance: one still serving while its successor is built (new
         input data, a code change), or a Live one built by another code version than the served graph's.
         Only for a grid of single cells (`MAX_CELLS` at most): ranges carry no marks."""
@@ -358,7 +358,7 @@ class JobsService(ServiceBase):
             return Node(source.name, "source", (source.partition_pattern,))
         raise NotFound(f"no job or source dataset named {name!r} in the served graph")
 
-    def _log_node(self, state: BuildState, name: str) -> Node:
+    def _log_node(self, state: StateView, name: str) -> Node:
         """Job or source `name` as the log knows it as of the state's seq (no graph is served)."""
         kind = self._log_jobs(state).kind(name, state.head_seq)
         if kind is None:
@@ -368,10 +368,10 @@ class JobsService(ServiceBase):
             )
         return Node(name, kind, ())
 
-    def _log_jobs(self, state: BuildState) -> LogJobs:
+    def _log_jobs(self, state: StateView) -> LogJobs:
         """The index of the log's jobs, brought up to the live state (`state` or the one it is a past of)."""
         index: LogJobs = self.__dict__.setdefault("_log_jobs_index", LogJobs())
-        index.update(state.live if isinstance(state, PastState) else state)
+        index.update(live_state(state))
         return index
 
     def _declared(self, graph: Graph) -> DeclaredGraph:
@@ -384,7 +384,7 @@ class JobsService(ServiceBase):
                 self.__dict__["_declared_graph"] = found
         return found[1]
 
-    def _known_edges(self, graph: Graph, nodes: list[Node], state: BuildState, live: bool) -> list[tuple[str, str]]:
+    def _known_edges(self, graph: Graph, nodes: list[Node], state: StateView, live: bool) -> list[tuple[str, str]]:
         """Each job's inputs asked about its first partition known as of the state's seq, resolved to producers."""
         edges: dict[tuple[str, str], None] = {}
         for node in nodes:
@@ -405,7 +405,7 @@ class JobsService(ServiceBase):
         # One pattern: the listing index's own list (never changed once handed out; `_refreshed` knows it).
         return lists[0] if len(lists) == 1 else sorted(ref for refs in lists for ref in refs)
 
-    def _summary(self, state: BuildState, node: Node, live: bool) -> PartitionsSummaryOut:
+    def _summary(self, state: StateView, node: Node, live: bool) -> PartitionsSummaryOut:
         if live:
             counts = self._live_cells(state, node).counts
         else:
@@ -413,7 +413,7 @@ class JobsService(ServiceBase):
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
         return _summary_out(node, counts, state.head_seq, self._stale_count(state, node, live))
 
-    def _stale_count(self, state: BuildState, node: Node, live: bool) -> int | None:
+    def _stale_count(self, state: StateView, node: Node, live: bool) -> int | None:
         """How many of a job's Live instances are stale as of the state's seq (None: a source, or no graph);
         the live state's count is kept until the head moves."""
         current = self.code_versions.get(node.name) if node.kind == "job" else None
@@ -421,7 +421,7 @@ class JobsService(ServiceBase):
             return None
         if not live:
             return self.stale_index.count(state, node.name, current, now=False)
-        cache: dict[str, tuple[BuildState, int, int]] = self.__dict__.setdefault("_stale_cache", {})
+        cache: dict[str, tuple[StateView, int, int]] = self.__dict__.setdefault("_stale_cache", {})
         last = cache.get(node.name)
         if last is not None and last[0] is state and last[1] == state.head_seq:
             return last[2]
@@ -429,7 +429,7 @@ class JobsService(ServiceBase):
         cache[node.name] = (state, state.head_seq, count)
         return count
 
-    def _live_cells(self, state: BuildState, node: Node) -> LiveCells:
+    def _live_cells(self, state: StateView, node: Node) -> LiveCells:
         """Every known ref of `node` with its grid state in the live `state`, their runs and counts, kept until the
         head moves (a grid of the live state then costs its runs); the next head's from the last one's."""
         cache: dict[str, LiveCells] = self.__dict__.setdefault("_cells_cache", {})
@@ -451,7 +451,7 @@ class JobsService(ServiceBase):
         return found
 
 
-def _counted_cells(state: BuildState, refs: list[str]) -> LiveCells:
+def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
     """A node's live cells from scratch: a lookup per ref."""
     canonical, instances = state.canonical, state.instances
     cells = cell_states(state, refs)
@@ -462,7 +462,7 @@ def _counted_cells(state: BuildState, refs: list[str]) -> LiveCells:
     return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, seen)
 
 
-def _refreshed(last: LiveCells, state: BuildState, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
+def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
     """`last` brought to the state's head: only the refs whose cell may have changed are looked up again.
 
     A cell changes when its ref's canonical instance moves (`updated_seq` differs) or is superseded by a new one
@@ -575,7 +575,7 @@ def _resolved_name(graph: Graph, ref: str) -> str | None:
         return None
 
 
-def _logged_producer(state: BuildState, ref: str) -> str | None:
+def _logged_producer(state: StateView, ref: str) -> str | None:
     """Without a graph: the job whose run built `ref`'s canonical instance as of the seq, else its data's name."""
     instance = state.canonical_instance(ref)
     run = state.job_runs.get(instance.built_by) if instance is not None and instance.built_by is not None else None

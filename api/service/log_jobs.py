@@ -22,6 +22,7 @@ from typing import Final
 from partbuild.api.models.jobs import NodeKind
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, JobRun, JobRunState
+from partbuild.state.fold.view import StateView
 
 JOB: Final = "job"
 SOURCE: Final = "source"
@@ -99,7 +100,7 @@ class LogJobs:
         with self._lock:
             return [edge for edge, seq in self._edges.items() if seq <= as_of_seq]
 
-    def _add_run(self, state: BuildState, run: JobRun) -> None:
+    def _add_run(self, state: StateView, run: JobRun) -> None:
         node = self._node(run.job_label, JOB, run.created_seq)
         for uuid in run.instance_uuids:
             instance = state.instances.get(uuid)
@@ -107,7 +108,7 @@ class LogJobs:
                 node.refs[instance.ref] = None
         self._look_at(state, run)
 
-    def _look_at(self, state: BuildState, run: JobRun) -> None:
+    def _look_at(self, state: StateView, run: JobRun) -> None:
         """A run that ended: its edges if it succeeded; one still active is looked at again next time."""
         if run.state in ACTIVE_RUN_STATES:
             self._pending.append(run.job_run_id)

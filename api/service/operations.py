@@ -17,6 +17,7 @@ from partbuild.api.service.base import ServiceBase
 from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.wanted import waiting_counts
 
 
@@ -68,7 +69,7 @@ class OperationsService(ServiceBase):
         return WrittenOut(seq=self._write(build)[0])
 
 
-def counts_out(state: BuildState) -> CountsOut:
+def counts_out(state: StateView) -> CountsOut:
     """Counts by state, and per waiting instance state how many an active want needs (state/queries/wanted.py).
 
     Of the live state: O(states + active refs). As of a seq: a scan of the records, as `PastState.counts`.

@@ -41,6 +41,7 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, latest_checks
 from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.lineage import Lineage, lineage, ref_history
 from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.queries.staleness import built_version, is_stale
@@ -254,7 +255,7 @@ class PartitionsService(ServiceBase):
                 as_of_seq=state.head_seq,
             )
 
-    def instance_answer(self, state: BuildState, instance: Instance, *, requests: bool = False) -> InstanceOut:
+    def instance_answer(self, state: StateView, instance: Instance, *, requests: bool = False) -> InstanceOut:
         """`instance_out` with its checks, its code version, whether it is stale (replaced by a successor being
         built, or by the served graph's code version) and whether readers get it."""
         answer = instance_out(
@@ -393,7 +394,7 @@ def checks_out(entry: CheckEntry) -> list[CheckResultOut]:
     ]
 
 
-def wanted_by(state: BuildState, ref: str, maker: Maker) -> bool:
+def wanted_by(state: StateView, ref: str, maker: Maker) -> bool:
     """Whether a want naming `ref` (as of the state's seq) was made by whom `maker` accepts."""
     wants, causes = state.wants, state.want_causes
     return any(maker(wants[want_id], causes) for want_id in state.wants_by_ref.get(ref, ()) if want_id in wants)

@@ -23,6 +23,7 @@ from partbuild.api.surface.runs import MAX_FOLLOW_S, MAX_LOG_PAGE
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, JobRun, JobRunState
+from partbuild.state.fold.view import StateView
 
 LOG_POLL_S = 0.2  # how often a follow looks for new lines
 
@@ -119,7 +120,7 @@ class RunsService(ServiceBase):
 # ----------------------------------------------------------------- records -> models
 
 
-def job_run_out(state: BuildState, run: JobRun) -> JobRunOut:
+def job_run_out(state: StateView, run: JobRun) -> JobRunOut:
     instances = [state.instances.get(uuid) for uuid in run.instance_uuids]
     first = instances[0] if instances else None
     attempt = first.attempts.index(run.job_run_id) + 1 if first and run.job_run_id in first.attempts else 1
@@ -147,7 +148,7 @@ def job_run_out(state: BuildState, run: JobRun) -> JobRunOut:
     )
 
 
-def run_checks(state: BuildState, run: JobRun) -> list[InstanceChecksOut]:
+def run_checks(state: StateView, run: JobRun) -> list[InstanceChecksOut]:
     """The checks the run's outcome recorded on its outputs: the entries at its outcome's seq.
 
     An outcome ends the run, so its seq is the run's `updated_seq`; later entries on the same

@@ -34,6 +34,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import TERMINAL_WANT_STATES, Instance, InstanceState, Want, WantState
+from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope, manual
 
 MAX_TREE_NODES = 1_000
@@ -82,7 +83,7 @@ class WantsService(ServiceBase):
         with self.live.read() as state:
             return self._check_wants(state, request.wants)
 
-    def _check_wants(self, state: BuildState, requests: list[WantRequest]) -> ValidatedOut:
+    def _check_wants(self, state: StateView, requests: list[WantRequest]) -> ValidatedOut:
         total = sum(len(request.refs) for request in requests)
         if total > MAX_BATCH_REFS:
             raise TooLarge(f"the batch names {total} refs; at most {MAX_BATCH_REFS} per request")
@@ -142,7 +143,7 @@ class WantsService(ServiceBase):
                 raise NotFound(f"no want {want_id!r}" + as_of_suffix(as_of_seq))
             return want_detail_out(state, want, self._now(state, as_of_seq))
 
-    def _now(self, state: BuildState, as_of_seq: int | None) -> int:
+    def _now(self, state: StateView, as_of_seq: int | None) -> int:
         """The time SLAs are judged at: now, or as of a seq the clock of the log then."""
         return self.clock() if as_of_seq is None else state.clock_ms
 
@@ -243,7 +244,7 @@ def want_out(want: Want, now_ms: int, causes: Mapping[str, str]) -> WantOut:
     )
 
 
-def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut:
+def want_detail_out(state: StateView, want: Want, now_ms: int) -> WantDetailOut:
     """A want with where each of its refs stands and its derivative-want tree, as of the state's seq."""
     return WantDetailOut(
         **want_out(want, now_ms, state.want_causes).model_dump(),
@@ -256,7 +257,7 @@ def want_detail_out(state: BuildState, want: Want, now_ms: int) -> WantDetailOut
     )
 
 
-def _progress(state: BuildState, want: Want) -> dict[str, Any]:
+def _progress(state: StateView, want: Want) -> dict[str, Any]:
     """Where a want's refs stand, counted by their canonical instances' states, and the runs that build them.
 
     O(refs): one canonical lookup each (a backfill of a year is 365), runs taken newest first up to MAX_WANT_RUNS.
@@ -272,7 +273,7 @@ def _progress(state: BuildState, want: Want) -> dict[str, Any]:
     return {"progress": dict(sorted(counts.items())), "runs": newest}
 
 
-def _ref_status(state: BuildState, ref: str, depth: int, seen: set[str]) -> RefStatusOut:
+def _ref_status(state: StateView, ref: str, depth: int, seen: set[str]) -> RefStatusOut:
     """Where `ref` stands and, while it waits, where the refs it waits for stand (to `depth`)."""
     instance = state.canonical_instance(ref)
     if instance is None:
@@ -284,7 +285,7 @@ def _ref_status(state: BuildState, ref: str, depth: int, seen: set[str]) -> RefS
     return status
 
 
-def _tree(state: BuildState, want: Want, budget: list[int]) -> WantTreeOut:
+def _tree(state: StateView, want: Want, budget: list[int]) -> WantTreeOut:
     """The want and its derivative wants, at most MAX_TREE_NODES nodes in all."""
     budget[0] -= 1
     children = []
@@ -298,7 +299,7 @@ def _tree(state: BuildState, want: Want, budget: list[int]) -> WantTreeOut:
 # ----------------------------------------------------------------- why a want failed
 
 
-def _failures(state: BuildState, want: Want) -> list[WantFailureOut]:
+def _failures(state: StateView, want: Want) -> list[WantFailureOut]:
     """The partitions that failed a failed (or upstream_failed) want, at most MAX_WANT_FAILURES.
 
     A want fails at the seq one of its refs' canonical instances fails (then it is retired): those
@@ -322,7 +323,7 @@ def _failures(state: BuildState, want: Want) -> list[WantFailureOut]:
     return list(found.values())
 
 
-def _instance_at(state: BuildState, ref: str, seq: int) -> Instance | None:
+def _instance_at(state: StateView, ref: str, seq: int) -> Instance | None:
     """The instance `ref` had at `seq` (the newest created by then); None if there was none, or retention
     dropped it."""
     uuid = state.canonical.get(ref)
@@ -334,7 +335,7 @@ def _instance_at(state: BuildState, ref: str, seq: int) -> Instance | None:
     return None
 
 
-def _really_failed(state: BuildState, instance: Instance) -> Instance:
+def _really_failed(state: StateView, instance: Instance) -> Instance:
     """The instance whose failure `instance` followed: itself if it failed, else the upstream one its note
     names, as that ref was when `instance` failed (the same seq: a failure fails its waiters at once)."""
     seen = {instance.uuid}
@@ -348,7 +349,7 @@ def _really_failed(state: BuildState, instance: Instance) -> Instance:
     return instance
 
 
-def _failure_out(state: BuildState, instance: Instance, via: str | None) -> WantFailureOut:
+def _failure_out(state: StateView, instance: Instance, via: str | None) -> WantFailureOut:
     return WantFailureOut(
         ref=instance.ref,
         instance_uuid=instance.uuid,
@@ -359,7 +360,7 @@ def _failure_out(state: BuildState, instance: Instance, via: str | None) -> Want
     )
 
 
-def _failed_check(state: BuildState, instance: Instance) -> str | None:
+def _failed_check(state: StateView, instance: Instance) -> str | None:
     """The first check that kept `instance` from going Live (errored, or a failed blocking one) among the
     results the outcome that failed it recorded (at its last change), if it recorded any."""
     for seq, rows in reversed(state.check_results.get(instance.uuid, ())):

@@ -53,6 +53,7 @@ from partbuild.state.fold.records import (
     Want,
     WantState,
 )
+from partbuild.state.fold.view import StateView
 
 _LIVE = InstanceState.LIVE
 _UPSTREAM_BUILDING = InstanceState.UPSTREAM_BUILDING
@@ -467,7 +468,7 @@ class PastState:
         return _present(versions_at(self.live, "reaction_pending", self.head_seq))
 
     @property
-    def want_causes(self) -> Mapping[str, str]:
+    def want_causes(self) -> dict[str, str]:
         """Set with each want and never changed: looked up for a want that exists as of the seq, it is as then."""
         return self.live.want_causes
 
@@ -574,3 +575,12 @@ def _active(run: JobRun, seq: int) -> bool:
 def _present(records: dict[str, Any]) -> dict[str, Any]:
     """Records kept with deletions (None once deleted, fold/reaction_notes.py): those that existed then."""
     return {key: record for key, record in records.items() if record is not None}
+
+
+def live_state(state: StateView) -> BuildState:
+    """The live state a read answers from: `state` itself, or the one a past state reads."""
+    if isinstance(state, PastState):
+        return state.live
+    if isinstance(state, BuildState):
+        return state
+    raise TypeError(f"not a state: {type(state).__name__}")

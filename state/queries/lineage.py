@@ -10,11 +10,12 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.instances import check_partition_observed
 from partbuild.state.fold.records import Instance, JobRun, Want
+from partbuild.state.fold.view import StateView
 
 Direction = Literal["upstream", "downstream", "both"]
 
 
-def ref_history(state: BuildState, ref: str) -> list[Instance]:
+def ref_history(state: StateView, ref: str) -> list[Instance]:
     """Every instance of `ref` still held, newest (canonical) first, following `previous_uuid`.
 
     The chain ends at the first instance or where retention dropped an older one.
@@ -30,7 +31,7 @@ def ref_history(state: BuildState, ref: str) -> list[Instance]:
     return history
 
 
-def builder_of(state: BuildState, uuid: str) -> JobRun | None:
+def builder_of(state: StateView, uuid: str) -> JobRun | None:
     """The job run whose success made this instance Live (None for source data or unbuilt)."""
     instance = state.instances.get(uuid)
     if instance is None or instance.built_by is None:
@@ -38,13 +39,13 @@ def builder_of(state: BuildState, uuid: str) -> JobRun | None:
     return state.job_runs.get(instance.built_by)
 
 
-def attempts_for(state: BuildState, uuid: str) -> list[JobRun]:
+def attempts_for(state: StateView, uuid: str) -> list[JobRun]:
     """Every job run buffered for this instance, oldest first."""
     instance = state.instances.get(uuid)
     return [] if instance is None else [state.job_runs[run_id] for run_id in instance.attempts]
 
 
-def wants_for(state: BuildState, ref: str) -> list[Want]:
+def wants_for(state: StateView, ref: str) -> list[Want]:
     """Every want that listed `ref`, oldest first."""
     return [state.wants[want_id] for want_id in state.wants_by_ref.get(ref, ())]
 
@@ -59,7 +60,7 @@ class Lineage:
     depth_of: dict[str, int] = field(default_factory=dict)
 
 
-def lineage(state: BuildState, uuid: str, *, direction: Direction = "both", depth: int = 1) -> Lineage:
+def lineage(state: StateView, uuid: str, *, direction: Direction = "both", depth: int = 1) -> Lineage:
     """Instances upstream (inputs) and/or downstream (consumers) of `uuid`, to `depth` hops.
 
     Breadth-first; each node is visited once, so diamonds and long chains cost
@@ -79,7 +80,7 @@ def lineage(state: BuildState, uuid: str, *, direction: Direction = "both", dept
     return graph
 
 
-def _walk(state: BuildState, graph: Lineage, start: str, depth: int, *, upstream: bool) -> None:
+def _walk(state: StateView, graph: Lineage, start: str, depth: int, *, upstream: bool) -> None:
     queue = deque([(start, 0)])
     seen = {start}
     while queue:
@@ -111,6 +112,6 @@ def refs_tainted_by(state: BuildState, observed: pb.PartitionObserved) -> list[s
     return [instance.ref for instance in plan[4]]
 
 
-def root_wanted(state: BuildState, ref: str) -> bool:
+def root_wanted(state: StateView, ref: str) -> bool:
     """Whether a person (a want with no parent) asked for `ref` at some point."""
     return any(state.wants[want_id].parent_want_id is None for want_id in state.wants_by_ref.get(ref, ()))

@@ -22,6 +22,7 @@ from itertools import islice, takewhile
 from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.view import StateView
 
 RECENT_MERGES = 64  # the merges whose new refs are kept, so a pattern's refs take in only what was added
 RECENT_MERGE_REFS = 10_000  # a merge bigger than this is not kept (a start-up's all refs): a full pass instead
@@ -159,7 +160,7 @@ class ListingIndex:
             self._refs.add(fresh, self._firsts(state, fresh))
             self._known_refs = len(state.canonical)
 
-    def _firsts(self, state: BuildState, fresh: list[str]) -> list[int]:
+    def _firsts(self, state: StateView, fresh: list[str]) -> list[int]:
         """The created seq of each ref's first instance, following `previous_uuid` (once per ref: at start, a
         ref's whole history); where retention dropped it, the newest first known before it, a lower bound."""
         canonical, instances, floor = state.canonical, state.instances, self._first_floor

@@ -23,11 +23,12 @@ from collections.abc import Iterator, Mapping
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState
+from partbuild.state.fold.view import StateView
 
 _LIVE = InstanceState.LIVE
 
 
-def built_version(state: BuildState, instance: Instance) -> str | None:
+def built_version(state: StateView, instance: Instance) -> str | None:
     """The code version of the run that built `instance` (None: source data, not built yet, or unknown)."""
     run_id = instance.built_by
     if run_id is None:
@@ -36,7 +37,7 @@ def built_version(state: BuildState, instance: Instance) -> str | None:
     return None if run is None else run.code_version
 
 
-def is_stale(state: BuildState, instance: Instance, current: Mapping[str, str | None]) -> bool:
+def is_stale(state: StateView, instance: Instance, current: Mapping[str, str | None]) -> bool:
     """Whether `instance` is Live, built by a known version, and its job's current version (`current`, by job
     label: the served graph's) is another one. A job missing from `current` makes nothing stale."""
     if instance.state != _LIVE or instance.built_by is None:
@@ -78,18 +79,18 @@ class StaleIndex:
         with self._lock:
             return list(self._runs.get(label, {}))
 
-    def stale(self, state: BuildState, label: str, current: str, limit: int, *, now: bool = True) -> list[Instance]:
+    def stale(self, state: StateView, label: str, current: str, limit: int, *, now: bool = True) -> list[Instance]:
         """Up to `limit` Live instances of job `label` built by a version other than `current`, oldest partitions
         last (refs in descending order: for date-keyed partitions, newest first). `now`: `state` is the live
         state (runs without a Live instance are dropped for later reads); else a state as of a seq (a PastState,
         which lists only what existed then)."""
         return heapq.nlargest(limit, self._candidates(state, label, current, now), key=_ref_of)
 
-    def count(self, state: BuildState, label: str, current: str, *, now: bool = True) -> int:
+    def count(self, state: StateView, label: str, current: str, *, now: bool = True) -> int:
         """How many Live instances of `label` are stale."""
         return sum(1 for _ in self._candidates(state, label, current, now))
 
-    def _candidates(self, state: BuildState, label: str, current: str, now: bool) -> Iterator[Instance]:
+    def _candidates(self, state: StateView, label: str, current: str, now: bool) -> Iterator[Instance]:
         with self._lock:
             table = self._current if now else self._runs
             groups = [(version, ids, len(ids)) for version, ids in table.get(label, {}).items() if version != current]

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.view import StateView
 
 # The states an instance waits in for the orchestrator to act (see the module docstring).
 WAITING_STATES = (InstanceState.MISSING, InstanceState.UPSTREAM_BUILDING, InstanceState.UP_FOR_RETRY)
@@ -47,12 +47,12 @@ class WaitingCount:
         return self.total - self.wanted
 
 
-def is_unwanted(state: BuildState, instance: Instance) -> bool:
+def is_unwanted(state: StateView, instance: Instance) -> bool:
     """Whether `instance` waits (Missing, UpstreamBuilding, UpForRetry) and no active want names its ref."""
     return instance.state in WAITING_STATES and instance.ref not in state.active_wants_by_ref
 
 
-def waiting_counts(state: BuildState, instance_counts: Mapping[str, int]) -> dict[str, WaitingCount]:
+def waiting_counts(state: StateView, instance_counts: Mapping[str, int]) -> dict[str, WaitingCount]:
     """Per waiting state (by name), how many instances are in it and how many of them an active want needs.
 
     `instance_counts` are the state's counts by state name (`state.counts()["instances"]`): as of a
