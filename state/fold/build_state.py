@@ -55,6 +55,7 @@ from partbuild.state.fold.records import (
 from partbuild.state.fold.registry import HANDLERS as _HANDLERS
 from partbuild.state.fold.schedules import ScheduleRow
 from partbuild.state.fold.subscription_records import Subscription
+from partbuild.state.fold.touched import Touched
 from partbuild.state.fold.wants import expire_due as _expire_due
 from partbuild.state.rules.group import GroupState
 
@@ -106,7 +107,7 @@ class BuildState:
         Items(("schedules", "want_causes")),  # since issue 25: empty in every older log
         Index(("wants_by_ref", "active_wants_by_ref", "waiters", "superseded", "expiry", "active_run_ids")),
         Index(("wanted_instance_counts",)),
-        Setting(("strict", "broken_seq")),
+        Setting(("strict", "broken_seq", "touched")),
         History(
             (
                 "instance_histories",
@@ -143,8 +144,7 @@ class BuildState:
         # instance live on each Instance (`attempts`, `consumers`): O(1) by UUID without a dict entry each.
         # ref -> every want naming it, in creation order (a tuple of one, a list of more)
         self.wants_by_ref: dict[str, tuple[str] | list[str]] = {}
-        # Dicts used as ordered sets: iteration order must not depend on string hashing.
-        self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> wants not yet terminal naming it
+        self.active_wants_by_ref: dict[str, dict[str, None]] = {}  # ref -> active wants naming it (ordered set)
         # By state: the canonical instances of the refs in active_wants_by_ref (state/queries/wanted.py).
         self.wanted_instance_counts = [0] * len(InstanceState)
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
@@ -190,6 +190,7 @@ class BuildState:
         self.reaction_pending, self.reaction_cursors, self.reactions = _reaction_tables()
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection
         self.broken_seq = 0  # the seq whose apply phase failed, once broken (BrokenBuildState)
+        self.touched: Touched | None = None  # records changed since a seq, while a projector asks (fold/touched.py)
 
     # ----------------------------------------------------------------- applying events
 

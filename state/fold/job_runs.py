@@ -97,6 +97,8 @@ def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event:
     run.state = new
     run.updated_seq = seq
     run.updated_ms = event.timestamp_ms
+    if state.touched is not None:
+        state.touched.runs.add(run.job_run_id)
     if new not in ACTIVE_RUN_STATES:
         del state.active_run_ids[run.job_run_id]
 
@@ -167,6 +169,8 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
         run.blocking_checks = tuple(map(intern, msg.blocking_checks))
     state.job_runs[run_id] = run
     state.active_run_ids[run_id] = None
+    if state.touched is not None:
+        state.touched.runs.add(run_id)
     state.run_counts[_QUEUED] += 1
     owed = state.owed_retries
     for instance in instances:

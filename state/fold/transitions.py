@@ -89,6 +89,8 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
         raise RuntimeError(f"instance UUID collision for {ref!r} at seq {seq}")
     state.instance_counts[MISSING] += 1
     state.canonical[ref] = uuid
+    if state.touched is not None:
+        state.touched.instances.add(uuid)
     if previous is not None:
         if state.owed_retries:  # replaced: a retry of it is owed no more
             state.owed_retries.pop(previous.uuid, None)
@@ -112,6 +114,8 @@ def move_instance(state: BuildState, instance: Instance, new: InstanceState, seq
             histories[uuid] = histories.get(uuid, 0) << ENTRY_BITS | updated << STATE_BITS | old
     instance.state = new
     instance.updated_seq = seq
+    if state.touched is not None:
+        state.touched.instances.add(instance.uuid)
     counts = state.instance_counts
     counts[old] -= 1
     counts[new] += 1
@@ -287,6 +291,8 @@ def canonical_changed(state: BuildState, ref: str, old: InstanceState, new: Inst
             want.history = want.history << ENTRY_BITS | want.updated_seq << STATE_BITS | want.state
         want.state = derived
         want.updated_seq = seq
+        if state.touched is not None:
+            state.touched.wants.add(want.want_id)
         if derived == _SUCCESSFUL:
             want.satisfied_by = tuple(map(state.canonical.__getitem__, want.refs))
             retire_want(state, want)
@@ -302,6 +308,8 @@ def end_want(state: BuildState, want: Want, new: WantState, seq: int) -> None:
         want.history = want.history << ENTRY_BITS | want.updated_seq << STATE_BITS | want.state
     want.state = new
     want.updated_seq = seq
+    if state.touched is not None:
+        state.touched.wants.add(want.want_id)
     retire_want(state, want)
 
 

@@ -102,6 +102,8 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
     want, currents, parent = plan
     want_id, refs = want.want_id, want.refs
     state.wants[want_id] = want
+    if state.touched is not None:
+        state.touched.wants.add(want_id)
     tally = [0] * TALLY_SIZE
     wants_by_ref = state.wants_by_ref
     for ref, current in zip(refs, currents, strict=False):  # same length by construction

@@ -147,7 +147,8 @@ def _dump(state: BuildState, pickler: pickle.Pickler) -> None:
     """
     shell = BuildState.__new__(BuildState)
     for name, value in state.attributes().items():
-        setattr(shell, name, {} if name in _TABLES else value)
+        # The tables come after; whether the fold tracks what it touched is the process's, not the state's.
+        setattr(shell, name, {} if name in _TABLES else None if name == "touched" else value)
     pickler.dump(shell)
     wants = state.wants.values()
     shared = [

@@ -1,10 +1,12 @@
 """Keeping the store up to the live state: a background thread that projects each span the state folded.
 
-Each pass projects (watermark, head] in spans of at most `span` seqs: the span's changes are computed
-from the live state under its read lock (`changes_between`, a scan of the records changed since the span's
-first seq), then written outside it in one transaction with the watermark (`ChangeStore.write`). Any
-number of processes holding a live state of one database may project: the watermark's compare and set
-lets one of them write each span, and the others skip to where it got.
+Each pass projects (watermark, head]: the changes are computed from the live state under its read lock,
+then written outside it in one transaction with the watermark (`ChangeStore.write`). The first pass scans
+every record (`changes_between`, in spans of at most `span` seqs, which bounds a transaction) and turns on
+the fold's record of what it touches (`BuildState.touched`, state/fold/touched.py); each later pass reads
+the changes of the records touched since (`changes_of`): its cost is its changes, not the state's size.
+Any number of processes holding a live state of one database may project: the watermark's compare and
+set lets one of them write each span, and the others go on from where it got.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from partbuild.state.fold.touched import Touched
 from partbuild.state.log.live import LiveState
-from partbuild.state.queries.changes import changes_between
+from partbuild.state.queries.changes import changes_between, changes_of
 from partbuild.state.store.changes import ChangeStore
 
 logger = logging.getLogger("partbuild.state.store")
@@ -38,12 +41,28 @@ class Projector:
         """Write every change up to the live state's head; returns the watermark reached."""
         mark = self.store.watermark()
         while mark < self.live.head_seq:
+            drained = None
             with self.live.read() as state:
-                last = min(state.head_seq, mark + self.span)
-                changes = changes_between(state, mark, last)
-            written = self.store.write(mark, last, changes, self._dropped)
-            # When another projector wrote this span, go on from where it got.
-            mark = last if written else self.store.watermark()
+                head = state.head_seq
+                touched = state.touched
+                if touched is not None and touched.since <= mark:
+                    # Every record changed after the mark is in it: the pass costs its changes.
+                    last, drained = head, touched
+                    state.touched = Touched(head)
+                    changes = changes_of(state, mark, last, drained)
+                else:  # the first pass, or behind another projector's mark: scan, then track from the head
+                    last = min(head, mark + self.span)
+                    changes = changes_between(state, mark, last)
+                    if last == head:
+                        state.touched = Touched(head)
+            if self.store.write(mark, last, changes, self._dropped):
+                mark = last
+                continue
+            mark = self.store.watermark()  # another projector wrote this span: go on from where it got
+            if drained is not None:
+                with self.live.read() as state:
+                    if state.touched is not None:
+                        state.touched.absorb(drained)  # what it drained may still be owed past that mark
         return mark
 
     def _dropped(self, uuids: Iterable[str]) -> set[str]:

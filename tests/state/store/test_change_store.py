@@ -14,6 +14,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.live import LiveState
+from partbuild.state.log.snapshot import decode_state, encode_state
 from partbuild.state.queries.changes import INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between, changes_page
 from partbuild.state.schema import state_changes
 from partbuild.state.store.changes import ChangeStore
@@ -162,3 +163,27 @@ def test_a_started_projector_follows_each_fold_and_stops(database: Database) -> 
     live.catch_up()
     time.sleep(0.2)
     assert database.changes.watermark() == 90  # stopped: nothing projected any more
+
+
+def test_after_its_first_pass_a_projector_reads_only_the_records_the_fold_touched(database: Database) -> None:
+    """The first pass scans and turns the fold's tracking on; the next reads the touched records alone
+    (a record changed without being tracked would be missed: the pages would differ), and snapshots leave
+    the tracking out."""
+    events = _events("v1")
+    live = LiveState(database.log)
+    assert live.state.touched is None  # off until a projector asks
+    database.log.append(events[:200])
+    live.catch_up()
+    projector = Projector(live, database.changes)
+    assert projector.project() == 200
+    touched = live.state.touched
+    assert touched is not None and touched.since == 200 and not (touched.instances or touched.wants or touched.runs)
+    database.log.append(events[200:])
+    live.catch_up()
+    changed = {c.id for c in changes_between(live.state, 200, live.head_seq) if c.kind != "canonical_moved"}
+    assert changed and changed <= touched.instances | touched.wants | touched.runs
+    assert len(touched.instances) < len(live.state.instances)  # not every record: what changed
+    assert projector.project() == live.head_seq
+    head = live.head_seq
+    assert database.changes.page(0, head, 10**6) == changes_between(live.state, 0, head)
+    assert decode_state(encode_state(live.state)).touched is None
