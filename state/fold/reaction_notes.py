@@ -32,8 +32,9 @@ import pickle
 from typing import TYPE_CHECKING, NamedTuple
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.reactions import KIND_NAMES, reaction_want_id
+from partbuild.state.fold.reactions import KIND_NAMES, ReactionPlan, reaction_want_id
 from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem
+from partbuild.state.fold.wants import apply_want_create
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -170,6 +171,16 @@ def apply_reactions_noted(state: BuildState, seq: int, plan: NotedPlan, event: p
             kept = state.reactions.get(reaction_key(done.job, done.kind)) or ReactionRow()
             failure = kept._replace(failed=kept.failed + 1, last_error=done.reason, last_error_seq=seq)
             _set_row(state, seq, done.job, done.kind, failure)
+
+
+def apply_reaction_fired(state: BuildState, seq: int, plan: ReactionPlan, event: pb.Event) -> None:
+    """The want a firing made (reactions.check_reaction_fired checked it), its cause, and what it settles.
+
+    Here rather than in reactions.py, whose ids and kinds this module reads: no import circle."""
+    want_plan, cause = plan
+    apply_want_create(state, seq, want_plan, event)
+    state.want_causes[want_plan[0].want_id] = cause
+    fired(state, seq, event.reaction_fired)
 
 
 def fired(state: BuildState, seq: int, msg: pb.ReactionFired) -> None:

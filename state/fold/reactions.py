@@ -16,7 +16,8 @@ together or not at all. The fold's rules:
 
 No side table: `BuildState.want_causes` says why the want exists ("reaction on_upstream_change of
 job daily: raw/date=... got instance B (was A)"), set with the want and never changed, so a read
-as of any seq at which the want exists finds it as it was.
+as of any seq at which the want exists finds it as it was. The apply phase is in reaction_notes.py
+(it settles what the reactions owed, and that module reads this one's ids and kinds).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem, short
-from partbuild.state.fold.wants import WantCreatePlan, apply_want_create, check_want_create
+from partbuild.state.fold.wants import WantCreatePlan, check_want_create
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -106,12 +107,3 @@ def _code_change_problem(msg: pb.ReactionFired) -> str | None:
     if msg.HasField("want") and list(msg.want.partition_refs) != [msg.cause_ref]:
         return "a code change wants its cause's ref again"
     return None
-
-
-def apply_reaction_fired(state: BuildState, seq: int, plan: ReactionPlan, event: pb.Event) -> None:
-    from partbuild.state.fold.reaction_notes import fired
-
-    want_plan, cause = plan
-    apply_want_create(state, seq, want_plan, event)
-    state.want_causes[want_plan[0].want_id] = cause
-    fired(state, seq, event.reaction_fired)

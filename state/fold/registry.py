@@ -321,7 +321,7 @@ ROWS: tuple[EventType, ...] = (
     EventType(
         "reaction_fired",
         reactions.check_reaction_fired,
-        reactions.apply_reaction_fired,
+        reaction_notes.apply_reaction_fired,
         refs=_reaction_refs,
         want_ids=_reaction_want,
     ),
