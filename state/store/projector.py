@@ -23,6 +23,7 @@ from partbuild.state.store.changes import ChangeStore
 logger = logging.getLogger("partbuild.state.store")
 
 DEFAULT_SPAN = 50_000  # seqs per transaction: bounds the rows a pass holds, whatever the log's length
+MAX_RETRY_GAP_S = 60.0  # the longest wait between failing passes
 
 
 class Projector:
@@ -84,14 +85,22 @@ class Projector:
         return self
 
     def _run(self, gap_s: float) -> None:
+        failures = 0
         while self._wake.wait() and not self._stop.is_set():
             self._wake.clear()  # before the pass: a fold during it wakes the next one
             try:
                 self.project()
-            except Exception:  # a database hiccup must not stop the projection; the next pass retries
-                logger.warning("projecting the state's changes failed; retrying", exc_info=True)
+            except Exception:  # a database hiccup (or a read-only one) must not stop the projection
+                failures += 1
                 self._wake.set()
-            self._stop.wait(gap_s)
+                # Said once per streak, then retried less and less often: reads meanwhile use the live state.
+                if failures == 1:
+                    logger.warning("projecting the state's changes failed; retrying", exc_info=True)
+            else:
+                if failures:
+                    logger.info("projecting the state's changes works again after %d failed passes", failures)
+                failures = 0
+            self._stop.wait(min(gap_s * 2**failures, MAX_RETRY_GAP_S) if failures else gap_s)
 
     def stop(self) -> None:
         """Stop the thread (a pass in flight finishes its transaction first)."""

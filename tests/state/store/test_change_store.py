@@ -4,6 +4,7 @@ and two projectors of one database never write a span twice."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -16,7 +17,7 @@ from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import decode_state, encode_state
 from partbuild.state.queries.changes import INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between, changes_page
-from partbuild.state.schema import state_changes
+from partbuild.state.schema import state_changes, state_projections
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
@@ -187,3 +188,30 @@ def test_after_its_first_pass_a_projector_reads_only_the_records_the_fold_touche
     head = live.head_seq
     assert database.changes.page(0, head, 10**6) == changes_between(live.state, 0, head)
     assert decode_state(encode_state(live.state)).touched is None
+
+
+def test_a_failing_projector_says_so_once_backs_off_and_recovers(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database that refuses the store (here: its watermark table is gone; a read-only standby alike) costs
+    one warning, not one a second, and the thread goes on when it is back."""
+    caplog.set_level(logging.INFO, logger="partbuild.state.store")
+    events = _events("v1")
+    live = LiveState(database.log)
+    engine = database.log._engine
+    state_projections.drop(engine)
+    projector = Projector(live, database.changes).start(gap_s=0.02)
+    try:
+        database.log.append(events[:50])
+        live.catch_up()
+        time.sleep(0.4)  # several passes fail meanwhile
+        warnings = [r for r in caplog.records if r.name == "partbuild.state.store" and r.levelname == "WARNING"]
+        assert len(warnings) == 1 and "projecting the state's changes failed" in warnings[0].getMessage()
+        state_projections.create(engine)
+        deadline = time.monotonic() + 20
+        while database.changes.watermark() < 50:
+            assert time.monotonic() < deadline, "the projector did not recover"
+            time.sleep(0.02)
+    finally:
+        projector.stop()
+    assert any("works again after" in r.getMessage() for r in caplog.records if r.name == "partbuild.state.store")
