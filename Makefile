@@ -46,8 +46,9 @@ test: $(BIN)/.installed proto-check lint
 test-fast: $(BIN)/.installed lint
 	$(BIN)/python -m pytest -q -m "not process and not spark and not browser" -n auto --dist loadfile --durations=10
 
-## ruff, then mypy over state/ and api/service/ and what they import ([tool.mypy] in pyproject.toml; the package
-## names come from typecheck/partbuild/, symlinks to the top-level folders the install maps to `partbuild.*`).
+## ruff, then mypy over state/, api/service/ and api/web/ and what they import ([tool.mypy] in pyproject.toml;
+## the package names come from typecheck/partbuild/, symlinks to the top-level folders the install maps to
+## `partbuild.*`).
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy

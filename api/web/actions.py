@@ -128,7 +128,7 @@ async def schedule_action(request: Request) -> Response:
 
 
 def _cancel(fields: dict[str, list[str]]) -> CancelRequest:
-    return parse_model(CancelRequest, {"reason": _one(fields, "reason")})  # type: ignore[no-any-return]
+    return parse_model(CancelRequest, {"reason": _one(fields, "reason")})
 
 
 async def _write(request: Request, call: Any, then: str) -> Response:

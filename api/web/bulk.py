@@ -72,7 +72,7 @@ class BulkForm:
         else:
             raise FormInvalid(f"scope must be refs or filter, not {self.scope[:40]!r}")
         body = {"action": self.action, "selection": selection, "reason": self.reason.strip(), "dry_run": dry_run}
-        return parse_model(BulkRequest, body)  # type: ignore[no-any-return]
+        return parse_model(BulkRequest, body)
 
 
 def safe_back(text: str) -> str:

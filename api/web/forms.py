@@ -44,7 +44,10 @@ class WantForm:
 
     @classmethod
     def parse(cls, fields: dict[str, list[str]]) -> WantForm:
-        values = {name: fields.get(name, [""])[0] for name in cls.__dataclass_fields__ if name not in _DERIVED}
+        # The typed fields, all str (the derived ones, a preview and its count, are left to their defaults).
+        values: dict[str, Any] = {
+            name: fields.get(name, [""])[0] for name in cls.__dataclass_fields__ if name not in _DERIVED
+        }
         form = cls(**values)
         if form.mode not in ("one", "list", "range"):
             form.mode = "one"
@@ -129,8 +132,8 @@ def patterns(graph: Graph | None) -> list[str]:
     """The served graph's output and source patterns, to pick a range's pattern from."""
     if graph is None:
         return []
-    found = [pattern.template for job in graph.jobs.values() for pattern in job.outputs]  # type: ignore[attr-defined]
-    found += [source.pattern.template for source in graph.sources.values()]
+    found = [pattern.template for job in graph.jobs.values() for pattern in job.patterns]
+    found += [source.partition_pattern.template for source in graph.sources.values()]
     return sorted(found)
 
 
@@ -147,7 +150,7 @@ def grid_selection(graph: Graph | None, name: str, filters: dict[str, str]) -> d
     if graph is None or any(filters.get(name) for name in narrowing):
         return None
     job, source = graph.jobs.get(name), graph.sources.get(name)
-    patterns = list(job.outputs) if job is not None else [source.pattern] if source is not None else []
+    patterns = list(job.patterns) if job is not None else [source.partition_pattern] if source is not None else []
     if len(patterns) != 1 or filters.get("state") in ("warning", "tainted"):
         return None
     return {"ref_prefix": patterns[0].prefix, "state": filters.get("state", "")}

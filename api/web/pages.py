@@ -86,7 +86,7 @@ def _names(enum: Any) -> list[str]:
 
 
 def service_of(request: Request) -> Service:
-    return request.app.state.service  # type: ignore[no-any-return]
+    return request.app.state.service
 
 
 def serve_page(request: Request, build: Callable[[PageContext, Service], HTMLResponse]) -> HTMLResponse:

@@ -24,8 +24,8 @@ from partbuild.api.models.wants import WantOut
 from partbuild.api.service import Service
 from partbuild.api.service.runs import job_run_out
 from partbuild.api.service.wants import made_by_filter, want_out
-from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.wanted import WaitingCount, is_unwanted, waiting_counts
 
 PAGE = 50
@@ -76,7 +76,7 @@ def query_int(text: str, name: str, maximum: int = MAX_SAFE_INT, noun: str = "an
         raise InvalidInput(str(exc)) from None
 
 
-def _newest_first(ids: list[str], seqs: list[int], state: BuildState, before: int | None) -> Iterator[int]:
+def _newest_first(ids: list[str], seqs: list[int], state: StateView, before: int | None) -> Iterator[int]:
     """Indexes into a creation-order table, newest first, of entities that exist in `state`, before a seq."""
     top = bisect_right(seqs, state.head_seq)  # created after the state's seq: not there yet
     if before is not None:
