@@ -120,12 +120,6 @@ def _runtime_imports(path: Path, package: str) -> set[str]:
     return found
 
 
-# The one circle left, imported lazily: the subscription record's default and known event types come from the
-# registry, whose rows name the handlers that import the record. Splitting the registry's names from its
-# handlers would end it; no other may start.
-KNOWN_CIRCLES = {("fold", "subscription_records", "registry")}
-
-
 @pytest.mark.parametrize("folder", sorted(p.name for p in (ROOT / "state").iterdir() if (p / "__init__.py").exists()))
 def test_the_modules_of_each_state_folder_import_no_circle(folder: str) -> None:
     """Within a folder of state/ too, imports go one way (a circle would be a CycleError naming it)."""
@@ -133,10 +127,6 @@ def test_the_modules_of_each_state_folder_import_no_circle(folder: str) -> None:
     graph = {
         path.stem: _runtime_imports(path, package) - {path.stem} for path in (ROOT / "state" / folder).glob("*.py")
     }
-    for known_folder, module, imported in KNOWN_CIRCLES:
-        if known_folder == folder:
-            assert imported in graph[module], f"{module} -> {imported} is gone: take it off KNOWN_CIRCLES"
-            graph[module].discard(imported)
     TopologicalSorter(graph).prepare()
 
 

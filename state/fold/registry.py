@@ -3,13 +3,13 @@
 A row (`EventType`) says everything the code outside the fold's handlers needs
 to know about an event type: its `Event.payload` member, its check and apply
 (state/fold/__init__.py explains them), which partition refs, wants and job run
-it names, whether it is a build event, whether a group member's decision of
+it names, whether a group member's decision of
 this type may carry a fence, and which step of a job run's life it records.
 Everything that must know every event type is derived from the rows:
 
 - the fold's dispatch (`HANDLERS`, used by `BuildState.apply`);
-- the subscription filters (`EVENT_TYPES`, `BUILD_EVENT_TYPES`, exposed by
-  state/fold/subscription_records.py) and the web UI's event-type list;
+- the web UI's event-type list and the API's (`EVENT_TYPES`; the subscription record reads the same names
+  from `Event.payload`, and keeps the fixed `BUILD_EVENT_TYPES`, subscriptions' default filter);
 - the delivery messages' refs and roots (orchestrator/delivery/messages.py);
 - the payload formats' event sets (api/webhook_payloads.py: job-run events,
   OpenLineage run states);
@@ -39,6 +39,7 @@ from partbuild.state.fold import (
     rechecks,
     schedules,
     sources,
+    subscription_records,
     subscriptions,
     wants,
 )
@@ -146,10 +147,6 @@ class EventType:
     # The wants it is about (their root wants are the roots it serves); None: those of its refs.
     want_ids: WantIdsOf | None = None
     job_run: bool = False  # its message's `job_run_id` names a job run
-    # Says something about wants, partitions or job runs: subscriptions' default filter. A subscription made
-    # without event types gets this list each time its create event is folded, so a new type stays False:
-    # True would change what existing subscriptions receive and the digests of the logs that hold one.
-    build: bool = False
     # A group member's decision of this type may carry a `fence`: the refs of the partitions it decides
     # about, read before it is folded, whose buckets the member must own (none: membership suffices).
     fence_refs: RefsOf | None = None
@@ -182,7 +179,6 @@ ROWS: tuple[EventType, ...] = (
         wants.apply_want_create,
         refs=_wanted_refs,
         want_ids=_the_want,
-        build=True,
         fence_refs=no_refs,
     ),
     EventType(
@@ -191,14 +187,12 @@ ROWS: tuple[EventType, ...] = (
         wants.apply_want_cancel,
         refs=_canceled_refs,
         want_ids=_the_want,
-        build=True,
     ),
     _run_event(
         "job_run_buffer",
         job_runs.check_job_run_buffer,
         job_runs.apply_job_run_buffer,
         phase="START",
-        build=True,
         fence_refs=_buffered_refs,
         # A scoped decision fixes its namespace's layout: apply_job_run_buffer keeps that version itself,
         # only then (the replay's hot path pays nothing for unscoped runs).
@@ -209,7 +203,6 @@ ROWS: tuple[EventType, ...] = (
         job_runs.check_job_run_success,
         job_runs.apply_job_run_success,
         phase="COMPLETE",
-        build=True,
         makes_live=True,
     ),
     _run_event(
@@ -217,11 +210,10 @@ ROWS: tuple[EventType, ...] = (
         job_runs.check_job_run_failure,
         job_runs.apply_job_run_failure,
         phase="FAIL",
-        build=True,
         fence_refs=run_refs,
     ),
     _run_event(
-        "job_run_cancel", job_runs.check_job_run_cancel, job_runs.apply_job_run_cancel, phase="ABORT", build=True
+        "job_run_cancel", job_runs.check_job_run_cancel, job_runs.apply_job_run_cancel, phase="ABORT"
     ),
     # A run that found its inputs missing ended unsuccessfully by itself: FAIL, not ABORT (someone stopped it).
     _run_event(
@@ -229,17 +221,15 @@ ROWS: tuple[EventType, ...] = (
         job_runs.check_job_run_missing_deps,
         job_runs.apply_job_run_missing_deps,
         phase="FAIL",
-        build=True,
     ),
     EventType(
-        "partition_taint", instances.check_partition_taint, instances.apply_partition_taint, refs=_the_ref, build=True
+        "partition_taint", instances.check_partition_taint, instances.apply_partition_taint, refs=_the_ref
     ),
     EventType(
         "partition_observed",
         instances.check_partition_observed,
         instances.apply_partition_observed,
         refs=_the_ref,
-        build=True,
         makes_live=True,
     ),
     EventType("instance_retention", instances.check_instance_retention, instances.apply_instance_retention),
@@ -361,5 +351,5 @@ HANDLERS: dict[str, tuple[Check, Apply]] = {
 }
 EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in ROWS)
 # What a subscription without event types gets; other types (heartbeats, ticks, groups, scans) on request.
-BUILD_EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in ROWS if row.build)
+BUILD_EVENT_TYPES = subscription_records.BUILD_EVENT_TYPES  # fixed for good: see there
 JOB_RUN_EVENT_TYPES: frozenset[str] = frozenset(row.name for row in ROWS if row.job_run)

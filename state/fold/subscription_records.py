@@ -6,8 +6,8 @@ what the fold keeps of them (`Subscription`, the record of `BuildState.subscript
 settings, status, the layouts of its main topic, retry queue (RQ) and dead-letter
 queue (DLQ), the resets to apply, keyed `name@created_seq`) and the pure validation
 of their settings. `FORMATS` is the one list of payload formats. The event types a
-filter may name and the default filter come from the event registry
-(state/fold/registry.py: `EVENT_TYPES`, `BUILD_EVENT_TYPES`). Where deliveries stand (offsets,
+filter may name are the members of `Event.payload` (`EVENT_TYPES`, the registry's rows), and the default
+filter is the fixed `BUILD_EVENT_TYPES`. Where deliveries stand (offsets,
 the RQ and the DLQ) is not here: it changes with every delivery and lives in the
 database (`state/ops/deliveries.py`), beside the offsets that move past it.
 """
@@ -15,7 +15,6 @@ database (`state/ops/deliveries.py`), beside the offsets that move past it.
 from __future__ import annotations
 
 import re
-from types import ModuleType
 from typing import Any, Literal
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -41,11 +40,22 @@ QUEUES: dict[pb.SubscriptionQueue, QueueName] = {
 StatusName = Literal["active", "paused", "deleted"]
 
 
-def _registry() -> ModuleType:
-    """The event registry, imported when first needed: its rows name the fold's handlers, which import this module."""
-    from partbuild.state.fold import registry
-
-    return registry
+# Every event type: the members of `Event.payload`, in order (the registry has a row for each; its test checks).
+EVENT_TYPES: tuple[str, ...] = tuple(field.name for field in pb.Event.DESCRIPTOR.oneofs_by_name["payload"].fields)
+# What a subscription made without event types gets, each time its create event is folded: the events about
+# wants, partitions and job runs, fixed for good. A type added here would change what existing subscriptions
+# receive and the digests of the logs that hold one.
+BUILD_EVENT_TYPES: tuple[str, ...] = (
+    "want_create",
+    "want_cancel",
+    "job_run_buffer",
+    "job_run_success",
+    "job_run_failure",
+    "job_run_cancel",
+    "job_run_missing_deps",
+    "partition_taint",
+    "partition_observed",
+)
 
 
 class Subscription(_Record):
@@ -87,7 +97,7 @@ class Subscription(_Record):
         self.created_seq = seq
         self.created_ms = created_ms
         self.endpoint = msg.endpoint
-        self.event_types = tuple(msg.filter.event_types) or _registry().BUILD_EVENT_TYPES
+        self.event_types = tuple(msg.filter.event_types) or BUILD_EVENT_TYPES
         self.ref_prefixes = tuple(msg.filter.ref_prefixes)
         self.ref_patterns = tuple(msg.filter.ref_patterns)
         self.job = msg.filter.job
@@ -145,7 +155,7 @@ def endpoint_problem(url: str) -> str | None:
 
 def filter_problem(flt: pb.SubscriptionFilter) -> str | None:
     """Why a filter is invalid, or None."""
-    known = _registry().EVENT_TYPES
+    known = EVENT_TYPES
     for event_type in flt.event_types:
         if event_type not in known:
             return f"unknown event type {event_type[:80]!r}; known: {', '.join(known)}"
