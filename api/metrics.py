@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from partbuild.api.delivery_progress import delivery_progress
 from partbuild.api.models.partitions import check_result_name
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -301,14 +302,11 @@ class _SubscriptionCollector(Collector):
         queued = GaugeMetricFamily(
             "partbuild_subscription_queued", "Messages waiting in the RQ or the DLQ", labels=["subscription", "queue"]
         )
-        # Imported on a scrape, not with this module: the service's base, which builds these metrics, imports it.
-        from partbuild.api.service.subscriptions import subscription_out
-
         with self.live.read() as state:
             subs = [sub for sub in state.subscriptions.values() if sub.status != "deleted"]
             head = state.head_seq
         for sub in sorted(subs, key=lambda s: s.name):
-            shown = subscription_out(sub, self.db, head)
+            shown = delivery_progress(sub, self.db, head)
             delivered.add_metric([sub.name], shown.delivered)
             retried.add_metric([sub.name], shown.retried)
             dead.add_metric([sub.name], shown.dead_lettered)

@@ -263,11 +263,9 @@ def _produced_by(graph: Graph, ref: str, job: Job) -> bool:
 
 def _producer(graph: Graph, ref: str) -> object | None:
     """The job or source that produces `ref`, or None when none (or several) does."""
-    from partbuild.orchestrator.graph import GraphError
-
     try:
         return graph.resolve(ref).producer
-    except GraphError:
+    except DeclarationError:  # the graph's GraphError: a ref it cannot place (graph.py imports this module)
         return None
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import secrets
-import time
+from dataclasses import asdict
 
 import blake3
 
+from partbuild.api.delivery_progress import delivery_progress
 from partbuild.api.errors import Conflict, NotFound
 from partbuild.api.models.subscriptions import (
     CompositeTopicOut,
@@ -41,7 +42,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.registry import BUILD_EVENT_TYPES
 from partbuild.state.fold.subscription_records import QUEUES, Subscription
-from partbuild.state.ops.deliveries import QUEUE_NAMES, Fenced, Queued, Standing
+from partbuild.state.ops.deliveries import Fenced, Queued
 from partbuild.state.queries.retention import cutoff_seq_before
 from partbuild.state.rules.topics import CompositeTopic
 
@@ -244,19 +245,6 @@ def topic_out(topic: CompositeTopic) -> CompositeTopicOut:
     )
 
 
-def handled_upto(sub: Subscription, standing: Standing, head: int) -> int:
-    """The seq before the oldest event some shard has not handled (`head` when every shard is current)."""
-    topics = sub.main.storage_topics
-    lowest = head
-    for index in range(sub.main.produce_pointer + 1):
-        end = topics[index + 1].start_seq - 1 if index < sub.main.produce_pointer else head
-        floor = max(standing.control.main_floor, topics[index].start_seq - 1)
-        for partition in range(topics[index].partitions):
-            seq = standing.offsets.get((index, partition), floor)
-            lowest = min(lowest, max(seq, floor) if floor < end else end)
-    return lowest
-
-
 def subscription_out(sub: Subscription, db: Database, head: int) -> SubscriptionOut:
     """The API's subscription: settings, topics, lag, queue sizes, counters (from one snapshot)."""
     return subscription_then(sub, sub, db, head)
@@ -267,15 +255,7 @@ def subscription_then(sub: Subscription, now: Subscription | None, db: Database,
 
     `now` is the same subscription's record now (`sub` itself when read now), None when it was deleted since.
     """
-    standing = db.deliveries.standing(now.key, now.start_after_seq) if now and now.status != "deleted" else None
-    handled = handled_upto(now, standing, head) if now and standing is not None else head
-    lag_seconds = 0.0
-    if handled < head:
-        oldest = db.log.read(handled, 1)
-        if oldest:
-            lag_seconds = max(0.0, time.time() - oldest[0].recorded_at_ms / 1000)
-    counts = standing.counts if standing is not None else dict.fromkeys(QUEUE_NAMES, 0)
-    control = standing.control if standing is not None else None
+    progress = delivery_progress(now, db, head)
     default_types = sub.event_types == BUILD_EVENT_TYPES
     return SubscriptionOut(
         name=sub.name,
@@ -304,13 +284,7 @@ def subscription_then(sub: Subscription, now: Subscription | None, db: Database,
         secret_digest=sub.secret_digest,
         created_seq=sub.created_seq,
         start_after_seq=sub.start_after_seq,
-        lag_events=head - handled,
-        lag_seconds=round(lag_seconds, 3),
-        rq_messages=counts["rq"],
-        dlq_messages=counts["dlq"],
-        delivered=control.delivered if control else 0,
-        retried=control.retried if control else 0,
-        dead_lettered=control.dead_lettered if control else 0,
+        **asdict(progress),
     )
 
 
