@@ -5,8 +5,9 @@ time in one transaction that moves the watermark from the span's first seq to it
 two projectors of one database never write the same span twice, and a span computed from a state behind
 the watermark is dropped). Rows are never updated: the changes in a span are final once the live state has
 folded it. Retention is the exception, as in the live state: a dropped instance's changes are gone with it,
-so a span holding an accepted `InstanceRetention` also deletes the rows of every instance the state no
-longer holds (the ids are read from the table: O(instances projected), paid once per retention).
+so a span holding an `InstanceRetention` (accepted or not: the state's own rules decided what went) also
+deletes the rows of every instance the state no longer holds: the ids are read from the table and the rows
+deleted in one pass, paid once per retention.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ _STATES: dict[str, type[InstanceState] | type[WantState] | type[JobRunState]] = 
     JOB_RUN_STATE: JobRunState,
 }
 _COLUMNS = [column.name for column in table.columns]
-_DELETE_CHUNK = 500  # ids per DELETE: well under SQLite's bound on parameters
+# The instances a retention dropped, for one DELETE (`_delete_dropped`); private to the connection.
+_gone = sa.Table(
+    "state_changes_gone", sa.MetaData(), sa.Column("uuid", sa.String(36), primary_key=True), prefixes=["TEMPORARY"]
+)
 
 
 class ChangeStore:
@@ -127,14 +131,26 @@ def _retention_between(conn: Connection, first: int, last: int) -> bool:
 
 
 def _delete_dropped(conn: Connection, dropped: Callable[[Iterable[str]], set[str]]) -> None:
-    """Delete the rows of the instances the state dropped: their creations, states and canonical moves."""
+    """Delete the rows of the instances the state dropped: their creations, states and canonical moves.
+
+    The dropped UUIDs go to a temporary table of this connection, and one DELETE joins it: one pass over the
+    rows however many were dropped (a DELETE per chunk of ids would pass over them once per chunk).
+    """
     created = conn.execute(sa.select(table.c.id).where(table.c.kind == _RANK[INSTANCE_CREATED])).scalars().all()
-    gone = sorted(dropped(created))
-    for start in range(0, len(gone), _DELETE_CHUNK):
-        chunk = gone[start : start + _DELETE_CHUNK]
-        instance_kinds = table.c.kind.in_([_RANK[INSTANCE_CREATED], _RANK[INSTANCE_STATE]])
-        moves = sa.and_(table.c.kind == _RANK[CANONICAL_MOVED], table.c.to_uuid.in_(chunk))
-        conn.execute(sa.delete(table).where(sa.or_(sa.and_(instance_kinds, table.c.id.in_(chunk)), moves)))
+    gone = dropped(created)
+    if not gone:
+        return
+    _gone.create(conn)
+    try:
+        conn.execute(_gone.insert(), [{"uuid": uuid} for uuid in gone])
+        uuids = sa.select(_gone.c.uuid)
+        instance_rows = sa.and_(
+            table.c.kind.in_([_RANK[INSTANCE_CREATED], _RANK[INSTANCE_STATE]]), table.c.id.in_(uuids)
+        )
+        moves = sa.and_(table.c.kind == _RANK[CANONICAL_MOVED], table.c.to_uuid.in_(uuids))
+        conn.execute(sa.delete(table).where(sa.or_(instance_rows, moves)))
+    finally:
+        _gone.drop(conn)
 
 
 def _row(change: Change) -> tuple[object, ...]:
