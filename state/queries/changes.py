@@ -14,7 +14,8 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from itertools import takewhile
+from typing import Any, Final, Literal, TypeVar
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import entries, run_entries
@@ -33,6 +34,7 @@ KINDS: tuple[ChangeKind, ...] = (INSTANCE_CREATED, INSTANCE_STATE, WANT_STATE, J
 _KIND_ORDER = {kind: index for index, kind in enumerate(KINDS)}
 
 State = InstanceState | WantState | JobRunState
+_R = TypeVar("_R", Instance, Want, JobRun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,24 +67,12 @@ def changes_between(state: BuildState, first: int, last: int) -> list[Change]:
     """
     if not 0 <= first <= last <= state.head_seq:
         raise ValueError(f"need 0 <= first <= last <= head ({state.head_seq}), got {first} and {last}")
-    found: list[Change] = []
-    for instance in state.instances.values():
-        if instance.created_seq > last:
-            break  # creation order: all later ones too
-        if instance.updated_seq > first:
-            found.extend(_instance_changes(state, instance, first, last))
-    for want in state.wants.values():
-        if want.created_seq > last:
-            break
-        if want.updated_seq > first:
-            found.extend(_want_changes(want, first, last))
-    for run in state.job_runs.values():
-        if run.created_seq > last:
-            break
-        if run.updated_seq > first:
-            found.extend(_run_changes(run, first, last))
-    found.sort(key=_key)
-    return found
+
+    def created_by_last(table: dict[str, _R]) -> Iterator[_R]:  # creation order: stop at the first after
+        return takewhile(lambda record: record.created_seq <= last, table.values())
+
+    tables = (created_by_last(state.instances), created_by_last(state.wants), created_by_last(state.job_runs))
+    return _changes_of_records(state, first, last, *tables)
 
 
 def changes_of(state: BuildState, first: int, last: int, touched: Touched) -> list[Change]:
@@ -90,18 +80,30 @@ def changes_of(state: BuildState, first: int, last: int, touched: Touched) -> li
     (tracked since `first` or earlier): O(records touched), not O(records)."""
     if touched.since > first:
         raise ValueError(f"tracked since seq {touched.since}, after the first seq {first}")
+    instances = filter(None, map(state.instances.get, touched.instances))  # None: dropped, with its changes
+    wants = map(state.wants.__getitem__, touched.wants)
+    runs = map(state.job_runs.__getitem__, touched.runs)
+    return _changes_of_records(state, first, last, instances, wants, runs)
+
+
+def _changes_of_records(
+    state: BuildState,
+    first: int,
+    last: int,
+    instances: Iterable[Instance],
+    wants: Iterable[Want],
+    runs: Iterable[JobRun],
+) -> list[Change]:
+    """The changes in (first, last] of these records (those created after `last` or unchanged since `first`
+    have none), sorted by `Change.key`."""
     found: list[Change] = []
-    instances, wants, runs = state.instances, state.wants, state.job_runs
-    for uuid in touched.instances:
-        instance = instances.get(uuid)  # None: retention dropped it, with its changes
-        if instance is not None and instance.created_seq <= last and instance.updated_seq > first:
+    for instance in instances:
+        if instance.created_seq <= last and instance.updated_seq > first:
             found.extend(_instance_changes(state, instance, first, last))
-    for want_id in touched.wants:
-        want = wants[want_id]
+    for want in wants:
         if want.created_seq <= last and want.updated_seq > first:
             found.extend(_want_changes(want, first, last))
-    for run_id in touched.runs:
-        run = runs[run_id]
+    for run in runs:
         if run.created_seq <= last and run.updated_seq > first:
             found.extend(_run_changes(run, first, last))
     found.sort(key=_key)
