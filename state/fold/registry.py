@@ -212,9 +212,7 @@ ROWS: tuple[EventType, ...] = (
         phase="FAIL",
         fence_refs=run_refs,
     ),
-    _run_event(
-        "job_run_cancel", job_runs.check_job_run_cancel, job_runs.apply_job_run_cancel, phase="ABORT"
-    ),
+    _run_event("job_run_cancel", job_runs.check_job_run_cancel, job_runs.apply_job_run_cancel, phase="ABORT"),
     # A run that found its inputs missing ended unsuccessfully by itself: FAIL, not ABORT (someone stopped it).
     _run_event(
         "job_run_missing_deps",
@@ -222,9 +220,7 @@ ROWS: tuple[EventType, ...] = (
         job_runs.apply_job_run_missing_deps,
         phase="FAIL",
     ),
-    EventType(
-        "partition_taint", instances.check_partition_taint, instances.apply_partition_taint, refs=_the_ref
-    ),
+    EventType("partition_taint", instances.check_partition_taint, instances.apply_partition_taint, refs=_the_ref),
     EventType(
         "partition_observed",
         instances.check_partition_observed,
