@@ -191,6 +191,9 @@ class ChecksRerunner:
                 self.log.append(events, expected_head=head)
             except (AppendConflict, WriteNotDone):
                 continue  # somebody appended meanwhile: check again on the newer state
+            # Folded before the request leaves `_in_flight`: a step in between must see it answered, or it
+            # hands the request over again and its checks run twice.
+            self.live.catch_up()
             if len(events) > 1:
                 logger.warning("%s", events[1].partition_taint.reason)
             return
