@@ -121,6 +121,18 @@ class DriverStatement:
 
 
 _EVENT_COLUMNS = [column.name for column in events_table.columns]
+# A batch of events as one INSERT on PostgreSQL: a column array per column, unnested into rows.
+_PG_EVENT_ARRAYS = {
+    "seq": "bigint[]",
+    "event_id": "text[]",
+    "event_type": "text[]",
+    "recorded_at_ms": "bigint[]",
+    "payload": "bytea[]",
+}
+_PG_INSERT_EVENTS = (
+    f"INSERT INTO {events_table.name} ({', '.join(_EVENT_COLUMNS)}) "
+    f"SELECT * FROM unnest({', '.join(f'%s::{_PG_EVENT_ARRAYS[name]}' for name in _EVENT_COLUMNS)})"
+)
 
 
 class EventLog(EngineHandle):
@@ -211,12 +223,16 @@ class EventLog(EngineHandle):
         return AppendResult(first_seq, head)
 
     def _insert_rows(self, conn: sa.Connection, rows: list[tuple[int, str, str, int, bytes]]) -> None:
-        # One executemany of plain tuples: no per-row SQLAlchemy processing.
-        if self._insert.positional_names is None:
-            named = [dict(zip(_EVENT_COLUMNS, row, strict=True)) for row in rows]
-            conn.exec_driver_sql(self._insert.sql, named)
-        else:
-            conn.exec_driver_sql(self._insert.sql, rows)
+        if conn.dialect.name == "postgresql":
+            # One statement, never psycopg's executemany: that pipelines the rows without
+            # a Sync, and until the Sync the server does not count the session as idle in
+            # its transaction, so a writer stopped mid-pipeline would hold log_head's lock
+            # past the hold bound (idle_in_transaction_session_timeout) for as long as it
+            # stays stopped. After one statement the session is idle, and the bound holds.
+            conn.exec_driver_sql(_PG_INSERT_EVENTS, tuple(list(column) for column in zip(*rows, strict=True)))
+            return
+        # SQLite: one executemany of plain tuples (its driver is positional), no per-row SQLAlchemy processing.
+        conn.exec_driver_sql(self._insert.sql, rows)
 
     def head(self) -> int:
         """The seq of the newest committed event (0 for an empty log)."""

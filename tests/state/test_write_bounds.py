@@ -115,3 +115,26 @@ def test_a_write_whose_connection_closed_is_lost_only_past_the_hold_bound(pg_ser
                     _end_session(url, pid)
                     time.sleep(sat_s)
                     writer.execute(sa.text("SELECT 1"))
+
+
+def test_a_postgres_append_sends_whole_statements_so_the_hold_bound_covers_every_pause(pg_server: PgServer) -> None:
+    # psycopg's executemany pipelines its rows without a Sync, and until the Sync the server does not
+    # count the session as idle: a writer stopped there kept log_head locked past the bound (seen on CI).
+    statements: list[tuple[str, bool]] = []
+
+    def seen(_conn: object, _cursor: object, sql: str, _params: object, _context: object, many: bool) -> None:
+        statements.append((sql.split()[0], many))
+
+    for url in postgres_url(pg_server):
+        statements.clear()
+        with Database.open(url, auto_upgrade=True) as database:
+            sa.event.listen(database.log._engine, "before_cursor_execute", seen)
+            batch = [_want(f"w{index}") for index in range(3)]
+            database.log.append(batch)
+            inserts = [many for verb, many in statements if verb == "INSERT"]
+            assert inserts == [False]  # the batch is one statement
+            assert not any(many for _verb, many in statements)
+            stored = database.log.read(0, 10)
+            assert [row.seq for row in stored] == [1, 2, 3]
+            assert [row.to_event() for row in stored] == batch
+            assert [row.event_type for row in stored] == ["want_create"] * 3
