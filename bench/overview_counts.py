@@ -13,7 +13,8 @@ the overview page's view (`views.overview`) as served, the same view with the wa
 by nothing (its cost taken out), the split alone (`waiting_counts`), and `Service.counts` (the API's
 answer). Last, as of three seqs, interleaved, 5 rounds: the overview view with and without the split, and
 `Service.counts` (a `PastState`: a scan of the records, as the overview as of a seq already was; the
-split adds a scan of the wants). Prints p50 / p99 in ms of each, and the answer it checked.
+split adds a scan of the wants), then the same after projecting the state store (the counts as of a seq
+from its index, state/store/counts.py). Prints p50 / p99 in ms of each, and the answer it checked.
 
     .venv/bin/python bench/overview_counts.py [--db w1.db] [--instances 1000000] [--rounds 200]
 """
@@ -35,6 +36,7 @@ from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.store import EventLog
 from partbuild.state.queries.wanted import waiting_counts
+from partbuild.state.store.projector import Projector
 
 TAIL_WANTS = ("bench-overview-backfill", "bench-overview-expired")
 
@@ -115,15 +117,24 @@ def measure(service: Service, rounds: int) -> None:
     with_split = percentile(times["overview view (as served)"], 0.5)
     without = percentile(times["overview view without the split"], 0.5)
     print(f"overview p50 with / without the split: {with_split / without:.3f}x (target < 1.10x)")
-    head = state.head_seq
-    print(f"{'as of seq (5 rounds, interleaved)':<36} {'overview':>9} {'no split':>9} {'counts':>9}  p50 ms")
+    measure_as_of(service, real, "as of seq, no state store")
+    started = time.perf_counter()
+    Projector(service.live, service.db.changes).project()
+    print(f"projected the state store in {time.perf_counter() - started:.0f} s", flush=True)
+    measure_as_of(service, real, "as of seq, from the state store")
+
+
+def measure_as_of(service: Service, real: Callable[..., Any], label: str) -> None:
+    """As of three seqs, 5 rounds interleaved: the overview with and without the split, and the counts."""
+    head = service.state.head_seq
+    print(f"{label:<36} {'overview':>9} {'no split':>9} {'counts':>9}  p50 ms (5 rounds)")
     for seq in (head // 4, head // 2, head - 1):
         past: dict[str, list[float]] = {"overview": [], "no split": [], "counts": []}
         for _ in range(5):
             past["overview"].append(timed(lambda s=seq: views.overview(service, s)))  # type: ignore[misc]
             past["no split"].append(timed(lambda s=seq: _without_split(service, real, s)))  # type: ignore[misc]
             past["counts"].append(timed(lambda s=seq: service.counts(as_of_seq=s)))  # type: ignore[misc]
-        shown = " ".join(f"{percentile(values, 0.5):>9.0f}" for values in past.values())
+        shown = " ".join(f"{percentile(values, 0.5):>9.1f}" for values in past.values())
         print(f"{seq:<36,} {shown}")
 
 

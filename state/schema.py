@@ -256,6 +256,17 @@ state_changes = sa.Table(
     sa.Column("to_uuid", sa.String(36), nullable=True),
 )
 
+# How many records of a kind (0 instances, 1 wants, 2 job runs) were in a state from a seq on (`total`): a row per
+# seq at which that count changed, so the counts as of any seq are one index probe per (kind, state).
+state_counts = sa.Table(
+    "state_counts",
+    metadata,
+    sa.Column("kind", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("state", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("total", sa.BigInteger(), nullable=False),
+)
+
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).
 state_projections = sa.Table(
     "state_projections",

@@ -31,7 +31,7 @@ from partbuild.orchestrator.supervisor import Health
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.past import HistoryDropped
+from partbuild.state.fold.past import HistoryDropped, PastState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
@@ -186,6 +186,8 @@ class ServiceBase:
                 return
             # The past we are asked about may be our future: another process may have appended since.
             with self.live.read_as_of(as_of_seq) as past:
+                if isinstance(past, PastState) and self.db.changes.watermark() >= as_of_seq:
+                    past.counts_reader = self.db.changes.counts  # one index probe per state, not a scan
                 yield past
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)

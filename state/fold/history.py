@@ -247,3 +247,17 @@ def clock_mark(state: BuildState, seq: int) -> tuple[int, int]:
     if index < 0:
         return 0, 0
     return (index + 1) * CLOCK_MARK_EVERY - 1, state.clock_marks[index]
+
+
+def dropped_deltas_between(state: BuildState, first: int, last: int, start: int = 0) -> list[tuple[int, int, int]]:
+    """(seq, state, +1 or -1) of what dropped instances added to the counts by state in (`first`, `last`].
+
+    `start`: a byte offset into `dropped_changes` before which no delta falls in the range (those of
+    instances dropped before `first`: each delta's seq is at or before its instance's drop).
+    """
+    found = []
+    for code in memoryview(state.dropped_changes)[start:].cast("q"):
+        seq = code >> 5
+        if first < seq <= last:
+            found.append((seq, code >> 1 & 15, -1 if code & 1 else 1))
+    return found

@@ -7,12 +7,13 @@ the watermark is dropped). Rows are never updated: the changes in a span are fin
 folded it. Retention is the exception, as in the live state: a dropped instance's changes are gone with it,
 so a span holding an `InstanceRetention` (accepted or not: the state's own rules decided what went) also
 deletes the rows of every instance the state no longer holds: the ids are read from the table and the rows
-deleted in one pass, paid once per retention.
+deleted in one pass, paid once per retention. The counts by state that a span's changes make
+(state/store/counts.py) are written in the same transaction, under the same watermark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import sqlalchemy as sa
@@ -31,8 +32,9 @@ from partbuild.state.queries.changes import (
     Change,
     State,
 )
-from partbuild.state.schema import events, state_projections
+from partbuild.state.schema import events, state_counts, state_projections
 from partbuild.state.schema import state_changes as table
+from partbuild.state.store.counts import CountRow, count_rows, counts_at, counts_by_name
 
 PROJECTION: Final = "changes"
 INSTANCE_RETENTION: Final = "instance_retention"  # the event type column's value
@@ -43,7 +45,6 @@ _STATES: dict[str, type[InstanceState] | type[WantState] | type[JobRunState]] = 
     WANT_STATE: WantState,
     JOB_RUN_STATE: JobRunState,
 }
-_COLUMNS = [column.name for column in table.columns]
 # The instances a retention dropped, for one DELETE (`_delete_dropped`); private to the connection.
 _gone = sa.Table(
     "state_changes_gone", sa.MetaData(), sa.Column("uuid", sa.String(36), primary_key=True), prefixes=["TEMPORARY"]
@@ -62,27 +63,48 @@ class ChangeStore:
             return _watermark(conn)
 
     def write(
-        self, first: int, last: int, changes: Iterable[Change], dropped: Callable[[Iterable[str]], set[str]]
+        self,
+        first: int,
+        last: int,
+        changes: Sequence[Change],
+        dropped: Callable[[Iterable[str]], set[str]],
+        dropped_deltas: Iterable[tuple[int, int, int]] = (),
     ) -> bool:
-        """Write the changes in (`first`, `last`] and move the watermark from `first` to `last`.
+        """Write the changes in (`first`, `last`] and the counts they make, and move the watermark from
+        `first` to `last`.
 
         False, writing nothing, when the watermark is not at `first` (another projector moved it).
         `dropped(ids)`: which of these instance UUIDs the state no longer holds; asked only when the span
-        holds a retention.
+        holds a retention. `dropped_deltas`: what instances retention dropped added to the counts in the span
+        (`history.dropped_deltas_between`).
         """
         rows = [_row(change) for change in changes]
-        with begin_write(self._engine) as conn:
+        # Bounded as an append is (state/db.py): a projector of another process stopped inside its span (its
+        # row lock on the watermark held) ends or is given up on, so this one fails and retries, never hangs.
+        with begin_write(self._engine, bounded=True) as conn:
             if not _move_watermark(conn, first, last):
                 return False
-            if rows:  # one executemany of plain tuples: no per-row SQLAlchemy processing (as the log's appends)
-                insert = DriverStatement(insert_ignoring_conflicts(conn, table), conn.dialect)
-                if insert.positional_names is None:  # a named paramstyle (psycopg)
-                    conn.exec_driver_sql(insert.sql, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
-                else:
-                    conn.exec_driver_sql(insert.sql, rows)
+            insert_plain(conn, table, rows)
+            insert_plain(conn, state_counts, count_rows(counts_at(conn, first), changes, dropped_deltas))
             if _retention_between(conn, first, last):
                 _delete_dropped(conn, dropped)
         return True
+
+    def count_rows(self, first: int, last: int) -> list[CountRow]:
+        """The count rows written for (`first`, `last`], in seq, kind, state order."""
+        query = (
+            sa.select(state_counts.c.kind, state_counts.c.state, state_counts.c.seq, state_counts.c.total)
+            .where(state_counts.c.seq > first, state_counts.c.seq <= last)
+            .order_by(state_counts.c.seq, state_counts.c.kind, state_counts.c.state)
+        )
+        with self._engine.connect() as conn:
+            return [(row.kind, row.state, row.seq, row.total) for row in conn.execute(query)]
+
+    def counts(self, seq: int) -> dict[str, dict[str, int]]:
+        """`BuildState.counts()` as of `seq`, from the rows: the caller makes sure the watermark is at `seq`
+        or beyond."""
+        with self._engine.connect() as conn:
+            return counts_by_name(counts_at(conn, seq))
 
     def retention_between(self, first: int, last: int) -> bool:
         """Whether an `InstanceRetention` was appended in (`first`, `last`] (accepted or not)."""
@@ -100,6 +122,19 @@ class ChangeStore:
         query = query.order_by(table.c.seq, table.c.kind, table.c.id).limit(limit)
         with self._engine.connect() as conn:
             return [_change(row) for row in conn.execute(query)]
+
+
+def insert_plain(conn: Connection, into: sa.Table, rows: Sequence[tuple[object, ...]]) -> None:
+    """Insert rows given in the table's column order: one executemany of plain tuples, no per-row SQLAlchemy
+    processing (as the log's appends)."""
+    if not rows:
+        return
+    insert = DriverStatement(insert_ignoring_conflicts(conn, into), conn.dialect)
+    if insert.positional_names is None:  # a named paramstyle (psycopg)
+        names = [column.name for column in into.columns]
+        conn.exec_driver_sql(insert.sql, [dict(zip(names, row, strict=True)) for row in rows])
+    else:
+        conn.exec_driver_sql(insert.sql, rows)
 
 
 def _watermark(conn: Connection) -> int:

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from partbuild.state.fold.history import dropped_deltas_between
 from partbuild.state.fold.touched import Touched
 from partbuild.state.log.live import LiveState
 from partbuild.state.queries.changes import changes_between, changes_of
@@ -51,14 +52,16 @@ class Projector:
                 if touched is not None and touched.since <= mark:
                     # Every record changed after the mark is in it: the pass costs its changes.
                     last, drained = head, touched
-                    state.touched = Touched(head)
+                    state.touched = Touched(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
+                    dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
                 else:  # the first pass, or behind another projector's mark: scan, then track from the head
                     last = min(head, mark + self.span)
                     changes = changes_between(state, mark, last)
+                    dropped = dropped_deltas_between(state, mark, last)
                     if last == head:
-                        state.touched = Touched(head)
-            if self.store.write(mark, last, changes, self._dropped):
+                        state.touched = Touched(head, len(state.dropped_changes))
+            if self.store.write(mark, last, changes, self._dropped, dropped):
                 mark = last
                 continue
             mark = self.store.watermark()  # another projector wrote this span: go on from where it got

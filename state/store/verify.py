@@ -1,4 +1,4 @@
-"""The audit of the state store: its changes against those of a state replayed from the log.
+"""The audit of the state store: its changes and counts against those of a state replayed from the log.
 
 `replay --verify` (and `POST /audit` with `verify`) replays the log to its head; this compares the store's
 rows up to its watermark with that state's changes, one span of seqs at a time (memory bounded by a span's
@@ -9,8 +9,10 @@ replayed state that the store still holds until the projector reaches it: those 
 from __future__ import annotations
 
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.history import dropped_deltas_between
 from partbuild.state.queries.changes import CANONICAL_MOVED, INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between
 from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.counts import CountRow, Counts, count_rows
 from partbuild.state.store.projector import DEFAULT_SPAN
 
 
@@ -20,6 +22,7 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
     if mark > state.head_seq:
         return [f"the state store is projected up to seq {mark}, after the log's head {state.head_seq}"]
     pending_drops = store.retention_between(mark, state.head_seq)
+    counts: Counts = {}
     for first in range(0, mark, span):
         last = min(mark, first + span)
         expected = changes_between(state, first, last)
@@ -29,7 +32,23 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
         if stored != expected:
             difference = _first_difference(stored, expected)
             return [f"the state store differs from the replay in seqs ({first}, {last}]: {difference}"]
+        # The dropped instances' deltas are the replay's own, whether or not the store has reached their drop.
+        expected_counts = count_rows(counts, expected, dropped_deltas_between(state, first, last))
+        stored_counts = store.count_rows(first, last)
+        if stored_counts != expected_counts:
+            difference = _first_count_difference(stored_counts, expected_counts)
+            return [f"the state store's counts differ from the replay's in seqs ({first}, {last}]: {difference}"]
+        counts.update(((kind, state_code), count) for kind, state_code, _, count in expected_counts)
     return []
+
+
+def _first_count_difference(stored: list[CountRow], expected: list[CountRow]) -> str:
+    for got, want in zip(stored, expected, strict=False):
+        if got != want:
+            return f"stored (kind, state, seq, count) {got}, replayed {want}"
+    if len(stored) > len(expected):
+        return f"a count row the replay does not have: {stored[len(expected)]}"
+    return f"a count row missing from the store: {expected[len(stored)]}"
 
 
 def _span(store: ChangeStore, first: int, last: int, page: int = 10_000) -> list[Change]:

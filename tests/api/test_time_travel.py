@@ -57,6 +57,7 @@ from partbuild.api.surface.common import Path as InPath
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.store.projector import Projector
 
 from golden_log import GOLDEN_LOGS, read
 from httpkit import JSON, PROBLEM_JSON
@@ -136,8 +137,9 @@ def _noop(ctx: object) -> None:
 
 
 @contextmanager
-def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0) -> Iterator[Sides]:
-    """The two sides; with `snapshot_at`, the live one loads a snapshot of that seq and folds the rest."""
+def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0, projected: bool = True) -> Iterator[Sides]:
+    """The two sides; with `snapshot_at`, the live one loads a snapshot of that seq and folds the rest. With
+    `projected`, the live side's state store is projected to the head, so the reads it has answer from it."""
     with ExitStack() as stack:
         live_db = stack.enter_context(Database.open(f"sqlite:///{folder / 'live.db'}", auto_upgrade=True))
         if snapshot_at:
@@ -149,6 +151,8 @@ def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0) -> Iterato
         graph = versions_graph(events)
         live = Service(live_db, clock=lambda: NOW_MS, graph=graph)
         stack.callback(live.stop)
+        if projected:
+            assert Projector(live.live, live_db.changes).project() == len(events)
         oracle = Service(oracle_db, graph=graph)
         oracle.clock = lambda: oracle.state.clock_ms  # the time as of its head: the log's clock then
         stack.callback(oracle.stop)
@@ -525,9 +529,11 @@ def judge_for(pair: Sides, log: Catalog, lag: int = 0) -> Judge:
     return Judge(service_asker(pair.live), service_asker(pair.oracle), service_takes_as_of, dropped, refs, lag)
 
 
-def every_seq(events: list[pb.Event], log: Catalog, folder: Path, what: str, snapshot_at: int = 0) -> Judge:
-    """Compare the live service with replay at every seq of `events`."""
-    with sides(events, folder, snapshot_at) as pair:
+def every_seq(
+    events: list[pb.Event], log: Catalog, folder: Path, what: str, snapshot_at: int = 0, projected: bool = True
+) -> Judge:
+    """Compare the live service with replay at every seq of `events` (`projected`: see `sides`)."""
+    with sides(events, folder, snapshot_at, projected) as pair:
         judge = judge_for(pair, log)
         for seq in pair.seqs():
             judge.check(seq, reads_at(log, pair.oracle, seq, walk=walked(seq, len(events))))
@@ -583,7 +589,8 @@ def test_every_as_of_read_of_a_random_history_equals_replay(steps: list[Step]) -
     with any cutoff, cascades, rejected events; gapless, without undecodable payloads."""
     events = [entry.event for entry in materialize(steps) if entry.event is not None]
     with tempfile.TemporaryDirectory() as folder:
-        every_seq(events, catalog(events), Path(folder), f"a random history of {len(events)} events")
+        # Without the state store: the reads it would answer come from the live state's histories here.
+        every_seq(events, catalog(events), Path(folder), f"a random history of {len(events)} events", projected=False)
 
 
 def retention_seqs(events: list[pb.Event]) -> set[int]:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.db import WRITE_WAIT_ENV, WriteLockTimeout
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import decode_state, encode_state
@@ -23,6 +24,7 @@ from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
 from golden_log import GOLDEN_LOGS, read
+from pgkit import PgServer, postgres_url
 
 
 def _events(name: str) -> list[pb.Event]:
@@ -215,3 +217,30 @@ def test_a_failing_projector_says_so_once_backs_off_and_recovers(
     finally:
         projector.stop()
     assert any("works again after" in r.getMessage() for r in caplog.records if r.name == "partbuild.state.store")
+
+
+def test_a_projector_waits_for_a_stopped_one_within_the_write_bounds(
+    pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's projector holding the watermark's row (stopped mid-span): this one gives up after
+    the wait bound, having written nothing, and projects once the holder is gone."""
+    monkeypatch.setenv(WRITE_WAIT_ENV, "1")
+    for url in postgres_url(pg_server):
+        with Database.open(url, auto_upgrade=True) as database:
+            database.log.append(_events("v1")[:20])
+            live = LiveState(database.log)
+            Projector(live, database.changes, span=10).project()
+            database.log.append(_events("v1")[20:30])
+            live.catch_up()
+            holder = database.log._engine.connect()
+            try:
+                with holder.begin():
+                    holder.execute(sa.update(state_projections).values(seq=state_projections.c.seq))
+                    started = time.monotonic()
+                    with pytest.raises(WriteLockTimeout):
+                        Projector(live, database.changes).project()
+                    assert time.monotonic() - started < 10
+            finally:
+                holder.close()
+            assert database.changes.watermark() == 20
+            assert Projector(live, database.changes).project() == 30
