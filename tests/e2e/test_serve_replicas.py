@@ -1,0 +1,126 @@
+"""Two `partbuild serve` replicas and an `up` on one PostgreSQL database, as real processes (issue 37).
+
+A want written through one replica is read on the other with `min_seq` (read your writes across processes);
+`up` builds it; both replicas answer the same counts and changes, as of the head and of an earlier seq; a
+replica killed with SIGKILL loses nothing: the other goes on answering, and the restarted one answers as it
+did, its state store projected by whoever got there first and checked by `replay --verify`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from partbuild.state.database import Database
+
+from upkit import free_port, partbuild_exe, started, wait_healthy
+
+pytestmark = pytest.mark.process
+
+GRAPH = """
+from pathlib import Path
+
+from partbuild.orchestrator.context import JobContext
+from partbuild.orchestrator.graph import Graph, Job
+
+
+def write_report(ctx: JobContext) -> None:
+    for target in ctx.outputs:
+        Path(target.location).mkdir(parents=True, exist_ok=True)
+        (Path(target.location) / "report.txt").write_text(target.ref)
+
+
+graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
+"""
+
+
+def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
+        time.sleep(0.2)
+
+
+class Replica:
+    """A `serve` process on a port of its own, restartable."""
+
+    def __init__(self, name: str, db: str, folder: Path, stack: ExitStack) -> None:
+        self.name, self.db, self.folder, self.stack = name, db, folder, stack
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> Replica:
+        self.starts += 1
+        log_file = self.folder / f"{self.name}-{self.starts}.log"
+        command = [partbuild_exe(), "serve", "--db", self.db, "--port", str(self.port)]
+        self.process = self.stack.enter_context(started(command, log_file))
+        wait_healthy(self.url, self.process, 60, log_file)
+        return self
+
+    def get(self, path: str, **params: Any) -> Any:
+        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
+        assert answer.status_code == 200, (self.name, path, answer.text)
+        return answer.json()
+
+
+@pytest.fixture
+def replicas(db: str, tmp_path: Path) -> Iterator[tuple[Replica, Replica, str]]:
+    graph = tmp_path / "graph.py"
+    graph.write_text(GRAPH)
+    with ExitStack() as stack:
+        a = Replica("a", db, tmp_path, stack).start()
+        b = Replica("b", db, tmp_path, stack).start()
+        up_port = free_port()
+        command = [partbuild_exe(), "up", "--db", db, "--graph", str(graph), "--port", str(up_port)]
+        command += ["--warehouse", str(tmp_path / "warehouse")]
+        up_log = tmp_path / "up.log"
+        up = stack.enter_context(started(command, up_log))
+        wait_healthy(f"http://127.0.0.1:{up_port}", up, 60, up_log)
+        yield a, b, f"http://127.0.0.1:{up_port}"
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_loses_nothing(
+    replicas: tuple[Replica, Replica, str], db: str
+) -> None:
+    a, b, _up = replicas
+    refs = [f"report/{n}" for n in range(6)]
+    written = httpx.post(f"{a.url}/api/v1/wants", json={"refs": refs, "want_id": "w"}, timeout=30)
+    assert written.status_code in (200, 201), written.text
+    seq = written.json()["seq"]
+    assert b.get("/wants/w", min_seq=seq)["want_id"] == "w"  # b folds up to the seq before it answers
+
+    poll(lambda: b.get("/wants/w")["state"] == "successful", 120, "built by up")
+    head = b.get("/counts")["seq"]
+    for replica in (a, b):
+        poll(lambda r=replica: r.get("/counts", min_seq=head)["seq"] >= head, 30, f"{replica.name} caught up")
+    assert a.get("/counts", as_of_seq=head) == b.get("/counts", as_of_seq=head)
+    assert a.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
+    assert a.get("/changes", from_seq=0, to_seq=head, limit=1000) == b.get(
+        "/changes", from_seq=0, to_seq=head, limit=1000
+    )
+    assert b.get("/counts", as_of_seq=head)["instances"]["live"] == len(refs)
+
+    assert a.process is not None
+    a.process.send_signal(signal.SIGKILL)
+    a.process.wait(timeout=30)
+    assert b.get("/wants/w")["state"] == "successful"  # the other replica goes on answering
+    a.start()
+    assert a.get("/wants/w", min_seq=head)["state"] == "successful"
+    assert a.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
+    with Database.open(db) as database:
+        poll(lambda: database.changes.watermark() >= head, 60, "projected up to the head")
+    audit = subprocess.run(
+        [partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True, timeout=300
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
