@@ -25,6 +25,7 @@ from partbuild.api.errors import TITLES, ApiError, validation_message
 from partbuild.api.routes import PROBLEM_JSON, resource_routers
 from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
+from partbuild.state.db import DatabaseReadOnly, refused_as_read_only
 from partbuild.state.log.store import WriteNotDone
 
 logger = logging.getLogger("partbuild.api")
@@ -130,7 +131,13 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         # A write-lock bound ended the write (another writer held the lock too long): nothing was written.
         return problem(503, str(exc), {"Retry-After": "1"})
 
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def read_only(_: Request, exc: Exception) -> JSONResponse:
+        # A server on a hot standby: reads work, writes never will here (no Retry-After).
+        return problem(503, str(DatabaseReadOnly()))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if refused_as_read_only(exc):  # a write outside the log's (a session, a token's use) on a standby
+            return await read_only(request, exc)
         logger.exception("unexpected error: %s", exc)
         return problem(500, "an unexpected error occurred; it was logged")
 
@@ -139,6 +146,7 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         RequestValidationError: invalid,
         StarletteHTTPException: http_error,
         WriteNotDone: write_not_done,
+        DatabaseReadOnly: read_only,
         Exception: unexpected,
     }
     for error, handler in handlers.items():

@@ -194,6 +194,21 @@ class PartbuildGroup(click.Group):
             raise BadInput(validation_message(exc.errors())) from None
         except ClientError as exc:
             raise CommandFailed(str(exc)) from None
+        except Exception as exc:
+            refusal = _write_refusal(exc)
+            if refusal is None:
+                raise
+            raise CommandFailed(refusal) from None
+
+
+def _write_refusal(exc: Exception) -> str | None:
+    """What to say of a database that refused a write (`--db`): a write-lock bound ended it (retry) or the
+    database only reads (a hot standby); None for anything else."""
+    from partbuild.state.db import DatabaseReadOnly, WriteNotDone, refused_as_read_only  # only on an error
+
+    if refused_as_read_only(exc):
+        return str(DatabaseReadOnly())
+    return str(exc) if isinstance(exc, WriteNotDone) else None
 
 
 @click.group(cls=PartbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -56,8 +56,9 @@ WRITE_HOLD_ENV = "PARTBUILD_WRITE_HOLD_S"
 WRITE_WAIT_ENV = "PARTBUILD_WRITE_WAIT_S"
 DEFAULT_WRITE_HOLD_S = 5.0
 DEFAULT_WRITE_WAIT_S = 30.0
-# PostgreSQL's SQLSTATEs for the two bounds.
+# PostgreSQL's SQLSTATEs for the two bounds, and for a write refused by a database that only reads.
 _LOCK_NOT_AVAILABLE = "55P03"
+_READ_ONLY_TRANSACTION = "25006"
 _IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
 
 # Execution option read by the SQLite "begin" listener: start with BEGIN IMMEDIATE.
@@ -100,6 +101,34 @@ def _seconds(name: str, default: float) -> float:
 
 class WriteNotDone(Exception):
     """A write transaction that wrote nothing, because of a write-lock bound: retry it (on fresh state)."""
+
+
+class DatabaseReadOnly(Exception):
+    """A write the database refused because it only reads: a PostgreSQL hot standby, a read-only session.
+    Nothing was written, and retrying here will not help: writes go to the primary."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the database is read-only (a PostgreSQL hot standby or a read-only session): nothing was written; "
+            "send writes to a server on the primary"
+        )
+
+
+def refused_as_read_only(exc: BaseException) -> bool:
+    """Whether `exc` is the database refusing a write because it only reads (SQLSTATE 25006)."""
+    return isinstance(exc, DatabaseReadOnly) or (
+        isinstance(exc, sa.exc.DBAPIError) and getattr(exc.orig, "sqlstate", None) == _READ_ONLY_TRANSACTION
+    )
+
+
+def read_only(engine: Engine) -> bool:
+    """Whether the database takes no writes: a PostgreSQL server in recovery (a hot standby) or whose sessions
+    are read-only by default. A SQLite file is written by whoever opens it."""
+    if backend(engine) != "postgresql":
+        return False
+    with engine.connect() as conn:
+        query = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+        return bool(conn.exec_driver_sql(query).scalar_one())
 
 
 class WriteLockTimeout(WriteNotDone):
@@ -245,6 +274,8 @@ def begin_write(engine: Engine, *, bounded: bool = False) -> Iterator[Connection
             code = getattr(exc.orig, "sqlstate", None)
             if code == _LOCK_NOT_AVAILABLE:
                 raise WriteLockTimeout(bounds.wait_s) from exc
+            if code == _READ_ONLY_TRANSACTION:
+                raise DatabaseReadOnly from exc
             if code == _IDLE_IN_TRANSACTION_TIMEOUT or _ended_while_held(exc, bounded, began, bounds):
                 raise WriteLockLost(bounds.hold_s) from exc
             raise

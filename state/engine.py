@@ -11,7 +11,7 @@ from typing import Self
 
 from sqlalchemy.engine import Engine
 
-from partbuild.state.db import backend
+from partbuild.state.db import backend, read_only
 from partbuild.state.migrate import open_migrated_engine
 
 
@@ -33,6 +33,10 @@ class EngineHandle:
     def backend(self) -> str:
         """The database behind it: "sqlite" or "postgresql"."""
         return backend(self._engine)
+
+    def read_only(self) -> bool:
+        """Whether the database takes no writes (a PostgreSQL hot standby; `state.db.read_only`)."""
+        return read_only(self._engine)
 
     def describe(self) -> str:
         """The database URL with any password hidden, for messages."""

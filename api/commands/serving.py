@@ -149,14 +149,20 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: b
     configure_logging()
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
-        service = Service(db, graph=graph, snapshot_every=snapshot_every)
-        projector = Projector(service.live, db.changes).start()  # the state store follows the live state
+        standby = db.read_only()
+        # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
+        # by replication); this one only reads, and answers writes with a 503 that says where to send them.
+        service = Service(db, graph=graph, snapshot_every=0 if standby else snapshot_every)
+        projector = None if standby else Projector(service.live, db.changes).start()
         app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
+        if standby:
+            click.echo("the database is read-only (a hot standby?): serving reads; writes go to the primary")
         try:
             _serve_http(app, sock, on_stop=lambda: None)
         finally:
-            projector.stop()
+            if projector is not None:
+                projector.stop()
 
 
 class _EarlyStop:

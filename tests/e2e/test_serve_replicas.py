@@ -3,7 +3,9 @@
 A want written through one replica is read on the other with `min_seq` (read your writes across processes);
 `up` builds it; both replicas answer the same counts and changes, as of the head and of an earlier seq; a
 replica killed with SIGKILL loses nothing: the other goes on answering, and the restarted one answers as it
-did, its state store projected by whoever got there first and checked by `replay --verify`.
+did, its state store projected by whoever got there first and checked by `replay --verify`. A replica on a
+read-only session (what a hot standby gives) answers reads from the store the others projected, projects
+nothing itself, and refuses writes with a 503.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 from partbuild.state.database import Database
 
+from pgkit import read_only_url
 from upkit import free_port, partbuild_exe, started, wait_healthy
 
 pytestmark = pytest.mark.process
@@ -120,6 +123,13 @@ def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_l
     assert a.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
     with Database.open(db) as database:
         poll(lambda: database.changes.watermark() >= head, 60, "projected up to the head")
+    standby = Replica("standby", read_only_url(db), a.folder, a.stack).start()  # as on a hot standby
+    assert standby.get("/wants/w", min_seq=head)["state"] == "successful"
+    assert standby.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)  # the primary's store
+    refused = httpx.post(f"{standby.url}/api/v1/wants", json={"refs": ["report/9"]}, timeout=30)
+    assert refused.status_code == 503 and "read-only" in refused.json()["detail"]
+    said = (a.folder / "standby-1.log").read_text()
+    assert "the database is read-only" in said and "projecting the state's changes failed" not in said
     audit = subprocess.run(
         [partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True, timeout=300
     )

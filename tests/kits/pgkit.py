@@ -49,3 +49,10 @@ def postgres_url(server: PgServer) -> Iterator[str]:
             # A leaked idle-in-transaction connection must fail the teardown, not hang it.
             conn.execute(sa.text("SET lock_timeout = '10s'"))
             conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+
+
+def read_only_url(url: str) -> str:
+    """`url` with every session read-only by default: what a hot standby refuses, a server on it is refused."""
+    parsed = normalize_url(url)
+    options = f"{parsed.query.get('options', '')} -cdefault_transaction_read_only=on".strip()
+    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
