@@ -390,10 +390,14 @@ class AppendListener:
         from psycopg import sql
 
         self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
-        row = self._conn.execute(f"SELECT {_APPEND_CHANNEL_SQL}").fetchone()
-        assert row is not None  # a SELECT of one expression has one row
-        channel = row[0]
-        self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        try:
+            row = self._conn.execute(f"SELECT {_APPEND_CHANNEL_SQL}").fetchone()
+            assert row is not None  # a SELECT of one expression has one row
+            channel = row[0]
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            self._conn.close()
+            raise
 
     def wait(self, timeout_s: float) -> bool:
         """True when an append was announced within `timeout_s`."""
@@ -406,7 +410,13 @@ class AppendListener:
 
 
 def open_append_listener(engine: Engine) -> AppendListener | None:
-    """A listener where the backend can push appends (PostgreSQL); None where callers must poll."""
+    """A listener where the backend can push appends (PostgreSQL); None where callers must poll (SQLite, a
+    PostgreSQL hot standby)."""
     if engine.dialect.name != "postgresql":
         return None
-    return AppendListener(engine.url)
+    import psycopg
+
+    try:
+        return AppendListener(engine.url)
+    except psycopg.errors.ReadOnlySqlTransaction:
+        return None  # a hot standby cannot LISTEN (and NOTIFY is not replicated): its readers poll
