@@ -19,9 +19,8 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from partbuild.state.db import begin_write, insert_ignoring_conflicts
+from partbuild.state.db import begin_write, bulk_insert, insert_ignoring_conflicts
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
-from partbuild.state.log.store import DriverStatement
 from partbuild.state.queries.changes import (
     CANONICAL_MOVED,
     INSTANCE_CREATED,
@@ -84,8 +83,10 @@ class ChangeStore:
         with begin_write(self._engine, bounded=True) as conn:
             if not _move_watermark(conn, first, last):
                 return False
-            insert_plain(conn, table, rows)
-            insert_plain(conn, state_counts, count_rows(counts_at(conn, first), changes, dropped_deltas))
+            # No key can be written twice: the compare and set lets one writer write a span, and a span holds
+            # one change per (seq, kind, id) and one count per (kind, state, seq).
+            bulk_insert(conn, table, rows)
+            bulk_insert(conn, state_counts, count_rows(counts_at(conn, first), changes, dropped_deltas))
             if _retention_between(conn, first, last):
                 _delete_dropped(conn, dropped)
         return True
@@ -122,19 +123,6 @@ class ChangeStore:
         query = query.order_by(table.c.seq, table.c.kind, table.c.id).limit(limit)
         with self._engine.connect() as conn:
             return [_change(row) for row in conn.execute(query)]
-
-
-def insert_plain(conn: Connection, into: sa.Table, rows: Sequence[tuple[object, ...]]) -> None:
-    """Insert rows given in the table's column order: one executemany of plain tuples, no per-row SQLAlchemy
-    processing (as the log's appends)."""
-    if not rows:
-        return
-    insert = DriverStatement(insert_ignoring_conflicts(conn, into), conn.dialect)
-    if insert.positional_names is None:  # a named paramstyle (psycopg)
-        names = [column.name for column in into.columns]
-        conn.exec_driver_sql(insert.sql, [dict(zip(names, row, strict=True)) for row in rows])
-    else:
-        conn.exec_driver_sql(insert.sql, rows)
 
 
 def _watermark(conn: Connection) -> int:
