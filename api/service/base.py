@@ -186,8 +186,8 @@ class ServiceBase:
                 return
             # The past we are asked about may be our future: another process may have appended since.
             with self.live.read_as_of(as_of_seq) as past:
-                if isinstance(past, PastState) and self.db.changes.watermark() >= as_of_seq:
-                    past.counts_reader = self.db.changes.counts  # one index probe per state, not a scan
+                if isinstance(past, PastState):  # counts from the store once it has them: no scan
+                    past.counts_reader = self.db.changes.counts
                 yield past
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None  # a valid seq the log has not reached (yet)

@@ -431,9 +431,9 @@ class PastState:
         self.rejections: Sequence[Rejection] = _PastRejections(live.rejections, seq)
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = PastCheckResults(live.check_results, seq)
         self.check_requests: Mapping[str, CheckRequest] = PastCheckRequests(live.check_requests, seq)
-        # Where the counts as of a seq can be read without a scan (the state store, state/store/counts.py);
-        # set by a reader that knows the store has them (its watermark is at or after the seq).
-        self.counts_reader: Callable[[int], dict[str, dict[str, int]]] | None = None
+        # Where the counts as of a seq may be read without a scan (the state store, state/store/counts.py):
+        # it answers None when it has not got them yet (its watermark is before the seq).
+        self.counts_reader: Callable[[int], dict[str, dict[str, int]] | None] | None = None
 
     @cached_property
     def clock_ms(self) -> int:
@@ -540,12 +540,13 @@ class PastState:
                 yield want
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """How many instances, wants and job runs were in each state: from `counts_reader` when set (the
-        store's index), else a scan of every record (the instances retention dropped since from
+        """How many instances, wants and job runs were in each state: from `counts_reader` when it has them
+        (the store's index), else a scan of every record (the instances retention dropped since from
         `dropped_changes`)."""
         seq, live = self.head_seq, self.live
-        if self.counts_reader is not None:
-            return self.counts_reader(seq)
+        stored = self.counts_reader(seq) if self.counts_reader is not None else None
+        if stored is not None:
+            return stored
         instances = [0] * len(InstanceState)
         for _, instance in _created_by(live.instances, seq):
             # Inline: most records have not changed since, and this visits every one of them.

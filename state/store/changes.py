@@ -101,11 +101,10 @@ class ChangeStore:
         with self._engine.connect() as conn:
             return [(row.kind, row.state, row.seq, row.total) for row in conn.execute(query)]
 
-    def counts(self, seq: int) -> dict[str, dict[str, int]]:
-        """`BuildState.counts()` as of `seq`, from the rows: the caller makes sure the watermark is at `seq`
-        or beyond."""
+    def counts(self, seq: int) -> dict[str, dict[str, int]] | None:
+        """`BuildState.counts()` as of `seq`, from the rows; None while the watermark is before `seq`."""
         with self._engine.connect() as conn:
-            return counts_by_name(counts_at(conn, seq))
+            return counts_by_name(counts_at(conn, seq)) if _watermark(conn) >= seq else None
 
     def retention_between(self, first: int, last: int) -> bool:
         """Whether an `InstanceRetention` was appended in (`first`, `last`] (accepted or not)."""

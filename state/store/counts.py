@@ -1,6 +1,6 @@
 """How many instances, wants and job runs were in each state, by seq, in the `state_counts` table.
 
-A row (kind, state, seq, count) says that from `seq` on, `count` records of that kind were in that state; a
+A row (kind, state, seq, total) says that from `seq` on, `total` records of that kind were in that state; a
 row is written only at the seqs where that count changed. The counts as of any seq are then one index probe
 per (kind, state), in one statement, however long the log: what `PastState.counts` answers by scanning every
 record. The rows follow from a span's changes (a creation adds one to its state, a move takes one from the
@@ -31,7 +31,7 @@ _KIND_OF_CHANGE = {INSTANCE_CREATED: 0, INSTANCE_STATE: 0, WANT_STATE: 1, JOB_RU
 INSTANCES = 0
 
 Counts = dict[tuple[int, int], int]  # (kind, state) -> count
-CountRow = tuple[int, int, int, int]  # kind, state, seq, count: the table's columns
+CountRow = tuple[int, int, int, int]  # kind, state, seq, total: the table's columns
 
 
 def count_rows(start: Counts, changes: Iterable[Change], dropped: Iterable[tuple[int, int, int]]) -> list[CountRow]:

@@ -1,7 +1,8 @@
 """Keeping the store up to the live state: a background thread that projects each span the state folded.
 
-Each pass projects (watermark, head]: the changes are computed from the live state under its read lock,
-then written outside it in one transaction with the watermark (`ChangeStore.write`). The first pass scans
+Each pass projects (watermark, head]: the changes, and what instances dropped by retention added to the
+counts, are computed from the live state under its read lock, then written outside it in one transaction
+with the counts they make and the watermark (`ChangeStore.write`). The first pass scans
 every record (`changes_between`, in spans of at most `span` seqs, which bounds a transaction) and turns on
 the fold's record of what it touches (`BuildState.touched`, state/fold/touched.py); each later pass reads
 the changes of the records touched since (`changes_of`): its cost is its changes, not the state's size.
