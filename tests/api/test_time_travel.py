@@ -59,7 +59,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.store.projector import Projector
 
-from golden_log import GOLDEN_LOGS, read
+from golden_log import GOLDEN_LOGS, read_events
 from httpkit import JSON, PROBLEM_JSON
 from stepkit import Step, materialize, steps_strategy
 from timetravelkit import SMALL_PLAN, Catalog, Key, catalog, w1_history
@@ -544,7 +544,7 @@ def every_seq(
 @cache
 def history(name: str) -> tuple[list[pb.Event], Catalog]:
     """A golden log by name, or "w1" (the generated history), with its catalog."""
-    events = w1_history() if name == "w1" else [pb.Event.FromString(payload) for payload in read(name)]
+    events = w1_history() if name == "w1" else read_events(name)
     return events, catalog(events)
 
 

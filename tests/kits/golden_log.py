@@ -618,3 +618,8 @@ if __name__ == "__main__":
     import sys
 
     write(BY_NAME[sys.argv[1] if len(sys.argv) > 1 else "v1"])
+
+
+def read_events(name: str = "v1") -> list[pb.Event]:
+    """The events of a golden log, parsed, in order."""
+    return [pb.Event.FromString(payload) for payload in read(name)]

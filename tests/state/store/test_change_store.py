@@ -23,12 +23,9 @@ from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
-from golden_log import GOLDEN_LOGS, read
+from golden_log import GOLDEN_LOGS, read_events
 from pgkit import PgServer, postgres_url
-
-
-def _events(name: str) -> list[pb.Event]:
-    return [pb.Event.FromString(payload) for payload in read(name)]
+from storekit import projected_while_growing
 
 
 def _paged(page: object, first: int, last: int, limit: int) -> list[Change]:
@@ -46,13 +43,7 @@ def _paged(page: object, first: int, last: int, limit: int) -> list[Change]:
 def test_projected_while_the_log_grows_the_store_pages_as_the_live_state_does(database: Database, name: str) -> None:
     """Spans projected at an earlier head stay true: a span's changes are final once folded. A golden log
     is appended 7 events at a time, each time folded and projected in spans of 3 seqs."""
-    events = _events(name)
-    live = LiveState(database.log)
-    projector = Projector(live, database.changes, span=3)
-    for start in range(0, len(events), 7):
-        database.log.append(events[start : start + 7])
-        live.catch_up()
-        assert projector.project() == live.head_seq == database.changes.watermark()
+    live = projected_while_growing(database, read_events(name))
     state, head = live.state, live.head_seq
     store = database.changes
     assert store.page(0, head, 10**6) == changes_between(state, 0, head)
@@ -64,7 +55,7 @@ def test_projected_while_the_log_grows_the_store_pages_as_the_live_state_does(da
 
 def test_retention_deletes_the_changes_of_the_instances_it_dropped(database: Database) -> None:
     """The v1 log ends with a retention: projected before it, the store held the instances it drops."""
-    events = _events("v1")
+    events = read_events("v1")
     retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
     live = LiveState(database.log)
     projector = Projector(live, database.changes)
@@ -89,7 +80,7 @@ def _created(store: ChangeStore, head: int) -> set[str]:
 
 def test_a_span_is_written_once_whoever_projects_it(database: Database) -> None:
     """The watermark moves by compare and set with the rows: a projector behind it writes nothing."""
-    database.log.append(_events("v1")[:20])
+    database.log.append(read_events("v1")[:20])
     live = LiveState(database.log)
     store = database.changes
     changes = changes_between(live.state, 0, 10)
@@ -122,7 +113,7 @@ def test_ids_sort_byte_by_byte_as_the_live_state_sorts_them(database: Database) 
 def test_the_audit_finds_a_store_that_differs_from_the_replay(database: Database) -> None:
     """`replay --verify`'s check of the store: a row lost or changed is named with its span; a store behind
     a retention (rows the projector has yet to delete) agrees."""
-    events = _events("v1")
+    events = read_events("v1")
     retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
     database.log.append(events[:retention])
     live = LiveState(database.log)
@@ -148,7 +139,7 @@ def test_the_audit_finds_a_store_that_differs_from_the_replay(database: Database
 
 
 def test_a_started_projector_follows_each_fold_and_stops(database: Database) -> None:
-    events = _events("v1")
+    events = read_events("v1")
     live = LiveState(database.log)
     projector = Projector(live, database.changes).start(gap_s=0.05)
     try:
@@ -172,7 +163,7 @@ def test_after_its_first_pass_a_projector_reads_only_the_records_the_fold_touche
     """The first pass scans and turns the fold's tracking on; the next reads the touched records alone
     (a record changed without being tracked would be missed: the pages would differ), and snapshots leave
     the tracking out."""
-    events = _events("v1")
+    events = read_events("v1")
     live = LiveState(database.log)
     assert live.state.touched is None  # off until a projector asks
     database.log.append(events[:200])
@@ -198,7 +189,7 @@ def test_a_failing_projector_says_so_once_backs_off_and_recovers(
     """A database that refuses the store (here: its watermark table is gone; a read-only standby alike) costs
     one warning, not one a second, and the thread goes on when it is back."""
     caplog.set_level(logging.INFO, logger="partbuild.state.store")
-    events = _events("v1")
+    events = read_events("v1")
     live = LiveState(database.log)
     engine = database.log._engine
     state_projections.drop(engine)
@@ -227,10 +218,10 @@ def test_a_projector_waits_for_a_stopped_one_within_the_write_bounds(
     monkeypatch.setenv(WRITE_WAIT_ENV, "1")
     for url in postgres_url(pg_server):
         with Database.open(url, auto_upgrade=True) as database:
-            database.log.append(_events("v1")[:20])
+            database.log.append(read_events("v1")[:20])
             live = LiveState(database.log)
             Projector(live, database.changes, span=10).project()
-            database.log.append(_events("v1")[20:30])
+            database.log.append(read_events("v1")[20:30])
             live.catch_up()
             holder = database.log._engine.connect()
             try:

@@ -17,11 +17,8 @@ from partbuild.state.store.counts import count_rows
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
-from golden_log import GOLDEN_LOGS, read
-
-
-def _events(name: str) -> list[pb.Event]:
-    return [pb.Event.FromString(payload) for payload in read(name)]
+from golden_log import GOLDEN_LOGS, read_events
+from storekit import projected_while_growing
 
 
 def _replayed_counts(events: list[pb.Event]) -> list[dict[str, dict[str, int]]]:
@@ -38,13 +35,8 @@ def _replayed_counts(events: list[pb.Event]) -> list[dict[str, dict[str, int]]]:
 def test_counts_as_of_every_seq_are_a_replay_s(database: Database, name: str) -> None:
     """Appended 7 events at a time, each time folded and projected in spans of 3 seqs (the touched passes
     after the first): every seq's counts, including those of instances a retention dropped later."""
-    events = _events(name)
-    live = LiveState(database.log)
-    projector = Projector(live, database.changes, span=3)
-    for start in range(0, len(events), 7):
-        database.log.append(events[start : start + 7])
-        live.catch_up()
-        projector.project()
+    events = read_events(name)
+    projected_while_growing(database, events)
     expected = _replayed_counts(events)
     for seq, counts in enumerate(expected):
         assert database.changes.counts(seq) == counts, seq
@@ -52,7 +44,7 @@ def test_counts_as_of_every_seq_are_a_replay_s(database: Database, name: str) ->
 
 def test_a_log_projected_at_once_counts_as_one_projected_while_it_grew(database: Database) -> None:
     """`db upgrade`'s case: the state is at the head, retentions and all, when the first span is projected."""
-    events = _events("v1")
+    events = read_events("v1")
     database.log.append(events)
     live = LiveState(database.log)
     assert live.state.dropped_instances > 0  # the log's retention dropped some: their counts come from it
@@ -63,7 +55,7 @@ def test_a_log_projected_at_once_counts_as_one_projected_while_it_grew(database:
 
 
 def test_rows_are_written_only_where_a_count_changed(database: Database) -> None:
-    events = _events("v1")
+    events = read_events("v1")
     database.log.append(events)
     live = LiveState(database.log)
     Projector(live, database.changes).project()
@@ -86,7 +78,7 @@ def test_moves_that_cancel_out_within_a_seq_write_no_row() -> None:
 def test_the_audit_finds_a_count_that_differs_from_the_replay(database: Database) -> None:
     """A store behind a retention agrees (the replay's dropped deltas are the same); a count changed or lost
     is named with its span."""
-    events = _events("v1")
+    events = read_events("v1")
     retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
     database.log.append(events[:retention])
     Projector(LiveState(database.log), database.changes, span=100).project()
