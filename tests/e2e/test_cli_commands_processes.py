@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from partbuild.state.database import Database
 from clikit import run_cli
 from sparkkit import CLICKS_DAYS, CLICKS_START
 from upkit import free_port, partbuild_exe, started, stop_with_sigterm, wait_healthy
+from waitkit import wait_for
 
 pytestmark = pytest.mark.process
 
@@ -42,7 +41,7 @@ def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str,
         code, out, err = run_cli(capsys, "want", "x/y", "--want-id", "served", "--server", url, "--json")
         assert code == 0, err
         assert json.loads(out)["want_id"] == "served"
-        poll(lambda: watermark_of(sqlite_url) == 1, 30, "projected into the state store by the server")
+        wait_for("projected into the state store by the server", lambda: watermark_of(sqlite_url) == 1, 30)
         code, out, err = run_cli(capsys, "changes", "0", "--server", url, "--json")
         assert code == 0, err
         assert {(c["kind"], c["id"]) for c in json.loads(out)["items"]} >= {("want_state", "served")}
@@ -50,13 +49,6 @@ def test_serve_as_a_process(capsys: pytest.CaptureFixture[str], sqlite_url: str,
     output = log_file.read_text()
     assert f"partbuild API on {url}" in output and "Application shutdown complete" in output
     assert head_of(sqlite_url) == 1
-
-
-def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
-        time.sleep(0.5)
 
 
 def test_up_builds_a_wanted_weekly_partition(
@@ -92,7 +84,7 @@ def test_up_builds_a_wanted_weekly_partition(
             assert state not in ("failed", "upstream_failed"), log_file.read_text()[-3000:]
             return bool(state == "successful")
 
-        poll(successful, 120, "successful")
+        wait_for("successful", successful, 120)
         code, out, _ = run_cli(capsys, "lineage", week, "--direction", "upstream", "--depth", "2", "--server", url)
         assert code == 0 and "raw/clicks/date=2026-01-01" in out and "agg/daily_clicks/date=2026-01-04" in out
         assert stop_with_sigterm(process, 60, log_file) == 0

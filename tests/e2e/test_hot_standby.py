@@ -6,8 +6,6 @@ too, and refuses writes with a 503, projecting and snapshotting nothing itself."
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -17,15 +15,9 @@ from partbuild.state.database import Database
 
 from standbykit import hot_standby
 from upkit import free_port, partbuild_exe, started, wait_healthy
+from waitkit import wait_for
 
 pytestmark = pytest.mark.process
-
-
-def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
-        time.sleep(0.2)
 
 
 def test_a_server_on_a_hot_standby_reads_what_the_primary_writes_and_refuses_writes(tmp_path: Path) -> None:
@@ -49,20 +41,21 @@ def test_a_server_on_a_hot_standby_reads_what_the_primary_writes_and_refuses_wri
             def replicated() -> bool:  # a seq the standby has not replayed yet is a 409: ask again
                 return httpx.get(f"{urls[1]}/wants/w", params={"min_seq": seq}, timeout=30).status_code == 200
 
-            poll(replicated, 60, "read on the standby")
+            wait_for("read on the standby", replicated, 60)
             with Database.open(primary) as db:
-                poll(lambda: db.changes.watermark() >= seq, 60, "projected by the primary's server")
+                wait_for("projected by the primary's server", lambda: db.changes.watermark() >= seq, 60)
             counts = httpx.get(f"{urls[1]}/counts", params={"as_of_seq": seq}, timeout=30).json()
             assert counts["wants"]["idle"] == 1 and counts["instances"]["missing"] == 2
             refused = httpx.post(f"{urls[1]}/wants", json={"refs": ["a/3"]}, timeout=30)
             assert refused.status_code == 503 and "send writes to a server on the primary" in refused.json()["detail"]
             # Later appends reach the standby's server without a request asking for them (it polls the log).
             later = httpx.post(f"{urls[0]}/wants", json={"refs": ["a/4"], "want_id": "later"}, timeout=30)
-            poll(lambda: httpx.get(f"{urls[1]}/counts", timeout=30).json()["seq"] >= later.json()["seq"], 60, "tailed")
+            later_seq = later.json()["seq"]
+            wait_for("tailed", lambda: httpx.get(f"{urls[1]}/counts", timeout=30).json()["seq"] >= later_seq, 60)
         said = (tmp_path / "standby.log").read_text()
         assert "the database is read-only" in said
         assert "Traceback" not in said and "failed" not in said, said
         with Database.open(primary) as db:
-            assert db.log.head() == later.json()["seq"]  # the refused write is not in the log
+            assert db.log.head() == later_seq  # the refused write is not in the log
         with Database.open(standby) as db:
             assert db.read_only() and db.log.append_listener() is None  # no LISTEN in recovery: readers poll

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from partbuild.state.database import Database
 
 from pgkit import read_only_url
 from upkit import free_port, partbuild_exe, started, wait_healthy
+from waitkit import wait_for
 
 pytestmark = pytest.mark.process
 
@@ -43,13 +43,6 @@ def write_report(ctx: JobContext) -> None:
 
 graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
 """
-
-
-def poll(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not {what} within {timeout_s} s"
-        time.sleep(0.2)
 
 
 class Replica:
@@ -103,10 +96,10 @@ def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_l
     seq = written.json()["seq"]
     assert b.get("/wants/w", min_seq=seq)["want_id"] == "w"  # b folds up to the seq before it answers
 
-    poll(lambda: b.get("/wants/w")["state"] == "successful", 120, "built by up")
+    wait_for("built by up", lambda: b.get("/wants/w")["state"] == "successful", 120)
     head = b.get("/counts")["seq"]
     for replica in (a, b):
-        poll(lambda r=replica: r.get("/counts", min_seq=head)["seq"] >= head, 30, f"{replica.name} caught up")
+        wait_for(f"{replica.name} caught up", lambda r=replica: r.get("/counts", min_seq=head)["seq"] >= head, 30)
     assert a.get("/counts", as_of_seq=head) == b.get("/counts", as_of_seq=head)
     assert a.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
     assert a.get("/changes", from_seq=0, to_seq=head, limit=1000) == b.get(
@@ -122,7 +115,7 @@ def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_l
     assert a.get("/wants/w", min_seq=head)["state"] == "successful"
     assert a.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
     with Database.open(db) as database:
-        poll(lambda: database.changes.watermark() >= head, 60, "projected up to the head")
+        wait_for("projected up to the head", lambda: database.changes.watermark() >= head, 60)
     standby = Replica("standby", read_only_url(db), a.folder, a.stack).start()  # as on a hot standby
     assert standby.get("/wants/w", min_seq=head)["state"] == "successful"
     assert standby.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)  # the primary's store
