@@ -354,6 +354,44 @@ def bulk_insert(conn: Connection, table: sa.Table, rows: Sequence[tuple[Any, ...
     conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows)
 
 
+def write_newer_rows(conn: Connection, table: sa.Table, rows: Sequence[tuple[Any, ...]], version: str) -> None:
+    """Insert rows given in `table`'s column order, or replace those whose key is taken, unless the row there
+    has a greater `version` column (a newer one that another writer wrote first stays).
+
+    One statement on PostgreSQL (the rows as arrays, `unnest`): a writer stopped between the statements of a
+    pipelined executemany would keep its locks past the hold bound (see `_PG_INSERT_EVENTS`).
+    """
+    if not rows:
+        return
+    names = [column.name for column in table.columns]
+    keys = [column.name for column in table.primary_key.columns]
+    changed = ", ".join(f"{name} = excluded.{name}" for name in names if name not in keys)
+    conflict = (
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {changed} WHERE {table.name}.{version} <= excluded.{version}"
+    )
+    if conn.dialect.name == "postgresql":
+        arrays = ", ".join(f"CAST(:{name} AS {_pg_type(table.c[name])}[])" for name in names)
+        statement = f"INSERT INTO {table.name} ({', '.join(names)}) SELECT * FROM unnest({arrays}) {conflict}"
+        conn.execute(sa.text(statement), {name: [row[i] for row in rows] for i, name in enumerate(names)})
+        return
+    marks = ", ".join("?" * len(names))
+    conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks}) {conflict}", rows)
+
+
+def delete_keys(conn: Connection, table: sa.Table, keys: Sequence[tuple[Any, ...]]) -> None:
+    """Delete the rows of these primary keys (each in the key's column order), in one statement a chunk."""
+    columns = list(table.primary_key.columns)
+    for start in range(0, len(keys), 500):  # 500 keys of 2 columns: within SQLite's 32,766 parameters
+        chunk = keys[start : start + 500]
+        conn.execute(sa.delete(table).where(sa.tuple_(*columns).in_([tuple(key) for key in chunk])))
+
+
+def _pg_type(column: sa.Column[Any]) -> str:
+    return {"SMALLINT": "smallint", "BIGINT": "bigint", "BYTEA": "bytea"}.get(
+        str(column.type.compile(dialect=postgresql.dialect())), "text"
+    )
+
+
 def upsert(conn: Connection, table: sa.Table, index_elements: list[str], update: list[str]) -> ConflictInsert:
     """An INSERT into `table` whose rows conflicting on `index_elements` set the `update` columns instead."""
     statement = _conflict_insert(conn, table)

@@ -267,6 +267,18 @@ state_counts = sa.Table(
     sa.Column("total", sa.BigInteger(), nullable=False),
 )
 
+# Each record of the live state as of the seq its row was written at (`seq`, at or after the `records` watermark):
+# kind 0 an instance, 1 a want, 2 a job run, 3 a ref (its canonical pointer and what it serves), with what reads
+# of the past need to tell it as of any earlier seq (its history), encoded (state/store/record_rows.py).
+state_records = sa.Table(
+    "state_records",
+    metadata,
+    sa.Column("kind", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("id", ByteOrderText, primary_key=True),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("body", sa.LargeBinary(), nullable=False),
+)
+
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).
 state_projections = sa.Table(
     "state_projections",

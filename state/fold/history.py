@@ -40,13 +40,34 @@ from __future__ import annotations
 import pickle
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.records import Instance, InstanceState, JobRun, Want
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
+
+
+class RecordTables(Protocol):
+    """What a read of one record as of a seq looks up (state/fold/past.py): the live state's tables, or the
+    state store's rows of them (state/store/stored.py)."""
+
+    @property
+    def instances(self) -> Mapping[str, Instance]: ...
+    @property
+    def wants(self) -> Mapping[str, Want]: ...
+    @property
+    def job_runs(self) -> Mapping[str, JobRun]: ...
+    @property
+    def canonical(self) -> Mapping[str, str]: ...
+    @property
+    def first_created(self) -> Mapping[str, int]: ...
+    @property
+    def fields(self) -> Mapping[str, tuple[object, ...]]: ...
+    @property
+    def instance_histories(self) -> Mapping[str, int]: ...
+
 
 # An entry of an instance's or a want's history: seq << 4 | state (states fit in 4 bits).
 STATE_BITS = 4
@@ -103,7 +124,7 @@ def heartbeat_at(beats: bytearray | None, seq: int) -> tuple[int, int]:
     return (pairs[2 * index], pairs[2 * index + 1]) if index >= 0 else (0, 0)
 
 
-def instance_state_at(state: BuildState, instance: Instance, seq: int) -> tuple[InstanceState, int]:
+def instance_state_at(state: RecordTables, instance: Instance, seq: int) -> tuple[InstanceState, int]:
     """(state, seq it was entered at) of a held instance as of `seq` (at or after its creation)."""
     if instance.updated_seq <= seq:
         return instance.state, instance.updated_seq
@@ -164,9 +185,12 @@ def keep_field(state: BuildState, key: str, seq: int, field: str, value: Any) ->
     """Keep that `field` of record `key` took `value` at `seq` (share `value` between records where it can)."""
     fields = state.fields
     fields[key] = (*fields.get(key, ()), seq, field, value)
+    touched = state.touched
+    if touched is not None:  # kept by ref ("serving") or by instance UUID
+        (touched.refs if field == "serving" else touched.instances).add(key)
 
 
-def field_at(state: BuildState, key: str, field: str, seq: int) -> tuple[Any, int] | None:
+def field_at(state: RecordTables, key: str, field: str, seq: int) -> tuple[Any, int] | None:
     """(the value `field` of record `key` took last at or before `seq`, when): None if it took none."""
     kept: tuple[Any, ...] | None = state.fields.get(key)  # (seq, field, value) flattened, oldest first
     if kept:

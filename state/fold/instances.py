@@ -198,6 +198,8 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
         histories = state.instance_histories  # Live before, and after
         histories[reused.uuid] = histories.get(reused.uuid, 0) << ENTRY_BITS | entry(reused.updated_seq, LIVE)
         reused.updated_seq = seq
+        if state.touched is not None:
+            state.touched.instances.add(reused.uuid)
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
     instance.location = msg.location
@@ -282,6 +284,10 @@ def _drop(state: BuildState, instance: Instance, seq: int) -> None:
     uuid = instance.uuid
     keep_dropped(state, instance, seq)  # before its history goes
     del instances[uuid]
+    touched = state.touched
+    if touched is not None:  # its rows go
+        touched.instances.add(uuid)
+        touched.refs.add(instance.ref)
     state.fields.pop(uuid, None)  # retention drops the history of what it drops
     state.instance_histories.pop(uuid, None)
     state.check_results.pop(uuid, None)
@@ -291,6 +297,8 @@ def _drop(state: BuildState, instance: Instance, seq: int) -> None:
     for input_uuid in instance.inputs:
         upstream = instances.get(input_uuid)  # None: dropped earlier (this event or before)
         if upstream is not None and upstream.consumers and uuid in upstream.consumers:
+            if touched is not None:
+                touched.instances.add(input_uuid)
             kept = [consumer for consumer in upstream.consumers if consumer != uuid]
             upstream.consumers = kept if len(kept) > 1 else (kept[0],) if kept else None
     state.dropped_instances += 1

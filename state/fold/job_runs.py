@@ -175,7 +175,7 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
     owed = state.owed_retries
     for instance in instances:
         instance.attempts = (*instance.attempts, run_id)
-        move_instance(state, instance, BUILDING, seq)
+        move_instance(state, instance, BUILDING, seq)  # (touches it)
         if owed:
             owed.pop(instance.uuid, None)  # the retry a split owed it has started
 
@@ -208,6 +208,8 @@ def apply_job_run_heartbeat(state: BuildState, seq: int, run: JobRun, event: pb.
             state.run_heartbeats[run.job_run_id] = bytearray(_PAIR.pack(seq, ms))
         else:
             beats += _PAIR.pack(seq, ms)
+        if state.touched is not None:
+            state.touched.runs.add(run.job_run_id)
     run.last_heartbeat_ms = ms
 
 
@@ -326,7 +328,10 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
         instance.inputs = inputs[0]
         instance.built_by = run_id
         uuid = instance.uuid
+        touched = state.touched
         for upstream in inputs[1]:
+            if touched is not None:
+                touched.instances.add(upstream.uuid)
             consumers = upstream.consumers
             if consumers is None:
                 upstream.consumers = (uuid,)  # most inputs feed one build: a tuple is 16 bytes less than a list

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, PastCheckResults
 from partbuild.state.fold.history import (
+    RecordTables,
     dropped_deltas,
     entries,
     field_at,
@@ -75,7 +76,7 @@ class HistoryDropped(LookupError):
 # ----------------------------------------------------------------- records as of a seq
 
 
-def _changes(state: BuildState, instance: Instance) -> list[tuple[int, int]]:
+def _changes(state: RecordTables, instance: Instance) -> list[tuple[int, int]]:
     """(seq, state) of its kept changes and its latest, oldest first (Building entries are not kept)."""
     kept = list(entries(state.instance_histories.get(instance.uuid, 0)))
     kept.reverse()
@@ -83,19 +84,19 @@ def _changes(state: BuildState, instance: Instance) -> list[tuple[int, int]]:
     return kept
 
 
-def became_live_seq(state: BuildState, instance: Instance) -> int | None:
+def became_live_seq(state: RecordTables, instance: Instance) -> int | None:
     """When it became Live (None if it never did)."""
     return next((at for at, now in _changes(state, instance) if now == _LIVE), None)
 
 
-def built_seq(state: BuildState, instance: Instance) -> int | None:
+def built_seq(state: RecordTables, instance: Instance) -> int | None:
     """When its data was set (its location, inputs, sizes): its builder's success, or its observation."""
     if instance.built_by is not None:
         return state.job_runs[instance.built_by].updated_seq
     return became_live_seq(state, instance)
 
 
-def _version_learned_after(state: BuildState, instance: Instance, seq: int) -> bool:
+def _version_learned_after(state: RecordTables, instance: Instance, seq: int) -> bool:
     """Whether its version was learned after `seq` (a change from Live to Live: state/fold/instances.py)."""
     changes = _changes(state, instance)
     return any(
@@ -103,7 +104,7 @@ def _version_learned_after(state: BuildState, instance: Instance, seq: int) -> b
     )
 
 
-def instance_at(state: BuildState, instance: Instance, seq: int) -> Instance:
+def instance_at(state: RecordTables, instance: Instance, seq: int) -> Instance:
     """A fresh copy of a live instance as it was as of `seq` (at or after its creation)."""
     now, entered = instance_state_at(state, instance, seq)
     past = Instance(instance.uuid, instance.ref, now, instance.created_seq, instance.previous_uuid)
@@ -131,7 +132,7 @@ def instance_at(state: BuildState, instance: Instance, seq: int) -> Instance:
     return past
 
 
-def _built_by_then(state: BuildState, uuid: str, seq: int) -> bool:
+def _built_by_then(state: RecordTables, uuid: str, seq: int) -> bool:
     consumer = state.instances.get(uuid)
     if consumer is None:
         return False
@@ -139,7 +140,7 @@ def _built_by_then(state: BuildState, uuid: str, seq: int) -> bool:
     return built is not None and built <= seq
 
 
-def _note_at(state: BuildState, instance: Instance, attempts: tuple[str, ...], seq: int) -> str | None:
+def _note_at(state: RecordTables, instance: Instance, attempts: tuple[str, ...], seq: int) -> str | None:
     """Its note as of `seq`: the newest kept note, or its newest failed run's message if that came later."""
     kept = field_at(state, instance.uuid, "note", seq)
     note, noted = kept if kept is not None else (None, 0)
@@ -150,7 +151,7 @@ def _note_at(state: BuildState, instance: Instance, attempts: tuple[str, ...], s
     return note
 
 
-def _waiting_at(state: BuildState, instance: Instance, began: int, seq: int) -> list[str]:
+def _waiting_at(state: RecordTables, instance: Instance, began: int, seq: int) -> list[str]:
     """The refs an instance Upstream-building since `began` still waited for as of `seq`."""
     kept = field_at(state, instance.uuid, "waits", seq)
     if kept is not None and kept[1] == began:
@@ -162,12 +163,12 @@ def _waiting_at(state: BuildState, instance: Instance, began: int, seq: int) -> 
     return [ref for ref in refs if not _became_live(state, ref, began, seq)]
 
 
-def _live_at(state: BuildState, ref: str, seq: int) -> bool:
+def _live_at(state: RecordTables, ref: str, seq: int) -> bool:
     uuid = canonical_at(state, ref, seq)
     return uuid is not None and instance_state_at(state, state.instances[uuid], seq)[0] == _LIVE
 
 
-def _became_live(state: BuildState, ref: str, after: int, seq: int) -> bool:
+def _became_live(state: RecordTables, ref: str, after: int, seq: int) -> bool:
     """Whether an instance of `ref` became Live while canonical, after `after` and at or before `seq`."""
     uuid = state.canonical.get(ref)
     while uuid is not None:
@@ -185,7 +186,7 @@ def _became_live(state: BuildState, ref: str, after: int, seq: int) -> bool:
     return False
 
 
-def canonical_at(state: BuildState, ref: str, seq: int) -> str | None:
+def canonical_at(state: RecordTables, ref: str, seq: int) -> str | None:
     """The UUID of the canonical instance of `ref` as of `seq` (None: it had none)."""
     uuid = state.canonical.get(ref)
     while uuid is not None:
@@ -201,7 +202,7 @@ def canonical_at(state: BuildState, ref: str, seq: int) -> str | None:
     return None
 
 
-def served_at(state: BuildState, ref: str, seq: int) -> str | None:
+def served_at(state: RecordTables, ref: str, seq: int) -> str | None:
     """The UUID of the instance readers got for `ref` as of `seq`: a stale one still serving then (its changes
     are kept by ref), else the canonical one if it was Live (None: nothing Live to read)."""
     kept = field_at(state, ref, "serving", seq)
@@ -225,7 +226,7 @@ def want_state_at(want: Want, seq: int) -> tuple[WantState, int]:
     return WantState.IDLE, want.created_seq
 
 
-def want_at(state: BuildState, want: Want, seq: int) -> Want:
+def want_at(state: RecordTables, want: Want, seq: int) -> Want:
     """A fresh copy of a want as it was as of `seq` (at or after its creation)."""
     past = Want.__new__(Want)
     past.__setstate__(want.__getstate__())

@@ -1,9 +1,11 @@
-"""What the fold changed since a seq: the keys of the instances, wants and job runs whose state moved.
+"""What the fold changed since a seq: the keys of the instances, wants, job runs and refs it changed.
 
 Off (`BuildState.touched` is None) unless a projector of the state store turns it on (state/store/): then
-every creation and state change of a record adds its key here, and a projector pass reads the changes of
-these records only, instead of scanning every record's `updated_seq`. How the state runs, not what it
-holds: left out of the digest and of snapshots (a loaded state starts with it off).
+every change the fold makes to a record adds its key here (a creation, a state change, and the changes that
+are no state change: a heartbeat, a consumer, a note, what it waits for, a superseding, a drop; a ref's
+canonical pointer and what it serves), and a projector pass reads these records only, instead of scanning
+every record. How the state runs, not what it holds: left out of the digest and of snapshots (a loaded
+state starts with it off).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 class Touched:
     """The keys of the records changed after `since` (a seq the state had folded when tracking began)."""
 
-    __slots__ = ("dropped_from", "instances", "runs", "since", "wants")
+    __slots__ = ("dropped_from", "instances", "refs", "runs", "since", "wants")
 
     def __init__(self, since: int, dropped_from: int = 0) -> None:
         self.since = since
@@ -21,6 +23,7 @@ class Touched:
         self.instances: set[str] = set()
         self.wants: set[str] = set()
         self.runs: set[str] = set()
+        self.refs: set[str] = set()  # canonical pointers moved, what a ref serves, a first instance dropped
 
     def absorb(self, earlier: Touched) -> None:
         """Take back what a pass drained but could not write: tracked since the earlier of the two."""
@@ -29,3 +32,4 @@ class Touched:
         self.instances |= earlier.instances
         self.wants |= earlier.wants
         self.runs |= earlier.runs
+        self.refs |= earlier.refs

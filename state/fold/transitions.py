@@ -89,8 +89,12 @@ def new_canonical(state: BuildState, seq: int, ref: str, previous: Instance | No
         raise RuntimeError(f"instance UUID collision for {ref!r} at seq {seq}")
     state.instance_counts[MISSING] += 1
     state.canonical[ref] = uuid
-    if state.touched is not None:
-        state.touched.instances.add(uuid)
+    touched = state.touched
+    if touched is not None:
+        touched.instances.add(uuid)
+        touched.refs.add(ref)
+        if previous is not None:  # its `superseded_seq`
+            touched.instances.add(previous.uuid)
     if previous is not None:
         if state.owed_retries:  # replaced: a retry of it is owed no more
             state.owed_retries.pop(previous.uuid, None)
@@ -200,6 +204,8 @@ def upstream_live(state: BuildState, ref: str, seq: int) -> None:
         waiting = instance.waiting_on
         assert waiting is not None
         del waiting[ref]
+        if state.touched is not None:
+            state.touched.instances.add(uuid)
         if not waiting:
             instance.waiting_on = None
             move_instance(state, instance, MISSING, seq)

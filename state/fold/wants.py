@@ -120,6 +120,8 @@ def apply_want_create(state: BuildState, seq: int, plan: WantCreatePlan, event: 
         else:
             wants_by_ref[ref] = [*listed, want_id]
     if parent is not None:
+        if state.touched is not None:
+            state.touched.wants.add(parent.want_id)
         if parent.children is None:
             parent.children = [want_id]
         else:

@@ -181,7 +181,9 @@ def _load(unpickler: pickle.Unpickler) -> BuildState:
     return state
 
 
-class _StateUnpickler(pickle.Unpickler):
+class StateUnpickler(pickle.Unpickler):
+    """An unpickler that builds the state's own classes only: snapshots, and the state store's record rows."""
+
     def find_class(self, module: str, name: str) -> type:
         if (module, name) not in _ALLOWED_CLASSES:
             raise SnapshotError(f"snapshot refers to {module}.{name}, which is not a state class")
@@ -192,7 +194,7 @@ def decode_state(payload: bytes) -> BuildState:
     """Rebuild a BuildState from `encode_state` output; SnapshotError if it is not one."""
     try:
         with collector_paused():
-            state = _load(_StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK)))
+            state = _load(StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK)))
     except SnapshotError:
         raise
     except Exception as exc:

@@ -34,6 +34,7 @@ from partbuild.state.queries.changes import (
 from partbuild.state.schema import events, state_counts, state_projections
 from partbuild.state.schema import state_changes as table
 from partbuild.state.store.counts import CountRow, count_rows, counts_at, counts_by_name
+from partbuild.state.store.records import RecordPass, RecordStore, write_pass
 
 PROJECTION: Final = "changes"
 INSTANCE_RETENTION: Final = "instance_retention"  # the event type column's value
@@ -55,11 +56,12 @@ class ChangeStore:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self.records = RecordStore(engine)  # written in the same transactions (`write`'s `records`)
 
     def watermark(self) -> int:
         """The seq the rows are written up to (0: nothing projected yet)."""
         with self._engine.connect() as conn:
-            return _watermark(conn)
+            return changes_watermark(conn)
 
     def write(
         self,
@@ -68,6 +70,7 @@ class ChangeStore:
         changes: Sequence[Change],
         dropped: Callable[[Iterable[str]], set[str]],
         dropped_deltas: Iterable[tuple[int, int, int]] = (),
+        records: RecordPass | None = None,
     ) -> bool:
         """Write the changes in (`first`, `last`] and the counts they make, and move the watermark from
         `first` to `last`.
@@ -75,7 +78,8 @@ class ChangeStore:
         False, writing nothing, when the watermark is not at `first` (another projector moved it).
         `dropped(ids)`: which of these instance UUIDs the state no longer holds; asked only when the span
         holds a retention. `dropped_deltas`: what instances retention dropped added to the counts in the span
-        (`history.dropped_deltas_between`).
+        (`history.dropped_deltas_between`). `records`: a tracking pass's rows of the records it changed,
+        written in the same transaction (state/store/records.py).
         """
         rows = [_row(change) for change in changes]
         # Bounded as an append is (state/db.py): a projector of another process stopped inside its span (its
@@ -89,6 +93,8 @@ class ChangeStore:
             bulk_insert(conn, state_counts, count_rows(counts_at(conn, first), changes, dropped_deltas))
             if _retention_between(conn, first, last):
                 _delete_dropped(conn, dropped)
+            if records is not None:
+                write_pass(conn, first, last, records)
         return True
 
     def count_rows(self, first: int, last: int) -> list[CountRow]:
@@ -104,7 +110,7 @@ class ChangeStore:
     def counts(self, seq: int) -> dict[str, dict[str, int]] | None:
         """`BuildState.counts()` as of `seq`, from the rows; None while the watermark is before `seq`."""
         with self._engine.connect() as conn:
-            return counts_by_name(counts_at(conn, seq)) if _watermark(conn) >= seq else None
+            return counts_by_name(counts_at(conn, seq)) if changes_watermark(conn) >= seq else None
 
     def retention_between(self, first: int, last: int) -> bool:
         """Whether an `InstanceRetention` was appended in (`first`, `last`] (accepted or not)."""
@@ -124,14 +130,15 @@ class ChangeStore:
             return [_change(row) for row in conn.execute(query)]
 
 
-def _watermark(conn: Connection) -> int:
+def changes_watermark(conn: Connection) -> int:
+    """The seq the changes are written up to, read in `conn`'s transaction (0: nothing projected yet)."""
     found = conn.execute(sa.select(state_projections.c.seq).where(state_projections.c.name == PROJECTION))
     return found.scalar_one_or_none() or 0
 
 
 def _move_watermark(conn: Connection, first: int, last: int) -> bool:
     """Compare and set, inside the write transaction (so the rows and the watermark move together)."""
-    if first == 0 and _watermark(conn) == 0:
+    if first == 0 and changes_watermark(conn) == 0:
         insert = insert_ignoring_conflicts(conn, state_projections).values(name=PROJECTION, seq=last)
         if conn.execute(insert.returning(state_projections.c.name)).first() is not None:
             return True  # (a rowcount is not reliable for ON CONFLICT on every driver)

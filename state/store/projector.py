@@ -2,10 +2,12 @@
 
 Each pass projects (watermark, head]: the changes, and what instances dropped by retention added to the
 counts, are computed from the live state under its read lock, then written outside it in one transaction
-with the counts they make and the watermark (`ChangeStore.write`). The first pass scans
-every record (`changes_between`, in spans of at most `span` seqs, which bounds a transaction) and turns on
-the fold's record of what it touches (`BuildState.touched`, state/fold/touched.py); each later pass reads
-the changes of the records touched since (`changes_of`): its cost is its changes, not the state's size.
+with the counts they make and the watermark (`ChangeStore.write`). The first pass turns on the fold's
+record of what it touches (`BuildState.touched`, state/fold/touched.py) and scans every record
+(`changes_between`, in spans of at most `span` seqs, which bounds a transaction) up to the seq tracking
+began; each later pass reads the changes of the records touched since (`changes_of`), and writes the rows of
+those records (state/store/records.py): its cost is its changes, not the state's size. A process that finds
+the records' watermark behind its own first writes every record it holds (`_dump`, a chunk at a time).
 Any number of processes holding a live state of one database may project: the watermark's compare and
 set lets one of them write each span, and the others go on from where it got.
 """
@@ -21,12 +23,14 @@ from partbuild.state.fold.touched import Touched
 from partbuild.state.log.live import LiveState
 from partbuild.state.queries.changes import changes_between, changes_of
 from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.records import RecordPass, all_keys, rows_of, touched_keys
 
 logger = logging.getLogger("partbuild.state.store")
 
 # Seqs per transaction of a scanning pass: bounds the rows it holds, whatever the log's length, and how long
 # it keeps SQLite's write lock from the log's appenders (about 75,000 rows of W1, well under a second).
 DEFAULT_SPAN = 20_000
+DUMP_CHUNK = 20_000  # records encoded under one hold of the read lock when a process writes them all
 MAX_RETRY_GAP_S = 60.0  # the longest wait between failing passes
 
 
@@ -40,30 +44,39 @@ class Projector:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Whether this process wrote every record it held since its fold began tracking (`_dump`): its passes
+        # then make the records whole, wherever the records' watermark was.
+        self._whole = False
         live.on_fold(lambda _state, _count, _seconds: self._wake.set())
 
     def project(self) -> int:
         """Write every change up to the live state's head; returns the watermark reached."""
         mark = self.store.watermark()
-        while mark < self.live.head_seq:
-            drained = None
+        while mark < self.live.head_seq or (mark == self.live.head_seq and self._records_behind(mark)):
+            drained = records = None
             with self.live.read() as state:
                 head = state.head_seq
                 touched = state.touched
-                if touched is not None and touched.since <= mark:
+                if touched is None:  # from now on every record the fold changes is tracked
+                    touched = state.touched = Touched(head, len(state.dropped_changes))
+                    self._whole = False
+                if touched.since <= mark:
                     # Every record changed after the mark is in it: the pass costs its changes.
                     last, drained = head, touched
                     state.touched = Touched(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
                     dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
-                else:  # the first pass, or behind another projector's mark: scan, then track from the head
-                    last = min(head, mark + self.span)
+                    records = RecordPass(*rows_of(state, touched_keys(drained)), whole=self._whole)
+                else:  # up to the seq tracking began (first, or behind another projector's mark): scan
+                    last = min(head, touched.since, mark + self.span)
                     changes = changes_between(state, mark, last)
                     dropped = dropped_deltas_between(state, mark, last)
-                    if last == head:
-                        state.touched = Touched(head, len(state.dropped_changes))
-            if self.store.write(mark, last, changes, self._dropped, dropped):
+            if self.store.write(mark, last, changes, self._dropped, dropped, records):
                 mark = last
+                if records is not None and not self._whole and self.store.records.watermark() != mark:
+                    self._dump()  # the records are not whole: make them so, for the next pass to say it
+                    if not self._whole:
+                        break  # tracking stopped during the dump: the next call starts again
                 continue
             mark = self.store.watermark()  # another projector wrote this span: go on from where it got
             if drained is not None:
@@ -71,6 +84,24 @@ class Projector:
                     if state.touched is not None:
                         state.touched.absorb(drained)  # what it drained may still be owed past that mark
         return mark
+
+    def _records_behind(self, mark: int) -> bool:
+        """Whether the records are not known whole at the changes' watermark `mark` (a pass with nothing new
+        to fold is still owed: it writes them all, or says they are whole)."""
+        return self.store.records.watermark() != mark
+
+    def _dump(self) -> None:
+        """Write the row of every record the live state holds, `DUMP_CHUNK` at a time; what changes meanwhile
+        is tracked, and written by the passes."""
+        with self.live.read() as state:
+            keys = all_keys(state)
+        for start in range(0, len(keys), DUMP_CHUNK):
+            with self.live.read() as state:
+                if state.touched is None:
+                    return  # tracking stopped: what changed during the dump is not known
+                rows, gone = rows_of(state, keys[start : start + DUMP_CHUNK])
+            self.store.records.dump(rows, gone)
+        self._whole = True
 
     def _dropped(self, uuids: Iterable[str]) -> set[str]:
         with self.live.read() as state:

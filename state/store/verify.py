@@ -1,9 +1,11 @@
-"""The audit of the state store: its changes and counts against those of a state replayed from the log.
+"""The audit of the state store: its changes, counts and records against a state replayed from the log.
 
 `replay --verify` (and `POST /audit` with `verify`) replays the log to its head; this compares the store's
 rows up to its watermark with that state's changes, one span of seqs at a time (memory bounded by a span's
 changes, whatever the log's length). A retention after the watermark has dropped instances from the
 replayed state that the store still holds until the projector reaches it: those rows are left out then.
+The records (state/store/records.py) are compared when they are whole at the replay's head: each row with
+the replayed record, and every replayed record has its row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from partbuild.state.queries.changes import CANONICAL_MOVED, INSTANCE_CREATED, I
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.counts import CountRow, Counts, count_rows
 from partbuild.state.store.projector import DEFAULT_SPAN
+from partbuild.state.store.records import KIND_NAMES, Key, RecordStore, all_keys, body_of, loads
 
 
 def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SPAN) -> list[str]:
@@ -39,7 +42,36 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
             difference = _first_count_difference(stored_counts, expected_counts)
             return [f"the state store's counts differ from the replay's in seqs ({first}, {last}]: {difference}"]
         counts.update(((kind, state_code), count) for kind, state_code, _, count in expected_counts)
+    return record_problems(store.records, state)
+
+
+def record_problems(records: RecordStore, state: BuildState) -> list[str]:
+    """Where the record rows differ from `state`'s records, when they are whole at its head; [] otherwise."""
+    if records.watermark() != state.head_seq:
+        return []
+    expected = set(all_keys(state))
+    for kind, key, _, body in records.all_rows():
+        held = body_of(state, kind, key)
+        if held is None:
+            return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
+        if _comparable(loads(body)) != _comparable(loads(held)):
+            return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
+        expected.discard((kind, key))
+    if expected:
+        return [f"the state store has no row of {_named(min(expected))}, which the replay holds"]
     return []
+
+
+def _named(key: Key) -> str:
+    return f"{KIND_NAMES[key[0]]} {key[1]!r}"
+
+
+def _comparable(value: object) -> object:
+    """A decoded row in a form compared by value (records by their fields)."""
+    if isinstance(value, tuple):
+        return tuple(map(_comparable, value))
+    getstate = getattr(value, "__getstate__", None)
+    return getstate() if getstate is not None and hasattr(type(value), "__slots__") else value
 
 
 def _first_count_difference(stored: list[CountRow], expected: list[CountRow]) -> str:

@@ -1,0 +1,216 @@
+"""The state store's records (`state_records`) on both backends: projected while the log grows, every
+instance, want, job run and ref read from the rows alone is, as of every seq of every golden log, what a state
+replayed to that seq holds; the rows are whole only once every record is in, and they follow retention."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.past import HistoryDropped, PastState
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.snapshot import SnapshotError
+from partbuild.state.schema import state_projections, state_records
+from partbuild.state.store.projector import Projector
+from partbuild.state.store.records import INSTANCE, PROJECTION, body_of, loads
+from partbuild.state.store.stored import StoredRecords, open_stored
+from partbuild.state.store.verify import record_problems, store_problems
+
+from golden_log import GOLDEN_LOGS, read_events
+from storekit import projected_while_growing
+
+
+def _answer(read: Callable[[], Any]) -> Any:
+    """A read's answer in a comparable form: a record's fields, a UUID, None, or that retention dropped what
+    it needs."""
+    try:
+        found = read()
+    except HistoryDropped:
+        return "dropped"
+    except KeyError:  # a table of the past has no dropped record: the rows have none either
+        return None
+    return found.__getstate__() if hasattr(found, "__getstate__") and not isinstance(found, str) else found
+
+
+def _mismatches(stored: StoredRecords, live: BuildState, replayed: BuildState, seq: int) -> list[str]:
+    """What the rows, read as of `seq`, tell otherwise than the live state's past (the reads of the past
+    in memory), which tells what `replayed` (a state replayed to `seq`) holds but what retention dropped."""
+    past = PastState(live, seq, lambda: 0)
+    replay = PastState(replayed, seq, lambda: 0)  # the replay's records in the form reads of the past give
+    reads: list[tuple[str, Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = []
+    for uuid in replayed.instances:
+        reads.append(
+            (
+                f"instance {uuid}",
+                lambda u=uuid: stored.instance(u, seq),
+                lambda u=uuid: past.instances[u],
+                lambda u=uuid: replay.instances[u],
+            )
+        )
+    for want in replayed.wants:
+        reads.append(
+            (
+                f"want {want}",
+                lambda w=want: stored.want(w, seq),
+                lambda w=want: past.wants[w],
+                lambda w=want: replay.wants[w],
+            )
+        )
+    for run in replayed.job_runs:
+        reads.append(
+            (
+                f"run {run}",
+                lambda r=run: stored.job_run(r, seq),
+                lambda r=run: past.job_runs[r],
+                lambda r=run: replay.job_runs[r],
+            )
+        )
+    for ref in replayed.canonical:
+        reads.append(
+            (
+                f"canonical of {ref}",
+                lambda r=ref: stored.canonical_uuid(r, seq),
+                lambda r=ref: past.canonical.get(r),
+                lambda r=ref: replayed.canonical[r],
+            )
+        )
+        reads.append(
+            (
+                f"served of {ref}",
+                lambda r=ref: stored.served_uuid(r, seq),
+                lambda r=ref: _uuid(past.served_instance(r)),
+                lambda r=ref: _uuid(replayed.served_instance(r)),
+            )
+        )
+    wrong = []
+    for what, from_rows, from_memory, from_replay in reads:
+        answer = _answer(from_rows)
+        # Retention drops history: after one, the past in memory forgets what it dropped (a consumer, say),
+        # and the rows with it; the time-travel tests hold the past in memory to a replay where it answers.
+        if answer != _answer(from_memory) or (not live.dropped_instances and answer != _answer(from_replay)):
+            wrong.append(what)
+    return wrong
+
+
+def _uuid(instance: Any) -> str | None:
+    return None if instance is None else instance.uuid
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_every_record_as_of_every_seq_read_from_the_rows_is_a_replay_s(database: Database, name: str) -> None:
+    """Appended 7 events at a time, each time folded and projected (the touched passes write the rows of what
+    the fold changed): as of every seq, the rows alone answer what a replay to that seq holds."""
+    events = read_events(name)
+    live = projected_while_growing(database, events)
+    replayed = BuildState()
+    with open_stored(database.changes.records) as stored:
+        assert stored is not None and stored.head_seq == live.head_seq
+        for seq, event in enumerate(events, start=1):
+            replayed.apply(seq, event)
+            assert _mismatches(stored, live.state, replayed, seq) == [], seq
+        assert stored.instance("no-such-uuid") is None
+
+
+def test_the_rows_are_the_live_state_s_records_byte_for_byte(database: Database) -> None:
+    """After the passes, each row's body is what the live state would write now: no change was missed."""
+    live = projected_while_growing(database, read_events("outcomes"))
+    with database.changes.records.engine.connect() as conn:
+        rows = conn.execute(sa.select(state_records)).all()
+    assert rows
+    assert {(row.kind, row.id): row.body for row in rows} == {
+        (row.kind, row.id): body_of(live.state, row.kind, row.id) for row in rows
+    }
+    assert {row.id for row in rows if row.kind == INSTANCE} == set(live.state.instances)
+
+
+def test_a_process_that_finds_the_rows_behind_writes_them_all_then_they_are_whole(database: Database) -> None:
+    """Rows gone behind the changes (a new table, say): reads do not answer from them until a process has
+    written every record it holds and a pass has said so; then they answer as a replay does."""
+    events = read_events("v1")
+    half = len(events) // 2
+    database.log.append(events[:half])
+    Projector(LiveState(database.log), database.changes).project()
+    records = database.changes.records
+    with records.engine.begin() as conn:  # as if the rows were never written
+        conn.execute(sa.delete(state_records))
+        conn.execute(sa.delete(state_projections).where(state_projections.c.name == PROJECTION))
+    database.log.append(events[half:])
+    with open_stored(records) as stored:
+        assert stored is None
+    second = LiveState(database.log)
+    assert Projector(second, database.changes).project() == second.head_seq == records.watermark()
+    with open_stored(records) as stored:
+        assert stored is not None
+        replayed = BuildState()
+        for seq, event in enumerate(events, start=1):
+            replayed.apply(seq, event)
+        assert _mismatches(stored, second.state, replayed, second.head_seq) == []
+
+
+def test_retention_deletes_the_rows_of_what_it_dropped(database: Database) -> None:
+    """The v1 log ends with a retention: the dropped instances' rows go, and a read of one says it is gone."""
+    events = read_events("v1")
+    retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
+    live = projected_while_growing(database, events[:retention])
+    before = set(live.state.instances)
+    database.log.append(events[retention:])
+    live.catch_up()
+    Projector(live, database.changes).project()
+    with database.changes.records.engine.connect() as conn:
+        held = set(conn.execute(sa.select(state_records.c.id).where(state_records.c.kind == INSTANCE)).scalars())
+    assert held == set(live.state.instances) < before
+
+
+def test_a_row_is_never_replaced_by_an_older_one(database: Database) -> None:
+    """Two writers of one record: the row with the greater seq stays, whichever wrote last."""
+    records = database.changes.records
+    records.dump([(INSTANCE, "a", 9, b"newer")])
+    records.dump([(INSTANCE, "a", 4, b"older"), (INSTANCE, "b", 4, b"b")])
+    with database.changes.records.engine.connect() as conn:
+        rows = {row.id: (row.seq, row.body) for row in conn.execute(sa.select(state_records))}
+    assert rows == {"a": (9, b"newer"), "b": (4, b"b")}
+
+
+def test_a_row_decodes_nothing_but_the_state_s_classes() -> None:
+    """A tampered body cannot run code: the unpickler refuses any class but the state's own."""
+    with pytest.raises(SnapshotError, match="not a state class"):
+        loads(pickle.dumps(PurePosixPath("/etc/passwd")))
+
+
+def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) -> None:
+    """`replay --verify` compares every row with the replayed record: a tampered row, a missing one and one
+    the replay does not hold are each named; untouched rows agree."""
+    events = read_events("outcomes")
+    live = projected_while_growing(database, events)
+    replayed = BuildState()
+    for seq, event in enumerate(events, start=1):
+        replayed.apply(seq, event)
+    store = database.changes
+    assert store_problems(store, replayed) == []
+    uuid = next(iter(live.state.instances))
+    tampered = live.state.instances[uuid]
+    other = next(u for u in live.state.instances if u != uuid)
+    row = (state_records.c.kind == INSTANCE) & (state_records.c.id == uuid)
+    with store.records.engine.begin() as conn:
+        original = conn.execute(sa.select(state_records.c.body).where(row)).scalar_one()
+        conn.execute(sa.update(state_records).where(row).values(body=body_of(live.state, INSTANCE, other)))
+    assert record_problems(store.records, replayed) == [
+        f"the state store's row of instance {uuid!r} differs from the replay's record"
+    ]
+    with store.records.engine.begin() as conn:
+        conn.execute(sa.update(state_records).where(row).values(body=original, id="not-an-instance"))
+    assert record_problems(store.records, replayed) == [
+        "the state store holds a row of instance 'not-an-instance', which the replay does not hold"
+    ]
+    with store.records.engine.begin() as conn:
+        conn.execute(sa.delete(state_records).where(state_records.c.id == "not-an-instance"))
+    assert record_problems(store.records, replayed) == [
+        f"the state store has no row of instance {tampered.uuid!r}, which the replay holds"
+    ]
