@@ -378,12 +378,17 @@ def write_newer_rows(conn: Connection, table: sa.Table, rows: Sequence[tuple[Any
     conn.exec_driver_sql(f"INSERT INTO {table.name} ({', '.join(names)}) VALUES ({marks}) {conflict}", rows)
 
 
-def delete_keys(conn: Connection, table: sa.Table, keys: Sequence[tuple[Any, ...]]) -> None:
-    """Delete the rows of these primary keys (each in the key's column order), in one statement a chunk."""
-    columns = list(table.primary_key.columns)
-    for start in range(0, len(keys), 500):  # 500 keys of 2 columns: within SQLite's 32,766 parameters
-        chunk = keys[start : start + 500]
-        conn.execute(sa.delete(table).where(sa.tuple_(*columns).in_([tuple(key) for key in chunk])))
+def delete_keys(conn: Connection, table: sa.Table, keys: Sequence[tuple[Any, str]]) -> None:
+    """Delete the rows of these (first key column, second key column) keys, a statement per first column's
+    value and chunk: `a = ? AND b IN (...)`, which SQLite searches the key's index with (a row value IN
+    would search by the first column alone)."""
+    first, second = table.primary_key.columns
+    by_first: dict[Any, list[str]] = {}
+    for a, b in keys:
+        by_first.setdefault(a, []).append(b)
+    for a, bs in by_first.items():
+        for start in range(0, len(bs), 500):
+            conn.execute(sa.delete(table).where(first == a, second.in_(bs[start : start + 500])))
 
 
 def _pg_type(column: sa.Column[Any]) -> str:

@@ -279,6 +279,16 @@ state_records = sa.Table(
     sa.Column("body", sa.LargeBinary(), nullable=False),
 )
 
+# A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written
+# once, never rewritten, so a run's row stays its size however long it runs (state/store/records.py).
+state_heartbeats = sa.Table(
+    "state_heartbeats",
+    metadata,
+    sa.Column("run_id", ByteOrderText, primary_key=True),
+    sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("ms", sa.BigInteger(), nullable=False),
+)
+
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).
 state_projections = sa.Table(
     "state_projections",

@@ -1,4 +1,5 @@
-"""The state store's records: every instance, want, job run and ref, as the live state holds it (issue 37).
+"""The state store's records: every instance, want, job run and ref, as the live state holds it, and the job
+runs' heartbeats (issue 37).
 
 Revision ID: i37_3_state_records
 Revises: i37_2_state_counts
@@ -29,8 +30,15 @@ def upgrade() -> None:
         sa.Column("seq", sa.BigInteger(), nullable=False),
         sa.Column("body", sa.LargeBinary(), nullable=False),
     )
+    op.create_table(
+        "state_heartbeats",
+        sa.Column("run_id", sa.Text().with_variant(sa.Text(collation="C"), "postgresql"), primary_key=True),
+        sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+        sa.Column("ms", sa.BigInteger(), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("state_heartbeats")
     op.drop_table("state_records")
     op.execute("DELETE FROM state_projections WHERE name LIKE 'records:%'")

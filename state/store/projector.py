@@ -66,7 +66,7 @@ class Projector:
                     state.touched = Touched(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
                     dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
-                    records = RecordPass(*rows_of(state, touched_keys(drained)), whole=self._whole)
+                    records = RecordPass(rows_of(state, touched_keys(drained), mark), whole=self._whole)
                 else:  # up to the seq tracking began (first, or behind another projector's mark): scan
                     last = min(head, touched.since, mark + self.span)
                     changes = changes_between(state, mark, last)
@@ -99,8 +99,8 @@ class Projector:
             with self.live.read() as state:
                 if state.touched is None:
                     return  # tracking stopped: what changed during the dump is not known
-                rows, gone = rows_of(state, keys[start : start + DUMP_CHUNK])
-            self.store.records.dump(rows, gone)
+                rows = rows_of(state, keys[start : start + DUMP_CHUNK])
+            self.store.records.dump(rows)
         self._whole = True
 
     def _dropped(self, uuids: Iterable[str]) -> set[str]:

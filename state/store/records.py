@@ -2,8 +2,10 @@
 
 A row holds a record as the live state held it at the row's `seq` (the head when it was written), with
 what a read of the past needs to tell it as of any earlier seq: an instance with its packed state
-changes and kept fields, a want (without the fold's tally), a job run with its heartbeats, a ref with its
-canonical pointer, what it serves and its kept `serving` changes (state/fold/history.py). A read as of N
+changes and kept fields, a want (without the fold's tally), a job run, a ref with its canonical pointer,
+what it serves and its kept `serving` changes (state/fold/history.py); a run's heartbeats after the first are
+rows of their own (`state_heartbeats`), each written once, so a long run's row is not rewritten with all of
+them at each heartbeat. A read as of N
 rebuilds the record from its row with the same functions that rebuild it from the live state
 (state/fold/past.py; state/store/stored.py), so the two cannot disagree.
 
@@ -24,17 +26,19 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from partbuild.state.db import begin_write, delete_keys, write_newer_rows
-from partbuild.state.fold.records import Instance, JobRun, Want
+from partbuild.state.db import begin_write, delete_keys, insert_ignoring_conflicts, write_newer_rows
+from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Want, WantState
 from partbuild.state.log.snapshot import StateUnpickler
-from partbuild.state.schema import state_projections
+from partbuild.state.schema import state_heartbeats, state_projections
 from partbuild.state.schema import state_records as table
 
 if TYPE_CHECKING:
@@ -42,9 +46,12 @@ if TYPE_CHECKING:
     from partbuild.state.fold.touched import Touched
 
 
+ENCODING: Final = 2  # bump when `body_of` changes what a row holds
+
+
 def _format() -> str:
     """The rows' format: the fields of the records pickled in them, in order (a body holds their values)."""
-    layout = repr([(cls.__name__, cls.__slots__) for cls in (Instance, Want, JobRun)])
+    layout = repr([ENCODING, *((cls.__name__, cls.__slots__) for cls in (Instance, Want, JobRun))])
     return hashlib.sha256(layout.encode()).hexdigest()[:12]
 
 
@@ -59,14 +66,43 @@ Key = tuple[int, str]
 
 # ----------------------------------------------------------------- encoding
 
+# A record is pickled as the tuple of its fields (`__getstate__`) with its state enum as a plain int: no class
+# names in each row (a third of an instance's row), and rows decode into fresh records (`_record`).
+_RecordClass = type[Instance] | type[Want] | type[JobRun]
+_CLASSES: Final[dict[int, tuple[_RecordClass, type[IntEnum]]]] = {
+    0: (Instance, InstanceState),
+    1: (Want, WantState),
+    2: (JobRun, JobRunState),
+}
+_STATE_AT: Final = {cls: cls.__slots__.index("state") for cls, _ in _CLASSES.values()}
+
+
+def _fields(record: Instance | Want | JobRun) -> tuple[Any, ...]:
+    values = record.__getstate__()
+    at = _STATE_AT[type(record)]
+    return (*values[:at], int(values[at]), *values[at + 1 :])
+
+
+def _record(kind: int, values: tuple[Any, ...]) -> Any:
+    cls, states = _CLASSES[kind]
+    record: Any = cls.__new__(cls)
+    record.__setstate__(values)
+    record.state = states(record.state)
+    return record
+
 
 def _dumps(value: object) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def loads(body: bytes) -> Any:
-    """A row's body, decoded by an unpickler that builds nothing but the state's own classes."""
-    return StateUnpickler(io.BytesIO(body)).load()
+def loads(kind: int, body: bytes) -> Any:
+    """A row's body, decoded (by an unpickler that builds nothing but the state's own classes): an instance
+    row is (Instance, packed history, kept fields), a want row the Want, a run row (JobRun,), a ref row
+    (canonical UUID, first created seq, kept fields, served UUID), each None where absent."""
+    value = StateUnpickler(io.BytesIO(body)).load()
+    if kind in (INSTANCE, RUN):
+        return (_record(kind, value[0]), *value[1:])
+    return _record(kind, value) if kind == WANT else value
 
 
 def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
@@ -75,22 +111,21 @@ def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
         instance = state.instances.get(key)
         if instance is None:
             return None
-        return _dumps((instance, state.instance_histories.get(key, 0), state.fields.get(key)))
+        return _dumps((_fields(instance), state.instance_histories.get(key, 0), state.fields.get(key)))
     if kind == WANT:
         want = state.wants.get(key)
         if want is None:
             return None
+        values = _fields(want)
         if want.tally is not None:  # the fold's bookkeeping of an active want: no read needs it
-            want = Want.__new__(Want)
-            want.__setstate__(state.wants[key].__getstate__())
-            want.tally = None
-        return _dumps(want)
+            at = _TALLY_AT
+            values = (*values[:at], None, *values[at + 1 :])
+        return _dumps(values)
     if kind == RUN:
         run = state.job_runs.get(key)
         if run is None:
             return None
-        beats = state.run_heartbeats.get(key)
-        return _dumps((run, bytes(beats) if beats else None))
+        return _dumps((_fields(run),))
     canonical = state.canonical.get(key)
     first, fields, serving = state.first_created.get(key), state.fields.get(key), state.serving.get(key)
     if canonical is None and first is None and fields is None:
@@ -98,18 +133,46 @@ def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
     return _dumps((canonical, first, fields, serving))
 
 
-def rows_of(state: BuildState, keys: Iterable[Key]) -> tuple[list[Row], list[Key]]:
-    """(the rows of these records as `state` holds them at its head, the keys of those it does not hold)."""
+_TALLY_AT: Final = Want.__slots__.index("tally")
+
+
+Beat = tuple[str, int, int]  # a heartbeat's row: run id, seq, ms
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What to write of some records: their rows, the keys of those the state no longer holds, heartbeats."""
+
+    rows: Sequence[Row]
+    gone: Sequence[Key]
+    beats: Sequence[Beat]
+
+
+def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Rows:
+    """The rows of these records as `state` holds them at its head, the keys of those it does not hold, and
+    the runs' heartbeats after seq `beats_after` (those before are written already)."""
     rows: list[Row] = []
     gone: list[Key] = []
+    beats: list[Beat] = []
     seq = state.head_seq
     for kind, key in keys:
         body = body_of(state, kind, key)
         if body is None:
             gone.append((kind, key))
-        else:
-            rows.append((kind, key, seq, body))
-    return rows, gone
+            continue
+        rows.append((kind, key, seq, body))
+        if kind == RUN:
+            beats.extend(beats_of(state, key, beats_after))
+    return Rows(rows, gone, beats)
+
+
+def beats_of(state: BuildState, run_id: str, after: int) -> Iterator[Beat]:
+    """A run's heartbeats after its first, after seq `after`, as rows."""
+    packed = state.run_heartbeats.get(run_id)
+    if packed:
+        pairs = memoryview(packed).cast("q")
+        for index in range(bisect_right(pairs[0::2], after) * 2, len(pairs), 2):
+            yield run_id, pairs[index], pairs[index + 1]
 
 
 def touched_keys(touched: Touched) -> Iterator[Key]:
@@ -137,26 +200,31 @@ def all_keys(state: BuildState) -> list[Key]:
 
 @dataclass(frozen=True)
 class RecordPass:
-    """The rows a tracking pass writes: of every record the fold changed in it (`rows_of`), and whether this
-    process wrote every record since it began tracking (`whole`: the rows are whole at the pass's end)."""
+    """What a tracking pass writes: the rows of every record the fold changed in it (`rows_of`), and whether
+    this process wrote every record since it began tracking (`whole`: the rows are whole at the pass's end)."""
 
-    rows: Sequence[Row]
-    gone: Sequence[Key]
+    rows: Rows
     whole: bool
 
 
-def write_rows(conn: Connection, rows: Sequence[Row], gone: Sequence[Key]) -> None:
-    """Write these rows (keeping a newer one already there) and delete the rows of records that are gone,
-    in the caller's transaction."""
-    write_newer_rows(conn, table, rows, "seq")
-    delete_keys(conn, table, gone)
+def write_rows(conn: Connection, rows: Rows) -> None:
+    """Write these rows (keeping a newer one already there) and heartbeats (each once), and delete the rows
+    of records that are gone, in the caller's transaction."""
+    write_newer_rows(conn, table, rows.rows, "seq")
+    delete_keys(conn, table, rows.gone)
+    if rows.beats:
+        conn.execute(insert_ignoring_conflicts(conn, state_heartbeats), [_beat_row(beat) for beat in rows.beats])
+
+
+def _beat_row(beat: Beat) -> dict[str, object]:
+    return {"run_id": beat[0], "seq": beat[1], "ms": beat[2]}
 
 
 def write_pass(conn: Connection, first: int, last: int, records: RecordPass) -> None:
     """A tracking pass's rows, in the transaction that moves the changes' watermark from `first` to `last`;
     the records' watermark moves with it when the rows are whole: it was at `first`, or `records.whole`."""
     clear_other_formats(conn)
-    write_rows(conn, records.rows, records.gone)
+    write_rows(conn, records.rows)
     if records.whole or records_watermark(conn) == first:
         move_records_watermark(conn, last)
 
@@ -180,6 +248,7 @@ def clear_other_formats(conn: Connection) -> None:
     if conn.execute(sa.select(state_projections.c.name).where(others).limit(1)).first() is not None:
         conn.execute(sa.delete(state_projections).where(others))
         conn.execute(sa.delete(table))
+        conn.execute(sa.delete(state_heartbeats))
 
 
 class RecordStore:
@@ -194,24 +263,45 @@ class RecordStore:
         with self._engine.connect() as conn:
             return records_watermark(conn)
 
-    def dump(self, rows: Sequence[Row], gone: Sequence[Key] = ()) -> None:
+    def dump(self, rows: Rows) -> None:
         """Write a chunk of rows outside any pass (`dump`): no watermark moves."""
         with begin_write(self._engine, bounded=True) as conn:
             clear_other_formats(conn)
-            write_rows(conn, rows, gone)
+            write_rows(conn, rows)
 
     def rows(self, conn: Connection, keys: Iterable[Key]) -> dict[Key, tuple[int, bytes]]:
         """(seq, body) of the rows of these keys that exist, read in `conn`'s transaction."""
-        wanted = list(keys)
+        by_kind: dict[int, list[str]] = {}
+        for kind, key in keys:
+            by_kind.setdefault(kind, []).append(key)
         found: dict[Key, tuple[int, bytes]] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            query = sa.select(table.c.kind, table.c.id, table.c.seq, table.c.body).where(
-                sa.tuple_(table.c.kind, table.c.id).in_(chunk)
-            )
-            for row in conn.execute(query):
-                found[(row.kind, row.id)] = (row.seq, row.body)
+        columns = (table.c.kind, table.c.id, table.c.seq, table.c.body)
+        for kind, ids in by_kind.items():
+            for start in range(0, len(ids), 500):
+                # `kind = ? AND id IN (...)`, not a row value IN: SQLite searches the key's index with this one
+                # only (with a row value, the index on `kind` alone: a scan of the kind's rows).
+                query = sa.select(*columns).where(table.c.kind == kind, table.c.id.in_(ids[start : start + 500]))
+                for row in conn.execute(query):
+                    found[(row.kind, row.id)] = (row.seq, row.body)
         return found
+
+    def heartbeat(self, conn: Connection, run_id: str, seq: int) -> tuple[int, int] | None:
+        """(seq, ms) of a run's newest heartbeat after its first at or before `seq` (None: none)."""
+        query = (
+            sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms)
+            .where(state_heartbeats.c.run_id == run_id, state_heartbeats.c.seq <= seq)
+            .order_by(state_heartbeats.c.seq.desc())
+            .limit(1)
+        )
+        found = conn.execute(query).first()
+        return None if found is None else (found.seq, found.ms)
+
+    def all_beats(self) -> Iterator[Beat]:
+        """Every heartbeat row, by run id and seq (the audit's walk)."""
+        with self._engine.connect() as conn:
+            query = sa.select(state_heartbeats).order_by(state_heartbeats.c.run_id, state_heartbeats.c.seq)
+            for row in conn.execution_options(yield_per=5000).execute(query):
+                yield row.run_id, row.seq, row.ms
 
     def all_rows(self) -> Iterator[tuple[int, str, int, bytes]]:
         """Every row, in key order (the audit's walk)."""

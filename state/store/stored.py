@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection
 
 from partbuild.state.db import begin_snapshot
+from partbuild.state.fold.history import HEARTBEAT_PAIR
 from partbuild.state.fold.past import canonical_at, instance_at, run_at, served_at, want_at
 from partbuild.state.fold.records import Instance, JobRun, Want
 from partbuild.state.store.changes import changes_watermark
@@ -83,7 +84,6 @@ class StoredRecords:
         self.instance_histories: Mapping[str, int] = _Rows(self, INSTANCE, _second)
         self.wants: Mapping[str, Want] = _Rows(self, WANT, _itself)
         self.job_runs: Mapping[str, JobRun] = _Rows(self, RUN, _first)
-        self.run_heartbeats: Mapping[str, bytes] = _Rows(self, RUN, _second)
         self.canonical: Mapping[str, str] = _Rows(self, REF, _first)
         self.first_created: Mapping[str, int] = _Rows(self, REF, _second)
         self.serving: Mapping[str, str] = _Rows(self, REF, _fourth)
@@ -94,7 +94,7 @@ class StoredRecords:
         found = self._decoded.get((kind, key), self)
         if found is self:
             row = self._records.rows(self._conn, [(kind, key)]).get((kind, key))
-            found = self._decoded[(kind, key)] = None if row is None else loads(row[1])
+            found = self._decoded[(kind, key)] = None if row is None else loads(kind, row[1])
         return found
 
     def _seq(self, seq: int | None) -> int:
@@ -122,8 +122,8 @@ class StoredRecords:
         found = self.job_runs.get(run_id)
         if found is None or found.created_seq > at:
             return None
-        beats = self.run_heartbeats.get(run_id)
-        return run_at(found, at, None if beats is None else bytearray(beats))
+        beat = self._records.heartbeat(self._conn, run_id, at)  # the newest by then is all a read needs
+        return run_at(found, at, None if beat is None else bytearray(HEARTBEAT_PAIR.pack(*beat)))
 
     def canonical_uuid(self, ref: str, seq: int | None = None) -> str | None:
         """The UUID of the canonical instance of `ref` as of `seq` (None: it had none)."""

@@ -5,10 +5,12 @@ rows up to its watermark with that state's changes, one span of seqs at a time (
 changes, whatever the log's length). A retention after the watermark has dropped instances from the
 replayed state that the store still holds until the projector reaches it: those rows are left out then.
 The records (state/store/records.py) are compared when they are whole at the replay's head: each row with
-the replayed record, and every replayed record has its row.
+the replayed record, every replayed record has its row, and the heartbeat rows are the replayed runs'.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import dropped_deltas_between
@@ -16,7 +18,7 @@ from partbuild.state.queries.changes import CANONICAL_MOVED, INSTANCE_CREATED, I
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.counts import CountRow, Counts, count_rows
 from partbuild.state.store.projector import DEFAULT_SPAN
-from partbuild.state.store.records import KIND_NAMES, Key, RecordStore, all_keys, body_of, loads
+from partbuild.state.store.records import KIND_NAMES, Key, RecordStore, all_keys, beats_of, body_of, loads
 
 
 def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SPAN) -> list[str]:
@@ -54,11 +56,21 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
         held = body_of(state, kind, key)
         if held is None:
             return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
-        if _comparable(loads(body)) != _comparable(loads(held)):
+        if _comparable(loads(kind, body)) != _comparable(loads(kind, held)):
             return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
         expected.discard((kind, key))
     if expected:
         return [f"the state store has no row of {_named(min(expected))}, which the replay holds"]
+    return _heartbeat_problems(records, state)
+
+
+def _heartbeat_problems(records: RecordStore, state: BuildState) -> list[str]:
+    """Where the heartbeat rows differ from the replayed runs' heartbeats after their first."""
+    replayed = (beat for run_id in sorted(state.run_heartbeats) for beat in beats_of(state, run_id, 0))
+    for stored, expected in itertools.zip_longest(records.all_beats(), replayed):
+        if stored != expected:
+            said = "none" if stored is None else f"run {stored[0]!r} at seq {stored[1]} ({stored[2]} ms)"
+            return [f"the state store's heartbeats differ from the replay's: stored {said}, replayed {expected}"]
     return []
 
 

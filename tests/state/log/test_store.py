@@ -338,7 +338,7 @@ def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: s
     deliveries = {"delivery_offsets", "delivery_control", "delivery_heads", "delivery_messages", "delivery_groups"}
     expected = {"alembic_version", "events", "log_head", "snapshots", "group_members", "delivery_secrets", *deliveries}
     expected |= {"api_tokens", "session_keys", "source_file_digests", "source_partition_digests", "run_log_lines"}
-    expected |= {"state_changes", "state_projections", "state_counts", "state_records"}
+    expected |= {"state_changes", "state_projections", "state_counts", "state_records", "state_heartbeats"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

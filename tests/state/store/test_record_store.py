@@ -12,17 +12,20 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import HistoryDropped, PastState
+from partbuild.state.log.events import from_job_run
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import SnapshotError
 from partbuild.state.schema import state_projections, state_records
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import INSTANCE, PROJECTION, body_of, loads
+from partbuild.state.store.records import INSTANCE, PROJECTION, Rows, body_of, loads
 from partbuild.state.store.stored import StoredRecords, open_stored
 from partbuild.state.store.verify import record_problems, store_problems
 
+from foldkit import Story
 from golden_log import GOLDEN_LOGS, read_events
 from storekit import projected_while_growing
 
@@ -118,16 +121,20 @@ def test_every_record_as_of_every_seq_read_from_the_rows_is_a_replay_s(database:
         assert stored.instance("no-such-uuid") is None
 
 
-def test_the_rows_are_the_live_state_s_records_byte_for_byte(database: Database) -> None:
-    """After the passes, each row's body is what the live state would write now: no change was missed."""
-    live = projected_while_growing(database, read_events("outcomes"))
-    with database.changes.records.engine.connect() as conn:
-        rows = conn.execute(sa.select(state_records)).all()
-    assert rows
-    assert {(row.kind, row.id): row.body for row in rows} == {
-        (row.kind, row.id): body_of(live.state, row.kind, row.id) for row in rows
-    }
-    assert {row.id for row in rows if row.kind == INSTANCE} == set(live.state.instances)
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_after_every_pass_each_row_is_its_record_as_the_live_state_holds_it(database: Database, name: str) -> None:
+    """A golden log appended 3 events at a time, each time folded and projected: after each pass every row is
+    its record as the live state holds it then, and every record has its row: no change the fold made was
+    missed (a heartbeat, a consumer, what an instance waits for, a drop), whatever came after it."""
+    live = LiveState(database.log)
+    projector = Projector(live, database.changes)
+    events = read_events(name)
+    for start in range(0, len(events), 3):
+        database.log.append(events[start : start + 3])
+        live.catch_up()
+        projector.project()
+        assert database.changes.records.watermark() == live.head_seq
+        assert record_problems(database.changes.records, live.state) == [], start
 
 
 def test_a_process_that_finds_the_rows_behind_writes_them_all_then_they_are_whole(database: Database) -> None:
@@ -171,8 +178,8 @@ def test_retention_deletes_the_rows_of_what_it_dropped(database: Database) -> No
 def test_a_row_is_never_replaced_by_an_older_one(database: Database) -> None:
     """Two writers of one record: the row with the greater seq stays, whichever wrote last."""
     records = database.changes.records
-    records.dump([(INSTANCE, "a", 9, b"newer")])
-    records.dump([(INSTANCE, "a", 4, b"older"), (INSTANCE, "b", 4, b"b")])
+    records.dump(Rows([(INSTANCE, "a", 9, b"newer")], [], []))
+    records.dump(Rows([(INSTANCE, "a", 4, b"older"), (INSTANCE, "b", 4, b"b")], [], []))
     with database.changes.records.engine.connect() as conn:
         rows = {row.id: (row.seq, row.body) for row in conn.execute(sa.select(state_records))}
     assert rows == {"a": (9, b"newer"), "b": (4, b"b")}
@@ -181,7 +188,7 @@ def test_a_row_is_never_replaced_by_an_older_one(database: Database) -> None:
 def test_a_row_decodes_nothing_but_the_state_s_classes() -> None:
     """A tampered body cannot run code: the unpickler refuses any class but the state's own."""
     with pytest.raises(SnapshotError, match="not a state class"):
-        loads(pickle.dumps(PurePosixPath("/etc/passwd")))
+        loads(INSTANCE, pickle.dumps(PurePosixPath("/etc/passwd")))
 
 
 def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) -> None:
@@ -214,3 +221,54 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
     assert record_problems(store.records, replayed) == [
         f"the state store has no row of instance {tampered.uuid!r}, which the replay holds"
     ]
+
+
+@pytest.mark.parametrize("name", ["outcomes", "v1"])
+def test_processes_taking_turns_keep_the_rows_whole(database: Database, name: str) -> None:
+    """Three processes of one database fold the log and project in turns, each starting when it likes (one
+    joins late, one stops for a while): the rows stay whole wherever the watermark is, as a replay says."""
+    events = read_events(name)
+    lives = [LiveState(database.log) for _ in range(3)]
+    projectors = [Projector(live, database.changes, span=5) for live in lives]
+    replayed, seq = BuildState(), 0
+    for turn, start in enumerate(range(0, len(events), 6)):
+        database.log.append(events[start : start + 6])
+        for event in events[start : start + 6]:
+            seq += 1
+            replayed.apply(seq, event)
+        # Turn by turn: the first projects every other turn, the second each turn once the third turn has come,
+        # the third every third turn (when it projects, it has folded all the log).
+        takers = [n for n, every in ((0, 2), (1, 1), (2, 3)) if turn % every == 0 and (n != 1 or turn >= 3)]
+        for n in takers:
+            lives[n].catch_up()
+            projectors[n].project()
+        with open_stored(database.changes.records) as stored:
+            if stored is not None and stored.head_seq == seq and turn % 5 == 0:  # (every record: a few turns)
+                assert _mismatches(stored, lives[takers[-1]].state, replayed, seq) == [], turn
+    lives[1].catch_up()
+    projectors[1].project()
+    with open_stored(database.changes.records) as stored:
+        assert stored is not None and stored.head_seq == len(events)
+        assert _mismatches(stored, lives[1].state, replayed, len(events)) == []
+    assert record_problems(database.changes.records, replayed) == []
+
+
+def test_changes_that_are_no_state_change_rewrite_their_rows(database: Database) -> None:
+    """A run's later heartbeats, an instance that stops waiting for one of two refs, a want that gains a
+    child: none moves a state, and each rewrites its record's row (projected after every event)."""
+    story = Story()
+    story.want("root", "agg/t=1")
+    story.buffer("r1", "agg/t=1")
+    for _ in range(3):  # the first makes it Running; the later ones only say it is alive
+        story.ok(pb.JobRunHeartbeat(job_run_id="r1"), source=from_job_run("r1"))
+    story.missing("r1", "raw/a", "raw/b")  # the instance waits for both
+    story.derivative("child", "root", "r1", "raw/a", "raw/b")  # the root want gains a child
+    story.observe("raw/a")  # it waits for raw/b alone now
+    story.observe("raw/b")
+    live = LiveState(database.log)
+    projector = Projector(live, database.changes)
+    for seq, event in enumerate(story.events, start=1):
+        database.log.append([event])
+        live.catch_up()
+        projector.project()
+        assert record_problems(database.changes.records, live.state) == [], seq
