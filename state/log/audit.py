@@ -3,7 +3,9 @@
 `audit` replays the log (from the newest usable snapshot) to a seq, digests the
 state and lists the first rejections (the fold's `Rejection` records); with
 `verify` it replays again from seq 0 without snapshots and compares digests
-and seqs; with `save` it writes a snapshot.
+and seqs (unless the state came from seq 0 without one already: the same fold
+twice would tell nothing more); with `save` it writes a snapshot. One state is
+held at a time: the first is dropped before the second replay begins.
 """
 
 from __future__ import annotations
@@ -97,7 +99,11 @@ def audit(
         seconds=seconds,
     )
     if verify:
-        result.problems = _verify(log, state, digest, target, progress)
+        if report.snapshot_seq == 0:  # a full replay from seq 0 already: check it saw every seq
+            result.problems = _gaps(report.replayed, target)
+        else:
+            del state  # (the report keeps what it needs of it): one state in memory at a time
+            state, result.problems = _verify(log, result, target, progress)
         if verify_also is not None and target == head:
             result.problems += verify_also(state)
         result.verified = not result.problems
@@ -106,16 +112,18 @@ def audit(
     return result
 
 
-def _verify(log: EventLog, loaded: BuildState, digest: str, target: int, progress: Progress | None) -> list[str]:
-    problems = []
+def _gaps(replayed: int, target: int) -> list[str]:
+    """seq is gapless from 1: a full replay to `target` must have seen exactly `target` events."""
+    return [] if replayed == target else [f"log has gaps: {replayed} events up to seq {target}"]
+
+
+def _verify(log: EventLog, loaded: AuditReport, target: int, progress: Progress | None) -> tuple[BuildState, list[str]]:
+    """Replay from seq 0 without snapshots; the state, and how it differs from the one `loaded` reports."""
     fresh = BuildState()
-    replayed = replay_into(fresh, log, upto_seq=target, progress=progress)
-    # seq is gapless from 1: a full replay to `target` must have seen exactly `target` events.
-    if replayed != target:
-        problems.append(f"log has gaps: {replayed} events up to seq {target}")
-    if fresh.head_seq != loaded.head_seq:
-        problems.append(f"full replay ended at seq {fresh.head_seq}, snapshot load at {loaded.head_seq}")
+    problems = _gaps(replay_into(fresh, log, upto_seq=target, progress=progress), target)
+    if fresh.head_seq != loaded.state_seq:
+        problems.append(f"full replay ended at seq {fresh.head_seq}, snapshot load at {loaded.state_seq}")
     fresh_digest = state_digest(fresh)
-    if fresh_digest != digest:
-        problems.append(f"digest differs: full replay {fresh_digest}, snapshot + tail {digest}")
-    return problems
+    if fresh_digest != loaded.digest:
+        problems.append(f"digest differs: full replay {fresh_digest}, snapshot + tail {loaded.digest}")
+    return fresh, problems
