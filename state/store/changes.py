@@ -14,7 +14,7 @@ deleted in one pass, paid once per retention. The counts by state that a span's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -81,7 +81,7 @@ class ChangeStore:
         (`history.dropped_deltas_between`). `records`: a tracking pass's rows of the records it changed,
         written in the same transaction (state/store/records.py).
         """
-        rows = [_row(change) for change in changes]
+        rows = [change_row(change) for change in changes]
         # Bounded as an append is (state/db.py): a projector of another process stopped inside its span (its
         # row lock on the watermark held) ends or is given up on, so this one fails and retries, never hangs.
         with begin_write(self._engine, bounded=True) as conn:
@@ -117,6 +117,13 @@ class ChangeStore:
         with self._engine.connect() as conn:
             return _retention_between(conn, first, last)
 
+    def rows(self, first: int, last: int) -> list[tuple[Any, ...]]:
+        """Every row in (`first`, `last`], in key order, as `change_row` gives them (the audit compares these:
+        no `Change` is built for a row that agrees)."""
+        query = sa.select(table).where(table.c.seq > first, table.c.seq <= last)
+        with self._engine.connect() as conn:
+            return [tuple(row) for row in conn.execute(query.order_by(table.c.seq, table.c.kind, table.c.id))]
+
     def page(self, first: int, last: int, limit: int, after: tuple[int, int, str] | None = None) -> list[Change]:
         """`changes_page` of the live state, from the rows: the first `limit` changes in (`first`, `last`]
         after the key `after`. The caller makes sure the watermark is at `last` or beyond."""
@@ -127,7 +134,7 @@ class ChangeStore:
             query = query.where(sa.tuple_(table.c.seq, table.c.kind, table.c.id) > sa.tuple_(*after))
         query = query.order_by(table.c.seq, table.c.kind, table.c.id).limit(limit)
         with self._engine.connect() as conn:
-            return [_change(row) for row in conn.execute(query)]
+            return [row_change(row) for row in conn.execute(query)]
 
 
 def changes_watermark(conn: Connection) -> int:
@@ -182,7 +189,7 @@ def _delete_dropped(conn: Connection, dropped: Callable[[Iterable[str]], set[str
         _gone.drop(conn)
 
 
-def _row(change: Change) -> tuple[object, ...]:
+def change_row(change: Change) -> tuple[object, ...]:
     """The change's row, in the table's column order."""
     return (
         change.seq,
@@ -196,18 +203,20 @@ def _row(change: Change) -> tuple[object, ...]:
     )
 
 
-def _change(row: sa.Row[tuple[object, ...]]) -> Change:
-    kind = KINDS[row.kind]
+def row_change(row: Sequence[Any]) -> Change:
+    """The change a row (of `change_row`'s form) holds."""
+    seq, rank, key, ref, from_state, to_state, from_uuid, to_uuid = row
+    kind = KINDS[rank]
     states = _STATES.get(kind)
     return Change(
-        seq=row.seq,
+        seq=seq,
         kind=kind,
-        id=row.id,
-        ref=row.ref,
-        from_state=_state(states, row.from_state),
-        to_state=_state(states, row.to_state),
-        from_uuid=row.from_uuid,
-        to_uuid=row.to_uuid,
+        id=key,
+        ref=ref,
+        from_state=_state(states, from_state),
+        to_state=_state(states, to_state),
+        from_uuid=from_uuid,
+        to_uuid=to_uuid,
     )
 
 

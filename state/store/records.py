@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write, delete_keys, insert_ignoring_conflicts, write_newer_rows
 from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Want, WantState
-from partbuild.state.log.snapshot import StateUnpickler
+from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
 from partbuild.state.schema import state_heartbeats, state_projections
 from partbuild.state.schema import state_records as table
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from partbuild.state.fold.touched import Touched
 
 
-ENCODING: Final = 2  # bump when `body_of` changes what a row holds
+ENCODING: Final = 3  # bump when `row_value` changes what a row holds
 
 
 def _format() -> str:
@@ -95,23 +95,31 @@ def _dumps(value: object) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def loads(kind: int, body: bytes) -> Any:
-    """A row's body, decoded (by an unpickler that builds nothing but the state's own classes): an instance
-    row is (Instance, packed history, kept fields), a want row the Want, a run row (JobRun,), a ref row
-    (canonical UUID, first created seq, kept fields, served UUID), each None where absent."""
+def decoded(body: bytes) -> tuple[Any, ...]:
+    """A row's body as `row_value` gave it, by an unpickler that builds nothing but the state's own classes."""
     value = StateUnpickler(io.BytesIO(body)).load()
+    if not isinstance(value, tuple):
+        raise SnapshotError(f"a state store row holds a {type(value).__name__}, not a tuple")
+    return value
+
+
+def loads(kind: int, body: bytes) -> Any:
+    """A row's body, decoded: an instance row is (Instance, packed history, kept fields), a want row the Want,
+    a run row (JobRun,), a ref row (canonical UUID, first created seq, kept fields, served UUID), each None
+    where absent."""
+    value = decoded(body)
     if kind in (INSTANCE, RUN):
         return (_record(kind, value[0]), *value[1:])
     return _record(kind, value) if kind == WANT else value
 
 
-def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
-    """The body of one record's row as `state` holds it (None: it holds no such record)."""
+def row_value(state: BuildState, kind: int, key: str) -> tuple[Any, ...] | None:
+    """What one record's row holds, as `state` holds it (None: it holds no such record)."""
     if kind == INSTANCE:
         instance = state.instances.get(key)
         if instance is None:
             return None
-        return _dumps((_fields(instance), state.instance_histories.get(key, 0), state.fields.get(key)))
+        return (_fields(instance), state.instance_histories.get(key, 0), state.fields.get(key))
     if kind == WANT:
         want = state.wants.get(key)
         if want is None:
@@ -120,17 +128,21 @@ def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
         if want.tally is not None:  # the fold's bookkeeping of an active want: no read needs it
             at = _TALLY_AT
             values = (*values[:at], None, *values[at + 1 :])
-        return _dumps(values)
+        return values
     if kind == RUN:
         run = state.job_runs.get(key)
-        if run is None:
-            return None
-        return _dumps((_fields(run),))
+        return None if run is None else (_fields(run),)
     canonical = state.canonical.get(key)
     first, fields, serving = state.first_created.get(key), state.fields.get(key), state.serving.get(key)
     if canonical is None and first is None and fields is None:
         return None
-    return _dumps((canonical, first, fields, serving))
+    return (canonical, first, fields, serving)
+
+
+def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
+    """The body of one record's row as `state` holds it (None: it holds no such record)."""
+    value = row_value(state, kind, key)
+    return None if value is None else _dumps(value)
 
 
 _TALLY_AT: Final = Want.__slots__.index("tally")
@@ -182,16 +194,21 @@ def touched_keys(touched: Touched) -> Iterator[Key]:
             yield kind, key
 
 
-def all_keys(state: BuildState) -> list[Key]:
-    """Every record the state holds, as keys of the table (refs: those with a pointer or a kept change)."""
+def ref_keys(state: BuildState) -> dict[str, None]:
+    """The refs with a row: those with a canonical pointer, a first instance dropped or a kept change."""
     refs = dict.fromkeys(state.canonical)
     refs.update(dict.fromkeys(state.first_created))
     refs.update((key, None) for key in state.fields if key not in state.instances)
+    return refs
+
+
+def all_keys(state: BuildState) -> list[Key]:
+    """Every record the state holds, as keys of the table."""
     return [
         *((INSTANCE, key) for key in state.instances),
         *((WANT, key) for key in state.wants),
         *((RUN, key) for key in state.job_runs),
-        *((REF, key) for key in refs),
+        *((REF, key) for key in ref_keys(state)),
     ]
 
 

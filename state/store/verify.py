@@ -11,14 +11,31 @@ the replayed record, every replayed record has its row, and the heartbeat rows a
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import dropped_deltas_between
-from partbuild.state.queries.changes import CANONICAL_MOVED, INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between
-from partbuild.state.store.changes import ChangeStore
+from partbuild.state.queries.changes import (
+    CANONICAL_MOVED,
+    INSTANCE_CREATED,
+    INSTANCE_STATE,
+    KINDS,
+    Change,
+    changes_between,
+)
+from partbuild.state.store.changes import ChangeStore, change_row, row_change
 from partbuild.state.store.counts import CountRow, Counts, count_rows
 from partbuild.state.store.projector import DEFAULT_SPAN
-from partbuild.state.store.records import KIND_NAMES, Key, RecordStore, all_keys, beats_of, body_of, loads
+from partbuild.state.store.records import (
+    KIND_NAMES,
+    Key,
+    RecordStore,
+    all_keys,
+    beats_of,
+    decoded,
+    ref_keys,
+    row_value,
+)
 
 
 def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SPAN) -> list[str]:
@@ -31,11 +48,11 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
     for first in range(0, mark, span):
         last = min(mark, first + span)
         expected = changes_between(state, first, last)
-        stored = _span(store, first, last)
+        stored = store.rows(first, last)
         if pending_drops:
-            stored = [change for change in stored if _held(state, change)]
-        if stored != expected:
-            difference = _first_difference(stored, expected)
+            stored = [row for row in stored if _held(state, row)]
+        if stored != list(map(change_row, expected)):  # rows, not changes: nothing is built where they agree
+            difference = _first_difference(list(map(row_change, stored)), expected)
             return [f"the state store differs from the replay in seqs ({first}, {last}]: {difference}"]
         # The dropped instances' deltas are the replay's own, whether or not the store has reached their drop.
         expected_counts = count_rows(counts, expected, dropped_deltas_between(state, first, last))
@@ -51,16 +68,18 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
     """Where the record rows differ from `state`'s records, when they are whole at its head; [] otherwise."""
     if records.watermark() != state.head_seq:
         return []
-    expected = set(all_keys(state))
+    rows = [0] * len(KIND_NAMES)  # rows of each kind: every one is a held record's (keys are unique)
     for kind, key, _, body in records.all_rows():
-        held = body_of(state, kind, key)
+        held = row_value(state, kind, key)
         if held is None:
             return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
-        if _comparable(loads(kind, body)) != _comparable(loads(kind, held)):
+        if decoded(body) != held:  # the values as rows hold them: no record is built to compare
             return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
-        expected.discard((kind, key))
-    if expected:
-        return [f"the state store has no row of {_named(min(expected))}, which the replay holds"]
+        rows[kind] += 1
+    if rows != [len(state.instances), len(state.wants), len(state.job_runs), len(ref_keys(state))]:
+        stored = {(kind, key) for kind, key, _, _ in records.all_rows()}  # which one: a second pass, only then
+        missing = min(key for key in all_keys(state) if key not in stored)
+        return [f"the state store has no row of {_named(missing)}, which the replay holds"]
     return _heartbeat_problems(records, state)
 
 
@@ -78,14 +97,6 @@ def _named(key: Key) -> str:
     return f"{KIND_NAMES[key[0]]} {key[1]!r}"
 
 
-def _comparable(value: object) -> object:
-    """A decoded row in a form compared by value (records by their fields)."""
-    if isinstance(value, tuple):
-        return tuple(map(_comparable, value))
-    getstate = getattr(value, "__getstate__", None)
-    return getstate() if getstate is not None and hasattr(type(value), "__slots__") else value
-
-
 def _first_count_difference(stored: list[CountRow], expected: list[CountRow]) -> str:
     for got, want in zip(stored, expected, strict=False):
         if got != want:
@@ -95,21 +106,12 @@ def _first_count_difference(stored: list[CountRow], expected: list[CountRow]) ->
     return f"a count row missing from the store: {expected[len(stored)]}"
 
 
-def _span(store: ChangeStore, first: int, last: int, page: int = 10_000) -> list[Change]:
-    """Every stored change in (first, last]."""
-    found: list[Change] = []
-    while True:
-        got = store.page(first, last, page, found[-1].key if found else None)
-        found += got
-        if len(got) < page:
-            return found
-
-
-def _held(state: BuildState, change: Change) -> bool:
-    """Whether the state still holds the instance a change is about."""
-    if change.kind == CANONICAL_MOVED:
-        return change.to_uuid in state.instances
-    return change.kind not in (INSTANCE_CREATED, INSTANCE_STATE) or change.id in state.instances
+def _held(state: BuildState, row: tuple[Any, ...]) -> bool:
+    """Whether the state still holds the instance a change's row is about."""
+    kind = KINDS[row[1]]
+    if kind == CANONICAL_MOVED:
+        return row[7] in state.instances
+    return kind not in (INSTANCE_CREATED, INSTANCE_STATE) or row[2] in state.instances
 
 
 def _first_difference(stored: list[Change], expected: list[Change]) -> str:
