@@ -61,7 +61,7 @@ from partbuild.state.store.projector import Projector
 
 from golden_log import GOLDEN_LOGS, read_events
 from httpkit import JSON, PROBLEM_JSON
-from stepkit import Step, materialize, steps_strategy
+from stepkit import Step, appendable_histories, materialize
 from timetravelkit import SMALL_PLAN, Catalog, Key, catalog, w1_history
 
 NOW_MS = 1_800_000_000_000  # the live side's clock ("now", long after every log)
@@ -565,17 +565,6 @@ def test_every_as_of_read_of_a_generated_w1_history_equals_replay(tmp_path: Path
     assert judge.compared > 0
 
 
-RAW_PAYLOADS = {"bytes", "mutate", "repeat", "future"}  # steps that store bytes: EventLog.append takes events
-
-
-def appendable(steps: list[Step]) -> list[Step]:
-    """The steps without raw payloads, and without seq gaps (a log has none)."""
-    return [(act, delta, 1) for act, delta, _ in steps if act[0] not in RAW_PAYLOADS]
-
-
-random_histories = steps_strategy.map(appendable)
-
-
 @settings(
     max_examples=RANDOM_HISTORIES,
     derandomize=True,
@@ -583,7 +572,7 @@ random_histories = steps_strategy.map(appendable)
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(steps=random_histories)
+@given(steps=appendable_histories)
 def test_every_as_of_read_of_a_random_history_equals_replay(steps: list[Step]) -> None:
     """Histories from the fold's property tests (tests/kits/stepkit.py): clock skew, odd TTLs, retention
     with any cutoff, cascades, rejected events; gapless, without undecodable payloads."""

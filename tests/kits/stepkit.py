@@ -642,3 +642,15 @@ def is_live(state: BuildState, ref: str) -> bool:
     """Whether `ref` has a canonical instance and it is Live."""
     uuid = state.canonical.get(ref)
     return uuid is not None and state.instances[uuid].state == InstanceState.LIVE
+
+
+RAW_PAYLOADS = {"bytes", "mutate", "repeat", "future"}  # steps that store bytes: EventLog.append takes events
+
+
+def appendable(steps: list[Step]) -> list[Step]:
+    """The steps without raw payloads, and without seq gaps (a log has none)."""
+    return [(act, delta, 1) for act, delta, _ in steps if act[0] not in RAW_PAYLOADS]
+
+
+# Histories a log can hold as they are (appended as events): those of the time-travel and state store tests.
+appendable_histories = steps_strategy.map(appendable)

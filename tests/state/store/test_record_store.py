@@ -5,12 +5,14 @@ replayed to that seq holds; the rows are whole only once every record is in, and
 from __future__ import annotations
 
 import pickle
+import tempfile
 from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -27,6 +29,7 @@ from partbuild.state.store.verify import record_problems, store_problems
 
 from foldkit import Story
 from golden_log import GOLDEN_LOGS, read_events
+from stepkit import Step, appendable_histories, materialize
 from storekit import projected_while_growing
 
 
@@ -272,3 +275,26 @@ def test_changes_that_are_no_state_change_rewrite_their_rows(database: Database)
         live.catch_up()
         projector.project()
         assert record_problems(database.changes.records, live.state) == [], seq
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(steps=appendable_histories)
+def test_random_histories_keep_the_rows_whole_and_read_as_memory_does(steps: list[Step]) -> None:
+    """Histories from the fold's property tests (tests/kits/stepkit.py: clock skew, retention with any cutoff,
+    cascades, rejected events), projected every 3 events: each pass leaves every row its record, and as of
+    every seq the rows answer what the live state's past does."""
+    events = [entry.event for entry in materialize(steps) if entry.event is not None]
+    with tempfile.TemporaryDirectory() as folder, Database.open(f"sqlite:///{folder}/p.db", auto_upgrade=True) as db:
+        live = LiveState(db.log)
+        projector = Projector(live, db.changes)
+        for start in range(0, len(events), 3):
+            db.log.append(events[start : start + 3])
+            live.catch_up()
+            projector.project()
+            assert record_problems(db.changes.records, live.state) == [], start
+        replayed = BuildState()
+        with open_stored(db.changes.records) as stored:
+            assert (stored is None) == (not events)
+            for seq, event in enumerate(events, start=1):
+                replayed.apply(seq, event)
+                assert stored is not None and _mismatches(stored, live.state, replayed, seq) == [], seq
