@@ -3,11 +3,10 @@
 A row holds a record as the live state held it at the row's `seq` (the head when it was written), with
 what a read of the past needs to tell it as of any earlier seq: an instance with its packed state
 changes and kept fields, a want (without the fold's tally), a job run, a ref with its canonical pointer,
-what it serves and its kept `serving` changes (state/fold/history.py); a run's heartbeats after the first are
-rows of their own (`state_heartbeats`), each written once, so a long run's row is not rewritten with all of
-them at each heartbeat. A read as of N
-rebuilds the record from its row with the same functions that rebuild it from the live state
-(state/fold/past.py; state/store/stored.py), so the two cannot disagree.
+what it serves and its kept `serving` changes (state/fold/history.py); a run's heartbeats after the first
+are rows of their own (`state_heartbeats`), each written once, so a long run's row is not rewritten with all
+of them at each heartbeat. A read as of N rebuilds the record from its row with the same functions that
+rebuild it from the live state (state/fold/past.py; state/store/stored.py), so the two cannot disagree.
 
 Rows are written two ways, both keeping the newer of two rows of one record (`write_newer_rows`):
 - A projector pass in which the fold tracked every record it changed (`Touched`) writes the rows of those
@@ -18,7 +17,10 @@ Rows are written two ways, both keeping the newer of two rows of one record (`wr
   once when it finds the `records` watermark behind its own (a new table, a process that was not
   projecting while another one moved the watermark).
 So at the watermark W every record that existed is in its row as of W or later (a later row serves a read
-of the past as well as the live record does), and no dropped record has one.
+of the past as well as the live record does), and no dropped record has one. The rows have a format (the
+records' fields, `ENCODING`): a process of another format clears them and writes them all again, so two
+versions of partbuild writing one database at once would keep doing so (rows are derived: reads of them
+wait for the watermark of their own format).
 """
 
 from __future__ import annotations
