@@ -47,16 +47,18 @@ FOLD_SCRIPT = (
     "    started = time.perf_counter()\n"
     "    live = LiveState(db.log, use_snapshots=False)\n"
     "    status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
-    "    print(time.perf_counter() - started, int(status['VmRSS'].split()[0]) * 1024)\n"
+    "    kib = [int(status[name].split()[0]) for name in ('VmRSS', 'VmHWM')]\n"
+    "    print(time.perf_counter() - started, kib[0] * 1024, kib[1] * 1024)\n"
 )
 
 
-def _fold_elsewhere(url: str, pythonpath: str) -> tuple[float, int]:
-    """(seconds, resident bytes) of a fold of the whole log by the code on `pythonpath`, in a process."""
+def _fold_elsewhere(url: str, pythonpath: str) -> tuple[float, int, int]:
+    """(seconds, resident bytes after, peak resident bytes) of a fold of the whole log by the code on
+    `pythonpath`, in a process of its own."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     done = subprocess.run([sys.executable, "-c", FOLD_SCRIPT, url], env=env, capture_output=True, text=True, check=True)
-    seconds, resident = done.stdout.split()
-    return float(seconds), int(resident)
+    seconds, resident, peak = done.stdout.split()
+    return float(seconds), int(resident), int(peak)
 
 
 def _revision_of(pythonpath: str) -> str:
@@ -128,10 +130,10 @@ def main() -> None:
         events = log.head()
         urls = {"this": url} | {name: _copy_for(url, path, tmp, name) for name, path in sides[1:]}
         for name, path in sides:  # each side's fold alone in a process: what a server of it holds
-            seconds, resident = _fold_elsewhere(urls[name], path)
+            seconds, resident, peak = _fold_elsewhere(urls[name], path)
             print(
                 f"{name}: folded {events:,} events in {seconds:.0f} s ({events / seconds:,.0f} events/s), "
-                f"{resident / GIB:.2f} GiB resident (target <= 2 GiB)"
+                f"{resident / GIB:.2f} GiB resident after, {peak / GIB:.2f} GiB at the peak (target <= 2 GiB)"
             )
         # In a child process: its live state is gone before the audits start theirs (at 10M, two states
         # would not fit in 24 GiB).
