@@ -275,16 +275,15 @@ class RecordStore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._engine = engine
 
     def watermark(self) -> int:
         """The seq up to which every record is in its row (0: not yet)."""
-        with self._engine.connect() as conn:
+        with self.engine.connect() as conn:
             return records_watermark(conn)
 
     def dump(self, rows: Rows) -> None:
         """Write a chunk of rows outside any pass (`dump`): no watermark moves."""
-        with begin_write(self._engine, bounded=True) as conn:
+        with begin_write(self.engine, bounded=True) as conn:
             clear_other_formats(conn)
             write_rows(conn, rows)
 
@@ -317,14 +316,14 @@ class RecordStore:
 
     def all_beats(self) -> Iterator[Beat]:
         """Every heartbeat row, by run id and seq (the audit's walk)."""
-        with self._engine.connect() as conn:
+        with self.engine.connect() as conn:
             query = sa.select(state_heartbeats).order_by(state_heartbeats.c.run_id, state_heartbeats.c.seq)
             for row in conn.execution_options(yield_per=5000).execute(query):
                 yield row.run_id, row.seq, row.ms
 
     def all_rows(self) -> Iterator[tuple[int, str, int, bytes]]:
         """Every row, in key order (the audit's walk)."""
-        with self._engine.connect() as conn:
+        with self.engine.connect() as conn:
             query = sa.select(table.c.kind, table.c.id, table.c.seq, table.c.body).order_by(table.c.kind, table.c.id)
             for row in conn.execution_options(yield_per=5000).execute(query):
                 yield row.kind, row.id, row.seq, row.body

@@ -26,7 +26,20 @@ from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, Key, RecordS
 V = TypeVar("V")
 
 
-class _Rows(Mapping[str, V]):
+class _ByKey(Mapping[str, V]):
+    """A table of the rows, read by key only."""
+
+    def __getitem__(self, key: str) -> V:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("the state store's tables are read by key, not walked")
+
+    def __len__(self) -> int:
+        raise TypeError("the state store's tables are read by key, not counted")
+
+
+class _Rows(_ByKey[V]):
     """One part of one kind of row, by key (a missing row, or a part that is None, is a missing key)."""
 
     def __init__(self, stored: StoredRecords, kind: int, part: Callable[[Any], V | None]) -> None:
@@ -41,14 +54,8 @@ class _Rows(Mapping[str, V]):
             raise KeyError(key)
         return value
 
-    def __iter__(self) -> Iterator[str]:
-        raise TypeError("the state store's tables are read by key, not walked")
 
-    def __len__(self) -> int:
-        raise TypeError("the state store's tables are read by key, not counted")
-
-
-class _Fields(Mapping[str, tuple[object, ...]]):
+class _Fields(_ByKey[tuple[object, ...]]):
     """`BuildState.fields`: kept by instance UUID (in the instance's row) or by ref (in the ref's)."""
 
     def __init__(self, stored: StoredRecords) -> None:
@@ -60,12 +67,6 @@ class _Fields(Mapping[str, tuple[object, ...]]):
             if decoded is not None and decoded[index] is not None:
                 return decoded[index]
         raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        raise TypeError("the state store's tables are read by key, not walked")
-
-    def __len__(self) -> int:
-        raise TypeError("the state store's tables are read by key, not counted")
 
 
 def _itself(value: V) -> V:

@@ -51,33 +51,21 @@ def _mismatches(stored: StoredRecords, live: BuildState, replayed: BuildState, s
     past = PastState(live, seq, lambda: 0)
     replay = PastState(replayed, seq, lambda: 0)  # the replay's records in the form reads of the past give
     reads: list[tuple[str, Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = []
-    for uuid in replayed.instances:
-        reads.append(
-            (
-                f"instance {uuid}",
-                lambda u=uuid: stored.instance(u, seq),
-                lambda u=uuid: past.instances[u],
-                lambda u=uuid: replay.instances[u],
+    tables = (
+        ("instance", stored.instance, "instances"),
+        ("want", stored.want, "wants"),
+        ("run", stored.job_run, "job_runs"),
+    )
+    for label, from_rows, name in tables:
+        for key in getattr(replayed, name):
+            reads.append(
+                (
+                    f"{label} {key}",
+                    lambda k=key, read=from_rows: read(k, seq),
+                    lambda k=key, n=name: getattr(past, n)[k],
+                    lambda k=key, n=name: getattr(replay, n)[k],
+                )
             )
-        )
-    for want in replayed.wants:
-        reads.append(
-            (
-                f"want {want}",
-                lambda w=want: stored.want(w, seq),
-                lambda w=want: past.wants[w],
-                lambda w=want: replay.wants[w],
-            )
-        )
-    for run in replayed.job_runs:
-        reads.append(
-            (
-                f"run {run}",
-                lambda r=run: stored.job_run(r, seq),
-                lambda r=run: past.job_runs[r],
-                lambda r=run: replay.job_runs[r],
-            )
-        )
     for ref in replayed.canonical:
         reads.append(
             (
