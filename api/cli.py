@@ -195,20 +195,27 @@ class PartbuildGroup(click.Group):
         except ClientError as exc:
             raise CommandFailed(str(exc)) from None
         except Exception as exc:
-            refusal = _write_refusal(exc)
+            refusal = _database_refusal(exc)
             if refusal is None:
                 raise
             raise CommandFailed(refusal) from None
 
 
-def _write_refusal(exc: Exception) -> str | None:
-    """What to say of a database that refused a write (`--db`): a write-lock bound ended it (retry) or the
-    database only reads (a hot standby); None for anything else."""
-    from partbuild.state.db import DatabaseReadOnly, WriteNotDone, refused_as_read_only  # only on an error
+def _database_refusal(exc: Exception) -> str | None:
+    """What to say of a database that refused or failed a command (`--db`): a write-lock bound ended it
+    (retry), the database only reads (a hot standby), or its driver's error (a file opened read-only, a full
+    disk, a lost connection); None for anything else, a bug whose traceback is printed."""
+    import sqlalchemy as sa  # only on an error
+
+    from partbuild.state.db import DatabaseReadOnly, WriteNotDone, driver_message, refused_as_read_only
 
     if refused_as_read_only(exc):
         return str(DatabaseReadOnly())
-    return str(exc) if isinstance(exc, WriteNotDone) else None
+    if isinstance(exc, WriteNotDone):
+        return str(exc)
+    if isinstance(exc, sa.exc.DBAPIError):
+        return f"the database failed the command: {driver_message(exc)}"
+    return None
 
 
 @click.group(cls=PartbuildGroup, context_settings={"help_option_names": ["-h", "--help"]})

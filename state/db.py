@@ -121,6 +121,13 @@ def refused_as_read_only(exc: BaseException) -> bool:
     )
 
 
+def driver_message(exc: sa.exc.DBAPIError) -> str:
+    """The driver's own words for a database error, on one line: not SQLAlchemy's, which add the statement
+    and its parameters (values that must not reach an error message)."""
+    said = " ".join(str(exc.orig).split())
+    return said or type(exc.orig).__name__
+
+
 def read_only(engine: Engine) -> bool:
     """Whether the database takes no writes: a PostgreSQL server in recovery (a hot standby) or whose sessions
     are read-only by default. A SQLite file is written by whoever opens it."""

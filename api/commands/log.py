@@ -24,6 +24,7 @@ from partbuild.api.commands.common import (
 from partbuild.api.models.audit import AuditOut
 from partbuild.api.models.partitions import RetentionRequest
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.state.db import driver_message
 from partbuild.state.fold.records import Rejection
 from partbuild.state.log.audit import AuditInputError, AuditReport, audit
 from partbuild.state.log.live import LiveState
@@ -51,12 +52,19 @@ def db_upgrade(db_url: str) -> None:
     try:
         upgrade(db_url)
     except sa.exc.OperationalError as exc:
-        raise CommandFailed(f"cannot open database {db_url}: {exc.orig}") from None
+        raise CommandFailed(f"cannot open database {db_url}: {driver_message(exc)}") from None
     with open_database(db_url, must_exist=False) as db:
-        # An existing log is projected into the state store once, here, rather than by the first server.
-        projected = Projector(LiveState(db.log), db.changes).project()
+        revision = db.schema_revision()
+        try:
+            # An existing log is projected into the state store once, here, rather than by the first server.
+            projected = Projector(LiveState(db.log), db.changes).project()
+        except sa.exc.DBAPIError as exc:
+            raise CommandFailed(
+                f"database at revision {revision}, but projecting its log into the state store failed: "
+                f"{driver_message(exc)} (`partbuild serve` or `up` projects it when they start)"
+            ) from None
         render.console.print(
-            f"database at revision {db.schema_revision()}, log head seq {db.log.head()}, "
+            f"database at revision {revision}, log head seq {db.log.head()}, "
             f"state store projected up to seq {projected}"
         )
 

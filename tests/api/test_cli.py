@@ -131,6 +131,39 @@ def test_db_upgrade_projects_an_existing_log_into_the_state_store(capsys: pytest
     assert f"a change missing from the store: Change(seq={head}" in err
 
 
+def _revision(db: str) -> str:
+    with Database.open(db) as database:
+        return database.schema_revision()
+
+
+def test_a_database_that_refuses_the_commands_writes_is_one_line_and_the_schema_stays(
+    capsys: pytest.CaptureFixture[str], db: str
+) -> None:
+    """A SQLite file opened read-only, a PostgreSQL session read-only by default: `db upgrade` (its schema
+    already at head) cannot project the log, and a want cannot be appended. Each says so in one line, exit 1,
+    without SQLAlchemy's statement and its parameters."""
+    assert run_cli(capsys, "want", "--db", db, "raw/x/date=2026-01-01")[0] == 0
+    if db.startswith("sqlite"):
+        read_only = f"sqlite:///file:{db.removeprefix('sqlite:///')}?mode=ro&uri=true"
+        refused = "attempt to write a readonly database"
+        upgrade_refused = f"database at revision {_revision(db)}, but projecting its log into the state store failed"
+        want_refused = f"the database failed the command: {refused}"
+    else:  # known read-only before anything is tried
+        read_only = f"{db}%20-cdefault_transaction_read_only%3Don"
+        upgrade_refused = want_refused = "the database is read-only (a PostgreSQL hot standby or a read-only session)"
+    code, _, err = run_cli(capsys, "db", "upgrade", "--db", read_only)
+    assert code == 1 and err.count("\n") == 1 and upgrade_refused in err, err
+    assert db.startswith("postgresql") or err.endswith(
+        f"{refused} (`partbuild serve` or `up` projects it when they start)\n"
+    )
+    assert "[SQL" not in err and "parameters" not in err
+    code, _, err = run_cli(capsys, "want", "--db", read_only, "raw/x/date=2026-01-02")
+    assert code == 1 and err.count("\n") == 1 and want_refused in err, err
+    with Database.open(db) as database:  # nothing recorded was lost, nothing more was
+        assert database.log.head() == 1 and database.changes.watermark() == 0
+    assert run_cli(capsys, "db", "upgrade", "--db", db)[0] == 0
+
+
 # ----------------------------------------------------------------- the lazy command table
 
 # Loaded at collection: importing some libraries the commands use runs a child process (`file -b`).
