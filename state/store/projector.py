@@ -3,9 +3,9 @@
 Each pass projects (watermark, head]: the changes, and what instances dropped by retention added to the
 counts, are computed from the live state under its read lock, then written outside it in one transaction
 with the counts they make and the watermark (`ChangeStore.write`). The first pass turns on the fold's
-record of what it touches (`BuildState.touched`, state/fold/touched.py) and scans every record
-(`changes_between`, in spans of at most `span` seqs, which bounds a transaction) up to the seq tracking
-began; each later pass reads the changes of the records touched since (`changes_of`), and writes the rows of
+record of what it touches (`BuildState.touched`, state/fold/touched.py) and scans every record up to the
+seq tracking began, in spans of at most `span` seqs (which bounds a transaction), reading each record once
+(`ChangeScan`); each later pass reads the changes of the records touched since (`changes_of`), and writes the rows of
 those records (state/store/records.py): its cost is its changes, not the state's size. A process that finds
 the records' watermark behind its own first writes every record it holds (`_dump`, a chunk at a time).
 Any number of processes holding a live state of one database may project: the watermark's compare and
@@ -18,10 +18,11 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import dropped_deltas_between
 from partbuild.state.fold.touched import Touched
 from partbuild.state.log.live import LiveState
-from partbuild.state.queries.changes import changes_between, changes_of
+from partbuild.state.queries.changes import ChangeScan, changes_of
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.records import RecordPass, all_keys, rows_of, touched_keys
 
@@ -47,6 +48,7 @@ class Projector:
         # Whether this process wrote every record it held since its fold began tracking (`_dump`): its passes
         # then make the records whole, wherever the records' watermark was.
         self._whole = False
+        self._scan: ChangeScan | None = None  # the scan of the passes up to the seq tracking began
         live.on_fold(lambda _state, _count, _seconds: self._wake.set())
 
     def project(self) -> int:
@@ -62,6 +64,7 @@ class Projector:
                     self._whole = False
                 if touched.since <= mark:
                     # Every record changed after the mark is in it: the pass costs its changes.
+                    self._scan = None
                     last, drained = head, touched
                     state.touched = Touched(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
@@ -69,7 +72,7 @@ class Projector:
                     records = RecordPass(rows_of(state, touched_keys(drained), mark), whole=self._whole)
                 else:  # up to the seq tracking began (first, or behind another projector's mark): scan
                     last = min(head, touched.since, mark + self.span)
-                    changes = changes_between(state, mark, last)
+                    changes = self._scan_of(state, touched.since).changes(state, mark, last)
                     dropped = dropped_deltas_between(state, mark, last)
             if self.store.write(mark, last, changes, self._dropped, dropped, records):
                 mark = last
@@ -84,6 +87,13 @@ class Projector:
                     if state.touched is not None:
                         state.touched.absorb(drained)  # what it drained may still be owed past that mark
         return mark
+
+    def _scan_of(self, state: BuildState, until: int) -> ChangeScan:
+        """The scan up to `until` (the seq tracking began) that this pass goes on with: one read of each record
+        for every span of it, where `changes_between` per span read every record each time."""
+        if self._scan is None or self._scan.until != until:
+            self._scan = ChangeScan(state, until, self.span)
+        return self._scan
 
     def _records_behind(self, mark: int) -> bool:
         """Whether the records are not known whole at the changes' watermark `mark` (a pass with nothing new

@@ -1,8 +1,8 @@
 """The audit of the state store: its changes, counts and records against a state replayed from the log.
 
 `replay --verify` (and `POST /audit` with `verify`) replays the log to its head; this compares the store's
-rows up to its watermark with that state's changes, one span of seqs at a time (memory bounded by a span's
-changes, whatever the log's length). A retention after the watermark has dropped instances from the
+rows up to its watermark with that state's changes, one span of seqs at a time (`changes_by_span`: each
+record is read once, however many spans there are). A retention after the watermark has dropped instances from the
 replayed state that the store still holds until the projector reaches it: those rows are left out then.
 The records (state/store/records.py) are compared when they are whole at the replay's head: each row with
 the replayed record, every replayed record has its row, and the heartbeat rows are the replayed runs'.
@@ -21,7 +21,7 @@ from partbuild.state.queries.changes import (
     INSTANCE_STATE,
     KINDS,
     Change,
-    changes_between,
+    changes_by_span,
 )
 from partbuild.state.store.changes import ChangeStore, change_row, row_change
 from partbuild.state.store.counts import CountRow, Counts, count_rows
@@ -45,9 +45,8 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
         return [f"the state store is projected up to seq {mark}, after the log's head {state.head_seq}"]
     pending_drops = store.retention_between(mark, state.head_seq)
     counts: Counts = {}
-    for first in range(0, mark, span):
-        last = min(mark, first + span)
-        expected = changes_between(state, first, last)
+    dropped = _dropped_by_span(state, mark, span)
+    for first, last, expected in changes_by_span(state, mark, span):
         stored = store.rows(first, last)
         if pending_drops:
             stored = [row for row in stored if _held(state, row)]
@@ -55,13 +54,21 @@ def store_problems(store: ChangeStore, state: BuildState, span: int = DEFAULT_SP
             difference = _first_difference(list(map(row_change, stored)), expected)
             return [f"the state store differs from the replay in seqs ({first}, {last}]: {difference}"]
         # The dropped instances' deltas are the replay's own, whether or not the store has reached their drop.
-        expected_counts = count_rows(counts, expected, dropped_deltas_between(state, first, last))
+        expected_counts = count_rows(counts, expected, dropped.pop(first // span, []))
         stored_counts = store.count_rows(first, last)
         if stored_counts != expected_counts:
             difference = _first_count_difference(stored_counts, expected_counts)
             return [f"the state store's counts differ from the replay's in seqs ({first}, {last}]: {difference}"]
         counts.update(((kind, state_code), count) for kind, state_code, _, count in expected_counts)
     return record_problems(store.records, state)
+
+
+def _dropped_by_span(state: BuildState, last: int, span: int) -> dict[int, list[tuple[int, int, int]]]:
+    """What dropped instances added to the counts in (0, `last`], by span (`first // span`), in one pass."""
+    found: dict[int, list[tuple[int, int, int]]] = {}
+    for delta in dropped_deltas_between(state, 0, last):
+        found.setdefault((delta[0] - 1) // span, []).append(delta)
+    return found
 
 
 def record_problems(records: RecordStore, state: BuildState) -> list[str]:

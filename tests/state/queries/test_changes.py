@@ -17,7 +17,9 @@ from partbuild.state.queries.changes import (
     JOB_RUN_STATE,
     WANT_STATE,
     Change,
+    ChangeScan,
     changes_between,
+    changes_by_span,
     changes_page,
 )
 
@@ -173,3 +175,41 @@ def test_pages_of_changes_are_the_span_in_order_whatever_their_size(name: str) -
     for first in range(story.state.head_seq):
         for last in range(first, story.state.head_seq + 1):
             assert _paged(story.state, first, last, 2) == changes_between(story.state, first, last)
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_changes_by_span_are_each_spans_changes_whatever_its_width_and_end(name: str) -> None:
+    """Reading each record once for all the spans lists, span by span, what a scan of each span lists."""
+    state = BuildState(strict=True)
+    for seq, payload in enumerate(read(name), 1):
+        state.apply_payload(seq, payload)
+    head = state.head_seq
+    for last in (head, head - 1, head // 2, 1, 0):
+        for span in (1, 2, 7, head // 3 or 1, head, head + 5):
+            got = [(first, end, changes) for first, end, changes in changes_by_span(state, last, span)]
+            ends = [(first, min(last, first + span)) for first in range(0, last, span)]
+            assert [(first, end) for first, end, _ in got] == ends, (last, span)
+            assert [changes for _, _, changes in got] == [changes_between(state, *at) for at in ends], (last, span)
+    for last, span in ((head + 1, 5), (-1, 5), (head, 0)):
+        with pytest.raises(ValueError, match="width >= 1"):
+            list(changes_by_span(state, last, span))
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_a_scan_lists_each_span_while_the_state_folds_on_retried_or_jumped_over(name: str) -> None:
+    """As a projector uses it: the state folds between calls, a span whose write failed is asked again,
+    and spans another projector wrote are jumped over."""
+    payloads = list(read(name))
+    state = BuildState(strict=True)
+    until = len(payloads) * 2 // 3
+    for seq, payload in enumerate(payloads[:until], 1):
+        state.apply_payload(seq, payload)
+    scan = ChangeScan(state, until, 3)
+    later = iter(enumerate(payloads[until:], until + 1))
+    spans = [(0, 3), (0, 3), (3, 5), (5, 6), (9, 9), (9, 11), (17, until - 1), (until - 1, until), (until, until)]
+    for first, last in sorted((first, last) for first, last in spans if 0 <= first <= last <= until):
+        if (event := next(later, None)) is not None:
+            state.apply_payload(*event)
+        assert scan.changes(state, first, last) == changes_between(state, first, last), (first, last)
+    with pytest.raises(ValueError, match="first <= last"):
+        scan.changes(state, until - 2, until)  # before the last call's first
