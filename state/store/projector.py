@@ -76,7 +76,7 @@ class Projector:
                     dropped = dropped_deltas_between(state, mark, last)
             if self.store.write(mark, last, changes, self._dropped, dropped, records):
                 mark = last
-                if records is not None and not self._whole and self.store.records.watermark() != mark:
+                if records is not None and not self._whole and self._records_behind(mark):
                     self._dump()  # the records are not whole: make them so, for the next pass to say it
                     if not self._whole:
                         break  # tracking stopped during the dump: the next call starts again
@@ -97,8 +97,10 @@ class Projector:
 
     def _records_behind(self, mark: int) -> bool:
         """Whether the records are not known whole at the changes' watermark `mark` (a pass with nothing new
-        to fold is still owed: it writes them all, or says they are whole)."""
-        return self.store.records.watermark() != mark
+        to fold is still owed: it writes them all, or says they are whole); never while a newer format owns
+        them (a newer partbuild projects the same database: it writes them)."""
+        records = self.store.records
+        return records.watermark() != mark and not records.newer_format()
 
     def _dump(self) -> None:
         """Write the row of every record the live state holds, `DUMP_CHUNK` at a time; what changes meanwhile

@@ -18,9 +18,10 @@ Rows are written two ways, both keeping the newer of two rows of one record (`wr
   projecting while another one moved the watermark).
 So at the watermark W every record that existed is in its row as of W or later (a later row serves a read
 of the past as well as the live record does), and no dropped record has one. The rows have a format (the
-records' fields, `ENCODING`): a process of another format clears them and writes them all again, so two
-versions of partbuild writing one database at once would keep doing so (rows are derived: reads of them
-wait for the watermark of their own format).
+records' fields, `ENCODING`). The newest format owns them: a process of an older one writes no rows and
+reads none (its reads of the past use its memory), and a process of a newer one clears them and writes them
+all again. So two versions of partbuild projecting one database during a rolling upgrade do not take the
+rows from each other in turn, each writing every record again.
 """
 
 from __future__ import annotations
@@ -48,18 +49,23 @@ if TYPE_CHECKING:
     from partbuild.state.fold.touched import Touched
 
 
-ENCODING: Final = 3  # bump when `row_value` changes what a row holds
+# Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
+# tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
+ENCODING: Final = 3
 
 
-def _format() -> str:
-    """The rows' format: the fields of the records pickled in them, in order (a body holds their values)."""
+def _fingerprint() -> str:
+    """The fields of the records pickled in a row, in order (a body holds their values)."""
     layout = repr([ENCODING, *((cls.__name__, cls.__slots__) for cls in (Instance, Want, JobRun))])
     return hashlib.sha256(layout.encode()).hexdigest()[:12]
 
 
-# The `records` watermark's row, by format: rows of another format are not read, and a process of this one
-# writes every record again (`dump`) before it moves its watermark (`clear_other_formats`).
-PROJECTION: Final = f"records:{_format()}"
+FINGERPRINT: Final = _fingerprint()
+# The `records` watermark's row, by format (`records:<ENCODING>:<FINGERPRINT>`): rows of another format are
+# not read; a process of a newer one clears them and writes every record again (`dump`) before it moves
+# its watermark (`take_rows`). The first rows' names carried no number: theirs was 3.
+PROJECTION: Final = f"records:{ENCODING}:{FINGERPRINT}"
+_UNNUMBERED_ENCODING = 3
 INSTANCE, WANT, RUN, REF = 0, 1, 2, 3  # the `kind` column
 KIND_NAMES: Final = ("instance", "want", "job run", "ref")
 Row = tuple[int, str, int, bytes]  # kind, id, seq, body
@@ -241,8 +247,10 @@ def _beat_row(beat: Beat) -> dict[str, object]:
 
 def write_pass(conn: Connection, first: int, last: int, records: RecordPass) -> None:
     """A tracking pass's rows, in the transaction that moves the changes' watermark from `first` to `last`;
-    the records' watermark moves with it when the rows are whole: it was at `first`, or `records.whole`."""
-    clear_other_formats(conn)
+    the records' watermark moves with it when the rows are whole: it was at `first`, or `records.whole`.
+    Nothing, when a newer format owns the rows."""
+    if not take_rows(conn):
+        return
     write_rows(conn, records.rows)
     if records.whole or records_watermark(conn) == first:
         move_records_watermark(conn, last)
@@ -261,13 +269,39 @@ def move_records_watermark(conn: Connection, last: int) -> None:
         conn.execute(sa.insert(state_projections).values(name=PROJECTION, seq=last))
 
 
-def clear_other_formats(conn: Connection) -> None:
-    """Delete the rows of another format, with its watermark, when this format has no watermark yet."""
+def _encoding_of(name: str) -> int:
+    """The format number of a `records` watermark's row name."""
+    parts = name.split(":")
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else _UNNUMBERED_ENCODING
+
+
+def _other_formats(conn: Connection) -> list[str]:
     others = state_projections.c.name.like("records:%") & (state_projections.c.name != PROJECTION)
-    if conn.execute(sa.select(state_projections.c.name).where(others).limit(1)).first() is not None:
-        conn.execute(sa.delete(state_projections).where(others))
-        conn.execute(sa.delete(table))
-        conn.execute(sa.delete(state_heartbeats))
+    return list(conn.execute(sa.select(state_projections.c.name).where(others)).scalars())
+
+
+def newer_format(conn: Connection) -> bool:
+    """Whether a newer format than this one owns the rows (written by a newer partbuild)."""
+    return any(_encoding_of(name) > ENCODING for name in _other_formats(conn))
+
+
+def take_rows(conn: Connection) -> bool:
+    """Make the rows this format's, in the caller's transaction: False (nothing done) when a newer format owns
+    them; else the rows of an older format (or another build's of this number) are deleted with their
+    watermark, and this format's own under its unnumbered name are renamed."""
+    others = _other_formats(conn)
+    if not others:
+        return True
+    if any(_encoding_of(name) > ENCODING for name in others):
+        return False
+    if others == [f"records:{FINGERPRINT}"] and ENCODING == _UNNUMBERED_ENCODING:
+        rename = sa.update(state_projections).where(state_projections.c.name == others[0]).values(name=PROJECTION)
+        conn.execute(rename)  # these very rows, named before names carried the number
+        return True
+    conn.execute(sa.delete(state_projections).where(state_projections.c.name.in_(others)))
+    conn.execute(sa.delete(table))
+    conn.execute(sa.delete(state_heartbeats))
+    return True
 
 
 class RecordStore:
@@ -281,11 +315,16 @@ class RecordStore:
         with self.engine.connect() as conn:
             return records_watermark(conn)
 
+    def newer_format(self) -> bool:
+        """Whether a newer format than this one owns the rows: this process then neither writes nor reads them."""
+        with self.engine.connect() as conn:
+            return newer_format(conn)
+
     def dump(self, rows: Rows) -> None:
         """Write a chunk of rows outside any pass (`dump`): no watermark moves."""
         with begin_write(self.engine, bounded=True) as conn:
-            clear_other_formats(conn)
-            write_rows(conn, rows)
+            if take_rows(conn):
+                write_rows(conn, rows)
 
     def rows(self, conn: Connection, keys: Iterable[Key]) -> dict[Key, tuple[int, bytes]]:
         """(seq, body) of the rows of these keys that exist, read in `conn`'s transaction."""

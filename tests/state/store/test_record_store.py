@@ -22,6 +22,7 @@ from partbuild.state.log.events import from_job_run
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import SnapshotError
 from partbuild.state.schema import state_projections, state_records
+from partbuild.state.store import records as records_module
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import INSTANCE, PROJECTION, Rows, body_of, loads
 from partbuild.state.store.stored import StoredRecords, open_stored
@@ -286,3 +287,93 @@ def test_random_histories_keep_the_rows_whole_and_read_as_memory_does(steps: lis
             for seq, event in enumerate(events, start=1):
                 replayed.apply(seq, event)
                 assert stored is not None and _mismatches(stored, live.state, replayed, seq) == [], seq
+
+
+def test_the_rows_format_is_pinned() -> None:
+    """The records' fields changed (a slot added, renamed or moved): bump `records.ENCODING` (a newer format
+    owns the rows, and an older partbuild then leaves them alone), then pin the new fingerprint here."""
+    assert (records_module.ENCODING, records_module.FINGERPRINT) == (3, "a8dc696ec98a")
+
+
+def _as_format(monkeypatch: pytest.MonkeyPatch, encoding: int, fingerprint: str) -> None:
+    """This process writes and reads the rows as a partbuild of another format would (another version)."""
+    monkeypatch.setattr(records_module, "ENCODING", encoding)
+    monkeypatch.setattr(records_module, "PROJECTION", f"records:{encoding}:{fingerprint}")
+
+
+def _rows_by_key(database: Database) -> dict[tuple[int, str], int]:
+    with database.changes.records.engine.connect() as conn:
+        return {(row.kind, row.id): row.seq for row in conn.execute(sa.select(state_records))}
+
+
+def _formats(database: Database) -> dict[str, int]:
+    with database.changes.records.engine.connect() as conn:
+        query = sa.select(state_projections).where(state_projections.c.name.like("records:%"))
+        return {row.name: row.seq for row in conn.execute(query)}
+
+
+def test_the_newest_format_owns_the_rows_and_an_older_one_leaves_them_alone(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling upgrade: an older and a newer partbuild project one database in turns. The newer one takes
+    the rows once; the older one then writes none and reads none (its reads use its memory), so the two do
+    not rewrite every record in turn. With the newer one gone, the older one takes them back."""
+    events = read_events("v1")
+    third = len(events) // 3
+    database.log.append(events[:third])
+    older = LiveState(database.log)
+    assert Projector(older, database.changes).project() == third
+    ours = records_module.PROJECTION
+    assert _formats(database) == {ours: third}
+
+    newer = LiveState(database.log)
+    with monkeypatch.context() as patched:
+        _as_format(patched, records_module.ENCODING + 1, "feedbeef0000")
+        newer_projector = Projector(newer, database.changes)
+        newer_projector.project()
+        newer_name = records_module.PROJECTION
+        assert _formats(database) == {newer_name: third}  # taken: the older format's watermark is gone
+    newer_rows = _rows_by_key(database)
+
+    database.log.append(events[third : 2 * third])
+    older.catch_up()
+    assert Projector(older, database.changes).project() == 2 * third  # its changes, not the rows
+    assert _rows_by_key(database) == newer_rows and _formats(database) == {newer_name: third}
+    with open_stored(database.changes.records) as stored:
+        assert stored is None  # not its format: its reads of the past use its memory
+
+    newer.catch_up()
+    with monkeypatch.context() as patched:
+        _as_format(patched, records_module.ENCODING + 1, "feedbeef0000")
+        newer_projector.project()
+        assert _formats(database) == {newer_name: 2 * third}  # whole again, as the newer one's
+        assert record_problems(database.changes.records, newer.state) == []
+
+    # Rows of a format older than ours (a partbuild before this one) are ours to take: cleared, written again.
+    with database.changes.records.engine.begin() as conn:
+        renamed = sa.update(state_projections).where(state_projections.c.name == newer_name)
+        conn.execute(renamed.values(name=f"records:{records_module.ENCODING - 1}:0123456789ab"))
+    database.log.append(events[2 * third :])
+    older.catch_up()
+    assert Projector(older, database.changes).project() == older.head_seq == database.changes.records.watermark()
+    assert _formats(database) == {ours: older.head_seq}
+    assert record_problems(database.changes.records, older.state) == []
+
+
+def test_rows_named_before_names_carried_their_number_are_renamed_not_written_again(database: Database) -> None:
+    """The first rows' watermark was `records:<fingerprint>`: this very format's, renamed in place."""
+    events = read_events("v1")
+    database.log.append(events[:-3])
+    live = LiveState(database.log)
+    Projector(live, database.changes).project()
+    written = _rows_by_key(database)
+    unnumbered = f"records:{records_module.FINGERPRINT}"
+    with database.changes.records.engine.begin() as conn:
+        conn.execute(sa.update(state_projections).where(state_projections.c.name == PROJECTION).values(name=unnumbered))
+    database.log.append(events[-3:])
+    live.catch_up()
+    Projector(live, database.changes).project()
+    assert _formats(database) == {PROJECTION: live.head_seq}
+    rewritten = {key: seq for key, seq in _rows_by_key(database).items() if key in written and seq != written[key]}
+    assert len(rewritten) < len(written) / 2  # the records the last events touched, not every one
+    assert record_problems(database.changes.records, live.state) == []
