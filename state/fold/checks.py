@@ -110,9 +110,11 @@ def gate_problem(required: Sequence[str], plan: ChecksPlan, outputs: Iterable[st
 
 def record_checks(state: BuildState, seq: int, plan: ChecksPlan) -> None:
     """The apply phase's part: one entry per checked instance."""
-    table = state.check_results
+    table, touched = state.check_results, state.touched
     for uuid, rows in plan:
         table[uuid] = (*table.get(uuid, ()), (seq, rows))
+        if touched is not None:  # a recheck's results change no state: the instance's row needs them
+            touched.instances.add(uuid)
 
 
 def latest_checks(entries: tuple[CheckEntry, ...]) -> CheckEntry | None:

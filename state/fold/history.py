@@ -42,6 +42,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, unquote
 
 from partbuild.state.fold.records import Instance, InstanceState, JobRun, Want
 
@@ -223,6 +224,27 @@ def keep_versions(state: BuildState, seq: int, names: tuple[str, ...], only: Any
                 kept[key] = [(seq, copy)]
             elif versions[-1][1] != copy:
                 versions.append((seq, copy))
+            else:
+                continue
+            touch_version(state, name, key)
+
+
+def touch_version(state: BuildState, name: str, key: object) -> None:
+    """Track that record `key` of attribute `name` kept a new version (for the state store's row of them)."""
+    if state.touched is not None:
+        state.touched.versions.add(version_key(name, key))
+
+
+def version_key(name: str, key: object) -> str:
+    """The id of the state store's row of a small record's versions: `name/key`, the key percent-encoded (a
+    reaction's holds a NUL, which PostgreSQL text cannot)."""
+    return f"{name}/{quote(str(key), safe='')}"
+
+
+def version_of_key(row_id: str) -> tuple[str, str]:
+    """(attribute name, record key) of a versions row's id."""
+    name, _, key = row_id.partition("/")
+    return name, unquote(key)
 
 
 def versioned(

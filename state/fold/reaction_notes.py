@@ -32,6 +32,7 @@ import pickle
 from typing import TYPE_CHECKING, NamedTuple
 
 from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.history import touch_version
 from partbuild.state.fold.reactions import KIND_NAMES, ReactionPlan, reaction_want_id
 from partbuild.state.fold.validation import MAX_ID_LENGTH, id_problem
 from partbuild.state.fold.wants import apply_want_create
@@ -229,3 +230,6 @@ def _keep(state: BuildState, seq: int, name: str, key: str) -> None:
         versions[-1] = (seq, copy)
     elif not versions or versions[-1][1] != copy:
         versions.append((seq, copy))
+    else:
+        return
+    touch_version(state, name, key)

@@ -69,6 +69,8 @@ def apply_checks_request(state: BuildState, seq: int, plan: CheckRequest, event:
     request_id = event.checks_request.request_id
     state.check_requests[request_id] = plan
     state.pending_check_requests[request_id] = None
+    if state.touched is not None:
+        state.touched.check_requests.add(request_id)
 
 
 def check_checks_rerun(state: BuildState, seq: int, msg: pb.ChecksRerun, event: pb.Event) -> str | RerunPlan:
@@ -103,6 +105,8 @@ def apply_checks_rerun(state: BuildState, seq: int, plan: RerunPlan, event: pb.E
     _, requested, _ = state.check_requests[request_id]
     state.check_requests[request_id] = (uuid, requested, seq)
     del state.pending_check_requests[request_id]
+    if state.touched is not None:
+        state.touched.check_requests.add(request_id)
     if rows is not None:
         record_checks(state, seq, ((uuid, rows),))
 

@@ -1,4 +1,5 @@
-"""What the fold changed since a seq: the keys of the instances, wants, job runs and refs it changed.
+"""What the fold changed since a seq: the keys of the instances, wants, job runs, refs, versions of small
+records and check requests it changed.
 
 Off (`BuildState.touched` is None) unless a projector of the state store turns it on (state/store/): then
 every change the fold makes to a record adds its key here (a creation, a state change, and the changes that
@@ -14,7 +15,7 @@ from __future__ import annotations
 class Touched:
     """The keys of the records changed after `since` (a seq the state had folded when tracking began)."""
 
-    __slots__ = ("dropped_from", "instances", "refs", "runs", "since", "wants")
+    __slots__ = ("check_requests", "dropped_from", "instances", "refs", "runs", "since", "versions", "wants")
 
     def __init__(self, since: int, dropped_from: int = 0) -> None:
         self.since = since
@@ -24,6 +25,8 @@ class Touched:
         self.wants: set[str] = set()
         self.runs: set[str] = set()
         self.refs: set[str] = set()  # canonical pointers moved, what a ref serves, a first instance dropped
+        self.versions: set[str] = set()  # small records that kept a new version (`name/key`)
+        self.check_requests: set[str] = set()  # asked for or answered
 
     def absorb(self, earlier: Touched) -> None:
         """Take back what a pass drained but could not write: tracked since the earlier of the two."""
@@ -33,3 +36,5 @@ class Touched:
         self.wants |= earlier.wants
         self.runs |= earlier.runs
         self.refs |= earlier.refs
+        self.versions |= earlier.versions
+        self.check_requests |= earlier.check_requests

@@ -69,7 +69,7 @@ class Projector:
                     state.touched = Touched(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
                     dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
-                    records = RecordPass(rows_of(state, touched_keys(drained), mark), whole=self._whole)
+                    records = RecordPass(rows_of(state, touched_keys(state, drained), mark), whole=self._whole)
                 else:  # up to the seq tracking began (first, or behind another projector's mark): scan
                     last = min(head, touched.since, mark + self.span)
                     changes = self._scan_of(state, touched.since).changes(state, mark, last)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -39,7 +39,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write, delete_keys, insert_ignoring_conflicts, write_newer_rows
-from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Want, WantState
+from partbuild.state.fold.history import CLOCK_MARK_EVERY, version_key, version_of_key
+from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
 from partbuild.state.schema import state_heartbeats, state_projections
 from partbuild.state.schema import state_records as table
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 3
+ENCODING: Final = 4  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+# rejections and the clock's marks in rows of their own
 
 
 def _fingerprint() -> str:
@@ -66,8 +68,12 @@ FINGERPRINT: Final = _fingerprint()
 # its watermark (`take_rows`). The first rows' names carried no number: theirs was 3.
 PROJECTION: Final = f"records:{ENCODING}:{FINGERPRINT}"
 _UNNUMBERED_ENCODING = 3
-INSTANCE, WANT, RUN, REF = 0, 1, 2, 3  # the `kind` column
-KIND_NAMES: Final = ("instance", "want", "job run", "ref")
+# The `kind` column. Besides the records and refs: a small record's versions (groups, bucket layouts, sources,
+# subscriptions, schedules, reactions: `name/key`), a request to run checks again, a rejected event (its seq,
+# zero-padded: key order is seq order) and the clock's marks (CLOCK_CHUNK of them a row, by chunk).
+INSTANCE, WANT, RUN, REF, VERSION, CHECK_REQUEST, REJECTION, CLOCK = range(8)
+KIND_NAMES: Final = ("instance", "want", "job run", "ref", "version", "check request", "rejection", "clock")
+CLOCK_CHUNK: Final = 1024
 Row = tuple[int, str, int, bytes]  # kind, id, seq, body
 Key = tuple[int, str]
 
@@ -112,39 +118,100 @@ def decoded(body: bytes) -> tuple[Any, ...]:
 
 
 def loads(kind: int, body: bytes) -> Any:
-    """A row's body, decoded: an instance row is (Instance, packed history, kept fields), a want row the Want,
-    a run row (JobRun,), a ref row (canonical UUID, first created seq, kept fields, served UUID), each None
-    where absent."""
+    """A row's body, decoded: an instance row is (Instance, packed history, kept fields, check results), a want
+    row (Want, cause), a run row (JobRun,), a ref row (canonical UUID, first created seq, kept fields, served
+    UUID), each None where absent; the other kinds' rows are `row_value`'s tuples as they are."""
     value = decoded(body)
-    if kind in (INSTANCE, RUN):
+    if kind in (INSTANCE, WANT, RUN):
         return (_record(kind, value[0]), *value[1:])
-    return _record(kind, value) if kind == WANT else value
+    return value
 
 
 def row_value(state: BuildState, kind: int, key: str) -> tuple[Any, ...] | None:
     """What one record's row holds, as `state` holds it (None: it holds no such record)."""
-    if kind == INSTANCE:
-        instance = state.instances.get(key)
-        if instance is None:
-            return None
-        return (_fields(instance), state.instance_histories.get(key, 0), state.fields.get(key))
-    if kind == WANT:
-        want = state.wants.get(key)
-        if want is None:
-            return None
-        values = _fields(want)
-        if want.tally is not None:  # the fold's bookkeeping of an active want: no read needs it
-            at = _TALLY_AT
-            values = (*values[:at], None, *values[at + 1 :])
-        return values
-    if kind == RUN:
-        run = state.job_runs.get(key)
-        return None if run is None else (_fields(run),)
+    return _VALUES[kind](state, key)
+
+
+def _instance_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    instance = state.instances.get(key)
+    if instance is None:
+        return None
+    history, fields = state.instance_histories.get(key, 0), state.fields.get(key)
+    return (_fields(instance), history, fields, state.check_results.get(key))
+
+
+def _want_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    want = state.wants.get(key)
+    if want is None:
+        return None
+    values = _fields(want)
+    if want.tally is not None:  # the fold's bookkeeping of an active want: no read needs it
+        at = _TALLY_AT
+        values = (*values[:at], None, *values[at + 1 :])
+    return (values, state.want_causes.get(key))
+
+
+def _run_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    run = state.job_runs.get(key)
+    return None if run is None else (_fields(run),)
+
+
+def _ref_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
     canonical = state.canonical.get(key)
     first, fields, serving = state.first_created.get(key), state.fields.get(key), state.serving.get(key)
     if canonical is None and first is None and fields is None:
         return None
     return (canonical, first, fields, serving)
+
+
+def _version_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    """Every version of one small record: (seq, pickled copy), oldest first (None once deleted, for some)."""
+    name, item = version_of_key(key)
+    versions = state.versions.get(name, {}).get(item)
+    return None if versions is None else tuple(versions)
+
+
+def _check_request_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    request = state.check_requests.get(key)
+    return None if request is None else tuple(request)
+
+
+def _rejection_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    rejections, seq = state.rejections, int(key)
+    index = bisect_left(rejections, seq, key=_rejection_seq)
+    if index == len(rejections) or rejections[index].seq != seq:
+        return None
+    return rejections[index].__getstate__()
+
+
+def _rejection_seq(rejection: Rejection) -> int:
+    return rejection.seq
+
+
+def _clock_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    start = int(key) * CLOCK_CHUNK
+    marks = state.clock_marks[start : start + CLOCK_CHUNK]
+    return tuple(marks) if marks else None
+
+
+_VALUES: Final = (
+    _instance_value,
+    _want_value,
+    _run_value,
+    _ref_value,
+    _version_value,
+    _check_request_value,
+    _rejection_value,
+    _clock_value,
+)
+
+
+def rejection_key(seq: int) -> str:
+    return f"{seq:012d}"
+
+
+def clock_key(chunk: int) -> str:
+    return f"{chunk:09d}"
 
 
 def body_of(state: BuildState, kind: int, key: str) -> bytes | None:
@@ -195,11 +262,25 @@ def beats_of(state: BuildState, run_id: str, after: int) -> Iterator[Beat]:
             yield run_id, pairs[index], pairs[index + 1]
 
 
-def touched_keys(touched: Touched) -> Iterator[Key]:
-    """The records a pass tracked, as keys of the table."""
-    for kind, keys in ((INSTANCE, touched.instances), (WANT, touched.wants), (RUN, touched.runs), (REF, touched.refs)):
+def touched_keys(state: BuildState, touched: Touched) -> Iterator[Key]:
+    """The rows a pass writes: the records it tracked, the rejections and the clock's marks since it began."""
+    tracked = (
+        (INSTANCE, touched.instances),
+        (WANT, touched.wants),
+        (RUN, touched.runs),
+        (REF, touched.refs),
+        (VERSION, touched.versions),
+        (CHECK_REQUEST, touched.check_requests),
+    )
+    for kind, keys in tracked:
         for key in keys:
             yield kind, key
+    rejections = state.rejections
+    for rejection in rejections[bisect_right(rejections, touched.since, key=_rejection_seq) :]:
+        yield REJECTION, rejection_key(rejection.seq)
+    first_mark = max(0, touched.since // CLOCK_MARK_EVERY - 1)  # the first mark that may have been kept since
+    for chunk in range(first_mark // CLOCK_CHUNK, -(-len(state.clock_marks) // CLOCK_CHUNK)):
+        yield CLOCK, clock_key(chunk)
 
 
 def ref_keys(state: BuildState) -> dict[str, None]:
@@ -217,6 +298,10 @@ def all_keys(state: BuildState) -> list[Key]:
         *((WANT, key) for key in state.wants),
         *((RUN, key) for key in state.job_runs),
         *((REF, key) for key in ref_keys(state)),
+        *((VERSION, version_key(name, key)) for name, kept in state.versions.items() for key in kept),
+        *((CHECK_REQUEST, key) for key in state.check_requests),
+        *((REJECTION, rejection_key(rejection.seq)) for rejection in state.rejections),
+        *((CLOCK, clock_key(chunk)) for chunk in range(-(-len(state.clock_marks) // CLOCK_CHUNK))),
     ]
 
 
@@ -288,16 +373,12 @@ def newer_format(conn: Connection) -> bool:
 def take_rows(conn: Connection) -> bool:
     """Make the rows this format's, in the caller's transaction: False (nothing done) when a newer format owns
     them; else the rows of an older format (or another build's of this number) are deleted with their
-    watermark, and this format's own under its unnumbered name are renamed."""
+    watermark."""
     others = _other_formats(conn)
     if not others:
         return True
     if any(_encoding_of(name) > ENCODING for name in others):
         return False
-    if others == [f"records:{FINGERPRINT}"] and ENCODING == _UNNUMBERED_ENCODING:
-        rename = sa.update(state_projections).where(state_projections.c.name == others[0]).values(name=PROJECTION)
-        conn.execute(rename)  # these very rows, named before names carried the number
-        return True
     conn.execute(sa.delete(state_projections).where(state_projections.c.name.in_(others)))
     conn.execute(sa.delete(table))
     conn.execute(sa.delete(state_heartbeats))

@@ -83,7 +83,7 @@ class StoredRecords:
         self._decoded: dict[Key, Any] = {}
         self.instances: Mapping[str, Instance] = _Rows(self, INSTANCE, _first)
         self.instance_histories: Mapping[str, int] = _Rows(self, INSTANCE, _second)
-        self.wants: Mapping[str, Want] = _Rows(self, WANT, _itself)
+        self.wants: Mapping[str, Want] = _Rows(self, WANT, _first)
         self.job_runs: Mapping[str, JobRun] = _Rows(self, RUN, _first)
         self.canonical: Mapping[str, str] = _Rows(self, REF, _first)
         self.first_created: Mapping[str, int] = _Rows(self, REF, _second)
