@@ -50,6 +50,19 @@ class SeqAfterHead(ValueError):
         self.head = head
 
 
+def clock_after(log: EventLog, mark: tuple[int, int], seq: int, rejected: Callable[[int], bool]) -> int:
+    """The log's clock as of `seq`, from `mark` (a seq at or before it, the clock then: `history.clock_mark`)
+    and the events after the mark that the fold applied (a rejected event does not move the clock)."""
+    mark_seq, clock = mark
+    for page in log.iter_payload_pages(after_seq=mark_seq, upto_seq=seq):
+        for event_seq, payload in page:
+            if not rejected(event_seq):
+                event = pb.Event()
+                event.ParseFromString(payload)
+                clock = max(clock, event.timestamp_ms)
+    return clock
+
+
 class LiveState:
     """A BuildState kept current with the log, shared by every component of a process."""
 
@@ -119,17 +132,13 @@ class LiveState:
 
     def _clock_at(self, state: BuildState, seq: int) -> int:
         """The log's clock as of `seq`: the kept mark at or before it, then the applied events after the mark."""
-        mark_seq, clock = clock_mark(state, seq)
         rejections = state.rejections
-        for page in self.log.iter_payload_pages(after_seq=mark_seq, upto_seq=seq):
-            for event_seq, payload in page:
-                index = bisect_right(rejections, event_seq, key=_rejection_seq) - 1
-                if index >= 0 and rejections[index].seq == event_seq:
-                    continue  # a rejected event does not move the clock
-                event = pb.Event()
-                event.ParseFromString(payload)
-                clock = max(clock, event.timestamp_ms)
-        return clock
+
+        def rejected(event_seq: int) -> bool:
+            index = bisect_right(rejections, event_seq, key=_rejection_seq) - 1
+            return index >= 0 and rejections[index].seq == event_seq
+
+        return clock_after(self.log, clock_mark(state, seq), seq, rejected)
 
     # ----------------------------------------------------------------- folding (the one writer)
 

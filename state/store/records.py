@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write, delete_keys, insert_ignoring_conflicts, write_newer_rows
-from partbuild.state.fold.history import CLOCK_MARK_EVERY, version_key, version_of_key
+from partbuild.state.fold.history import CLOCK_MARK_EVERY, HEARTBEAT_PAIR, version_key, version_of_key
 from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
 from partbuild.state.schema import state_heartbeats, state_projections
@@ -422,6 +422,20 @@ class RecordStore:
                 for row in conn.execute(query):
                     found[(row.kind, row.id)] = (row.seq, row.body)
         return found
+
+    def scan(self, conn: Connection, kind: int) -> Iterator[tuple[str, bytes]]:
+        """(id, body) of every row of `kind`, in `conn`'s transaction."""
+        query = sa.select(table.c.id, table.c.body).where(table.c.kind == kind)
+        for row in conn.execution_options(yield_per=5000).execute(query):
+            yield row.id, row.body
+
+    def beats(self, conn: Connection, run_id: str) -> bytearray:
+        """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""
+        query = sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms).where(state_heartbeats.c.run_id == run_id)
+        packed = bytearray()
+        for row in conn.execute(query.order_by(state_heartbeats.c.seq)):
+            packed += HEARTBEAT_PAIR.pack(row.seq, row.ms)
+        return packed
 
     def heartbeat(self, conn: Connection, run_id: str, seq: int) -> tuple[int, int] | None:
         """(seq, ms) of a run's newest heartbeat after its first at or before `seq` (None: none)."""

@@ -1,46 +1,63 @@
-"""Point reads from the state store: a record, a ref's canonical and served instance, now or as of a seq.
+"""Reads from the state store alone: a record, a ref's canonical and served instance, or the whole state, now
+or as of any seq up to its watermark.
 
-`StoredRecords` answers from the rows of state/store/records.py alone, no live state: the record tables a
-read of the past looks up (`RecordTables`) are mappings that read a row the first time a key is asked for,
-all in one snapshot of the database, and the record as of N is rebuilt by the very functions that rebuild
-it from the live state (state/fold/past.py). It answers only while the rows are whole at the changes'
-watermark (`open_stored` returns None otherwise): then every record that existed at that seq is in a row
-written at or before it, and none is missing that a row names.
+`StoredRecords` answers from the rows of state/store/records.py, no live state: the tables a read of the past
+looks up are mappings that read a row the first time a key is asked for, all in one snapshot of the
+database, and the record as of N is rebuilt by the very functions that rebuild it from the live state
+(state/fold/past.py). It answers only while the rows are whole at the changes' watermark (`open_stored`
+returns None otherwise): then every record that existed at that seq is in a row written at or before it,
+and none is missing that a row names.
+
+`stored_state(stored, seq, ...)` is the whole state as of `seq`: a `PastState` over `StoredRecords`, which
+holds every table it reads (walking a table reads all its rows, in creation order: by created seq, then key,
+where the live state keeps the order records were made within one event), its counts from the store's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from functools import cached_property
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import Connection
 
 from partbuild.state.db import begin_snapshot
-from partbuild.state.fold.history import HEARTBEAT_PAIR
-from partbuild.state.fold.past import canonical_at, instance_at, run_at, served_at, want_at
-from partbuild.state.fold.records import Instance, JobRun, Want
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import CheckEntry
+from partbuild.state.fold.history import CLOCK_MARK_EVERY, HEARTBEAT_PAIR, version_of_key
+from partbuild.state.fold.past import PastState, canonical_at, instance_at, run_at, served_at, want_at
+from partbuild.state.fold.rechecks import CheckRequest
+from partbuild.state.fold.records import Instance, JobRun, Rejection, Want
+from partbuild.state.log.live import clock_after
+from partbuild.state.log.store import EventLog
 from partbuild.state.store.changes import changes_watermark
-from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, Key, RecordStore, loads, records_watermark
+from partbuild.state.store.records import (
+    CHECK_REQUEST,
+    CLOCK,
+    CLOCK_CHUNK,
+    INSTANCE,
+    REF,
+    REJECTION,
+    RUN,
+    VERSION,
+    WANT,
+    Key,
+    RecordStore,
+    clock_key,
+    loads,
+    records_watermark,
+    rejection_key,
+)
+
+CountsReader = Callable[[int], dict[str, dict[str, int]] | None]
 
 V = TypeVar("V")
 
 
-class _ByKey(Mapping[str, V]):
-    """A table of the rows, read by key only."""
-
-    def __getitem__(self, key: str) -> V:
-        raise NotImplementedError
-
-    def __iter__(self) -> Iterator[str]:
-        raise TypeError("the state store's tables are read by key, not walked")
-
-    def __len__(self) -> int:
-        raise TypeError("the state store's tables are read by key, not counted")
-
-
-class _Rows(_ByKey[V]):
-    """One part of one kind of row, by key (a missing row, or a part that is None, is a missing key)."""
+class _Rows(Mapping[str, V]):
+    """One part of one kind of row, by key (a missing row, or a part that is None, is a missing key); walked,
+    every row of the kind is read, in the order `StoredRecords.walk` gives."""
 
     def __init__(self, stored: StoredRecords, kind: int, part: Callable[[Any], V | None]) -> None:
         self._stored = stored
@@ -54,9 +71,16 @@ class _Rows(_ByKey[V]):
             raise KeyError(key)
         return value
 
+    def __iter__(self) -> Iterator[str]:
+        part, decoded = self._part, self._stored.decoded
+        return (key for key in self._stored.walk(self._kind) if part(decoded(self._kind, key)) is not None)
 
-class _Fields(_ByKey[tuple[object, ...]]):
-    """`BuildState.fields`: kept by instance UUID (in the instance's row) or by ref (in the ref's)."""
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Fields(Mapping[str, tuple[object, ...]]):
+    """`BuildState.fields`: kept by instance UUID (in the instance's row) or by ref (in the ref's); read by key."""
 
     def __init__(self, stored: StoredRecords) -> None:
         self._stored = stored
@@ -68,9 +92,11 @@ class _Fields(_ByKey[tuple[object, ...]]):
                 return decoded[index]
         raise KeyError(key)
 
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("kept fields are read by key, not walked")
 
-def _itself(value: V) -> V:
-    return value
+    def __len__(self) -> int:
+        raise TypeError("kept fields are read by key, not counted")
 
 
 class StoredRecords:
@@ -89,6 +115,9 @@ class StoredRecords:
         self.first_created: Mapping[str, int] = _Rows(self, REF, _second)
         self.serving: Mapping[str, str] = _Rows(self, REF, _fourth)
         self.fields: Mapping[str, tuple[object, ...]] = _Fields(self)
+        self.check_results: Mapping[str, tuple[CheckEntry, ...]] = _Rows(self, INSTANCE, _fourth)
+        self.run_heartbeats: Mapping[str, bytearray] = _Beats(self)
+        self._walked: dict[int, list[str]] = {}
 
     def decoded(self, kind: int, key: str) -> Any:
         """The decoded body of one row (None: there is none), read once per key."""
@@ -97,6 +126,77 @@ class StoredRecords:
             row = self._records.rows(self._conn, [(kind, key)]).get((kind, key))
             found = self._decoded[(kind, key)] = None if row is None else loads(kind, row[1])
         return found
+
+    def walk(self, kind: int) -> list[str]:
+        """The keys of every row of `kind`, each row read and decoded once: records in creation order (created
+        seq, then key), the others in key order."""
+        walked = self._walked.get(kind)
+        if walked is None:
+            for key, body in self._records.scan(self._conn, kind):
+                self._decoded[(kind, key)] = loads(kind, body)
+            keys = [key for (each, key) in self._decoded if each == kind and self._decoded[(each, key)] is not None]
+            if kind in (INSTANCE, WANT, RUN):
+                keys.sort(key=lambda key: (self._decoded[(kind, key)][0].created_seq, key))
+            else:
+                keys.sort()
+            walked = self._walked[kind] = keys
+        return walked
+
+    # What else a read of the whole state looks up (`PastState`), each walked once per snapshot.
+
+    @cached_property
+    def rejections(self) -> list[Rejection]:
+        """The rejected events, by seq."""
+        found = []
+        for key in self.walk(REJECTION):
+            rejection = Rejection.__new__(Rejection)
+            rejection.__setstate__(self.decoded(REJECTION, key))
+            found.append(rejection)
+        return found
+
+    @cached_property
+    def check_requests(self) -> dict[str, CheckRequest]:
+        """Requests to run checks again, in the order they were asked for."""
+        requests = {key: cast("CheckRequest", self.decoded(CHECK_REQUEST, key)) for key in self.walk(CHECK_REQUEST)}
+        return dict(sorted(requests.items(), key=lambda item: (item[1][1], item[0])))
+
+    @cached_property
+    def versions(self) -> dict[str, dict[object, list[tuple[int, bytes]]]]:
+        """The small records' versions by attribute and key, each attribute's keys in first-version order."""
+        found: dict[str, dict[object, list[tuple[int, bytes]]]] = {}
+        walked = sorted(self.walk(VERSION), key=lambda key: (self.decoded(VERSION, key)[0][0], key))
+        for row_id in walked:
+            name, key = version_of_key(row_id)
+            found.setdefault(name, {})[key] = list(self.decoded(VERSION, row_id))
+        return found
+
+    @cached_property
+    def want_causes(self) -> dict[str, str]:
+        """What made each want that something made (a schedule's tick, a reaction), in creation order."""
+        return {key: cause for key in self.walk(WANT) if (cause := self.decoded(WANT, key)[1]) is not None}
+
+    @cached_property
+    def wants_by_ref(self) -> dict[str, list[str]]:
+        """ref -> every want naming it, in creation order."""
+        found: dict[str, list[str]] = {}
+        for want_id in self.walk(WANT):
+            for ref in self.decoded(WANT, want_id)[0].refs:
+                found.setdefault(ref, []).append(want_id)
+        return found
+
+    def clock_mark(self, seq: int) -> tuple[int, int]:
+        """(a seq at or before `seq`, the log's clock then), from the clock's rows: `history.clock_mark`'s."""
+        index = (seq + 1) // CLOCK_MARK_EVERY - 1
+        if index < 0:
+            return 0, 0
+        marks = self.decoded(CLOCK, clock_key(index // CLOCK_CHUNK))
+        if marks is None or index % CLOCK_CHUNK >= len(marks):
+            raise ValueError(f"the state store keeps no clock mark for seq {seq}")
+        return (index + 1) * CLOCK_MARK_EVERY - 1, marks[index % CLOCK_CHUNK]
+
+    def rejected(self, seq: int) -> bool:
+        """Whether the event at `seq` was rejected."""
+        return self.decoded(REJECTION, rejection_key(seq)) is not None
 
     def _seq(self, seq: int | None) -> int:
         if seq is None:
@@ -133,6 +233,36 @@ class StoredRecords:
     def served_uuid(self, ref: str, seq: int | None = None) -> str | None:
         """The UUID of the instance readers got for `ref` as of `seq` (None: nothing Live to read)."""
         return served_at(self, ref, self._seq(seq))
+
+
+class _Beats(Mapping[str, bytearray]):
+    """`BuildState.run_heartbeats`: a run's heartbeats after its first, packed, read by run id."""
+
+    def __init__(self, stored: StoredRecords) -> None:
+        self._stored = stored
+
+    def __getitem__(self, run_id: str) -> bytearray:
+        stored = self._stored
+        packed = stored._records.beats(stored._conn, run_id)
+        if not packed:
+            raise KeyError(run_id)
+        return packed
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("heartbeats are read by run, not walked")
+
+    def __len__(self) -> int:
+        raise TypeError("heartbeats are read by run, not counted")
+
+
+def stored_state(stored: StoredRecords, seq: int, log: EventLog, counts: CountsReader) -> PastState:
+    """The whole state as of `seq` (at most the store's watermark), read from the rows alone (see the module)."""
+    # StoredRecords holds every table a PastState reads of its live state, in the forms it reads them.
+    past = PastState(
+        cast(BuildState, stored), seq, lambda: clock_after(log, stored.clock_mark(seq), seq, stored.rejected)
+    )
+    past.counts_reader = counts
+    return past
 
 
 def _first(body: Any) -> Any:
