@@ -159,12 +159,18 @@ def _paged(state: BuildState, first: int, last: int, limit: int) -> list[Any]:
             return found
 
 
-@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
-def test_pages_of_changes_are_the_span_in_order_whatever_their_size(name: str) -> None:
-    """`changes_page` stops looking once its page is full: its pages, one after another, are the span."""
+def _folded(name: str) -> BuildState:
+    """A golden log folded to its head."""
     state = BuildState(strict=True)
     for seq, payload in enumerate(read(name), 1):
         state.apply_payload(seq, payload)
+    return state
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_pages_of_changes_are_the_span_in_order_whatever_their_size(name: str) -> None:
+    """`changes_page` stops looking once its page is full: its pages, one after another, are the span."""
+    state = _folded(name)
     head = state.head_seq
     spans = {(0, head), (head // 3, 2 * head // 3), (head - 1, head), (0, 1), (5, 5)}
     for first, last in spans:
@@ -180,9 +186,7 @@ def test_pages_of_changes_are_the_span_in_order_whatever_their_size(name: str) -
 @pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
 def test_changes_by_span_are_each_spans_changes_whatever_its_width_and_end(name: str) -> None:
     """Reading each record once for all the spans lists, span by span, what a scan of each span lists."""
-    state = BuildState(strict=True)
-    for seq, payload in enumerate(read(name), 1):
-        state.apply_payload(seq, payload)
+    state = _folded(name)
     head = state.head_seq
     for last in (head, head - 1, head // 2, 1, 0):
         for span in (1, 2, 7, head // 3 or 1, head, head + 5):
