@@ -194,6 +194,10 @@ class StoredRecords:
             raise ValueError(f"the state store keeps no clock mark for seq {seq}")
         return (index + 1) * CLOCK_MARK_EVERY - 1, marks[index % CLOCK_CHUNK]
 
+    def beats(self, run_id: str) -> bytearray:
+        """A run's heartbeats after its first, packed as the live state packs them (empty: none)."""
+        return self._records.beats(self._conn, run_id)
+
     def rejected(self, seq: int) -> bool:
         """Whether the event at `seq` was rejected."""
         return self.decoded(REJECTION, rejection_key(seq)) is not None
@@ -242,8 +246,7 @@ class _Beats(Mapping[str, bytearray]):
         self._stored = stored
 
     def __getitem__(self, run_id: str) -> bytearray:
-        stored = self._stored
-        packed = stored._records.beats(stored._conn, run_id)
+        packed = self._stored.beats(run_id)
         if not packed:
             raise KeyError(run_id)
         return packed
