@@ -177,6 +177,8 @@ def _check_request_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
 
 
 def _rejection_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    if not (key.isascii() and key.isdigit()):  # no id this kind is written with (a tampered row, for the audit)
+        return None
     rejections, seq = state.rejections, int(key)
     index = bisect_left(rejections, seq, key=_rejection_seq)
     if index == len(rejections) or rejections[index].seq != seq:
@@ -189,6 +191,8 @@ def _rejection_seq(rejection: Rejection) -> int:
 
 
 def _clock_value(state: BuildState, key: str) -> tuple[Any, ...] | None:
+    if not (key.isascii() and key.isdigit()):
+        return None
     start = int(key) * CLOCK_CHUNK
     marks = state.clock_marks[start : start + CLOCK_CHUNK]
     return tuple(marks) if marks else None

@@ -24,7 +24,7 @@ from partbuild.state.log.snapshot import SnapshotError
 from partbuild.state.schema import state_projections, state_records
 from partbuild.state.store import records as records_module
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import INSTANCE, PROJECTION, Rows, body_of, loads
+from partbuild.state.store.records import CLOCK, INSTANCE, PROJECTION, Rows, body_of, loads
 from partbuild.state.store.stored import StoredRecords, open_stored
 from partbuild.state.store.verify import record_problems, store_problems
 
@@ -212,6 +212,12 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
         conn.execute(sa.delete(state_records).where(state_records.c.id == "not-an-instance"))
     assert record_problems(store.records, replayed) == [
         f"the state store has no row of instance {tampered.uuid!r}, which the replay holds"
+    ]
+    with store.records.engine.begin() as conn:  # rows keyed by a number: an id that is none is named too
+        conn.execute(sa.insert(state_records).values(kind=INSTANCE, id=uuid, seq=live.head_seq, body=original))
+        conn.execute(sa.insert(state_records).values(kind=CLOCK, id="x1", seq=live.head_seq, body=original))
+    assert record_problems(store.records, live.state) == [
+        "the state store holds a row of clock 'x1', which the replay does not hold"
     ]
 
 
