@@ -283,7 +283,7 @@ def touched_keys(state: BuildState, touched: Touched) -> Iterator[Key]:
     for rejection in rejections[bisect_right(rejections, touched.since, key=_rejection_seq) :]:
         yield REJECTION, rejection_key(rejection.seq)
     first_mark = max(0, touched.since // CLOCK_MARK_EVERY - 1)  # the first mark that may have been kept since
-    for chunk in range(first_mark // CLOCK_CHUNK, -(-len(state.clock_marks) // CLOCK_CHUNK)):
+    for chunk in range(first_mark // CLOCK_CHUNK, clock_chunks(state)):
         yield CLOCK, clock_key(chunk)
 
 
@@ -293,6 +293,25 @@ def ref_keys(state: BuildState) -> dict[str, None]:
     refs.update(dict.fromkeys(state.first_created))
     refs.update((key, None) for key in state.fields if key not in state.instances)
     return refs
+
+
+def clock_chunks(state: BuildState) -> int:
+    """How many rows the clock's marks take."""
+    return -(-len(state.clock_marks) // CLOCK_CHUNK)
+
+
+def kind_counts(state: BuildState) -> list[int]:
+    """How many rows of each kind `state` has (`all_keys`, counted without listing them)."""
+    return [
+        len(state.instances),
+        len(state.wants),
+        len(state.job_runs),
+        len(ref_keys(state)),
+        sum(map(len, state.versions.values())),
+        len(state.check_requests),
+        len(state.rejections),
+        clock_chunks(state),
+    ]
 
 
 def all_keys(state: BuildState) -> list[Key]:
@@ -305,7 +324,7 @@ def all_keys(state: BuildState) -> list[Key]:
         *((VERSION, version_key(name, key)) for name, kept in state.versions.items() for key in kept),
         *((CHECK_REQUEST, key) for key in state.check_requests),
         *((REJECTION, rejection_key(rejection.seq)) for rejection in state.rejections),
-        *((CLOCK, clock_key(chunk)) for chunk in range(-(-len(state.clock_marks) // CLOCK_CHUNK))),
+        *((CLOCK, clock_key(chunk)) for chunk in range(clock_chunks(state))),
     ]
 
 

@@ -132,9 +132,10 @@ class StoredRecords:
         seq, then key), the others in key order."""
         walked = self._walked.get(kind)
         if walked is None:
+            keys = []
             for key, body in self._records.scan(self._conn, kind):
                 self._decoded[(kind, key)] = loads(kind, body)
-            keys = [key for (each, key) in self._decoded if each == kind and self._decoded[(each, key)] is not None]
+                keys.append(key)
             if kind in (INSTANCE, WANT, RUN):
                 keys.sort(key=lambda key: (self._decoded[(kind, key)][0].created_seq, key))
             else:

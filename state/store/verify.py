@@ -33,6 +33,7 @@ from partbuild.state.store.records import (
     all_keys,
     beats_of,
     decoded,
+    kind_counts,
     row_value,
 )
 
@@ -75,7 +76,6 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
     if records.watermark() != state.head_seq:
         return []
     rows = [0] * len(KIND_NAMES)  # rows of each kind: every one is a held record's (keys are unique)
-    held_keys = all_keys(state)
     for kind, key, _, body in records.all_rows():
         held = row_value(state, kind, key)
         if held is None:
@@ -83,9 +83,9 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
         if decoded(body) != held:  # the values as rows hold them: no record is built to compare
             return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
         rows[kind] += 1
-    if rows != [sum(1 for kind, _ in held_keys if kind == each) for each in range(len(KIND_NAMES))]:
+    if rows != kind_counts(state):
         stored = {(kind, key) for kind, key, _, _ in records.all_rows()}  # which one: a second pass, only then
-        missing = min(key for key in held_keys if key not in stored)
+        missing = min(key for key in all_keys(state) if key not in stored)
         return [f"the state store has no row of {_named(missing)}, which the replay holds"]
     return _heartbeat_problems(records, state)
 
