@@ -27,6 +27,7 @@ from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
 from partbuild.state.db import DatabaseReadOnly, refused_as_read_only
 from partbuild.state.log.store import WriteNotDone
+from partbuild.state.store.reader import ReadReplica, StoreBehind, StoreNotReady
 
 logger = logging.getLogger("partbuild.api")
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -135,6 +136,14 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         # A server on a hot standby: reads work, writes never will here (no Retry-After).
         return problem(503, str(DatabaseReadOnly()))
 
+    async def replica_write(_: Request, exc: Exception) -> JSONResponse:
+        # A read replica folds nothing, so it cannot check a write: it never will here (no Retry-After).
+        return problem(503, str(exc))
+
+    async def store_behind(_: Request, exc: Exception) -> JSONResponse:
+        # A read replica whose state store has not reached the seq asked for yet: it will (Retry-After).
+        return problem(503, str(exc), {"Retry-After": "1"})
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         if refused_as_read_only(exc):  # a write outside the log's (a session, a token's use) on a standby
             return await read_only(request, exc)
@@ -147,6 +156,9 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         StarletteHTTPException: http_error,
         WriteNotDone: write_not_done,
         DatabaseReadOnly: read_only,
+        ReadReplica: replica_write,
+        StoreBehind: store_behind,
+        StoreNotReady: store_behind,
         Exception: unexpected,
     }
     for error, handler in handlers.items():

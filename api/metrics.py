@@ -22,12 +22,14 @@ from partbuild.state.fold.reaction_notes import ReactionRow, reaction_key, split
 from partbuild.state.fold.reactions import KIND_NAMES
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState, JobRun, JobRunState, WantState
 from partbuild.state.log.live import LiveState
+from partbuild.state.store.reader import StoreReader
 
 
 class Metrics:
     """One registry per service: append and catch-up latencies, state gauges read at scrape time."""
 
-    def __init__(self, live: LiveState, db: Database) -> None:
+    def __init__(self, live: LiveState | None, db: Database, *, store: StoreReader | None = None) -> None:
+        """The gauges of `live`; a read replica, which has none, those of the state store `store` reads."""
         self.registry = CollectorRegistry()
         self.append_seconds = Histogram(
             "partbuild_append_seconds", "Time to append a batch of events to the log", registry=self.registry
@@ -35,6 +37,10 @@ class Metrics:
         self.catch_up_seconds = Histogram(
             "partbuild_catch_up_seconds", "Time to fold newly appended events (replay latency)", registry=self.registry
         )
+        if live is None:
+            assert store is not None, "a service serves a live state or the state store"
+            self.registry.register(_StoreCollector(store))
+            return
         self.registry.register(_StateCollector(live))
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
@@ -51,18 +57,39 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self.live.state
-        for metric, enum, counts, label in (
-            ("partbuild_wants", WantState, state.want_counts, "Wants by state"),
-            ("partbuild_job_runs", JobRunState, state.run_counts, "Job runs by state"),
-            ("partbuild_instances", InstanceState, state.instance_counts, "Partition instances by state"),
-        ):
-            family = GaugeMetricFamily(metric, label, labels=["state"])
-            for member in enum:
-                family.add_metric([member.name.lower()], counts[member])
-            yield family
-        head = GaugeMetricFamily("partbuild_log_head_seq", "Seq of the newest event folded into the served state")
-        head.add_metric([], state.head_seq)
-        yield head
+        yield from _state_gauges(state.counts(), state.head_seq)
+
+
+def _state_gauges(counts: dict[str, dict[str, int]], head_seq: int) -> Iterator[GaugeMetricFamily]:
+    """Wants, job runs and instances by state (`BuildState.counts()`' shape) and the seq they are of."""
+    for metric, kind, enum, label in _STATE_GAUGES:
+        family = GaugeMetricFamily(metric, label, labels=["state"])
+        for member in enum:
+            family.add_metric([member.name.lower()], counts.get(kind, {}).get(member.name.lower(), 0))
+        yield family
+    head = GaugeMetricFamily("partbuild_log_head_seq", "Seq of the newest event folded into the served state")
+    head.add_metric([], head_seq)
+    yield head
+
+
+_STATE_GAUGES = (
+    ("partbuild_wants", "wants", WantState, "Wants by state"),
+    ("partbuild_job_runs", "job_runs", JobRunState, "Job runs by state"),
+    ("partbuild_instances", "instances", InstanceState, "Partition instances by state"),
+)
+
+
+class _StoreCollector(Collector):
+    """A read replica's gauges: the counts by state and the seq of the state store it reads (the gauges of
+    groups, sources, subscriptions, checks and automation are the folding servers')."""
+
+    def __init__(self, store: StoreReader) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        self.store.catch_up()
+        head = self.store.head_seq
+        yield from _state_gauges(self.store.store.counts(head) or {}, head)
 
 
 class _AutomationCollector(Collector):

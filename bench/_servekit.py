@@ -76,9 +76,16 @@ class Server:
     """`partbuild serve` of a checkout on a copy of the log; healthy on enter, stopped on exit, memory guarded."""
 
     def __init__(
-        self, executable: Path, db_file: Path, workdir: Path, startup_timeout_s: float, min_available_gib: float
+        self,
+        executable: Path,
+        db_file: Path,
+        workdir: Path,
+        startup_timeout_s: float,
+        min_available_gib: float,
+        extra: tuple[str, ...] = (),
     ) -> None:
-        self.executable, self.db_file, self.workdir = executable, db_file, workdir
+        """`extra`: more options of `serve` (`--replica`)."""
+        self.executable, self.db_file, self.workdir, self.extra = executable, db_file, workdir, extra
         self.startup_timeout_s = startup_timeout_s
         self.min_available = int(min_available_gib * 2**30)
         self.output = workdir / "serve.log"
@@ -99,7 +106,7 @@ class Server:
         started = time.perf_counter()
         with open(self.output, "wb") as output:
             self.process = subprocess.Popen(
-                [*command, "--port", "0"],
+                [*command, "--port", "0", *self.extra],
                 cwd=self.workdir,
                 env=child_env(self.workdir),
                 stdin=subprocess.DEVNULL,

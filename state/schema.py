@@ -269,7 +269,9 @@ state_counts = sa.Table(
 
 # Each record of the live state as of the seq its row was written at (`seq`, at or after the `records` watermark):
 # kind 0 an instance, 1 a want, 2 a job run, 3 a ref (its canonical pointer and what it serves), with what reads
-# of the past need to tell it as of any earlier seq (its history), encoded (state/store/record_rows.py).
+# of the past need to tell it as of any earlier seq (its history), encoded (state/store/records.py). `created`:
+# the record's created seq (a ref's: a lower bound of its first instance's), indexed, so a replica lists wants
+# and runs in creation order, and what was created after a seq, by a range scan (state/store/listing.py).
 state_records = sa.Table(
     "state_records",
     metadata,
@@ -277,6 +279,8 @@ state_records = sa.Table(
     sa.Column("id", ByteOrderText, primary_key=True),
     sa.Column("seq", sa.BigInteger(), nullable=False),
     sa.Column("body", sa.LargeBinary(), nullable=False),
+    sa.Column("created", sa.BigInteger(), nullable=True),
+    sa.Index("ix_state_records_created", "kind", "created", "id"),
 )
 
 # A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written

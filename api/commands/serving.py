@@ -139,7 +139,14 @@ def _serve_http(
 @port_option
 @insecure_option
 @snapshot_every_option
-def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: bool, snapshot_every: int) -> None:
+@click.option(
+    "--replica",
+    is_flag=True,
+    help="Replay nothing: answer reads from the state store that `serve` and `up` keep, refuse writes (503).",
+)
+def serve(
+    db_url: str, graph_path: str | None, host: str, port: int, insecure: bool, snapshot_every: int, replica: bool
+) -> None:
     """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
     from partbuild.api.app import create_app
     from partbuild.api.service import Service  # here: `run` serves no HTTP and need not import it
@@ -150,19 +157,33 @@ def serve(db_url: str, graph_path: str | None, host: str, port: int, insecure: b
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
         standby = db.read_only()
+        if replica:
+            _refuse_an_unprojected_store(db)
         # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
-        service = Service(db, graph=graph, snapshot_every=0 if standby else snapshot_every)
-        projector = None if standby else Projector(service.live, db.changes).start()
+        # A replica folds nothing: it reads the store the others project.
+        service = Service(db, graph=graph, snapshot_every=0 if standby else snapshot_every, replica=replica)
+        projector = None if standby or replica else Projector(service.live, db.changes).start()
         app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
-        if standby:
+        if replica:
+            click.echo(f"a read replica of the state store (at seq {service.reads.head_seq}): writes go elsewhere")
+        elif standby:
             click.echo("the database is read-only (a hot standby?): serving reads; writes go to the primary")
         try:
             _serve_http(app, sock, on_stop=lambda: None)
         finally:
             if projector is not None:
                 projector.stop()
+
+
+def _refuse_an_unprojected_store(db: Database) -> None:
+    """A replica needs a state store that a `serve` or `up` (or `db upgrade`) has projected: else exit 2."""
+    if db.changes.watermark() == 0 or db.changes.records.watermark() == 0:
+        raise BadInput(
+            "the state store of this database is not projected yet: run `partbuild db upgrade`, or start a "
+            "`partbuild serve` or `partbuild up` on it first, then the replica"
+        )
 
 
 class _EarlyStop:

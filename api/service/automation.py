@@ -40,7 +40,7 @@ class AutomationService(ServiceBase):
         """The served graph's schedules and every schedule the log knows, by name."""
         declared = self.graph.schedules if self.graph is not None else {}
         with self._reading(min_seq, as_of_seq) as state:
-            present = as_of_seq is None or as_of_seq >= self.live.state.head_seq
+            present = as_of_seq is None or as_of_seq >= self.reads.head_seq
             now = self.clock() if present else None
             names = sorted({*declared, *state.schedules})
             recent = recent_wants(state, set(names))
@@ -82,7 +82,7 @@ class AutomationService(ServiceBase):
 
     def _schedule_written(self, name: str, seq: int, want_id: str | None = None) -> ScheduleWrittenOut:
         declared = self.graph.schedules.get(name) if self.graph is not None else None
-        with self.live.read() as state:
+        with self.reads.read() as state:
             schedule = schedule_out(name, declared, state.schedules.get(name), self.clock())
         return ScheduleWrittenOut(seq=seq, schedule=schedule, want_id=want_id)
 
@@ -100,7 +100,7 @@ class AutomationService(ServiceBase):
         """NotFound unless the served graph declares `name` or the log knows it (pausing a typo helps nobody)."""
         if self.graph is not None and name in self.graph.schedules:
             return
-        with self.live.read() as state:
+        with self.reads.read() as state:
             if name in state.schedules:
                 return
         where = "the served graph nor the log has" if self.graph is not None else "the log has (and no graph is served)"

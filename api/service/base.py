@@ -33,12 +33,14 @@ from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import HistoryDropped, PastState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
-from partbuild.state.fold.view import StateView
+from partbuild.state.fold.view import StateReads, StateView
 from partbuild.state.log.events import Clock, envelope, manual, wall_clock_ms
 from partbuild.state.log.live import LiveState, SeqAfterHead
 from partbuild.state.log.store import AppendConflict, WriteLockLost
-from partbuild.state.queries.listing import ListingIndex
+from partbuild.state.queries.listing import Listing, ListingIndex
 from partbuild.state.queries.staleness import StaleIndex
+from partbuild.state.store.listing import StoredListing, StoredStaleIndex
+from partbuild.state.store.reader import ReadReplica, StoreReader
 
 MAX_WRITE_ATTEMPTS = 20
 
@@ -59,10 +61,12 @@ class ServiceBase:
         progress: Callable[[int], None] | None = None,
         snapshot_every: int = 0,
         health: Callable[[], Health] | None = None,
+        replica: bool = False,
     ) -> None:
         """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one.
 
-        `health`: the health of the orchestrator running in this process (`up`), if one does.
+        `health`: the health of the orchestrator running in this process (`up`), if one does. `replica`: fold
+        nothing, answer reads from the state store (state/store/reader.py) and refuse writes (`ReadReplica`).
         """
         self.db = db
         self.orchestrator_health = health
@@ -71,19 +75,56 @@ class ServiceBase:
         self.clock = clock
         self.on_append = on_append or (lambda: None)
         self._owns_live = live is None
-        self.live = live if live is not None else LiveState(log, snapshot_every=snapshot_every, progress=progress)
         self._write_lock = threading.Lock()  # in-process writers take turns
-        self.metrics = Metrics(self.live, db)
-        self.listing = ListingIndex()
-        self.stale_index = StaleIndex()
         # The served graph's code version of each job: instances built by another are stale.
         self.code_versions: dict[str, str | None] = (
             {label: job.code_version for label, job in graph.jobs.items()} if graph is not None else {}
         )
-        with self.live.read() as state:
-            self.listing.update(state)
-            self.stale_index.update(state)
-        self.live.on_fold(self._folded)
+        self._live: LiveState | None = None
+        self.reads: StateReads
+        self.listing: Listing
+        self.stale_index: StaleIndex
+        if replica:
+            self._serve_the_store(db)
+            return
+        self._live = live if live is not None else LiveState(log, snapshot_every=snapshot_every, progress=progress)
+        self.reads = self._live
+        self.metrics = Metrics(self._live, db)
+        self.listing = index = ListingIndex()
+        self.stale_index = stale = StaleIndex()
+        with self._live.read() as state:
+            index.update(state)
+            stale.update(state)
+
+        def folded(state: BuildState, _count: int, seconds: float) -> None:
+            self.metrics.catch_up_seconds.observe(seconds)
+            index.update(state)
+            stale.update(state)
+
+        self._live.on_fold(folded)
+
+    def _serve_the_store(self, db: Database) -> None:
+        """A read replica's reads: the state store's, its listings and stale index from the store's index."""
+        reader = StoreReader(db.log, db.changes)
+        engine = db.changes.records.engine
+        self.reads = reader
+        self.metrics = Metrics(None, db, store=reader)
+        self.listing = StoredListing(engine, lambda: reader.head_seq)
+        self.stale_index = stale = StoredStaleIndex(engine)
+        stale.follow(reader.head_seq)
+        reader.on_move(lambda head, _moved: stale.follow(head))
+
+    @property
+    def replica(self) -> bool:
+        """Whether this service reads the state store and folds nothing (`serve --replica`)."""
+        return self._live is None
+
+    @property
+    def live(self) -> LiveState:
+        """The live state this service folds and writes against; a read replica has none (`ReadReplica`)."""
+        if self._live is None:
+            raise ReadReplica()
+        return self._live
 
     @property
     def state(self) -> BuildState:
@@ -94,25 +135,20 @@ class ServiceBase:
     def registry(self) -> CollectorRegistry:
         return self.metrics.registry
 
-    def _folded(self, state: BuildState, count: int, seconds: float) -> None:
-        self.metrics.catch_up_seconds.observe(seconds)
-        self.listing.update(state)
-        self.stale_index.update(state)
-
     def refresh(self) -> int:
-        """Fold whatever was appended since the last refresh; returns how many events."""
-        return self.live.catch_up()
+        """Fold whatever was appended since the last refresh (a replica: look at the store's watermark)."""
+        return self.reads.catch_up()
 
     def start_tailing(self, interval_s: float = 0.05) -> None:
         """Keep the state current in the background (other processes append too)."""
-        self.live.start_tailing(interval_s)
+        self.reads.start_tailing(interval_s)
 
     def stop(self) -> None:
         """Stop tailing and checkpoint a live state of its own (a shared one is its owner's)."""
-        if self._owns_live:
-            self.live.close()
+        if self._live is not None and self._owns_live:
+            self._live.close()
         else:
-            self.live.stop_tailing()
+            self.reads.stop_tailing()
 
     # ----------------------------------------------------------------- writes
 
@@ -179,13 +215,13 @@ class ServiceBase:
         if as_of_seq is not None and as_of_seq < 0:
             raise InvalidInput("as_of_seq must not be negative")
         try:
-            self.live.read_at_least(min_seq)
+            self.reads.read_at_least(min_seq)
             if as_of_seq is None:
-                with self.live.read() as state:
+                with self.reads.read() as state:
                     yield state
                 return
             # The past we are asked about may be our future: another process may have appended since.
-            with self.live.read_as_of(as_of_seq) as past:
+            with self.reads.read_as_of(as_of_seq) as past:
                 if isinstance(past, PastState):  # counts from the store once it has them: no scan
                     past.counts_reader = self.db.changes.counts
                 yield past
@@ -205,8 +241,8 @@ class ServiceBase:
         # "²".isdigit() is true, and int() refuses it; "007" is no cursor a page gives; a seq has <= 16 digits.
         if len(cursor) <= 16 and cursor.isascii() and cursor.isdigit() and cursor == str(int(cursor)):
             seq = int(cursor)
-            if seq > self.live.head_seq:
-                self.live.catch_up()  # another API process may have served the page it came from
+            if seq > self.reads.head_seq:
+                self.reads.catch_up()  # another API process may have served the page it came from
             if issued(seq):
                 return seq
         raise unknown_cursor(cursor)

@@ -36,20 +36,20 @@ class ChangesService(ServiceBase):
         if from_seq < 0 or (to_seq is not None and to_seq < 0):
             raise InvalidInput("from_seq and to_seq must not be negative")
         try:  # a seq the log has not reached is a 409 (it may come), before how the two compare (a 422)
-            self.live.read_at_least(min_seq)
-            self.live.read_at_least(from_seq, "from_seq")
+            self.reads.read_at_least(min_seq)
+            self.reads.read_at_least(from_seq, "from_seq")
             if to_seq is not None:
-                self.live.read_at_least(to_seq, "to_seq")
+                self.reads.read_at_least(to_seq, "to_seq")
         except SeqAfterHead as exc:
             raise Conflict(str(exc)) from None
         if to_seq is not None and from_seq > to_seq:
             raise InvalidInput(f"from_seq ({from_seq}) must not be after to_seq ({to_seq})")
         # From a seq to itself nothing changed: a poll from the head gets an empty page, not an error.
-        last = self.live.head_seq if to_seq is None else to_seq
+        last = self.reads.head_seq if to_seq is None else to_seq
         after = _cursor_key(cursor, from_seq, last)
         if self.db.changes.watermark() >= last:  # the store has every change of the range: one range scan
             found = self.db.changes.page(from_seq, last, limit, after)
-        else:
+        else:  # a replica's head is the store's watermark: only a live state is ever ahead of it
             with self.live.read() as state:
                 found = changes_page(state, from_seq, last, limit, after)
         items = [change_out(change) for change in found]

@@ -51,6 +51,7 @@ from partbuild.state.fold.view import StateView
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
+from partbuild.state.store.stored import StoredRecords
 
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()
@@ -371,7 +372,11 @@ class JobsService(ServiceBase):
     def _log_jobs(self, state: StateView) -> LogJobs:
         """The index of the log's jobs, brought up to the live state (`state` or the one it is a past of)."""
         index: LogJobs = self.__dict__.setdefault("_log_jobs_index", LogJobs())
-        index.update(live_state(state))
+        live = live_state(state)
+        if isinstance(live, StoredRecords):  # a read replica's: the runs created since, from the store's index
+            index.follow(live, live.runs_created)
+        else:
+            index.update(live)
         return index
 
     def _declared(self, graph: Graph) -> DeclaredGraph:

@@ -16,6 +16,7 @@ then). Reads take a node's refs as a sorted list never changed once handed out.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,12 +67,26 @@ class LogJobs:
                 for run, _ in reversed(runs):
                     self._add_run(state, run)
                 self._known_runs = len(state.job_runs)
-            pending, self._pending = self._pending, []
-            for run_id in pending:
-                pending_run = state.job_runs.get(run_id)
-                if pending_run is not None:
-                    self._look_at(state, pending_run)
-            self._seen_head = state.head_seq
+            self._look_again(state)
+
+    def follow(self, state: StateView, created: Callable[[int], Iterable[JobRun]]) -> None:
+        """Take in what `state` (the state store's records, of a read replica) gained since the last call:
+        `created(seq)` gives the runs created after that seq, oldest first."""
+        with self._lock:
+            if state.head_seq == self._seen_head:
+                return
+            for run in created(max(self._seen_head, 0)):
+                self._add_run(state, run)
+            self._look_again(state)
+
+    def _look_again(self, state: StateView) -> None:
+        """Look at the runs that were active when last looked at, and note the seq looked at."""
+        pending, self._pending = self._pending, []
+        for run_id in pending:
+            pending_run = state.job_runs.get(run_id)
+            if pending_run is not None:
+                self._look_at(state, pending_run)
+        self._seen_head = state.head_seq
 
     def nodes(self, as_of_seq: int) -> list[tuple[str, NodeKind]]:
         """(name, kind) of the sources then the jobs known as of `as_of_seq`, each in the order first known."""

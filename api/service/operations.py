@@ -34,7 +34,7 @@ class OperationsService(ServiceBase):
         return HealthOut(
             status="degraded" if degraded else "ok",
             head_seq=self.log.head(),
-            state_seq=self.live.head_seq,
+            state_seq=self.reads.head_seq,
             orchestrator=orchestrator,
         )
 

@@ -285,8 +285,8 @@ class PartitionsService(ServiceBase):
         """A partitions cursor names a ref listed on an earlier page (refs never disappear); else NotFound."""
         for attempt in range(2):
             if attempt:
-                self.live.catch_up()  # another API process may have served the page it came from
-            with self.live.read() as state:
+                self.reads.catch_up()  # another API process may have served the page it came from
+            with self.reads.read() as state:
                 if cursor in state.canonical:
                     return
         raise unknown_cursor(cursor)

@@ -75,14 +75,14 @@ class RunsService(ServiceBase):
         if not 0 <= follow <= MAX_FOLLOW_S:
             raise InvalidInput(f"follow must be between 0 and {MAX_FOLLOW_S} seconds, got {follow}")
         deadline = time.monotonic() + follow
-        self.live.catch_up()  # a run's end is read from the log as it is now: a follow must not outlast it
+        self.reads.catch_up()  # a run's end is read from the log as it is now: a follow must not outlast it
         while True:
             active = self._run_active(job_run_id)  # before reading lines: an ended run's lines are all written
             lines = self.db.run_logs.lines(job_run_id, after=after, limit=limit)
             if lines or not active or time.monotonic() >= deadline:
                 break
             time.sleep(min(LOG_POLL_S, max(0.0, deadline - time.monotonic())))
-            self.live.catch_up()
+            self.reads.catch_up()
         return RunLogsOut(
             job_run_id=job_run_id,
             lines=[RunLogLineOut(line_no=x.line_no, time_ms=x.time_ms, level=x.level, text=x.text) for x in lines],

@@ -52,7 +52,7 @@ class SourcesService(ServiceBase):
             return [event]
 
         seq = self._write(build)[0]
-        with self.live.read() as state:
+        with self.reads.read() as state:
             source = source_out(name, declared, state.sources.get(name))
         return ScanRequestedOut(seq=seq, source=source)
 

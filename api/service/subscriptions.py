@@ -68,7 +68,7 @@ class SubscriptionsService(ServiceBase):
     """Subscriptions and their dead letters."""
 
     def _shown(self, name: str) -> SubscriptionOut:
-        with self.live.read() as state:
+        with self.reads.read() as state:
             sub = state.subscriptions.get(name)
             head = state.head_seq
         if sub is None:
@@ -138,7 +138,7 @@ class SubscriptionsService(ServiceBase):
         if as_of_seq is None:
             itself: list[Subscription | None] = list(subs)
             return itself, seq
-        with self.live.read() as state:
+        with self.reads.read() as state:
             now = [state.subscriptions.get(sub.name) for sub in subs]
             head = state.head_seq
         # A name deleted and created again is another subscription, with deliveries of its own.
@@ -164,7 +164,7 @@ class SubscriptionsService(ServiceBase):
         return self._change(name, "delete", user)
 
     def _known(self, name: str) -> Subscription:
-        with self.live.read() as state:
+        with self.reads.read() as state:
             sub = state.subscriptions.get(name)
         if sub is None or sub.status == "deleted":
             raise NotFound(f"no subscription {name!r}")

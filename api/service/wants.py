@@ -79,8 +79,8 @@ class WantsService(ServiceBase):
 
     def validate_wants(self, request: WantBatchRequest) -> ValidatedOut:
         """Check wants as `create_wants` would, without recording anything."""
-        self.live.catch_up()
-        with self.live.read() as state:
+        self.reads.catch_up()
+        with self.reads.read() as state:
             return self._check_wants(state, request.wants)
 
     def _check_wants(self, state: StateView, requests: list[WantRequest]) -> ValidatedOut:

@@ -143,7 +143,7 @@ async def _write(request: Request, call: Any, then: str) -> Response:
 def _want_form_page(request: Request, form: WantForm, status: int) -> Response:
     """The want form again: with its preview (200) or the API's error (4xx)."""
     service = service_of(request)
-    page = PageContext(request, seam.current_identity(request), None, service.live.head_seq)
+    page = PageContext(request, seam.current_identity(request), None, service.reads.head_seq)
     page.csrf = request.cookies.get("partbuild_csrf", "")  # the post matched it: keep the same token
     title = http_title(status) if status != 200 else ""
     return render_page(

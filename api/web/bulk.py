@@ -106,7 +106,7 @@ async def bulk_action(request: Request) -> Response:
 def _confirmation(request: Request, form: BulkForm, done: BulkOut | None, error: str, status: int) -> Response:
     """The confirmation page: what the dry run would act on and the form that runs it, or the API's error."""
     service = service_of(request)
-    page = PageContext(request, seam.current_identity(request), None, service.live.head_seq)
+    page = PageContext(request, seam.current_identity(request), None, service.reads.head_seq)
     page.csrf = request.cookies.get("partbuild_csrf", "")  # the post matched it: keep the same token
     return render_page(
         page,

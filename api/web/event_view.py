@@ -74,7 +74,7 @@ def events_page(service: Service, as_of: int | None, filters: dict[str, str], be
 
     `filters`: `type` (an event type), `ref`, `want`, `run` (the event names it); empty values match all.
     """
-    top = service.live.head_seq if as_of is None else as_of
+    top = service.reads.head_seq if as_of is None else as_of
     if before is not None:
         top = min(top, before - 1)
     page, scanned = EventPage(), 0

@@ -101,7 +101,7 @@ def serve_page(request: Request, build: Callable[[PageContext, Service], HTMLRes
 
 def error_page(request: Request, service: Service, status: int, message: str, **data: Any) -> HTMLResponse:
     """An error page (without time travel: the error may be the time travel itself)."""
-    page = PageContext(request, seam.identity_or_none(request), None, service.live.head_seq)
+    page = PageContext(request, seam.identity_or_none(request), None, service.reads.head_seq)
     data.setdefault("form", None)
     data.setdefault("back", None)
     return render_page(page, "error.html", status, status=status, title=http_title(status), message=message, **data)

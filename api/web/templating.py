@@ -83,7 +83,7 @@ class PageContext:
 def page_for(request: Request, service: Service) -> PageContext:
     """The page context of `request`: identity, time travel (validated), CSRF token."""
     identity = seam.current_identity(request)
-    head = service.live.head_seq
+    head = service.reads.head_seq
     as_of = resolve_as_of(request, service)
     token, new = csrf_token(request)
     fragment = request.query_params.get("fragment") == "main"

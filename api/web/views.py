@@ -10,8 +10,7 @@ million records.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
 from typing import Any
@@ -25,7 +24,6 @@ from partbuild.api.service import Service
 from partbuild.api.service.runs import job_run_out
 from partbuild.api.service.wants import made_by_filter, want_out
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, TERMINAL_WANT_STATES, InstanceState, JobRunState, WantState
-from partbuild.state.fold.view import StateView
 from partbuild.state.queries.wanted import WaitingCount, is_unwanted, waiting_counts
 
 PAGE = 50
@@ -76,14 +74,6 @@ def query_int(text: str, name: str, maximum: int = MAX_SAFE_INT, noun: str = "an
         raise InvalidInput(str(exc)) from None
 
 
-def _newest_first(ids: list[str], seqs: list[int], state: StateView, before: int | None) -> Iterator[int]:
-    """Indexes into a creation-order table, newest first, of entities that exist in `state`, before a seq."""
-    top = bisect_right(seqs, state.head_seq)  # created after the state's seq: not there yet
-    if before is not None:
-        top = min(top, bisect_left(seqs, before))
-    return iter(range(top - 1, -1, -1))
-
-
 def wants_listing(
     service: Service,
     as_of: int | None,
@@ -106,8 +96,7 @@ def wants_listing(
             )
         else:
             order = service.listing.wants
-            indexes = _newest_first(order.ids, order.seqs, state, before)
-            keyed = ((str(order.seqs[i]), state.wants[order.ids[i]]) for i in indexes)
+            keyed = ((str(seq), state.wants[i]) for seq, i in order.newest(state.head_seq, before))
         page = _take(
             keyed,
             lambda want: (wanted is None or want.state == wanted) and (maker is None or maker(want, causes)),
@@ -124,8 +113,7 @@ def runs_listing(
     wanted = JobRunState[state_name.upper()] if state_name else None
     order = service.listing.runs
     with service.reading(as_of) as state:
-        indexes = _newest_first(order.ids, order.seqs, state, before)
-        keyed = ((str(order.seqs[i]), state.job_runs[order.ids[i]]) for i in indexes)
+        keyed = ((str(seq), state.job_runs[i]) for seq, i in order.newest(state.head_seq, before))
         page = _take(keyed, lambda run: (wanted is None or run.state == wanted) and (not job or run.job_label == job))
         page.items = [job_run_out(state, run) for run in page.items]
     return page
@@ -194,10 +182,10 @@ def overview(service: Service, as_of: int | None) -> Overview:
         active = islice((state.job_runs[i] for i in state.active_run_ids), RECENT)
         in_flight = [(job_run_out(state, run), max(0, now - run.created_ms)) for run in active]
         runs = service.listing.runs
-        newest_runs = (state.job_runs[runs.ids[i]] for i in _newest_first(runs.ids, runs.seqs, state, None))
+        newest_runs = (state.job_runs[i] for _, i in runs.newest(state.head_seq, None))
         failed = _take(((r.job_run_id, r) for r in newest_runs), lambda r: r.state == JobRunState.FAILED, RECENT)
         wants = service.listing.wants
-        newest_wants = (state.wants[wants.ids[i]] for i in _newest_first(wants.ids, wants.seqs, state, None))
+        newest_wants = (state.wants[i] for _, i in wants.newest(state.head_seq, None))
 
         def late(want: Any) -> bool:
             deadline = want.sla_deadline_ms

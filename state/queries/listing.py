@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
 from itertools import islice, takewhile
-from typing import Any
+from typing import Any, Protocol
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.view import StateView
@@ -53,6 +53,42 @@ class _CreationOrder:
     def has_seq(self, seq: int) -> bool:
         index = bisect_left(self.seqs, seq)
         return index < len(self.seqs) and self.seqs[index] == seq
+
+    def newest(self, upto: int, before: int | None) -> Iterator[tuple[int, str]]:
+        """(created seq, id) of those created at or before `upto` and before seq `before`, newest first."""
+        seqs, ids = self.seqs, self.ids
+        top = bisect_right(seqs, upto)
+        if before is not None:
+            top = min(top, bisect_left(seqs, before))
+        return ((seqs[i], ids[i]) for i in range(top - 1, -1, -1))
+
+
+class CreationOrder(Protocol):
+    """Ids of wants or job runs in creation order: a live state's (`_CreationOrder`) or the store's."""
+
+    def between(self, after: int, upto: int) -> Iterator[str]: ...
+
+    def has_seq(self, seq: int) -> bool: ...
+
+    def newest(self, upto: int, before: int | None) -> Iterator[tuple[int, str]]: ...
+
+
+class Listing(Protocol):
+    """The paged listings' reads: `ListingIndex` below, or a replica's from the store (state/store/listing.py)."""
+
+    @property
+    def wants(self) -> CreationOrder: ...
+
+    @property
+    def runs(self) -> CreationOrder: ...
+
+    def refs_from(self, prefix: str, after: str | None) -> Iterator[str]: ...
+
+    def refs_as_of(self, seq: int, prefix: str, after: str | None) -> Iterator[str]: ...
+
+    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]: ...
+
+    def added_to(self, key: str, older: list[str]) -> list[str] | None: ...
 
 
 class _SortedRefs:

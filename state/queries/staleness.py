@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun
 from partbuild.state.fold.view import StateView
 
 _LIVE = InstanceState.LIVE
@@ -65,14 +65,17 @@ class StaleIndex:
         new = len(state.job_runs) - self._known_runs
         if new <= 0:
             return
-        fresh = [run for run, _ in zip(reversed(state.job_runs.values()), range(new), strict=False)][::-1]
+        self.add([run for run, _ in zip(reversed(state.job_runs.values()), range(new), strict=False)][::-1])
+        self._known_runs = len(state.job_runs)
+
+    def add(self, runs: Iterable[JobRun]) -> None:
+        """Take in these runs, newer than any taken in before, oldest first."""
         with self._lock:
-            for run in fresh:
+            for run in runs:
                 if run.code_version is not None:
                     self._runs.setdefault(run.job_label, {}).setdefault(run.code_version, []).append(run.job_run_id)
                     current = self._current.setdefault(run.job_label, {})
                     current.setdefault(run.code_version, []).append(run.job_run_id)
-            self._known_runs = len(state.job_runs)
 
     def versions(self, label: str) -> list[str]:
         """The code versions runs of `label` recorded, in the order first seen."""

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 4  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
-# rejections and the clock's marks in rows of their own
+ENCODING: Final = 5  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+# rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own
 
 
 def _fingerprint() -> str:
@@ -74,7 +74,7 @@ _UNNUMBERED_ENCODING = 3
 INSTANCE, WANT, RUN, REF, VERSION, CHECK_REQUEST, REJECTION, CLOCK = range(8)
 KIND_NAMES: Final = ("instance", "want", "job run", "ref", "version", "check request", "rejection", "clock")
 CLOCK_CHUNK: Final = 1024
-Row = tuple[int, str, int, bytes]  # kind, id, seq, body
+Row = tuple[int, str, int, bytes, int | None]  # kind, id, seq, body, created
 Key = tuple[int, str]
 
 
@@ -251,10 +251,27 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
         if body is None:
             gone.append((kind, key))
             continue
-        rows.append((kind, key, seq, body))
+        rows.append((kind, key, seq, body, created_of(state, kind, key)))
         if kind == RUN:
             beats.extend(beats_of(state, key, beats_after))
     return Rows(rows, gone, beats)
+
+
+def created_of(state: BuildState, kind: int, key: str) -> int | None:
+    """The `created` column of a record's row: its created seq; a ref's, its first instance's (following
+    `previous_uuid`: where retention dropped it, the seq the fold kept, else 0, a lower bound)."""
+    if kind in (INSTANCE, WANT, RUN):
+        record = (state.instances, state.wants, state.job_runs)[kind].get(key)
+        return None if record is None else record.created_seq
+    if kind != REF:
+        return None
+    instances, uuid, first = state.instances, state.canonical.get(key), None
+    while uuid is not None:
+        instance = instances.get(uuid)
+        if instance is None:
+            return state.first_created.get(key, 0)
+        first, uuid = instance.created_seq, instance.previous_uuid
+    return first if first is not None else state.first_created.get(key, 0)
 
 
 def beats_of(state: BuildState, run_id: str, after: int) -> Iterator[Beat]:
@@ -408,6 +425,12 @@ def take_rows(conn: Connection) -> bool:
     return True
 
 
+# One row by key; built once, so SQLAlchemy compiles it once and each execution reuses that.
+_ONE_ROW: Final = sa.select(table.c.seq, table.c.body).where(
+    table.c.kind == sa.bindparam("kind"), table.c.id == sa.bindparam("id")
+)
+
+
 class RecordStore:
     """The `state_records` table of one database: see the module docstring."""
 
@@ -437,6 +460,12 @@ class RecordStore:
             by_kind.setdefault(kind, []).append(key)
         found: dict[Key, tuple[int, bytes]] = {}
         columns = (table.c.kind, table.c.id, table.c.seq, table.c.body)
+        if len(by_kind) == 1 and sum(map(len, by_kind.values())) == 1:  # a point read: a statement built once
+            for kind, (key,) in by_kind.items():
+                one = conn.execute(_ONE_ROW, {"kind": kind, "id": key}).first()
+                if one is not None:
+                    found[(kind, key)] = (one.seq, one.body)
+            return found
         for kind, ids in by_kind.items():
             for start in range(0, len(ids), 500):
                 # `kind = ? AND id IN (...)`, not a row value IN: SQLite searches the key's index with this one
@@ -450,6 +479,13 @@ class RecordStore:
         """(id, body) of every row of `kind`, in `conn`'s transaction."""
         query = sa.select(table.c.id, table.c.body).where(table.c.kind == kind)
         for row in conn.execution_options(yield_per=5000).execute(query):
+            yield row.id, row.body
+
+    def created(self, conn: Connection, kind: int, after: int, upto: int) -> Iterator[tuple[str, bytes]]:
+        """(id, body) of the rows of `kind` created in seqs (`after`, `upto`], by created seq then id."""
+        created = table.c.created
+        query = sa.select(table.c.id, table.c.body).where(table.c.kind == kind, created > after, created <= upto)
+        for row in conn.execution_options(yield_per=2000).execute(query.order_by(created, table.c.id)):
             yield row.id, row.body
 
     def beats(self, conn: Connection, run_id: str) -> bytearray:
@@ -478,9 +514,9 @@ class RecordStore:
             for row in conn.execution_options(yield_per=5000).execute(query):
                 yield row.run_id, row.seq, row.ms
 
-    def all_rows(self) -> Iterator[tuple[int, str, int, bytes]]:
+    def all_rows(self) -> Iterator[Row]:
         """Every row, in key order (the audit's walk)."""
         with self.engine.connect() as conn:
-            query = sa.select(table.c.kind, table.c.id, table.c.seq, table.c.body).order_by(table.c.kind, table.c.id)
+            query = sa.select(table).order_by(table.c.kind, table.c.id)
             for row in conn.execution_options(yield_per=5000).execute(query):
-                yield row.kind, row.id, row.seq, row.body
+                yield row.kind, row.id, row.seq, row.body, row.created

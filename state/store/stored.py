@@ -15,11 +15,13 @@ where the live state keeps the order records were made within one event), its co
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from partbuild.state.db import begin_snapshot
@@ -31,7 +33,8 @@ from partbuild.state.fold.rechecks import CheckRequest
 from partbuild.state.fold.records import Instance, JobRun, Rejection, Want
 from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
-from partbuild.state.store.changes import changes_watermark
+from partbuild.state.schema import state_projections
+from partbuild.state.store.changes import PROJECTION as CHANGES
 from partbuild.state.store.records import (
     CHECK_REQUEST,
     CLOCK,
@@ -46,8 +49,10 @@ from partbuild.state.store.records import (
     RecordStore,
     clock_key,
     loads,
-    records_watermark,
     rejection_key,
+)
+from partbuild.state.store.records import (
+    PROJECTION as RECORDS,
 )
 
 CountsReader = Callable[[int], dict[str, dict[str, int]] | None]
@@ -102,10 +107,13 @@ class _Fields(Mapping[str, tuple[object, ...]]):
 class StoredRecords:
     """The records as of the store's watermark (`head_seq`), read from its rows: see the module docstring."""
 
-    def __init__(self, records: RecordStore, conn: Connection, head_seq: int) -> None:
+    def __init__(self, records: RecordStore, conn: Connection | None, head_seq: int) -> None:
+        """The records as of `head_seq`, read in `conn`'s snapshot; with None, in the snapshot each thread
+        binds (`bound`): one object, and what it has decoded, serves every read of that watermark."""
         self.head_seq = head_seq
         self._records = records
-        self._conn = conn
+        self._local = threading.local()
+        self._local.conn = conn
         self._decoded: dict[Key, Any] = {}
         self.instances: Mapping[str, Instance] = _Rows(self, INSTANCE, _first)
         self.instance_histories: Mapping[str, int] = _Rows(self, INSTANCE, _second)
@@ -118,6 +126,28 @@ class StoredRecords:
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = _Rows(self, INSTANCE, _fourth)
         self.run_heartbeats: Mapping[str, bytearray] = _Beats(self)
         self._walked: dict[int, list[str]] = {}
+        self._beats: dict[str, bytearray] = {}
+
+    @property
+    def _conn(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            raise RuntimeError("the stored records are read in a snapshot: bind one first (`bound`)")
+        return conn
+
+    @contextmanager
+    def bound(self, conn: Connection) -> Iterator[StoredRecords]:
+        """Read in `conn`'s snapshot (one of the same watermark) in this thread while the block runs."""
+        self._local.conn = conn
+        try:
+            yield self
+        finally:
+            self._local.conn = None
+
+    @property
+    def decoded_rows(self) -> int:
+        """How many rows were read and decoded so far (a cache of them is bounded by its owner)."""
+        return len(self._decoded)
 
     def decoded(self, kind: int, key: str) -> Any:
         """The decoded body of one row (None: there is none), read once per key."""
@@ -185,6 +215,12 @@ class StoredRecords:
                 found.setdefault(ref, []).append(want_id)
         return found
 
+    def runs_created(self, after: int) -> Iterator[JobRun]:
+        """The job runs created after seq `after` (up to the watermark), oldest first, in this snapshot."""
+        for key, body in self._records.created(self._conn, RUN, after, self.head_seq):
+            self._decoded.setdefault((RUN, key), loads(RUN, body))
+            yield self._decoded[(RUN, key)][0]
+
     def clock_mark(self, seq: int) -> tuple[int, int]:
         """(a seq at or before `seq`, the log's clock then), from the clock's rows: `history.clock_mark`'s."""
         index = (seq + 1) // CLOCK_MARK_EVERY - 1
@@ -197,7 +233,10 @@ class StoredRecords:
 
     def beats(self, run_id: str) -> bytearray:
         """A run's heartbeats after its first, packed as the live state packs them (empty: none)."""
-        return self._records.beats(self._conn, run_id)
+        found = self._beats.get(run_id)
+        if found is None:
+            found = self._beats[run_id] = self._records.beats(self._conn, run_id)
+        return found
 
     def rejected(self, seq: int) -> bool:
         """Whether the event at `seq` was rejected."""
@@ -281,10 +320,24 @@ def _fourth(body: Any) -> Any:
     return body[3]
 
 
+# The two watermarks a read needs, in one statement built once.
+_WATERMARKS: Final = sa.select(state_projections.c.name, state_projections.c.seq).where(
+    state_projections.c.name.in_([CHANGES, RECORDS])
+)
+
+
 @contextmanager
-def open_stored(records: RecordStore) -> Iterator[StoredRecords | None]:
+def open_stored(records: RecordStore, kept: StoredRecords | None = None) -> Iterator[StoredRecords | None]:
     """The store's records in one snapshot of the database, or None while they are not whole at the changes'
-    watermark (being written for the first time, or behind it)."""
+    watermark (being written for the first time, or behind it). `kept`: records of an earlier read, used
+    again (with what they decoded) when the watermark is still theirs: rows change only as it moves."""
     with begin_snapshot(records.engine) as conn:
-        head = changes_watermark(conn)
-        yield StoredRecords(records, conn, head) if head and records_watermark(conn) == head else None
+        marks: dict[str, int] = {row.name: row.seq for row in conn.execute(_WATERMARKS)}
+        head = marks.get(CHANGES, 0)
+        if not head or marks.get(RECORDS, 0) != head:
+            yield None
+        elif kept is not None and kept.head_seq == head:
+            with kept.bound(conn):
+                yield kept
+        else:
+            yield StoredRecords(records, conn, head)

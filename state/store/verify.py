@@ -32,6 +32,7 @@ from partbuild.state.store.records import (
     RecordStore,
     all_keys,
     beats_of,
+    created_of,
     decoded,
     kind_counts,
     row_value,
@@ -76,15 +77,17 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
     if records.watermark() != state.head_seq:
         return []
     rows = [0] * len(KIND_NAMES)  # rows of each kind: every one is a held record's (keys are unique)
-    for kind, key, _, body in records.all_rows():
+    for kind, key, _, body, created in records.all_rows():
         held = row_value(state, kind, key)
         if held is None:
             return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
         if decoded(body) != held:  # the values as rows hold them: no record is built to compare
             return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
+        if created != created_of(state, kind, key):
+            return [f"the state store's row of {_named((kind, key))} says it was created at seq {created}"]
         rows[kind] += 1
     if rows != kind_counts(state):
-        stored = {(kind, key) for kind, key, _, _ in records.all_rows()}  # which one: a second pass, only then
+        stored = {(row[0], row[1]) for row in records.all_rows()}  # which one: a second pass, only then
         missing = min(key for key in all_keys(state) if key not in stored)
         return [f"the state store has no row of {_named(missing)}, which the replay holds"]
     return _heartbeat_problems(records, state)

@@ -57,6 +57,7 @@ from partbuild.api.surface.common import Path as InPath
 from partbuild.orchestrator.graph import Graph, GraphError, Job
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.store.projector import Projector
 
 from golden_log import GOLDEN_LOGS, read_events
@@ -95,11 +96,13 @@ RANDOM_HISTORIES = 5  # examples of the random-history test (fixed: derandomized
 
 @dataclass
 class Sides:
-    """The live service (the whole log) and the oracle (the log up to `seq`, copied event by event)."""
+    """The live service (the whole log) and the oracle (the log up to `seq`, copied event by event);
+    `folded`: the whole log folded (the live service's state, or, when that is a read replica, its primary's)."""
 
     live: Service
     oracle: Service
     events: list[pb.Event]
+    folded: BuildState
     seq: int = 0
 
     def advance(self) -> None:
@@ -137,9 +140,12 @@ def _noop(ctx: object) -> None:
 
 
 @contextmanager
-def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0, projected: bool = True) -> Iterator[Sides]:
+def sides(
+    events: list[pb.Event], folder: Path, snapshot_at: int = 0, projected: bool = True, replica: bool = False
+) -> Iterator[Sides]:
     """The two sides; with `snapshot_at`, the live one loads a snapshot of that seq and folds the rest. With
-    `projected`, the live side's state store is projected to the head, so the reads it has answer from it."""
+    `projected`, the live side's state store is projected to the head, so the reads it has answer from it;
+    with `replica`, the live side is a read replica of that store (`serve --replica`), which folds nothing."""
     with ExitStack() as stack:
         live_db = stack.enter_context(Database.open(f"sqlite:///{folder / 'live.db'}", auto_upgrade=True))
         if snapshot_at:
@@ -157,7 +163,13 @@ def sides(events: list[pb.Event], folder: Path, snapshot_at: int = 0, projected:
         oracle.clock = lambda: oracle.state.clock_ms  # the time as of its head: the log's clock then
         stack.callback(oracle.stop)
         assert live.state.head_seq == len(events) and live.live.loaded.snapshot_seq == snapshot_at
-        yield Sides(live, oracle, events)
+        if not replica:
+            yield Sides(live, oracle, events, live.state)
+            return
+        reader = Service(live_db, clock=lambda: NOW_MS, graph=graph, replica=True)
+        stack.callback(reader.stop)
+        assert reader.reads.head_seq == len(events)
+        yield Sides(reader, oracle, events, live.state)
 
 
 # ----------------------------------------------------------------------------- reads
@@ -524,16 +536,22 @@ class Judge:
 
 
 def judge_for(pair: Sides, log: Catalog, lag: int = 0) -> Judge:
-    dropped = frozenset(log.ids["uuid"]) - frozenset(pair.live.state.instances)
-    refs = refs_with_dropped_instances(pair.live.state)
+    dropped = frozenset(log.ids["uuid"]) - frozenset(pair.folded.instances)
+    refs = refs_with_dropped_instances(pair.folded)
     return Judge(service_asker(pair.live), service_asker(pair.oracle), service_takes_as_of, dropped, refs, lag)
 
 
 def every_seq(
-    events: list[pb.Event], log: Catalog, folder: Path, what: str, snapshot_at: int = 0, projected: bool = True
+    events: list[pb.Event],
+    log: Catalog,
+    folder: Path,
+    what: str,
+    snapshot_at: int = 0,
+    projected: bool = True,
+    replica: bool = False,
 ) -> Judge:
-    """Compare the live service with replay at every seq of `events` (`projected`: see `sides`)."""
-    with sides(events, folder, snapshot_at, projected) as pair:
+    """Compare the live service with replay at every seq of `events` (`projected`, `replica`: see `sides`)."""
+    with sides(events, folder, snapshot_at, projected, replica) as pair:
         judge = judge_for(pair, log)
         for seq in pair.seqs():
             judge.check(seq, reads_at(log, pair.oracle, seq, walk=walked(seq, len(events))))
@@ -554,6 +572,14 @@ def history(name: str) -> tuple[list[pb.Event], Catalog]:
 @pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
 def test_every_as_of_read_of_a_golden_log_equals_replay(name: str, tmp_path: Path) -> None:
     judge = every_seq(*history(name), tmp_path, f"golden log {name}")
+    assert judge.compared > 0
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS] + ["w1"])
+def test_every_as_of_read_of_a_read_replica_equals_replay(name: str, tmp_path: Path) -> None:
+    """A read replica (`serve --replica`) answers from the state store alone: its lists from the store's index,
+    every record from its row, nothing folded; every read as of every seq, and of now, equals replay."""
+    judge = every_seq(*history(name), tmp_path, f"a read replica of {name}", replica=True)
     assert judge.compared > 0
 
 
@@ -612,8 +638,8 @@ def test_as_of_reads_over_http_equal_replay_for_a_sample_of_seqs(name: str, tmp_
         live, oracle = Http(pair.live), Http(pair.oracle)
         stack.callback(live.close)
         stack.callback(oracle.close)
-        dropped = frozenset(log.ids["uuid"]) - frozenset(pair.live.state.instances)
-        refs = refs_with_dropped_instances(pair.live.state)
+        dropped = frozenset(log.ids["uuid"]) - frozenset(pair.folded.instances)
+        refs = refs_with_dropped_instances(pair.folded)
         judge = Judge(http_asker(live), http_asker(oracle), http_takes_as_of, dropped, refs)
         for seq in pair.seqs():
             if seq in seqs:

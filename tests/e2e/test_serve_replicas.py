@@ -1,4 +1,5 @@
-"""Two `partbuild serve` replicas and an `up` on one PostgreSQL database, as real processes (issue 37).
+"""Two `partbuild serve` replicas and an `up` on one PostgreSQL database, as real processes (issue 37); and
+a read replica (`serve --replica`) beside them, which folds nothing and answers from the state store.
 
 A want written through one replica is read on the other with `min_seq` (read your writes across processes);
 `up` builds it; both replicas answer the same counts and changes, as of the head and of an earlier seq; a
@@ -46,10 +47,11 @@ graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
 
 
 class Replica:
-    """A `serve` process on a port of its own, restartable."""
+    """A `serve` process on a port of its own, restartable; `read_replica`: `serve --replica`."""
 
-    def __init__(self, name: str, db: str, folder: Path, stack: ExitStack) -> None:
+    def __init__(self, name: str, db: str, folder: Path, stack: ExitStack, *, read_replica: bool = False) -> None:
         self.name, self.db, self.folder, self.stack = name, db, folder, stack
+        self.read_replica = read_replica
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -59,6 +61,7 @@ class Replica:
         self.starts += 1
         log_file = self.folder / f"{self.name}-{self.starts}.log"
         command = [partbuild_exe(), "serve", "--db", self.db, "--port", str(self.port)]
+        command += ["--replica"] if self.read_replica else []
         self.process = self.stack.enter_context(started(command, log_file))
         wait_healthy(self.url, self.process, 60, log_file)
         return self
@@ -127,3 +130,52 @@ def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_l
         [partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True, timeout=300
     )
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_a_read_replica_reads_your_writes_from_the_store_and_refuses_writes(
+    replicas: tuple[Replica, Replica, str], db: str, tmp_path: Path
+) -> None:
+    a, b, _up = replicas
+    refs = [f"report/{n}" for n in range(5)]
+    written = httpx.post(f"{a.url}/api/v1/wants", json={"refs": refs, "want_id": "w"}, timeout=30)
+    assert written.status_code in (200, 201), written.text
+    seq = written.json()["seq"]
+    with Database.open(db) as database:  # a read replica starts on a store someone has projected
+        wait_for("the store projected", lambda: database.changes.records.watermark() >= seq, 60)
+    reader = Replica("reader", db, tmp_path, a.stack, read_replica=True).start()
+    assert reader.get("/wants/w", min_seq=seq)["want_id"] == "w"
+
+    wait_for("built by up", lambda: reader.get("/wants/w")["state"] == "successful", 120)
+    head = reader.get("/counts")["seq"]
+    assert reader.get("/counts", as_of_seq=head) == b.get("/counts", as_of_seq=head, min_seq=head)
+    for path in ("/partitions", "/job-runs", "/wants"):  # lists from the store's index, as a folding server's
+        assert reader.get(path, as_of_seq=head, limit=3) == b.get(path, as_of_seq=head, limit=3), path
+    assert reader.get("/partitions/canonical/report/3") == b.get("/partitions/canonical/report/3")
+
+    refused = httpx.post(f"{reader.url}/api/v1/wants", json={"refs": ["report/9"]}, timeout=30)
+    assert refused.status_code == 503 and "read replica" in refused.json()["detail"], refused.text
+    assert b.get("/wants", ref="report/9")["items"] == []  # nothing was written
+
+    assert reader.process is not None
+    reader.process.send_signal(signal.SIGKILL)
+    reader.process.wait(timeout=30)
+    reader.start()
+    assert reader.get("/wants/w")["state"] == "successful"
+    assert reader.get("/counts", as_of_seq=seq) == b.get("/counts", as_of_seq=seq)
+    said = (tmp_path / "reader-2.log").read_text()
+    assert "a read replica of the state store (at seq" in said, said
+
+
+def test_a_read_replica_of_a_store_nobody_projected_exits_2(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fresh.db'}"
+    with Database.open(db, auto_upgrade=True):
+        pass
+    done = subprocess.run(
+        [partbuild_exe(), "serve", "--replica", "--db", db, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "not projected yet" in done.stderr, done.stderr

@@ -170,8 +170,8 @@ def test_retention_deletes_the_rows_of_what_it_dropped(database: Database) -> No
 def test_a_row_is_never_replaced_by_an_older_one(database: Database) -> None:
     """Two writers of one record: the row with the greater seq stays, whichever wrote last."""
     records = database.changes.records
-    records.dump(Rows([(INSTANCE, "a", 9, b"newer")], [], []))
-    records.dump(Rows([(INSTANCE, "a", 4, b"older"), (INSTANCE, "b", 4, b"b")], [], []))
+    records.dump(Rows([(INSTANCE, "a", 9, b"newer", 1)], [], []))
+    records.dump(Rows([(INSTANCE, "a", 4, b"older", 1), (INSTANCE, "b", 4, b"b", 2)], [], []))
     with database.changes.records.engine.connect() as conn:
         rows = {row.id: (row.seq, row.body) for row in conn.execute(sa.select(state_records))}
     assert rows == {"a": (9, b"newer"), "b": (4, b"b")}
@@ -213,8 +213,13 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
     assert record_problems(store.records, replayed) == [
         f"the state store has no row of instance {tampered.uuid!r}, which the replay holds"
     ]
-    with store.records.engine.begin() as conn:  # rows keyed by a number: an id that is none is named too
+    with store.records.engine.begin() as conn:  # back, but with no created seq: the listings would miss it
         conn.execute(sa.insert(state_records).values(kind=INSTANCE, id=uuid, seq=live.head_seq, body=original))
+    assert record_problems(store.records, replayed) == [
+        f"the state store's row of instance {uuid!r} says it was created at seq None"
+    ]
+    with store.records.engine.begin() as conn:  # rows keyed by a number: an id that is none is named too
+        conn.execute(sa.update(state_records).where(row).values(created=tampered.created_seq))
         conn.execute(sa.insert(state_records).values(kind=CLOCK, id="x1", seq=live.head_seq, body=original))
     assert record_problems(store.records, live.state) == [
         "the state store holds a row of clock 'x1', which the replay does not hold"
@@ -298,7 +303,7 @@ def test_random_histories_keep_the_rows_whole_and_read_as_memory_does(steps: lis
 def test_the_rows_format_is_pinned() -> None:
     """The records' fields changed (a slot added, renamed or moved): bump `records.ENCODING` (a newer format
     owns the rows, and an older partbuild then leaves them alone), then pin the new fingerprint here."""
-    assert (records_module.ENCODING, records_module.FINGERPRINT) == (4, "fb7a06331203")
+    assert (records_module.ENCODING, records_module.FINGERPRINT) == (5, "1364260f7a5f")
 
 
 def _as_format(monkeypatch: pytest.MonkeyPatch, encoding: int, fingerprint: str) -> None:

@@ -1,0 +1,103 @@
+"""A read replica (`Service(replica=True)`, what `serve --replica` serves) over a real SQLite file.
+
+It folds nothing: it reads the state store a folding server projected. Its web pages list what the
+folding server's list (the same links, from the store's index); a write is refused with a 503 that says
+where to send it, and nothing is written; a read whose `min_seq` the log has but the store has not yet
+waits, then says to try again (503, Retry-After), and answers once the store gets there; its metrics are
+the store's counts. (Every API read as of every seq: tests/api/test_time_travel.py.)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from partbuild.api.app import create_app
+from partbuild.api.service import Service
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.log.events import envelope
+from partbuild.state.store.projector import Projector
+from partbuild.state.store.reader import ReadReplica
+
+from timetravelkit import SMALL_PLAN, w1_history
+
+PAGES = ["/", "/wants", "/runs", "/partitions", "/jobs", "/changes?from=0", "/events", "/automation", "/system"]
+LINK = re.compile(r'href="(/(?:wants|runs|instances|partition|jobs)[^"#]*)"')
+
+
+@dataclass
+class Sides:
+    db: Database
+    primary: Service
+    replica: Service
+    folding: TestClient
+    reading: TestClient
+
+
+@pytest.fixture
+def sides(tmp_path: Path) -> Iterator[Sides]:
+    with Database.open(f"sqlite:///{tmp_path / 'r.db'}", auto_upgrade=True) as db:
+        db.log.append(w1_history(SMALL_PLAN))
+        primary = Service(db)
+        assert Projector(primary.live, db.changes).project() == db.log.head()
+        replica = Service(db, replica=True)
+        with TestClient(create_app(primary)) as folding, TestClient(create_app(replica)) as reading:
+            yield Sides(db, primary, replica, folding, reading)
+
+
+def links(client: TestClient, page: str) -> list[str]:
+    answer = client.get(page)
+    assert answer.status_code == 200, (page, answer.text[:300])
+    return LINK.findall(answer.text)
+
+
+def test_every_page_links_what_the_folding_servers_page_links(sides: Sides) -> None:
+    found = 0
+    for page in PAGES:
+        listed = links(sides.reading, page)
+        assert listed == links(sides.folding, page), page
+        found += len(listed)
+        for link in listed[:3]:  # the pages of the records listed render too, as the folding server's
+            assert sides.reading.get(link).status_code == 200, link
+    assert found > 20  # the pages list records: the comparison compared something
+
+
+def test_a_write_is_refused_with_a_503_and_nothing_is_written(sides: Sides) -> None:
+    head = sides.db.log.head()
+    answer = sides.reading.post("/api/v1/wants", json={"refs": ["agg/x/1"]})
+    assert answer.status_code == 503 and answer.json()["detail"] == str(ReadReplica())
+    assert "Retry-After" not in answer.headers  # it will not work here later either
+    with pytest.raises(ReadReplica):
+        sides.replica.cancel_want("w")
+    assert sides.db.log.head() == head
+
+
+def test_a_read_of_a_seq_the_store_has_not_reached_waits_then_says_try_again(sides: Sides) -> None:
+    sides.replica.reads.wait_s = 0.2  # type: ignore[attr-defined]
+    written = sides.db.log.append([envelope(pb.WantCreate(want_id="late", partition_refs=["agg/late/1"]))])
+    seq = written.last_seq
+    behind = sides.reading.get("/api/v1/wants/late", params={"min_seq": seq})
+    assert behind.status_code == 503 and behind.headers["Retry-After"] == "1", behind.text
+    assert f"min_seq {seq} is in the log, but the state store" in behind.json()["detail"]
+    ahead = sides.reading.get("/api/v1/wants/late", params={"min_seq": seq + 1})
+    assert ahead.status_code == 409 and "after the log head" in ahead.json()["detail"]
+    sides.primary.refresh()
+    Projector(sides.primary.live, sides.db.changes).project()
+    answer = sides.reading.get("/api/v1/wants/late", params={"min_seq": seq})
+    assert answer.status_code == 200 and answer.json()["want_id"] == "late"
+
+
+def test_its_metrics_are_the_store_counts(sides: Sides) -> None:
+    def gauges(client: TestClient) -> list[str]:
+        lines = client.get("/metrics").text.splitlines()
+        return sorted(line for line in lines if line.startswith(("partbuild_wants{", "partbuild_instances{")))
+
+    said = gauges(sides.reading)
+    assert said == gauges(sides.folding)
+    assert any(not line.endswith(" 0.0") for line in said)
