@@ -34,6 +34,7 @@ from partbuild.state.fold.records import Rejection
 from partbuild.state.log.collector import collector_paused, settle_loaded_state
 from partbuild.state.log.replay import Progress, checkpoint, load_state
 from partbuild.state.log.store import EventLog
+from partbuild.state.log.tailing import Tailer
 
 logger = logging.getLogger("partbuild.state")
 
@@ -87,8 +88,7 @@ class LiveState:
         self._lock = fasteners.ReaderWriterLock()
         self._fold_lock = threading.Lock()  # one folder at a time, so events are applied once and in order
         self._listeners: list[FoldListener] = []
-        self._stop = threading.Event()
-        self._tailer: threading.Thread | None = None
+        self._tailer = Tailer("partbuild-tail", self._tail_step)
         # Servers (not one-shot CLI reads, which may have read-only access) snapshot at start and stop.
         self.checkpoint()
         settle_loaded_state()
@@ -167,27 +167,21 @@ class LiveState:
 
     def start_tailing(self, interval_s: float = 0.05) -> None:
         """Keep the state current in the background (other processes append too)."""
-        if self._tailer is None:
-            self._stop.clear()
-            self._tailer = threading.Thread(target=self._tail, args=(interval_s,), name="partbuild-tail", daemon=True)
-            self._tailer.start()
+        self._tailer.start(interval_s)
 
-    def _tail(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self.catch_up()
-            except FoldError:  # a bug in the fold: the state is half-applied and refuses events; say so once
-                logger.exception("the state is broken at seq %d; reads answer as of then", self._state.head_seq)
-                return
-            except Exception:  # a database hiccup must not kill the reader; the next tick retries
-                logger.warning("catching up with the log failed; retrying", exc_info=True)
-                time.sleep(interval_s)
+    def _tail_step(self, interval_s: float) -> bool:
+        try:
+            self.catch_up()
+        except FoldError:  # a bug in the fold: the state is half-applied and refuses events; say so once
+            logger.exception("the state is broken at seq %d; reads answer as of then", self._state.head_seq)
+            return False
+        except Exception:  # a database hiccup must not kill the reader; the next tick retries
+            logger.warning("catching up with the log failed; retrying", exc_info=True)
+            time.sleep(interval_s)
+        return True
 
     def stop_tailing(self) -> None:
-        self._stop.set()
-        if self._tailer is not None:
-            self._tailer.join(timeout=5)
-            self._tailer = None
+        self._tailer.stop()
 
     # ----------------------------------------------------------------- checkpoints
 

@@ -14,7 +14,7 @@ the store has not within the wait is `StoreBehind` (the caller says: try again).
 
 from __future__ import annotations
 
-import threading
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,8 +22,11 @@ from contextlib import contextmanager
 from partbuild.state.fold.past import PastState
 from partbuild.state.log.live import SeqAfterHead
 from partbuild.state.log.store import EventLog
+from partbuild.state.log.tailing import Tailer
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.stored import StoredRecords, open_stored, stored_state
+
+logger = logging.getLogger("partbuild.state.store")
 
 DEFAULT_WAIT_S = 10.0  # how long a read waits for the store to reach its `min_seq`
 POLL_S = 0.02
@@ -68,8 +71,7 @@ class StoreReader:
         self.wait_s = wait_s
         self._head = store.watermark()
         self._listeners: list[MoveListener] = []
-        self._stop = threading.Event()
-        self._tailer: threading.Thread | None = None
+        self._tailer = Tailer("partbuild-store", self._tail_step)
         # The records of the newest watermark read, with the rows they decoded: reads of that watermark (the
         # same snapshot of every row) share them; the next watermark's begin again.
         self._kept: StoredRecords | None = None
@@ -143,23 +145,18 @@ class StoreReader:
 
     def start_tailing(self, interval_s: float = 0.05) -> None:
         """Look at the watermark in the background, so listeners hear of it moving."""
-        if self._tailer is None:
-            self._stop.clear()
-            self._tailer = threading.Thread(target=self._tail, args=(interval_s,), name="partbuild-store", daemon=True)
-            self._tailer.start()
+        self._tailer.start(interval_s)
 
-    def _tail(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                self.catch_up()
-            except Exception:  # a database hiccup must not stop the replica; the next tick retries
-                time.sleep(interval_s)
+    def _tail_step(self, interval_s: float) -> bool:
+        try:
+            self.catch_up()
+        except Exception:  # a database hiccup must not stop the replica; the next tick retries
+            logger.warning("reading the state store's watermark failed; retrying", exc_info=True)
+            time.sleep(interval_s)
+        return True
 
     def stop_tailing(self) -> None:
-        self._stop.set()
-        if self._tailer is not None:
-            self._tailer.join(timeout=5)
-            self._tailer = None
+        self._tailer.stop()
 
     def close(self) -> None:
         self.stop_tailing()

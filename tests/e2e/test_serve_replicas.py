@@ -66,6 +66,12 @@ class Replica:
         wait_healthy(self.url, self.process, 60, log_file)
         return self
 
+    def want(self, refs: list[str], want_id: str) -> int:
+        """Write a want of `refs` here; the seq it was written at."""
+        written = httpx.post(f"{self.url}/api/v1/wants", json={"refs": refs, "want_id": want_id}, timeout=30)
+        assert written.status_code in (200, 201), written.text
+        return int(written.json()["seq"])
+
     def get(self, path: str, **params: Any) -> Any:
         answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
         assert answer.status_code == 200, (self.name, path, answer.text)
@@ -94,9 +100,7 @@ def test_a_want_written_on_one_replica_is_read_on_another_and_a_killed_replica_l
 ) -> None:
     a, b, _up = replicas
     refs = [f"report/{n}" for n in range(6)]
-    written = httpx.post(f"{a.url}/api/v1/wants", json={"refs": refs, "want_id": "w"}, timeout=30)
-    assert written.status_code in (200, 201), written.text
-    seq = written.json()["seq"]
+    seq = a.want(refs, "w")
     assert b.get("/wants/w", min_seq=seq)["want_id"] == "w"  # b folds up to the seq before it answers
 
     wait_for("built by up", lambda: b.get("/wants/w")["state"] == "successful", 120)
@@ -138,9 +142,7 @@ def test_a_read_replica_reads_your_writes_from_the_store_and_refuses_writes(
 ) -> None:
     a, b, _up = replicas
     refs = [f"report/{n}" for n in range(5)]
-    written = httpx.post(f"{a.url}/api/v1/wants", json={"refs": refs, "want_id": "w"}, timeout=30)
-    assert written.status_code in (200, 201), written.text
-    seq = written.json()["seq"]
+    seq = a.want(refs, "w")
     with Database.open(db) as database:  # a read replica starts on a store someone has projected
         wait_for("the store projected", lambda: database.changes.records.watermark() >= seq, 60)
     reader = Replica("reader", db, tmp_path, a.stack, read_replica=True).start()
