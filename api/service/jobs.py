@@ -51,6 +51,7 @@ from partbuild.state.fold.view import StateView
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
+from partbuild.state.store.records import INSTANCE, REF
 from partbuild.state.store.stored import StoredRecords
 
 WARNING = "warning"
@@ -183,6 +184,10 @@ def cell_states(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
     live = live_state(state)
     seq = state.head_seq
     canonical, instances, checked = live.canonical, live.instances, live.check_results
+    if isinstance(live, StoredRecords):  # a read replica's rows: read in batches, not one statement each
+        refs = list(refs)
+        live.prefetch(REF, refs)
+        live.prefetch(INSTANCE, [uuid for ref in refs if (uuid := canonical.get(ref)) is not None])
     out: list[tuple[str, str]] = []
     append = out.append
     for ref in refs:

@@ -16,7 +16,7 @@ where the live state keeps the order records were made within one event), its co
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, Final, TypeVar, cast
@@ -156,6 +156,17 @@ class StoredRecords:
             row = self._records.rows(self._conn, [(kind, key)]).get((kind, key))
             found = self._decoded[(kind, key)] = None if row is None else loads(kind, row[1])
         return found
+
+    def prefetch(self, kind: int, keys: Iterable[str]) -> None:
+        """Read the rows of these keys not read yet, 500 a statement (a grid's refs and their instances): the
+        lookups that follow find them decoded, where one at a time each would be a statement of its own."""
+        missing = [(kind, key) for key in keys if (kind, key) not in self._decoded]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            found = self._records.rows(self._conn, chunk)
+            for key in chunk:
+                row = found.get(key)
+                self._decoded[key] = None if row is None else loads(kind, row[1])
 
     def walk(self, kind: int) -> list[str]:
         """The keys of every row of `kind`, each row read and decoded once: records in creation order (created

@@ -10,7 +10,7 @@ the store's counts. (Every API read as of every seq: tests/api/test_time_travel.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from partbuild.api.app import create_app
+from partbuild.api.errors import ApiError
+from partbuild.api.models.jobs import JobGraphOut
+from partbuild.api.service.jobs import GridView
 from partbuild.api.service import Service
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -66,6 +69,29 @@ def test_every_page_links_what_the_folding_servers_page_links(sides: Sides) -> N
         for link in listed[:3]:  # the pages of the records listed render too, as the folding server's
             assert sides.reading.get(link).status_code == 200, link
     assert found > 20  # the pages list records: the comparison compared something
+
+
+def answer(read: Callable[[], object]) -> object:
+    """What a read answers: its model, or its error (class and message)."""
+    try:
+        return read()
+    except ApiError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def test_the_job_graph_grids_and_summaries_are_the_folding_servers_now_and_as_of_a_seq(sides: Sides) -> None:
+    head = sides.db.log.head()
+    cells = 0
+    for seq in (None, head // 3, 2 * head // 3, head):
+        graph = answer(lambda: sides.primary.job_graph(as_of_seq=seq))
+        assert answer(lambda: sides.replica.job_graph(as_of_seq=seq)) == graph
+        for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
+            grid = answer(lambda: sides.primary.partitions_grid(node.name, as_of_seq=seq))
+            assert answer(lambda: sides.replica.partitions_grid(node.name, as_of_seq=seq)) == grid, (node.name, seq)
+            summary = answer(lambda: sides.primary.partitions_summary(node.name, as_of_seq=seq))
+            assert answer(lambda: sides.replica.partitions_summary(node.name, as_of_seq=seq)) == summary
+            cells += len(grid.cells) if isinstance(grid, GridView) else 0
+    assert cells > 100  # grids of cells were compared, not only errors
 
 
 def test_a_write_is_refused_with_a_503_and_nothing_is_written(sides: Sides) -> None:
