@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from partbuild.api.app import create_app
 from partbuild.api.errors import ApiError
 from partbuild.api.models.jobs import JobGraphOut
-from partbuild.api.service.jobs import GridView
 from partbuild.api.service import Service
+from partbuild.api.service.jobs import GridView
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope
