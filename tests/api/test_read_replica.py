@@ -71,25 +71,26 @@ def test_every_page_links_what_the_folding_servers_page_links(sides: Sides) -> N
     assert found > 20  # the pages list records: the comparison compared something
 
 
-def answer(read: Callable[[], object]) -> object:
+def answer(read: Callable[..., object], *args: object, **kwargs: object) -> object:
     """What a read answers: its model, or its error (class and message)."""
     try:
-        return read()
+        return read(*args, **kwargs)
     except ApiError as exc:
         return (type(exc).__name__, str(exc))
 
 
 def test_the_job_graph_grids_and_summaries_are_the_folding_servers_now_and_as_of_a_seq(sides: Sides) -> None:
     head = sides.db.log.head()
+    primary, replica = sides.primary, sides.replica
     cells = 0
     for seq in (None, head // 3, 2 * head // 3, head):
-        graph = answer(lambda: sides.primary.job_graph(as_of_seq=seq))
-        assert answer(lambda: sides.replica.job_graph(as_of_seq=seq)) == graph
+        graph = answer(primary.job_graph, as_of_seq=seq)
+        assert answer(replica.job_graph, as_of_seq=seq) == graph
         for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
-            grid = answer(lambda: sides.primary.partitions_grid(node.name, as_of_seq=seq))
-            assert answer(lambda: sides.replica.partitions_grid(node.name, as_of_seq=seq)) == grid, (node.name, seq)
-            summary = answer(lambda: sides.primary.partitions_summary(node.name, as_of_seq=seq))
-            assert answer(lambda: sides.replica.partitions_summary(node.name, as_of_seq=seq)) == summary
+            grid = answer(primary.partitions_grid, node.name, as_of_seq=seq)
+            assert answer(replica.partitions_grid, node.name, as_of_seq=seq) == grid, (node.name, seq)
+            summary = answer(primary.partitions_summary, node.name, as_of_seq=seq)
+            assert answer(replica.partitions_summary, node.name, as_of_seq=seq) == summary, (node.name, seq)
             cells += len(grid.cells) if isinstance(grid, GridView) else 0
     assert cells > 100  # grids of cells were compared, not only errors
 
