@@ -110,9 +110,7 @@ class ServiceBase:
         self.reads = reader
         self.metrics = Metrics(None, db, store=reader)
         self.listing = StoredListing(engine, lambda: reader.head_seq)
-        self.stale_index = stale = StoredStaleIndex(engine)
-        stale.follow(reader.head_seq)
-        reader.on_move(lambda head, _moved: stale.follow(head))
+        self.stale_index = StoredStaleIndex(engine)
 
     @property
     def replica(self) -> bool:

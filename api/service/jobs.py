@@ -51,7 +51,7 @@ from partbuild.state.fold.view import StateView
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
-from partbuild.state.store.records import INSTANCE, REF
+from partbuild.state.store.records import REF
 from partbuild.state.store.stored import StoredRecords
 
 WARNING = "warning"
@@ -187,7 +187,6 @@ def cell_states(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
     if isinstance(live, StoredRecords):  # a read replica's rows: read in batches, not one statement each
         refs = list(refs)
         live.prefetch(REF, refs)
-        live.prefetch(INSTANCE, [uuid for ref in refs if (uuid := canonical.get(ref)) is not None])
     out: list[tuple[str, str]] = []
     append = out.append
     for ref in refs:

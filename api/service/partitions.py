@@ -46,6 +46,8 @@ from partbuild.state.queries.lineage import Lineage, lineage, ref_history
 from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.queries.staleness import built_version, is_stale
 from partbuild.state.queries.wanted import is_unwanted
+from partbuild.state.store.records import REF
+from partbuild.state.store.stored import prefetched
 
 DAY_MS = 86_400_000
 RETENTION_LISTED = 1_000
@@ -84,7 +86,7 @@ class PartitionsService(ServiceBase):
                 if cursor is not None and cursor not in state.canonical:
                     raise unknown_cursor(cursor)  # a ref that came later: no page of this list gave it
                 refs = self.listing.refs_as_of(state.head_seq, prefix, cursor)
-            under_prefix = takewhile(lambda ref: ref.startswith(prefix), refs)
+            under_prefix = prefetched(state, REF, takewhile(lambda ref: ref.startswith(prefix), refs))
             # As of a seq, the index may offer a ref that came later: the state then has no instance of it.
             instances = (state.canonical_instance(ref) for ref in under_prefix)
             wanted = InstanceState[state_filter.upper()] if state_filter else None

@@ -24,6 +24,8 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.view import StateView
+from partbuild.state.store.records import RUN
+from partbuild.state.store.stored import prefetched
 
 LOG_POLL_S = 0.2  # how often a follow looks for new lines
 
@@ -46,7 +48,7 @@ class RunsService(ServiceBase):
         after = self._seq_cursor(cursor, lambda seq: order.has_seq(seq) and by(seq, as_of_seq))
         with self._reading(min_seq, as_of_seq) as state:
             wanted = JobRunState[state_filter.upper()] if state_filter else None
-            runs = map(state.job_runs.__getitem__, order.between(after, state.head_seq))
+            runs = map(state.job_runs.__getitem__, prefetched(state, RUN, order.between(after, state.head_seq)))
             matching = (
                 run for run in runs if (wanted is None or run.state == wanted) and (job is None or run.job_label == job)
             )

@@ -36,6 +36,8 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import TERMINAL_WANT_STATES, Instance, InstanceState, Want, WantState
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope, manual
+from partbuild.state.store.records import WANT
+from partbuild.state.store.stored import prefetched
 
 MAX_TREE_NODES = 1_000
 WAITING_DEPTH = 4
@@ -118,9 +120,10 @@ class WantsService(ServiceBase):
         after = self._seq_cursor(cursor, lambda seq: order.has_seq(seq) and by(seq, as_of_seq))
         with self._reading(min_seq, as_of_seq) as state:
             if ref is not None:
-                ids: Iterator[str] = (i for i in state.wants_by_ref.get(ref, ()) if state.wants[i].created_seq > after)
-            else:
-                ids = order.between(after, state.head_seq)  # the index may hold wants created since
+                named = prefetched(state, WANT, state.wants_by_ref.get(ref, ()))
+                ids: Iterator[str] = (i for i in named if state.wants[i].created_seq > after)
+            else:  # the index may hold wants created since
+                ids = prefetched(state, WANT, order.between(after, state.head_seq))
             wanted = WantState[state_filter.upper()] if state_filter else None
             causes = state.want_causes
             matching = (

@@ -16,7 +16,8 @@ from itertools import takewhile
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from partbuild.state.fold.records import JobRun
+from partbuild.state.fold.records import Instance, JobRun
+from partbuild.state.fold.view import StateView
 from partbuild.state.queries.listing import spliced
 from partbuild.state.queries.staleness import StaleIndex
 from partbuild.state.schema import state_records as table
@@ -153,15 +154,22 @@ def runs_created(engine: Engine, after: int, upto: int) -> list[JobRun]:
 
 
 class StoredStaleIndex(StaleIndex):
-    """The stale index of a replica: the runs come from the store as its watermark moves (`follow`)."""
+    """The stale index of a replica: its runs come from the store when a read needs them (up to the seq it
+    reads as of), so a replica that is never asked what is stale never reads a run for it."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__()
         self._engine = engine
         self._mark = 0
+        self._following = threading.Lock()
 
     def follow(self, upto: int) -> None:
         """Take in the runs created up to seq `upto`."""
-        if upto > self._mark:
-            self.add(runs_created(self._engine, self._mark, upto))
-            self._mark = upto
+        with self._following:
+            if upto > self._mark:
+                self.add(runs_created(self._engine, self._mark, upto))
+                self._mark = upto
+
+    def _candidates(self, state: StateView, label: str, current: str, now: bool) -> Iterator[Instance]:
+        self.follow(state.head_seq)
+        return super()._candidates(state, label, current, now)

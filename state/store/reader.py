@@ -1,11 +1,11 @@
 """A read replica's state: the reads of a `LiveState`, answered from the state store, nothing folded.
 
 `StoreReader` has the read side of `LiveState` (state/log/live.py): `head_seq`, `read()`, `read_as_of(seq)`,
-`read_at_least(seq)`, `catch_up()`, listeners. Its head is the store's watermark, which the processes that
-fold the log (`serve`, `up`) move as they project; it holds nothing but that seq, so a replica starts at once
-and its memory does not grow with the history. Each read opens one snapshot of the database and answers from
-the rows as of its seq (`stored_state`, state/store/stored.py): the same functions as a read of the past of a
-live state, so the two cannot disagree.
+`read_at_least(seq)`, `catch_up()`, tailing. Its head is the store's watermark, which the processes that
+fold the log (`serve`, `up`) move as they project; it holds that seq and a bounded cache of the rows read
+at it, so a replica starts at once and its memory does not grow with the history. Each read opens one
+snapshot of the database and answers from the rows as of its seq (`stored_state`, state/store/stored.py):
+the same functions as a read of the past of a live state, so the two cannot disagree.
 
 Read-your-writes: `read_at_least(N)` waits (up to `wait_s`) for the watermark to reach N, which a projector
 moves within about a second of the append; a seq the log has not reached is `SeqAfterHead`, one it has but
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from partbuild.state.fold.past import PastState
@@ -30,10 +30,7 @@ logger = logging.getLogger("partbuild.state.store")
 
 DEFAULT_WAIT_S = 10.0  # how long a read waits for the store to reach its `min_seq`
 POLL_S = 0.02
-MAX_KEPT_ROWS = 200_000  # decoded rows kept for the reads of one watermark (some hundreds of MiB at most)
-
-# Called when the watermark moved: (the new watermark, how many seqs it moved).
-MoveListener = Callable[[int, int], None]
+MAX_KEPT_ROWS = 50_000  # decoded rows kept for the reads of one watermark (tens of MiB)
 
 
 class StoreBehind(RuntimeError):
@@ -70,7 +67,6 @@ class StoreReader:
         self.store = store
         self.wait_s = wait_s
         self._head = store.watermark()
-        self._listeners: list[MoveListener] = []
         self._tailer = Tailer("partbuild-store", self._tail_step)
         # The records of the newest watermark read, with the rows they decoded: reads of that watermark (the
         # same snapshot of every row) share them; the next watermark's begin again.
@@ -87,12 +83,7 @@ class StoreReader:
         moved = now - self._head
         if moved > 0:
             self._head = now
-            for listener in self._listeners:
-                listener(now, moved)
         return max(moved, 0)
-
-    def on_move(self, listener: MoveListener) -> None:
-        self._listeners.append(listener)
 
     def read_at_least(self, min_seq: int | None, what: str = "min_seq") -> None:
         """Wait until the store has reached `min_seq` (read-your-writes across processes)."""
@@ -144,7 +135,7 @@ class StoreReader:
             yield stored_state(stored, stored.head_seq if seq is None else seq, self.log, self.store.counts)
 
     def start_tailing(self, interval_s: float = 0.05) -> None:
-        """Look at the watermark in the background, so listeners hear of it moving."""
+        """Look at the watermark in the background (what `/healthz` says the state is at)."""
         self._tailer.start(interval_s)
 
     def _tail_step(self, interval_s: float) -> bool:

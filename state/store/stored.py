@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
+from itertools import islice
 from typing import Any, Final, TypeVar, cast
 
 import sqlalchemy as sa
@@ -31,6 +32,7 @@ from partbuild.state.fold.history import CLOCK_MARK_EVERY, HEARTBEAT_PAIR, versi
 from partbuild.state.fold.past import PastState, canonical_at, instance_at, run_at, served_at, want_at
 from partbuild.state.fold.rechecks import CheckRequest
 from partbuild.state.fold.records import Instance, JobRun, Rejection, Want
+from partbuild.state.fold.view import StateView
 from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
 from partbuild.state.schema import state_projections
@@ -158,8 +160,9 @@ class StoredRecords:
         return found
 
     def prefetch(self, kind: int, keys: Iterable[str]) -> None:
-        """Read the rows of these keys not read yet, 500 a statement (a grid's refs and their instances): the
-        lookups that follow find them decoded, where one at a time each would be a statement of its own."""
+        """Read the rows of these keys not read yet, 500 a statement (a grid's refs, a page's records): the
+        lookups that follow find them decoded, where one at a time each would be a statement of its own. A
+        ref's canonical instance comes with it, a job run's heartbeats with it."""
         missing = [(kind, key) for key in keys if (kind, key) not in self._decoded]
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
@@ -167,6 +170,12 @@ class StoredRecords:
             for key in chunk:
                 row = found.get(key)
                 self._decoded[key] = None if row is None else loads(kind, row[1])
+        if kind == REF:
+            uuids = (body[0] for key in missing if (body := self._decoded[key]) is not None and body[0] is not None)
+            self.prefetch(INSTANCE, list(uuids))
+        elif kind == RUN:
+            runs = [key for _, key in missing if key not in self._beats]
+            self._beats.update(self._records.beats_of(self._conn, runs))
 
     def walk(self, kind: int) -> list[str]:
         """The keys of every row of `kind`, each row read and decoded once: records in creation order (created
@@ -352,3 +361,16 @@ def open_stored(records: RecordStore, kept: StoredRecords | None = None) -> Iter
                 yield kept
         else:
             yield StoredRecords(records, conn, head)
+
+
+def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 100) -> Iterator[str]:
+    """`keys`, as they come; when `state` reads the store's rows (a read replica's), the rows of each `chunk`
+    of them are read in one statement before they are yielded (`StoredRecords.prefetch`)."""
+    stored = state.live if isinstance(state, PastState) else None
+    if not isinstance(stored, StoredRecords):
+        yield from keys
+        return
+    it = iter(keys)
+    while batch := list(islice(it, chunk)):
+        stored.prefetch(kind, batch)
+        yield from batch
