@@ -85,6 +85,10 @@ class _Rows(Mapping[str, V]):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    def __reversed__(self) -> Iterator[str]:
+        part, decoded = self._part, self._stored.decoded
+        return (key for key in reversed(self._stored.walk(self._kind)) if part(decoded(self._kind, key)) is not None)
+
 
 class _Fields(Mapping[str, tuple[object, ...]]):
     """`BuildState.fields`: kept by instance UUID (in the instance's row) or by ref (in the ref's); read by key."""
@@ -126,6 +130,8 @@ class StoredRecords:
         self.serving: Mapping[str, str] = _Rows(self, REF, _fourth)
         self.fields: Mapping[str, tuple[object, ...]] = _Fields(self)
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = _Rows(self, INSTANCE, _fourth)
+        # What made each want something made (a tick, a firing): read by want; walked newest first (`reversed`).
+        self.want_causes: Mapping[str, str] = _Rows(self, WANT, _second)
         self.run_heartbeats: Mapping[str, bytearray] = _Beats(self)
         self._walked: dict[int, list[str]] = {}
         self._beats: dict[str, bytearray] = {}
@@ -220,11 +226,6 @@ class StoredRecords:
             name, key = version_of_key(row_id)
             found.setdefault(name, {})[key] = list(self.decoded(VERSION, row_id))
         return found
-
-    @cached_property
-    def want_causes(self) -> dict[str, str]:
-        """What made each want that something made (a schedule's tick, a reaction), in creation order."""
-        return {key: cause for key in self.walk(WANT) if (cause := self.decoded(WANT, key)[1]) is not None}
 
     @cached_property
     def wants_by_ref(self) -> dict[str, list[str]]:
