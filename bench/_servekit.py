@@ -78,13 +78,13 @@ class Server:
     def __init__(
         self,
         executable: Path,
-        db_file: Path,
+        db_file: Path | str,
         workdir: Path,
         startup_timeout_s: float,
         min_available_gib: float,
         extra: tuple[str, ...] = (),
     ) -> None:
-        """`extra`: more options of `serve` (`--replica`)."""
+        """`db_file`: a SQLite file, or a database URL; `extra`: more options of `serve` (`--replica`)."""
         self.executable, self.db_file, self.workdir, self.extra = executable, db_file, workdir, extra
         self.startup_timeout_s = startup_timeout_s
         self.min_available = int(min_available_gib * 2**30)
@@ -102,7 +102,8 @@ class Server:
         return self.process.pid
 
     def __enter__(self) -> Self:
-        command = [str(self.executable), "serve", "--db", f"sqlite:///{self.db_file}", "--host", "127.0.0.1"]
+        url = self.db_file if isinstance(self.db_file, str) else f"sqlite:///{self.db_file}"
+        command = [str(self.executable), "serve", "--db", url, "--host", "127.0.0.1"]
         started = time.perf_counter()
         with open(self.output, "wb") as output:
             self.process = subprocess.Popen(

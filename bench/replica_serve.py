@@ -1,7 +1,7 @@
 """A read replica (`serve --replica`) beside a `serve` that folds the log, on one W1 log, in one run (issue 37).
 
-Builds (or reuses, `--db`, a SQLite file) a W1 log of `--instances` and projects its state store (a fold and a
-first projection in this process) when it is not projected yet. Then, one after the other on that file, a
+Builds (or reuses, `--db`: a SQLite file or a database URL) a W1 log of `--instances` and projects its state
+store (a fold and a first projection in this process) when it is not projected yet. Then, one after the other, a
 `partbuild serve` (it loads the state: the newest snapshot and the tail, or the whole log) and a `partbuild
 serve --replica` (it replays nothing): for each, the time to healthy and the resident memory, then the same
 reads over HTTP, each timed as a client sees it: point reads (a want, a job run, a ref's canonical instance),
@@ -86,7 +86,7 @@ def measure(server: Server, head: int, ids: dict[int, list[str]], n: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", help="a SQLite file (built when empty; default: a temporary file)")
+    parser.add_argument("--db", help="a database URL or SQLite file (built when empty; default: a temporary file)")
     parser.add_argument("--instances", type=int, default=1_000_000)
     parser.add_argument("--reads", type=int, default=200)
     parser.add_argument("--startup-timeout", type=float, default=600)
@@ -101,7 +101,7 @@ def main() -> None:
                 Projector(LiveState(db.log, snapshot_every=1), db.changes).project()
                 print(f"folded, snapshotted and projected {head:,} events in {time.perf_counter() - started:.0f} s")
         ids = {kind: sample_ids(url, kind, args.reads, rng) for kind in (WANT, RUN, REF)}
-        db_file = Path(url.removeprefix("sqlite:///"))
+        db_file: Path | str = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else url
         results: dict[str, Figures] = {}
         for name, extra in (("serve", ()), ("serve --replica", ("--replica",))):
             with Server(EXECUTABLE, db_file, Path(tmp), args.startup_timeout, 1.0, extra) as server:

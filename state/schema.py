@@ -272,6 +272,8 @@ state_counts = sa.Table(
 # of the past need to tell it as of any earlier seq (its history), encoded (state/store/records.py). `created`:
 # the record's created seq (a ref's: a lower bound of its first instance's), indexed, so a replica lists wants
 # and runs in creation order, and what was created after a seq, by a range scan (state/store/listing.py).
+# `closed`: a job run's or a want's last change once it ended (None while it is active), indexed, so the runs
+# in flight and the active wants as of a seq are found without walking every row (state/store/stored.py).
 state_records = sa.Table(
     "state_records",
     metadata,
@@ -280,7 +282,9 @@ state_records = sa.Table(
     sa.Column("seq", sa.BigInteger(), nullable=False),
     sa.Column("body", sa.LargeBinary(), nullable=False),
     sa.Column("created", sa.BigInteger(), nullable=True),
+    sa.Column("closed", sa.BigInteger(), nullable=True),
     sa.Index("ix_state_records_created", "kind", "created", "id"),
+    sa.Index("ix_state_records_closed", "kind", "closed"),
 )
 
 # A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written

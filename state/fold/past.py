@@ -28,7 +28,7 @@ import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import CheckEntry, PastCheckResults
@@ -489,7 +489,7 @@ class PastState:
         """Job runs queued or running as of the seq, oldest first (a scan of the runs created by then)."""
         return {
             run_id: None
-            for run_id, run in _created_by(self.live.job_runs, self.head_seq)
+            for run_id, run in _maybe_open(self.live, "job_runs", self.head_seq)
             if _active(run, self.head_seq)
         }
 
@@ -499,7 +499,7 @@ class PastState:
         wants created by then). Its refs are those of the live index then; their order may differ from it."""
         seq = self.head_seq
         active: dict[str, dict[str, None]] = {}
-        for want_id, want in _created_by(self.live.wants, seq):
+        for want_id, want in _maybe_open(self.live, "wants", seq):
             now = want.state if want.updated_seq <= seq else want_state_at(want, seq)[0]
             if now not in TERMINAL_WANT_STATES:
                 for ref in want.refs:
@@ -565,6 +565,23 @@ class PastState:
             "wants": {s.name.lower(): wants[s] for s in WantState},
             "job_runs": {s.name.lower(): runs[s] for s in JobRunState},
         }
+
+
+@runtime_checkable
+class OpenIndex(Protocol):
+    """Records that name the job runs or wants that may have been active as of a seq without a scan of them all
+    (the state store's rows, state/store/stored.py): every one that was, in creation order, maybe a few more."""
+
+    def open_at(self, table: str, seq: int) -> list[str]: ...
+
+
+def _maybe_open(live: BuildState, table: str, seq: int) -> Iterator[tuple[str, Any]]:
+    """(id, record) of the job runs or wants (`table`) that may have been active as of `seq`, oldest first:
+    from the records' own index when they have one, else every one created by then."""
+    records = getattr(live, table)
+    if isinstance(live, OpenIndex):
+        return ((key, records[key]) for key in live.open_at(table, seq))
+    return _created_by(records, seq)
 
 
 def _created_by(table: dict[str, _Created], seq: int) -> Iterator[tuple[str, _Created]]:

@@ -40,7 +40,17 @@ from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write, delete_keys, insert_ignoring_conflicts, write_newer_rows
 from partbuild.state.fold.history import CLOCK_MARK_EVERY, HEARTBEAT_PAIR, version_key, version_of_key
-from partbuild.state.fold.records import Instance, InstanceState, JobRun, JobRunState, Rejection, Want, WantState
+from partbuild.state.fold.records import (
+    ACTIVE_RUN_STATES,
+    TERMINAL_WANT_STATES,
+    Instance,
+    InstanceState,
+    JobRun,
+    JobRunState,
+    Rejection,
+    Want,
+    WantState,
+)
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
 from partbuild.state.schema import state_heartbeats, state_projections
 from partbuild.state.schema import state_records as table
@@ -52,8 +62,9 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 5  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
-# rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own
+ENCODING: Final = 6  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+# rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own; 6: the
+# seq a run or a want ended at, too
 
 
 def _fingerprint() -> str:
@@ -74,7 +85,7 @@ _UNNUMBERED_ENCODING = 3
 INSTANCE, WANT, RUN, REF, VERSION, CHECK_REQUEST, REJECTION, CLOCK = range(8)
 KIND_NAMES: Final = ("instance", "want", "job run", "ref", "version", "check request", "rejection", "clock")
 CLOCK_CHUNK: Final = 1024
-Row = tuple[int, str, int, bytes, int | None]  # kind, id, seq, body, created
+Row = tuple[int, str, int, bytes, int | None, int | None]  # kind, id, seq, body, created, closed
 Key = tuple[int, str]
 
 
@@ -251,7 +262,7 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
         if body is None:
             gone.append((kind, key))
             continue
-        rows.append((kind, key, seq, body, created_of(state, kind, key)))
+        rows.append((kind, key, seq, body, created_of(state, kind, key), closed_of(state, kind, key)))
         if kind == RUN:
             beats.extend(beats_of(state, key, beats_after))
     return Rows(rows, gone, beats)
@@ -272,6 +283,18 @@ def created_of(state: BuildState, kind: int, key: str) -> int | None:
             return state.first_created.get(key, 0)
         first, uuid = instance.created_seq, instance.previous_uuid
     return first if first is not None else state.first_created.get(key, 0)
+
+
+def closed_of(state: BuildState, kind: int, key: str) -> int | None:
+    """The `closed` column of a record's row: a job run's or a want's last change once it ended (a seq at or
+    after the one it ended at); None while it is active, and for the other kinds."""
+    if kind == RUN:
+        run = state.job_runs.get(key)
+        return None if run is None or run.state in ACTIVE_RUN_STATES else run.updated_seq
+    if kind == WANT:
+        want = state.wants.get(key)
+        return None if want is None or want.state not in TERMINAL_WANT_STATES else want.updated_seq
+    return None
 
 
 def beats_of(state: BuildState, run_id: str, after: int) -> Iterator[Beat]:
@@ -488,6 +511,17 @@ class RecordStore:
         for row in conn.execution_options(yield_per=2000).execute(query.order_by(created, table.c.id)):
             yield row.id, row.body
 
+    def open_at(self, conn: Connection, kind: int, seq: int) -> list[tuple[str, bytes]]:
+        """(id, body) of the rows of `kind` created by `seq` not closed by then (`closed` None or after it), by
+        created seq then id: two range scans of the `closed` index."""
+        created, closed = table.c.created, table.c.closed
+        found: list[tuple[int, str, bytes]] = []
+        for still in (closed.is_(None), closed > seq):
+            query = sa.select(created, table.c.id, table.c.body).where(table.c.kind == kind, still, created <= seq)
+            found += [(row.created, row.id, row.body) for row in conn.execute(query)]
+        found.sort()
+        return [(key, body) for _, key, body in found]
+
     def beats(self, conn: Connection, run_id: str) -> bytearray:
         """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""
         query = sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms).where(state_heartbeats.c.run_id == run_id)
@@ -496,7 +530,7 @@ class RecordStore:
             packed += HEARTBEAT_PAIR.pack(row.seq, row.ms)
         return packed
 
-    def beats_of(self, conn: Connection, run_ids: Sequence[str]) -> dict[str, bytearray]:
+    def beats_of_runs(self, conn: Connection, run_ids: Sequence[str]) -> dict[str, bytearray]:
         """`beats` of each of these runs (empty: none), 500 runs a statement, in `conn`'s transaction."""
         found = {run_id: bytearray() for run_id in run_ids}
         beats = state_heartbeats.c
@@ -529,4 +563,4 @@ class RecordStore:
         with self.engine.connect() as conn:
             query = sa.select(table).order_by(table.c.kind, table.c.id)
             for row in conn.execution_options(yield_per=5000).execute(query):
-                yield row.kind, row.id, row.seq, row.body, row.created
+                yield row.kind, row.id, row.seq, row.body, row.created, row.closed

@@ -181,7 +181,7 @@ class StoredRecords:
             self.prefetch(INSTANCE, list(uuids))
         elif kind == RUN:
             runs = [key for _, key in missing if key not in self._beats]
-            self._beats.update(self._records.beats_of(self._conn, runs))
+            self._beats.update(self._records.beats_of_runs(self._conn, runs))
 
     def walk(self, kind: int) -> list[str]:
         """The keys of every row of `kind`, each row read and decoded once: records in creation order (created
@@ -235,6 +235,16 @@ class StoredRecords:
             for ref in self.decoded(WANT, want_id)[0].refs:
                 found.setdefault(ref, []).append(want_id)
         return found
+
+    def open_at(self, table: str, seq: int) -> list[str]:
+        """The job runs or wants (`table`) created by `seq` whose rows say they had not ended by then, in creation
+        order, their rows read: every one active as of `seq` (a row ends a record only once it has), and those
+        that ended after it (`OpenIndex`, state/fold/past.py)."""
+        kind = RUN if table == "job_runs" else WANT
+        found = self._records.open_at(self._conn, kind, seq)
+        for key, body in found:
+            self._decoded.setdefault((kind, key), loads(kind, body))
+        return [key for key, _ in found]
 
     def runs_created(self, after: int) -> Iterator[JobRun]:
         """The job runs created after seq `after` (up to the watermark), oldest first, in this snapshot."""

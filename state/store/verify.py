@@ -32,6 +32,7 @@ from partbuild.state.store.records import (
     RecordStore,
     all_keys,
     beats_of,
+    closed_of,
     created_of,
     decoded,
     kind_counts,
@@ -77,7 +78,7 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
     if records.watermark() != state.head_seq:
         return []
     rows = [0] * len(KIND_NAMES)  # rows of each kind: every one is a held record's (keys are unique)
-    for kind, key, _, body, created in records.all_rows():
+    for kind, key, _, body, created, closed in records.all_rows():
         held = row_value(state, kind, key)
         if held is None:
             return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
@@ -85,6 +86,8 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
             return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
         if created != created_of(state, kind, key):
             return [f"the state store's row of {_named((kind, key))} says it was created at seq {created}"]
+        if closed != closed_of(state, kind, key):
+            return [f"the state store's row of {_named((kind, key))} says it ended at seq {closed}"]
         rows[kind] += 1
     if rows != kind_counts(state):
         stored = {(row[0], row[1]) for row in records.all_rows()}  # which one: a second pass, only then

@@ -306,7 +306,7 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "i37_4_record_created"
+        assert current_revision(engine) == head_revision() == "i37_5_record_closed"
         assert {
             "delivery_offsets",
             "delivery_messages",

@@ -18,13 +18,14 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import HistoryDropped, PastState
+from partbuild.state.fold.records import ACTIVE_RUN_STATES
 from partbuild.state.log.events import from_job_run
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import SnapshotError
 from partbuild.state.schema import state_projections, state_records
 from partbuild.state.store import records as records_module
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import CLOCK, INSTANCE, PROJECTION, Rows, body_of, loads
+from partbuild.state.store.records import CLOCK, INSTANCE, PROJECTION, RUN, Rows, body_of, loads
 from partbuild.state.store.stored import StoredRecords, open_stored
 from partbuild.state.store.verify import record_problems, store_problems
 
@@ -170,8 +171,8 @@ def test_retention_deletes_the_rows_of_what_it_dropped(database: Database) -> No
 def test_a_row_is_never_replaced_by_an_older_one(database: Database) -> None:
     """Two writers of one record: the row with the greater seq stays, whichever wrote last."""
     records = database.changes.records
-    records.dump(Rows([(INSTANCE, "a", 9, b"newer", 1)], [], []))
-    records.dump(Rows([(INSTANCE, "a", 4, b"older", 1), (INSTANCE, "b", 4, b"b", 2)], [], []))
+    records.dump(Rows([(INSTANCE, "a", 9, b"newer", 1, None)], [], []))
+    records.dump(Rows([(INSTANCE, "a", 4, b"older", 1, None), (INSTANCE, "b", 4, b"b", 2, None)], [], []))
     with database.changes.records.engine.connect() as conn:
         rows = {row.id: (row.seq, row.body) for row in conn.execute(sa.select(state_records))}
     assert rows == {"a": (9, b"newer"), "b": (4, b"b")}
@@ -218,8 +219,16 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
     assert record_problems(store.records, replayed) == [
         f"the state store's row of instance {uuid!r} says it was created at seq None"
     ]
-    with store.records.engine.begin() as conn:  # rows keyed by a number: an id that is none is named too
+    ended = next(run for run in live.state.job_runs.values() if run.state not in ACTIVE_RUN_STATES)
+    run_row = (state_records.c.kind == RUN) & (state_records.c.id == ended.job_run_id)
+    with store.records.engine.begin() as conn:  # an ended run said to be in flight: a replica would list it
         conn.execute(sa.update(state_records).where(row).values(created=tampered.created_seq))
+        conn.execute(sa.update(state_records).where(run_row).values(closed=None))
+    assert record_problems(store.records, replayed) == [
+        f"the state store's row of job run {ended.job_run_id!r} says it ended at seq None"
+    ]
+    with store.records.engine.begin() as conn:  # rows keyed by a number: an id that is none is named too
+        conn.execute(sa.update(state_records).where(run_row).values(closed=ended.updated_seq))
         conn.execute(sa.insert(state_records).values(kind=CLOCK, id="x1", seq=live.head_seq, body=original))
     assert record_problems(store.records, live.state) == [
         "the state store holds a row of clock 'x1', which the replay does not hold"
@@ -303,7 +312,7 @@ def test_random_histories_keep_the_rows_whole_and_read_as_memory_does(steps: lis
 def test_the_rows_format_is_pinned() -> None:
     """The records' fields changed (a slot added, renamed or moved): bump `records.ENCODING` (a newer format
     owns the rows, and an older partbuild then leaves them alone), then pin the new fingerprint here."""
-    assert (records_module.ENCODING, records_module.FINGERPRINT) == (5, "1364260f7a5f")
+    assert (records_module.ENCODING, records_module.FINGERPRINT) == (6, "06df2a0f8af6")
 
 
 def _as_format(monkeypatch: pytest.MonkeyPatch, encoding: int, fingerprint: str) -> None:
