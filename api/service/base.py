@@ -113,11 +113,6 @@ class ServiceBase:
         self.stale_index = StoredStaleIndex(engine)
 
     @property
-    def replica(self) -> bool:
-        """Whether this service reads the state store and folds nothing (`serve --replica`)."""
-        return self._live is None
-
-    @property
     def live(self) -> LiveState:
         """The live state this service folds and writes against; a read replica has none (`ReadReplica`)."""
         if self._live is None:

@@ -26,7 +26,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.reader import ReadReplica
+from partbuild.state.store.reader import ReadReplica, StoreReader
 
 from timetravelkit import SMALL_PLAN, w1_history
 
@@ -106,7 +106,9 @@ def test_a_write_is_refused_with_a_503_and_nothing_is_written(sides: Sides) -> N
 
 
 def test_a_read_of_a_seq_the_store_has_not_reached_waits_then_says_try_again(sides: Sides) -> None:
-    sides.replica.reads.wait_s = 0.2  # type: ignore[attr-defined]
+    reader = sides.replica.reads
+    assert isinstance(reader, StoreReader)
+    reader.wait_s = 0.2
     written = sides.db.log.append([envelope(pb.WantCreate(want_id="late", partition_refs=["agg/late/1"]))])
     seq = written.last_seq
     behind = sides.reading.get("/api/v1/wants/late", params={"min_seq": seq})
