@@ -283,8 +283,8 @@ state_records = sa.Table(
     sa.Column("body", sa.LargeBinary(), nullable=False),
     sa.Column("created", sa.BigInteger(), nullable=True),
     sa.Column("closed", sa.BigInteger(), nullable=True),
-    sa.Index("ix_state_records_created", "kind", "created", "id"),
-    sa.Index("ix_state_records_closed", "kind", "closed"),
+    sa.Index("ix_state_records_created", "kind", "created", "id", "closed"),
+    sa.Index("ix_state_records_closed", "kind", "closed", "created", "id"),
 )
 
 # A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written

@@ -25,10 +25,15 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("state_records") as batch:
         batch.add_column(sa.Column("closed", sa.BigInteger(), nullable=True))
-    op.create_index("ix_state_records_closed", "state_records", ["kind", "closed"])
+    # Both indexes hold both seqs and the id: which records were open as of a seq is read from either alone.
+    op.drop_index("ix_state_records_created", table_name="state_records")
+    op.create_index("ix_state_records_created", "state_records", ["kind", "created", "id", "closed"])
+    op.create_index("ix_state_records_closed", "state_records", ["kind", "closed", "created", "id"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_state_records_closed", table_name="state_records")
+    op.drop_index("ix_state_records_created", table_name="state_records")
+    op.create_index("ix_state_records_created", "state_records", ["kind", "created", "id"])
     with op.batch_alter_table("state_records") as batch:
         batch.drop_column("closed")

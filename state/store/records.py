@@ -511,16 +511,24 @@ class RecordStore:
         for row in conn.execution_options(yield_per=2000).execute(query.order_by(created, table.c.id)):
             yield row.id, row.body
 
-    def open_at(self, conn: Connection, kind: int, seq: int) -> list[tuple[str, bytes]]:
+    def open_at(self, conn: Connection, kind: int, seq: int, head: int) -> list[tuple[str, bytes]]:
         """(id, body) of the rows of `kind` created by `seq` not closed by then (`closed` None or after it), by
-        created seq then id: two range scans of the `closed` index."""
-        created, closed = table.c.created, table.c.closed
-        found: list[tuple[int, str, bytes]] = []
-        for still in (closed.is_(None), closed > seq):
-            query = sa.select(created, table.c.id, table.c.body).where(table.c.kind == kind, still, created <= seq)
-            found += [(row.created, row.id, row.body) for row in conn.execute(query)]
-        found.sort()
-        return [(key, body) for _, key, body in found]
+        created seq then id. Which ones: from an index alone (both hold both seqs and the id), the `closed` one
+        for those still open, and for those closed since `seq` the `closed` one when `seq` is late (few closed
+        after it) or the `created` one when it is early (few created by it): SQLite is told which, PostgreSQL's
+        planner knows from its statistics. Then the bodies of those alone, by key."""
+        created, closed, ident = table.c.created, table.c.closed, table.c.id
+        index = "ix_state_records_closed" if 2 * seq >= head else "ix_state_records_created"
+        since = sa.select(created, ident).where(table.c.kind == kind, closed > seq, created <= seq)
+        queries = (
+            sa.select(created, ident)
+            .where(table.c.kind == kind, closed.is_(None), created <= seq)
+            .with_hint(table, "INDEXED BY ix_state_records_closed", "sqlite"),
+            since.with_hint(table, f"INDEXED BY {index}", "sqlite"),
+        )
+        keys = sorted((row.created, row.id) for query in queries for row in conn.execute(query))
+        bodies = self.rows(conn, [(kind, key) for _, key in keys])
+        return [(key, bodies[(kind, key)][1]) for _, key in keys]
 
     def beats(self, conn: Connection, run_id: str) -> bytearray:
         """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""

@@ -241,7 +241,7 @@ class StoredRecords:
         order, their rows read: every one active as of `seq` (a row ends a record only once it has), and those
         that ended after it (`OpenIndex`, state/fold/past.py)."""
         kind = RUN if table == "job_runs" else WANT
-        found = self._records.open_at(self._conn, kind, seq)
+        found = self._records.open_at(self._conn, kind, seq, self.head_seq)
         for key, body in found:
             self._decoded.setdefault((kind, key), loads(kind, body))
         return [key for key, _ in found]
