@@ -134,6 +134,23 @@ def w1_log(db: str | None, tmp: str, name: str, instances: int) -> Iterator[tupl
         yield url, log
 
 
+def project_store(url: str, *, snapshot: bool = False) -> None:
+    """Fold the log at `url` and project its state store, unless the store is whole at the log's head already
+    (`snapshot`: save a snapshot of the folded state too, so a `serve` started on it loads that)."""
+    from partbuild.state.database import Database
+    from partbuild.state.log.live import LiveState
+    from partbuild.state.store.projector import Projector
+
+    with Database.open(url, auto_upgrade=True) as db:
+        head = db.log.head()
+        if db.changes.watermark() == head and db.changes.records.watermark() == head:
+            return
+        started = time.perf_counter()
+        live = LiveState(db.log, snapshot_every=1) if snapshot else LiveState(db.log, use_snapshots=False)
+        Projector(live, db.changes).project()
+        print(f"folded and projected {head:,} events in {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def percentile(values: list[float], p: float) -> float:
     """The `p`-quantile (0..1) of `values`, nearest rank; NaN when empty."""
     ordered = sorted(values)

@@ -21,20 +21,17 @@ import argparse
 import random
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import sqlalchemy as sa
-from _common import machine, percentile, w1_log
+from _common import machine, percentile, project_store, w1_log
 from _servekit import MIB, Client, Server
 
 from partbuild.state.database import Database
-from partbuild.state.log.live import LiveState
 from partbuild.state.schema import state_records
-from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import REF, RUN, WANT
 
 SERVE_S, POINT_MS, CHANGES_MS, COUNTS_MS, RSS_BYTES = 10.0, 10.0, 50.0, 200.0, 512 * MIB
@@ -95,11 +92,7 @@ def main() -> None:
     rng = random.Random(37)
     with tempfile.TemporaryDirectory() as tmp, w1_log(args.db, tmp, "replica.db", args.instances) as (url, log):
         head = log.head()
-        with Database.open(url, auto_upgrade=True) as db:
-            if db.changes.watermark() != head or db.changes.records.watermark() != head:
-                started = time.perf_counter()
-                Projector(LiveState(db.log, snapshot_every=1), db.changes).project()
-                print(f"folded, snapshotted and projected {head:,} events in {time.perf_counter() - started:.0f} s")
+        project_store(url, snapshot=True)
         ids = {kind: sample_ids(url, kind, args.reads, rng) for kind in (WANT, RUN, REF)}
         db_file: Path | str = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else url
         results: dict[str, Figures] = {}

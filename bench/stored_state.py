@@ -20,13 +20,8 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 
-from _common import machine, w1_log
-
-from partbuild.state.database import Database
-from partbuild.state.log.live import LiveState
-from partbuild.state.store.projector import Projector
+from _common import machine, project_store, w1_log
 
 CHILD = r"""
 import json, sys, time
@@ -94,12 +89,8 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=500)
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    with tempfile.TemporaryDirectory() as tmp, w1_log(args.db, tmp, "stored.db", args.instances) as (url, log):
-        with Database.open(url, auto_upgrade=True) as db:
-            if db.changes.watermark() != log.head() or db.changes.records.watermark() != log.head():
-                started = time.perf_counter()
-                Projector(LiveState(db.log, use_snapshots=False), db.changes).project()
-                print(f"folded and projected {log.head():,} events in {time.perf_counter() - started:.0f} s")
+    with tempfile.TemporaryDirectory() as tmp, w1_log(args.db, tmp, "stored.db", args.instances) as (url, _log):
+        project_store(url)
         done = subprocess.run([sys.executable, "-c", CHILD, url, str(args.reads)], capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(done.stderr)
