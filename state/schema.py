@@ -297,6 +297,16 @@ state_heartbeats = sa.Table(
     sa.Column("ms", sa.BigInteger(), nullable=False),
 )
 
+# The wants naming each ref, in creation order (a want's refs never change): a row per (ref, want), written with
+# the want's row (state/store/records.py), so a read replica lists a ref's wants by a range scan.
+state_want_refs = sa.Table(
+    "state_want_refs",
+    metadata,
+    sa.Column("ref", ByteOrderText, primary_key=True),
+    sa.Column("created", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("want_id", ByteOrderText, primary_key=True),
+)
+
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).
 state_projections = sa.Table(
     "state_projections",

@@ -52,7 +52,7 @@ from partbuild.state.fold.records import (
     WantState,
 )
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
-from partbuild.state.schema import state_heartbeats, state_projections
+from partbuild.state.schema import state_heartbeats, state_projections, state_want_refs
 from partbuild.state.schema import state_records as table
 
 if TYPE_CHECKING:
@@ -62,9 +62,9 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 6  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+ENCODING: Final = 7  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
 # rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own; 6: the
-# seq a run or a want ended at, too
+# seq a run or a want ended at, too; 7: the wants by ref in rows of their own (`state_want_refs`)
 
 
 def _fingerprint() -> str:
@@ -239,6 +239,7 @@ _TALLY_AT: Final = Want.__slots__.index("tally")
 
 
 Beat = tuple[str, int, int]  # a heartbeat's row: run id, seq, ms
+WantRef = tuple[str, int, str]  # a row of the wants by ref: ref, the want's created seq, want id
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,7 @@ class Rows:
     rows: Sequence[Row]
     gone: Sequence[Key]
     beats: Sequence[Beat]
+    want_refs: Sequence[WantRef] = ()
 
 
 def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Rows:
@@ -256,6 +258,7 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
     rows: list[Row] = []
     gone: list[Key] = []
     beats: list[Beat] = []
+    want_refs: list[WantRef] = []
     seq = state.head_seq
     for kind, key in keys:
         body = body_of(state, kind, key)
@@ -265,7 +268,14 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
         rows.append((kind, key, seq, body, created_of(state, kind, key), closed_of(state, kind, key)))
         if kind == RUN:
             beats.extend(beats_of(state, key, beats_after))
-    return Rows(rows, gone, beats)
+        elif kind == WANT:
+            want_refs.extend(want_refs_of(state.wants[key]))
+    return Rows(rows, gone, beats, want_refs)
+
+
+def want_refs_of(want: Want) -> Iterator[WantRef]:
+    """The rows of the wants by ref that `want` makes: one per ref it names."""
+    return ((ref, want.created_seq, want.want_id) for ref in dict.fromkeys(want.refs))
 
 
 def created_of(state: BuildState, kind: int, key: str) -> int | None:
@@ -387,6 +397,9 @@ def write_rows(conn: Connection, rows: Rows) -> None:
     delete_keys(conn, table, rows.gone)
     if rows.beats:
         conn.execute(insert_ignoring_conflicts(conn, state_heartbeats), [_beat_row(beat) for beat in rows.beats])
+    if rows.want_refs:  # written with each row of the want, once kept (its refs never change)
+        named = [{"ref": ref, "created": created, "want_id": want_id} for ref, created, want_id in rows.want_refs]
+        conn.execute(insert_ignoring_conflicts(conn, state_want_refs), named)
 
 
 def _beat_row(beat: Beat) -> dict[str, object]:
@@ -445,6 +458,7 @@ def take_rows(conn: Connection) -> bool:
     conn.execute(sa.delete(state_projections).where(state_projections.c.name.in_(others)))
     conn.execute(sa.delete(table))
     conn.execute(sa.delete(state_heartbeats))
+    conn.execute(sa.delete(state_want_refs))
     return True
 
 
@@ -529,6 +543,25 @@ class RecordStore:
         keys = sorted((row.created, row.id) for query in queries for row in conn.execute(query))
         bodies = self.rows(conn, [(kind, key) for _, key in keys])
         return [(key, bodies[(kind, key)][1]) for _, key in keys]
+
+    def wants_of_ref(self, conn: Connection, ref: str, upto: int) -> list[str]:
+        """The wants naming `ref` created by seq `upto`, in creation order, in `conn`'s transaction."""
+        named = state_want_refs.c
+        query = sa.select(named.want_id).where(named.ref == ref, named.created <= upto)
+        return list(conn.execute(query.order_by(named.created, named.want_id)).scalars())
+
+    def refs_wanted(self, conn: Connection, upto: int) -> list[str]:
+        """Every ref a want created by seq `upto` named, sorted, in `conn`'s transaction."""
+        named = state_want_refs.c
+        query = sa.select(named.ref).where(named.created <= upto).distinct().order_by(named.ref)
+        return list(conn.execute(query).scalars())
+
+    def all_want_refs(self) -> Iterator[WantRef]:
+        """Every row of the wants by ref, in key order (the audit's walk)."""
+        with self.engine.connect() as conn:
+            query = sa.select(state_want_refs).order_by(*state_want_refs.primary_key.columns)
+            for row in conn.execution_options(yield_per=5000).execute(query):
+                yield row.ref, row.created, row.want_id
 
     def beats(self, conn: Connection, run_id: str) -> bytearray:
         """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""

@@ -90,6 +90,28 @@ class _Rows(Mapping[str, V]):
         return (key for key in reversed(self._stored.walk(self._kind)) if part(decoded(self._kind, key)) is not None)
 
 
+class _WantsByRef(Mapping[str, list[str]]):
+    """`BuildState.wants_by_ref`: ref -> every want naming it, in creation order, from `state_want_refs`."""
+
+    def __init__(self, stored: StoredRecords) -> None:
+        self._stored = stored
+        self._read: dict[str, list[str]] = {}
+
+    def __getitem__(self, ref: str) -> list[str]:
+        found = self._read.get(ref)
+        if found is None:
+            found = self._read[ref] = self._stored.wants_of_ref(ref)
+        if not found:
+            raise KeyError(ref)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stored.refs_wanted())
+
+    def __len__(self) -> int:
+        return len(self._stored.refs_wanted())
+
+
 class _Fields(Mapping[str, tuple[object, ...]]):
     """`BuildState.fields`: kept by instance UUID (in the instance's row) or by ref (in the ref's); read by key."""
 
@@ -132,6 +154,7 @@ class StoredRecords:
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = _Rows(self, INSTANCE, _fourth)
         # What made each want something made (a tick, a firing): read by want; walked newest first (`reversed`).
         self.want_causes: Mapping[str, str] = _Rows(self, WANT, _second)
+        self.wants_by_ref: Mapping[str, list[str]] = _WantsByRef(self)
         self.run_heartbeats: Mapping[str, bytearray] = _Beats(self)
         self._walked: dict[int, list[str]] = {}
         self._beats: dict[str, bytearray] = {}
@@ -227,14 +250,6 @@ class StoredRecords:
             found.setdefault(name, {})[key] = list(self.decoded(VERSION, row_id))
         return found
 
-    @cached_property
-    def wants_by_ref(self) -> dict[str, list[str]]:
-        """ref -> every want naming it, in creation order."""
-        found: dict[str, list[str]] = {}
-        for want_id in self.walk(WANT):
-            for ref in self.decoded(WANT, want_id)[0].refs:
-                found.setdefault(ref, []).append(want_id)
-        return found
 
     def open_at(self, table: str, seq: int) -> list[str]:
         """The job runs or wants (`table`) created by `seq` whose rows say they had not ended by then, in creation
@@ -245,6 +260,18 @@ class StoredRecords:
         for key, body in found:
             self._decoded.setdefault((kind, key), loads(kind, body))
         return [key for key, _ in found]
+
+    def wants_of_ref(self, ref: str) -> list[str]:
+        """The wants naming `ref`, in creation order (up to the watermark)."""
+        return self._records.wants_of_ref(self._conn, ref, self.head_seq)
+
+    @cached_property
+    def _refs_wanted(self) -> list[str]:
+        return self._records.refs_wanted(self._conn, self.head_seq)
+
+    def refs_wanted(self) -> list[str]:
+        """Every ref a want named (up to the watermark), sorted: a walk, for the rare read of them all."""
+        return self._refs_wanted
 
     def runs_created(self, after: int) -> Iterator[JobRun]:
         """The job runs created after seq `after` (up to the watermark), oldest first, in this snapshot."""

@@ -37,6 +37,7 @@ from partbuild.state.store.records import (
     decoded,
     kind_counts,
     row_value,
+    want_refs_of,
 )
 
 
@@ -93,7 +94,7 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
         stored = {(row[0], row[1]) for row in records.all_rows()}  # which one: a second pass, only then
         missing = min(key for key in all_keys(state) if key not in stored)
         return [f"the state store has no row of {_named(missing)}, which the replay holds"]
-    return _heartbeat_problems(records, state)
+    return _heartbeat_problems(records, state) or _want_ref_problems(records, state)
 
 
 def _heartbeat_problems(records: RecordStore, state: BuildState) -> list[str]:
@@ -103,6 +104,16 @@ def _heartbeat_problems(records: RecordStore, state: BuildState) -> list[str]:
         if stored != expected:
             said = "none" if stored is None else f"run {stored[0]!r} at seq {stored[1]} ({stored[2]} ms)"
             return [f"the state store's heartbeats differ from the replay's: stored {said}, replayed {expected}"]
+    return []
+
+
+def _want_ref_problems(records: RecordStore, state: BuildState) -> list[str]:
+    """Where the rows of the wants by ref differ from the replayed wants' refs."""
+    replayed = sorted(row for want in state.wants.values() for row in want_refs_of(want))
+    for stored, expected in itertools.zip_longest(records.all_want_refs(), replayed):
+        if stored != expected:
+            said = "none" if stored is None else f"want {stored[2]!r} naming {stored[0]!r}"
+            return [f"the state store's wants by ref differ from the replay's: stored {said}, replayed {expected}"]
     return []
 
 
