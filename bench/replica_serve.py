@@ -6,7 +6,7 @@ store (a fold and a first projection in this process) when it is not projected y
 serve --replica` (it replays nothing): for each, the time to healthy and the resident memory, then the same
 reads over HTTP, each timed as a client sees it: point reads (a want, a job run, a ref's canonical instance),
 now and as of seqs across the log; a page of 100 of each list (wants, job runs, partitions) now and as of a
-seq; the counts as of a seq; a page of 100 changes between two seqs; and the memory after them.
+seq; the wants of a ref; the counts as of a seq; a page of 100 changes between two seqs; and the memory after them.
 
     .venv/bin/python bench/replica_serve.py [--db FILE] [--instances 1000000] [--reads 200]
 
@@ -58,9 +58,15 @@ def reads(head: int, ids: dict[int, list[str]], n: int) -> dict[str, Callable[[i
         found[f"canonical {label}"] = lambda i, at=at: f"/api/v1/partitions/canonical/{quote(ids[REF][i])}?{at}"
         for path in ("wants", "job-runs", "partitions"):
             found[f"{path} page {label}"] = lambda i, at=at, path=path: f"/api/v1/{path}?limit=100&{at}"
+        found[f"wants of a ref {label}"] = lambda i, at=at: f"/api/v1/wants?ref={quote(ids[REF][i])}&{at}"
     found["counts as of a seq"] = lambda i: f"/api/v1/counts?as_of_seq={1 + (i * 7919) % head}"
     found["changes page"] = lambda i: f"/api/v1/changes?from_seq={(i * 7919) % head}&to_seq={head}&limit=100"
     return found
+
+
+def is_point(label: str) -> bool:
+    """Whether a read is of one record (a list, the counts: not)."""
+    return not any(word in label for word in ("page", "counts", "wants of"))
 
 
 def measure(server: Server, head: int, ids: dict[int, list[str]], n: int) -> dict[str, tuple[float, float]]:
@@ -70,7 +76,7 @@ def measure(server: Server, head: int, ids: dict[int, list[str]], n: int) -> dic
     try:
         for label, path_of in reads(head, ids, n).items():
             times = []
-            for i in range(n if not any(w in label for w in ("page", "counts")) else max(5, n // 10)):
+            for i in range(n if is_point(label) else max(5, n // 10)):
                 status, body, ms = client.get(path_of(i))
                 if status not in (200, 404):  # 404: a record created after the seq asked about
                     raise RuntimeError(f"{path_of(i)}: HTTP {status}: {body[:200]!r}")
@@ -127,7 +133,7 @@ def report(folding: Figures, replica: Figures) -> None:
         f50, f99 = folding.reads[label]
         print(f"{label:<32} {f50:>9.1f} / {f99:>8.1f} {p50:>11.1f} / {p99:>8.1f}")
     reads = replica.reads
-    point = max(p99 for label, (_, p99) in reads.items() if "page" not in label and "counts" not in label)
+    point = max(p99 for label, (_, p99) in reads.items() if is_point(label))
     verdicts = {
         f"healthy within {SERVE_S:.0f} s": replica.start_s <= SERVE_S,
         f"<= {RSS_BYTES // MIB} MiB after the reads": replica.rss <= RSS_BYTES,
