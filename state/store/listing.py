@@ -122,9 +122,8 @@ class StoredListing:
             return cached[1]
         entry: _Matching
         if cached is None:
-            found = [
-                ref for ref in takewhile(lambda r: r.startswith(prefix), self.refs_from(prefix, None)) if match(ref)
-            ]
+            # Those created by the mark alone: the ones created after it come with the next call's.
+            found = [ref for ref in self.refs_as_of(mark, prefix, None) if match(ref)]
             entry = (mark, found, None, None)
         else:
             fresh = sorted(ref for ref in self._created_refs(cached[0], mark) if ref.startswith(prefix) and match(ref))
