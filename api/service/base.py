@@ -110,7 +110,7 @@ class ServiceBase:
         self.reads = reader
         self.metrics = Metrics(None, db, store=reader)
         self.listing = StoredListing(engine, lambda: reader.head_seq)
-        self.stale_index = StoredStaleIndex(engine)
+        self.stale_index = StoredStaleIndex()
 
     @property
     def live(self) -> LiveState:

@@ -52,7 +52,7 @@ from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 from partbuild.state.store.records import REF
-from partbuild.state.store.stored import StoredRecords
+from partbuild.state.store.stored import StoredRecords, prefetched
 
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()
@@ -184,9 +184,7 @@ def cell_states(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
     live = live_state(state)
     seq = state.head_seq
     canonical, instances, checked = live.canonical, live.instances, live.check_results
-    if isinstance(live, StoredRecords):  # a read replica's rows: read in batches, not one statement each
-        refs = list(refs)
-        live.prefetch(REF, refs)
+    refs = prefetched(state, REF, refs, chunk=500)  # a read replica's rows: in batches, not one statement each
     out: list[tuple[str, str]] = []
     append = out.append
     for ref in refs:

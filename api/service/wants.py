@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from typing import Any
 
@@ -121,7 +121,7 @@ class WantsService(ServiceBase):
         with self._reading(min_seq, as_of_seq) as state:
             if ref is not None:
                 named = prefetched(state, WANT, state.wants_by_ref.get(ref, ()))
-                ids: Iterator[str] = (i for i in named if state.wants[i].created_seq > after)
+                ids: Iterable[str] = (i for i in named if state.wants[i].created_seq > after)
             else:  # the index may hold wants created since
                 ids = prefetched(state, WANT, order.between(after, state.head_seq))
             wanted = WantState[state_filter.upper()] if state_filter else None

@@ -16,12 +16,14 @@ from itertools import takewhile
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from partbuild.state.fold.records import Instance, JobRun
+from partbuild.state.fold.past import live_state
+from partbuild.state.fold.records import Instance
 from partbuild.state.fold.view import StateView
 from partbuild.state.queries.listing import spliced
 from partbuild.state.queries.staleness import StaleIndex
 from partbuild.state.schema import state_records as table
-from partbuild.state.store.records import REF, RUN, WANT, RecordStore, loads
+from partbuild.state.store.records import REF, RUN, WANT
+from partbuild.state.store.stored import StoredRecords
 
 CHUNK = 256  # rows a lazy listing reads at a time
 # A pattern's refs: (the watermark they are up to, the refs, the list refs were spliced into, those refs).
@@ -146,29 +148,20 @@ class StoredListing:
         return cached[3] if cached is not None and cached[2] is older else None
 
 
-def runs_created(engine: Engine, after: int, upto: int) -> list[JobRun]:
-    """The job runs created in seqs (`after`, `upto`], oldest first, as their rows hold them now."""
-    with engine.connect() as conn:
-        return [loads(RUN, body)[0] for _, body in RecordStore(engine).created(conn, RUN, after, upto)]
-
-
 class StoredStaleIndex(StaleIndex):
-    """The stale index of a replica: its runs come from the store when a read needs them (up to the seq it
-    reads as of), so a replica that is never asked what is stale never reads a run for it."""
+    """The stale index of a replica: its runs come from the rows a read has open (the runs created since the
+    last), when a read asks what is stale, so a replica that is never asked reads no run for it."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._engine = engine
         self._mark = 0
         self._following = threading.Lock()
 
-    def follow(self, upto: int) -> None:
-        """Take in the runs created up to seq `upto`."""
-        with self._following:
-            if upto > self._mark:
-                self.add(runs_created(self._engine, self._mark, upto))
-                self._mark = upto
-
     def _candidates(self, state: StateView, label: str, current: str, now: bool) -> Iterator[Instance]:
-        self.follow(state.head_seq)
+        stored = live_state(state)
+        if isinstance(stored, StoredRecords):
+            with self._following:
+                if stored.head_seq > self._mark:
+                    self.add(list(stored.runs_created(self._mark)))
+                    self._mark = stored.head_seq
         return super()._candidates(state, label, current, now)

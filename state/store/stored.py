@@ -250,7 +250,6 @@ class StoredRecords:
             found.setdefault(name, {})[key] = list(self.decoded(VERSION, row_id))
         return found
 
-
     def open_at(self, table: str, seq: int) -> list[str]:
         """The job runs or wants (`table`) created by `seq` whose rows say they had not ended by then, in creation
         order, their rows read: every one active as of `seq` (a row ends a record only once it has), and those
@@ -401,13 +400,15 @@ def open_stored(records: RecordStore, kept: StoredRecords | None = None) -> Iter
             yield StoredRecords(records, conn, head)
 
 
-def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 100) -> Iterator[str]:
+def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 100) -> Iterable[str]:
     """`keys`, as they come; when `state` reads the store's rows (a read replica's), the rows of each `chunk`
-    of them are read in one statement before they are yielded (`StoredRecords.prefetch`)."""
+    of them are read in one statement before they are yielded (`StoredRecords.prefetch`). Any other state gets
+    `keys` themselves: nothing is added to its loops."""
     stored = state.live if isinstance(state, PastState) else None
-    if not isinstance(stored, StoredRecords):
-        yield from keys
-        return
+    return _in_batches(stored, kind, keys, chunk) if isinstance(stored, StoredRecords) else keys
+
+
+def _in_batches(stored: StoredRecords, kind: int, keys: Iterable[str], chunk: int) -> Iterator[str]:
     it = iter(keys)
     while batch := list(islice(it, chunk)):
         stored.prefetch(kind, batch)
