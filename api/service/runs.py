@@ -24,8 +24,8 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, JobRun, JobRunState
 from partbuild.state.fold.view import StateView
-from partbuild.state.store.records import RUN
-from partbuild.state.store.stored import prefetched
+from partbuild.state.store.records import INSTANCE, RUN
+from partbuild.state.store.stored import prefetched, read_ahead
 
 LOG_POLL_S = 0.2  # how often a follow looks for new lines
 
@@ -52,7 +52,9 @@ class RunsService(ServiceBase):
             matching = (
                 run for run in runs if (wanted is None or run.state == wanted) and (job is None or run.job_label == job)
             )
-            items = [job_run_out(state, run) for run in islice(matching, limit)]
+            chosen = list(islice(matching, limit))
+            read_ahead(state, INSTANCE, [uuid for run in chosen for uuid in run.instance_uuids])
+            items = [job_run_out(state, run) for run in chosen]
             seq = state.head_seq
         return page_at(items, limit, lambda r: str(r.created_seq), seq)
 
@@ -123,6 +125,7 @@ class RunsService(ServiceBase):
 
 
 def job_run_out(state: StateView, run: JobRun) -> JobRunOut:
+    read_ahead(state, INSTANCE, run.instance_uuids)
     instances = [state.instances.get(uuid) for uuid in run.instance_uuids]
     first = instances[0] if instances else None
     attempt = first.attempts.index(run.job_run_id) + 1 if first and run.job_run_id in first.attempts else 1

@@ -36,8 +36,8 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.records import TERMINAL_WANT_STATES, Instance, InstanceState, Want, WantState
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope, manual
-from partbuild.state.store.records import WANT
-from partbuild.state.store.stored import prefetched
+from partbuild.state.store.records import REF, RUN, WANT
+from partbuild.state.store.stored import prefetched, read_ahead
 
 MAX_TREE_NODES = 1_000
 WAITING_DEPTH = 4
@@ -249,6 +249,7 @@ def want_out(want: Want, now_ms: int, causes: Mapping[str, str]) -> WantOut:
 
 def want_detail_out(state: StateView, want: Want, now_ms: int) -> WantDetailOut:
     """A want with where each of its refs stands and its derivative-want tree, as of the state's seq."""
+    read_ahead(state, REF, want.refs)  # a replica's rows: the refs and their canonical instances, in one go
     return WantDetailOut(
         **want_out(want, now_ms, state.want_causes).model_dump(),
         refs_status=[_ref_status(state, ref, WAITING_DEPTH, set()) for ref in want.refs],
@@ -267,8 +268,9 @@ def _progress(state: StateView, want: Want) -> dict[str, Any]:
     """
     counts: Counter[str] = Counter()
     runs: dict[str, int] = {}
-    for ref in want.refs:
-        instance = state.canonical_instance(ref)
+    instances = [state.canonical_instance(ref) for ref in want.refs]
+    read_ahead(state, RUN, [run_id for instance in instances if instance is not None for run_id in instance.attempts])
+    for instance in instances:
         counts[state_name(instance.state) if instance is not None else "none"] += 1
         for run_id in instance.attempts if instance is not None else ():
             runs[run_id] = state.job_runs[run_id].created_seq

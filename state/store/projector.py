@@ -114,6 +114,9 @@ class Projector:
                 rows = rows_of(state, keys[start : start + DUMP_CHUNK])
             self.store.records.dump(rows)
         self._whole = True
+        # Every row was just written: a planner that has never seen the tables would read pages of them
+        # badly (it guesses a handful of rows, and sorts where an index gives the order).
+        self.store.records.analyze()
 
     def _dropped(self, uuids: Iterable[str]) -> set[str]:
         with self.live.read() as state:

@@ -54,6 +54,7 @@ from partbuild.state.fold.records import (
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
 from partbuild.state.schema import state_heartbeats, state_projections, state_want_refs
 from partbuild.state.schema import state_records as table
+from partbuild.state.store.driver import DriverQuery, KeyedQueries
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -462,9 +463,44 @@ def take_rows(conn: Connection) -> bool:
     return True
 
 
-# One row by key; built once, so SQLAlchemy compiles it once and each execution reuses that.
-_ONE_ROW: Final = sa.select(table.c.seq, table.c.body).where(
-    table.c.kind == sa.bindparam("kind"), table.c.id == sa.bindparam("id")
+# The reads of a replica's pages, each run on the driver's cursor (state/store/driver.py).
+_ONE_ROW: Final = DriverQuery(
+    sa.select(table.c.seq, table.c.body).where(table.c.kind == sa.bindparam("kind"), table.c.id == sa.bindparam("id"))
+)
+# The rows of one id of two kinds (an instance's UUID or a ref: the kept fields are in one or the other).
+_TWO_KINDS: Final = DriverQuery(
+    sa.select(table.c.kind, table.c.seq, table.c.body).where(
+        table.c.kind.in_([sa.bindparam(name, type_=table.c.kind.type) for name in ("kind_a", "kind_b")]),
+        table.c.id == sa.bindparam("id"),
+    )
+)
+# `kind = ? AND id IN (...)`, not a row value IN: SQLite searches the key's index with this one only (with a
+# row value, the index on `kind` alone: a scan of the kind's rows).
+_ROWS: Final = KeyedQueries(
+    lambda names: sa.select(table.c.kind, table.c.id, table.c.seq, table.c.body).where(
+        table.c.kind == sa.bindparam("kind"),
+        table.c.id.in_([sa.bindparam(name, type_=table.c.id.type) for name in names]),
+    )
+)
+_BEATS: Final = KeyedQueries(
+    lambda names: (
+        sa.select(state_heartbeats.c.run_id, state_heartbeats.c.seq, state_heartbeats.c.ms)
+        .where(
+            state_heartbeats.c.run_id.in_([sa.bindparam(name, type_=state_heartbeats.c.run_id.type) for name in names])
+        )
+        .order_by(state_heartbeats.c.run_id, state_heartbeats.c.seq)
+    )
+)
+_NEWEST_BEAT: Final = DriverQuery(
+    sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms)
+    .where(state_heartbeats.c.run_id == sa.bindparam("run_id"), state_heartbeats.c.seq <= sa.bindparam("seq"))
+    .order_by(state_heartbeats.c.seq.desc())
+    .limit(1)
+)
+_WANTS_OF_REF: Final = DriverQuery(
+    sa.select(state_want_refs.c.want_id)
+    .where(state_want_refs.c.ref == sa.bindparam("ref"), state_want_refs.c.created <= sa.bindparam("upto"))
+    .order_by(state_want_refs.c.created, state_want_refs.c.want_id)
 )
 
 
@@ -490,27 +526,33 @@ class RecordStore:
             if take_rows(conn):
                 write_rows(conn, rows)
 
+    def analyze(self) -> None:
+        """Have PostgreSQL's planner read the tables' statistics again (after every row was written: its
+        autovacuum would, in time, where it runs). SQLite plans well without (where not, a read names its index)."""
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.begin() as conn:
+                conn.execute(sa.text(f"ANALYZE {table.name}, {state_heartbeats.name}, {state_want_refs.name}"))
+
     def rows(self, conn: Connection, keys: Iterable[Key]) -> dict[Key, tuple[int, bytes]]:
         """(seq, body) of the rows of these keys that exist, read in `conn`'s transaction."""
         by_kind: dict[int, list[str]] = {}
         for kind, key in keys:
             by_kind.setdefault(kind, []).append(key)
         found: dict[Key, tuple[int, bytes]] = {}
-        columns = (table.c.kind, table.c.id, table.c.seq, table.c.body)
-        if len(by_kind) == 1 and sum(map(len, by_kind.values())) == 1:  # a point read: a statement built once
-            for kind, (key,) in by_kind.items():
-                one = conn.execute(_ONE_ROW, {"kind": kind, "id": key}).first()
-                if one is not None:
-                    found[(kind, key)] = (one.seq, one.body)
-            return found
         for kind, ids in by_kind.items():
+            if len(ids) == 1:  # a point read
+                for seq, body in _ONE_ROW.all(conn, {"kind": kind, "id": ids[0]}):
+                    found[(kind, ids[0])] = (seq, body)
+                continue
             for start in range(0, len(ids), 500):
-                # `kind = ? AND id IN (...)`, not a row value IN: SQLite searches the key's index with this one
-                # only (with a row value, the index on `kind` alone: a scan of the kind's rows).
-                query = sa.select(*columns).where(table.c.kind == kind, table.c.id.in_(ids[start : start + 500]))
-                for row in conn.execute(query):
-                    found[(row.kind, row.id)] = (row.seq, row.body)
+                for row_kind, key, seq, body in _ROWS.all(conn, ids[start : start + 500], kind=kind):
+                    found[(row_kind, key)] = (seq, body)
         return found
+
+    def rows_of_id(self, conn: Connection, key: str, kinds: tuple[int, int]) -> dict[Key, tuple[int, bytes]]:
+        """(seq, body) of the rows of `key` of either of two kinds, in one statement, in `conn`'s transaction."""
+        found = _TWO_KINDS.all(conn, {"kind_a": kinds[0], "kind_b": kinds[1], "id": key})
+        return {(kind, key): (seq, body) for kind, seq, body in found}
 
     def scan(self, conn: Connection, kind: int) -> Iterator[tuple[str, bytes]]:
         """(id, body) of every row of `kind`, in `conn`'s transaction."""
@@ -546,9 +588,7 @@ class RecordStore:
 
     def wants_of_ref(self, conn: Connection, ref: str, upto: int) -> list[str]:
         """The wants naming `ref` created by seq `upto`, in creation order, in `conn`'s transaction."""
-        named = state_want_refs.c
-        query = sa.select(named.want_id).where(named.ref == ref, named.created <= upto)
-        return list(conn.execute(query.order_by(named.created, named.want_id)).scalars())
+        return [want_id for (want_id,) in _WANTS_OF_REF.all(conn, {"ref": ref, "upto": upto})]
 
     def refs_wanted(self, conn: Connection, upto: int) -> list[str]:
         """Every ref a want created by seq `upto` named, sorted, in `conn`'s transaction."""
@@ -565,32 +605,21 @@ class RecordStore:
 
     def beats(self, conn: Connection, run_id: str) -> bytearray:
         """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""
-        query = sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms).where(state_heartbeats.c.run_id == run_id)
-        packed = bytearray()
-        for row in conn.execute(query.order_by(state_heartbeats.c.seq)):
-            packed += HEARTBEAT_PAIR.pack(row.seq, row.ms)
-        return packed
+        return self.beats_of_runs(conn, [run_id])[run_id]
 
     def beats_of_runs(self, conn: Connection, run_ids: Sequence[str]) -> dict[str, bytearray]:
         """`beats` of each of these runs (empty: none), 500 runs a statement, in `conn`'s transaction."""
         found = {run_id: bytearray() for run_id in run_ids}
-        beats = state_heartbeats.c
         for start in range(0, len(run_ids), 500):
-            query = sa.select(beats.run_id, beats.seq, beats.ms).where(beats.run_id.in_(run_ids[start : start + 500]))
-            for row in conn.execute(query.order_by(beats.run_id, beats.seq)):
-                found[row.run_id] += HEARTBEAT_PAIR.pack(row.seq, row.ms)
+            for run_id, seq, ms in _BEATS.all(conn, run_ids[start : start + 500]):
+                found[run_id] += HEARTBEAT_PAIR.pack(seq, ms)
         return found
 
     def heartbeat(self, conn: Connection, run_id: str, seq: int) -> tuple[int, int] | None:
         """(seq, ms) of a run's newest heartbeat after its first at or before `seq` (None: none)."""
-        query = (
-            sa.select(state_heartbeats.c.seq, state_heartbeats.c.ms)
-            .where(state_heartbeats.c.run_id == run_id, state_heartbeats.c.seq <= seq)
-            .order_by(state_heartbeats.c.seq.desc())
-            .limit(1)
-        )
-        found = conn.execute(query).first()
-        return None if found is None else (found.seq, found.ms)
+        for newest_seq, ms in _NEWEST_BEAT.all(conn, {"run_id": run_id, "seq": seq}):
+            return newest_seq, ms
+        return None
 
     def all_beats(self) -> Iterator[Beat]:
         """Every heartbeat row, by run id and seq (the audit's walk)."""

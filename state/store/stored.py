@@ -37,6 +37,7 @@ from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
 from partbuild.state.schema import state_projections
 from partbuild.state.store.changes import PROJECTION as CHANGES
+from partbuild.state.store.driver import DriverQuery
 from partbuild.state.store.records import (
     CHECK_REQUEST,
     CLOCK,
@@ -119,11 +120,15 @@ class _Fields(Mapping[str, tuple[object, ...]]):
         self._stored = stored
 
     def __getitem__(self, key: str) -> tuple[object, ...]:
-        for kind, index in ((INSTANCE, 2), (REF, 2)):
-            decoded = self._stored.decoded(kind, key)
-            if decoded is not None and decoded[index] is not None:
-                return decoded[index]
-        raise KeyError(key)
+        stored = self._stored
+        if not stored.has_read(INSTANCE, key):
+            stored.read_either(INSTANCE, REF, key)  # both rows in one statement (the key says not which)
+        decoded = stored.decoded(INSTANCE, key)  # an instance's row answers for its UUID, fields kept or not
+        if decoded is None:
+            decoded = stored.decoded(REF, key)
+        if decoded is None or decoded[2] is None:
+            raise KeyError(key)
+        return decoded[2]
 
     def __iter__(self) -> Iterator[str]:
         raise TypeError("kept fields are read by key, not walked")
@@ -187,6 +192,19 @@ class StoredRecords:
             row = self._records.rows(self._conn, [(kind, key)]).get((kind, key))
             found = self._decoded[(kind, key)] = None if row is None else loads(kind, row[1])
         return found
+
+    def has_read(self, kind: int, key: str) -> bool:
+        """Whether the row of this key was read (found or not)."""
+        return (kind, key) in self._decoded
+
+    def read_either(self, first: int, second: int, key: str) -> None:
+        """Read the rows of `key` of these two kinds, unless read already, in one statement."""
+        decoded = self._decoded
+        if (first, key) not in decoded or (second, key) not in decoded:
+            found = self._records.rows_of_id(self._conn, key, (first, second))
+            for kind in (first, second):
+                row = found.get((kind, key))
+                decoded.setdefault((kind, key), None if row is None else loads(kind, row[1]))
 
     def prefetch(self, kind: int, keys: Iterable[str]) -> None:
         """Read the rows of these keys not read yet, 500 a statement (a grid's refs, a page's records): the
@@ -377,9 +395,13 @@ def _fourth(body: Any) -> Any:
     return body[3]
 
 
-# The two watermarks a read needs, in one statement built once.
-_WATERMARKS: Final = sa.select(state_projections.c.name, state_projections.c.seq).where(
-    state_projections.c.name.in_([CHANGES, RECORDS])
+# The two watermarks a read needs, in one statement on the driver's cursor.
+_WATERMARKS: Final = DriverQuery(
+    sa.select(state_projections.c.name, state_projections.c.seq).where(
+        state_projections.c.name.in_(
+            [sa.bindparam(name, type_=state_projections.c.name.type) for name in ("changes", "records")]
+        )
+    )
 )
 
 
@@ -389,7 +411,9 @@ def open_stored(records: RecordStore, kept: StoredRecords | None = None) -> Iter
     watermark (being written for the first time, or behind it). `kept`: records of an earlier read, used
     again (with what they decoded) when the watermark is still theirs: rows change only as it moves."""
     with begin_snapshot(records.engine) as conn:
-        marks: dict[str, int] = {row.name: row.seq for row in conn.execute(_WATERMARKS)}
+        marks: dict[str, int] = {
+            name: seq for name, seq in _WATERMARKS.all(conn, {"changes": CHANGES, "records": RECORDS})
+        }
         head = marks.get(CHANGES, 0)
         if not head or marks.get(RECORDS, 0) != head:
             yield None
@@ -404,8 +428,21 @@ def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 10
     """`keys`, as they come; when `state` reads the store's rows (a read replica's), the rows of each `chunk`
     of them are read in one statement before they are yielded (`StoredRecords.prefetch`). Any other state gets
     `keys` themselves: nothing is added to its loops."""
+    stored = _stored_of(state)
+    return keys if stored is None else _in_batches(stored, kind, keys, chunk)
+
+
+def read_ahead(state: StateView, kind: int, keys: Iterable[str]) -> None:
+    """When `state` reads the store's rows, read those of these keys now, 500 a statement (a page about to look
+    each one up); any other state: nothing (its records are in memory)."""
+    stored = _stored_of(state)
+    if stored is not None:
+        stored.prefetch(kind, keys)
+
+
+def _stored_of(state: StateView) -> StoredRecords | None:
     stored = state.live if isinstance(state, PastState) else None
-    return _in_batches(stored, kind, keys, chunk) if isinstance(stored, StoredRecords) else keys
+    return stored if isinstance(stored, StoredRecords) else None
 
 
 def _in_batches(stored: StoredRecords, kind: int, keys: Iterable[str], chunk: int) -> Iterator[str]:

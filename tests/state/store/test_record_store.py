@@ -154,6 +154,20 @@ def test_a_process_that_finds_the_rows_behind_writes_them_all_then_they_are_whol
         assert _mismatches(stored, second.state, replayed, second.head_seq) == []
 
 
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)  # SQLite plans these reads without statistics
+def test_postgresql_plans_from_statistics_once_every_row_is_written(database: Database) -> None:
+    """A first projection writes every row at once: the planner is told to look at the tables then (with no
+    statistics it guesses a handful of rows, and a page of wants sorts all of them instead of reading an
+    index in order), not left to an autovacuum that may be off."""
+    database.log.append(read_events("v1"))
+    Projector(LiveState(database.log), database.changes).project()
+    with database.changes.records.engine.connect() as conn:
+        analyzed = conn.execute(
+            sa.text("SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL")
+        ).scalars()
+        assert {"state_records", "state_heartbeats", "state_want_refs"} <= set(analyzed)
+
+
 def test_retention_deletes_the_rows_of_what_it_dropped(database: Database) -> None:
     """The v1 log ends with a retention: the dropped instances' rows go, and a read of one says it is gone."""
     events = read_events("v1")
