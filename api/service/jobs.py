@@ -52,7 +52,7 @@ from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 from partbuild.state.store.records import REF
-from partbuild.state.store.stored import StoredRecords, prefetched
+from partbuild.state.store.stored import StoredRecords, prefetched, read_from_store
 
 WARNING = "warning"
 TAINTED = InstanceState.TAINTED.name.lower()
@@ -82,7 +82,10 @@ class LiveCells:
     starts: list[int]
     counts: dict[str, int]
     seq: int = 0
-    state: StateView | None = None  # the live state they are of (another object: nothing carries over)
+    # The live state they are of (another object: nothing carries over); None: read from the state store (a
+    # read replica's, whose every read is a state of its own, its records decoded rows: none is kept, and
+    # the store's changes tell what moved since).
+    state: StateView | None = None
     refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
     instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
     seen: list[int] = field(default_factory=list)  # the `updated_seq` each had as of `seq`
@@ -428,12 +431,12 @@ class JobsService(ServiceBase):
             return None
         if not live:
             return self.stale_index.count(state, node.name, current, now=False)
-        cache: dict[str, tuple[StateView, int, int]] = self.__dict__.setdefault("_stale_cache", {})
+        cache: dict[str, tuple[StateView | None, int, int]] = self.__dict__.setdefault("_stale_cache", {})
         last = cache.get(node.name)
-        if last is not None and last[0] is state and last[1] == state.head_seq:
+        if last is not None and last[0] is _source(state) and last[1] == state.head_seq:
             return last[2]
         count = self.stale_index.count(state, node.name, current)
-        cache[node.name] = (state, state.head_seq, count)
+        cache[node.name] = (_source(state), state.head_seq, count)
         return count
 
     def _live_cells(self, state: StateView, node: Node) -> LiveCells:
@@ -441,30 +444,42 @@ class JobsService(ServiceBase):
         head moves (a grid of the live state then costs its runs); the next head's from the last one's."""
         cache: dict[str, LiveCells] = self.__dict__.setdefault("_cells_cache", {})
         last = cache.get(node.name)
-        if last is not None and last.seq == state.head_seq and last.state is state:
+        if last is not None and last.seq == state.head_seq and last.state is _source(state):
             return last
         refs = self._refs_of(node)
         found = None
-        if last is not None and last.state is state:
+        if last is not None and last.seq < state.head_seq and last.state is _source(state):
             one = node.patterns[0] if len(node.patterns) == 1 else None  # none without a graph: the log's refs
             added = self.listing.added_to(one.template, last.refs) if one is not None else None
-            found = _refreshed(last, state, refs, added)
+            if last.state is None:
+                changed = self.db.changes.refs_changed(last.seq, state.head_seq, len(refs) // 2)
+                found = None if changed is None else _refreshed_from_store(last, state, refs, added, changed)
+            else:
+                found = _refreshed(last, state, refs, added)
         if found is None:
             found = _counted_cells(state, refs)
         with self._counts_lock:
             newest = cache.get(node.name)
-            if newest is None or newest.state is not state or newest.seq <= found.seq:
+            if newest is None or newest.state is not found.state or newest.seq <= found.seq:
                 cache[node.name] = found  # one head per node: an older one is never asked again
         return found
 
 
+def _source(state: StateView) -> StateView | None:
+    """What kept answers about `state` are of: the live state itself, or None for the state store's rows (a read
+    replica's, whose every read is a state of its own: not one to keep)."""
+    return None if read_from_store(state) else state
+
+
 def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
     """A node's live cells from scratch: a lookup per ref."""
-    canonical, instances = state.canonical, state.instances
     cells = cell_states(state, refs)
-    tracked = [instances[canonical[ref]] for ref in refs]
     counted = Counter(found for _, found in cells)
     counts = {name: counted[name] for name in GRID_STATES if counted[name]}
+    if read_from_store(state):
+        return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, None, refs)
+    canonical, instances = state.canonical, state.instances
+    tracked = [instances[canonical[ref]] for ref in refs]
     seen = [instance.updated_seq for instance in tracked]
     return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, seen)
 
@@ -522,6 +537,43 @@ class _New:
 
 
 _NEW = _New()
+
+
+def _refreshed_from_store(
+    last: LiveCells, state: StateView, refs: list[str], added: list[str] | None, changed: set[str]
+) -> LiveCells | None:
+    """A replica's `last` cells brought to the store's watermark: the refs the store's changes name since (an
+    instance created, one changing state, the canonical pointer moving), those whose checks were answered
+    again since, and the `tainted` and fresh ones, looked up again in one batch; None as `_refreshed`."""
+    if refs is not last.refs:
+        fresh = added if added is not None else sorted(set(refs).difference(last.refs))
+        if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
+            return None
+        cells: list = _spliced_in(last, fresh)[0]
+    else:
+        cells = list(last.cells)
+    moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] is TAINTED}
+    named = set(changed)
+    for uuid, _, answered in state.check_requests.values():  # rare: a scan
+        instance = state.instances.get(uuid) if answered > last.seq else None
+        if instance is not None:
+            named.add(instance.ref)
+    for ref in named:
+        index = bisect_left(refs, ref)
+        if index < len(refs) and refs[index] == ref:  # else another node's
+            moved.add(index)
+    looked_up = dict(cell_states(state, [refs[index] for index in sorted(moved)]))
+    counts = Counter(last.counts)
+    for index in moved:
+        was, now = cells[index], looked_up.get(refs[index])
+        if now is None:
+            return None  # a ref without an instance now: as from scratch
+        if was is not None:
+            counts[was[1]] -= 1
+        cells[index] = (refs[index], now)
+        counts[now] += 1
+    kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
+    return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, None, refs)
 
 
 def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:

@@ -124,6 +124,21 @@ class ChangeStore:
         with self._engine.connect() as conn:
             return [tuple(row) for row in conn.execute(query.order_by(table.c.seq, table.c.kind, table.c.id))]
 
+    def refs_changed(self, first: int, last: int, most: int) -> set[str] | None:
+        """The refs whose instances were created, changed state or became canonical in (`first`, `last`]: at
+        most `most` of them, else None (a range scan of the key; the caller makes sure the watermark is at
+        `last` or beyond)."""
+        kinds = [_RANK[kind] for kind in (INSTANCE_CREATED, INSTANCE_STATE, CANONICAL_MOVED)]
+        query = (
+            sa.select(table.c.ref)
+            .where(table.c.seq > first, table.c.seq <= last, table.c.kind.in_(kinds))
+            .distinct()
+            .limit(most + 1)
+        )
+        with self._engine.connect() as conn:
+            found = set(conn.execute(query).scalars())
+        return None if len(found) > most else found
+
     def page(self, first: int, last: int, limit: int, after: tuple[int, int, str] | None = None) -> list[Change]:
         """`changes_page` of the live state, from the rows: the first `limit` changes in (`first`, `last`]
         after the key `after`. The caller makes sure the watermark is at `last` or beyond."""

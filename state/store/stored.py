@@ -440,6 +440,11 @@ def read_ahead(state: StateView, kind: int, keys: Iterable[str]) -> None:
         stored.prefetch(kind, keys)
 
 
+def read_from_store(state: StateView) -> bool:
+    """Whether `state` reads the store's rows (a read replica's), not a live state's memory."""
+    return _stored_of(state) is not None
+
+
 def _stored_of(state: StateView) -> StoredRecords | None:
     stored = state.live if isinstance(state, PastState) else None
     return stored if isinstance(stored, StoredRecords) else None

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from partbuild.api.app import create_app
 from partbuild.api.errors import ApiError
 from partbuild.api.models.jobs import JobGraphOut
-from partbuild.api.service import Service
+from partbuild.api.service import Service, jobs
 from partbuild.api.service.jobs import GridView
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -28,7 +28,7 @@ from partbuild.state.log.events import envelope
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.reader import ReadReplica, StoreReader
 
-from timetravelkit import SMALL_PLAN, w1_history
+from timetravelkit import SMALL_PLAN, check, w1_history
 
 PAGES = ["/", "/wants", "/runs", "/partitions", "/jobs", "/changes?from=0", "/events", "/automation", "/system"]
 LINK = re.compile(r'href="(/(?:wants|runs|instances|partition|jobs)[^"#]*)"')
@@ -130,3 +130,78 @@ def test_its_metrics_are_the_store_counts(sides: Sides) -> None:
     said = gauges(sides.reading)
     assert said == gauges(sides.folding)
     assert any(not line.endswith(" 0.0") for line in said)
+
+
+def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of a replica is a state of its own: its summary of a job, which looks up each of the job's
+    refs (a row each, beyond what one watermark's reads share), is kept for the watermark it was read at (a
+    second summary looks up nothing); once the store moves, only the refs its changes name since are looked
+    up again, and the counts are the folding server's."""
+    graph = sides.primary.job_graph()
+    node = max(graph.nodes, key=lambda node: answer(sides.primary.partitions_summary, node.name).total)
+    read: list[int] = []  # how many refs each look-up was of
+    looked_up = jobs.cell_states
+    monkeypatch.setattr(jobs, "cell_states", lambda state, refs: read.append(len(refs)) or looked_up(state, refs))
+    first = sides.replica.partitions_summary(node.name)
+    assert read == [first.total], "the first summary looks every ref up"
+    read.clear()
+    assert sides.replica.partitions_summary(node.name) == first and not read
+    grid = sides.primary.partitions_grid(node.name)
+    assert isinstance(grid, GridView)
+    live = next(cell.first for cell in grid.cells if cell.state == "live")
+    sides.db.log.append([envelope(pb.PartitionTaint(partition_ref=live, reason="t", only_this_ref=True))])
+    sides.primary.refresh()
+    Projector(sides.primary.live, sides.db.changes).project()
+    sides.replica.refresh()
+    moved = sides.replica.partitions_summary(node.name)
+    assert read == [1] and moved.as_of_seq > first.as_of_seq  # the tainted ref alone
+    assert moved.counts["live"] == first.counts["live"] - 1
+    assert moved == sides.primary.partitions_summary(node.name)
+
+
+def test_a_replicas_grids_follow_the_store_as_it_moves(tmp_path: Path) -> None:
+    """A history projected a slice at a time, then a Live daily's checks answered again (warning), the daily
+    tainted and its tainted instance dropped by retention: after each, every job's summary and grid on the
+    replica, kept from the last watermark and brought forward by the store's changes, are the folding
+    server's."""
+    events = w1_history(SMALL_PLAN)
+    with Database.open(f"sqlite:///{tmp_path / 'm.db'}", auto_upgrade=True) as db:
+        db.log.append(events[: len(events) // 4])
+        primary = Service(db)
+        projector = Projector(primary.live, db.changes)
+        projector.project()
+        replica = Service(db, replica=True)
+        compared = 0
+
+        def moved(appended: list[pb.Event]) -> None:
+            nonlocal compared
+            db.log.append(appended)
+            primary.refresh()
+            projector.project()
+            replica.refresh()
+            for node in primary.job_graph().nodes:
+                summary = answer(primary.partitions_summary, node.name)
+                assert answer(replica.partitions_summary, node.name) == summary, (node.name, replica.reads.head_seq)
+                grid = answer(primary.partitions_grid, node.name)
+                assert answer(replica.partitions_grid, node.name) == grid, (node.name, replica.reads.head_seq)
+                compared += isinstance(grid, GridView) and len(grid.cells) > 0
+
+        for start in range(len(events) // 4, len(events), 7):
+            moved(events[start : start + 7])
+        state = primary.state
+        live = next(
+            ref
+            for ref, uuid in state.canonical.items()
+            if ref.startswith("agg/daily") and state.instances[uuid].state.name == "LIVE"
+        )
+        uuid = state.canonical[live]
+        warned = pb.InstanceChecks(instance_uuid=uuid, results=[check("late_rows", False, blocking=False, late=4)])
+        moved([envelope(pb.ChecksRequest(request_id="again", instance_uuid=uuid))])
+        moved([envelope(pb.ChecksRerun(request_id="again", checks=warned))])
+        nodes = primary.job_graph().nodes
+        assert any(primary.partitions_summary(node.name).counts.get("warning") for node in nodes)
+        moved([envelope(pb.PartitionTaint(partition_ref=live, reason="bad", only_this_ref=True))])
+        moved([envelope(pb.InstanceRetention(drop_superseded_created_before_seq=db.log.head() + 1))])
+        assert compared > 50
