@@ -163,7 +163,9 @@ def narrowed_cells(state: StateView, cells: list[tuple[str, str]], filters: Grid
     text = filters.error.casefold() if filters.error is not None else None
     maker = made_by_filter(filters.made_by)  # InvalidInput for a malformed value
     kept = []
-    for ref, found in cells:
+    # A read replica's rows: the refs' (and their canonical instances') in batches, not a statement each.
+    refs = prefetched(state, REF, (ref for ref, _ in cells), chunk=500)
+    for (ref, found), _ in zip(cells, refs, strict=True):
         instance = state.served_instance(ref) or state.canonical_instance(ref)
         if instance is None:
             continue

@@ -120,12 +120,18 @@ class _Fields(Mapping[str, tuple[object, ...]]):
         self._stored = stored
 
     def __getitem__(self, key: str) -> tuple[object, ...]:
+        # The row read already that has the key answers for it, fields kept or not (a UUID and a ref are never
+        # one string); else both rows are read in one statement (the key says not which).
         stored = self._stored
-        if not stored.has_read(INSTANCE, key):
-            stored.read_either(INSTANCE, REF, key)  # both rows in one statement (the key says not which)
-        decoded = stored.decoded(INSTANCE, key)  # an instance's row answers for its UUID, fields kept or not
-        if decoded is None:
-            decoded = stored.decoded(REF, key)
+        decoded = None
+        for kind in (INSTANCE, REF):
+            if stored.has_read(kind, key) and (decoded := stored.decoded(kind, key)) is not None:
+                break
+        else:
+            stored.read_either(INSTANCE, REF, key)
+            decoded = stored.decoded(INSTANCE, key)
+            if decoded is None:
+                decoded = stored.decoded(REF, key)
         if decoded is None or decoded[2] is None:
             raise KeyError(key)
         return decoded[2]
