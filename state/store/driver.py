@@ -64,7 +64,7 @@ class KeyedQueries:
 
     def __init__(self, build: Callable[[tuple[str, ...]], sa.Select[Any]]) -> None:
         """`build(names)`: the statement for bound parameters of these names, one per key (each typed as its
-        column is: on PostgreSQL an untyped one compares without the column's collation, and misses its index)."""
+        column is, so PostgreSQL compares them as SQLAlchemy's own IN lists do: cast to its type and collation)."""
         self._build = build
         self._by_length: dict[int, tuple[tuple[str, ...], DriverQuery]] = {}
 

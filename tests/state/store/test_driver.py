@@ -74,8 +74,8 @@ def _read_statements() -> dict[str, tuple[DriverQuery, dict[str, object]]]:
 
 @pytest.mark.parametrize("name", list(_read_statements()))
 def test_the_stores_driver_statements_search_an_index(database: Database, name: str) -> None:
-    """Each statement finds its rows through an index on both backends: a parameter compared without the
-    column's type (on PostgreSQL, its collation) would make it a scan of the table, correct and slow."""
+    """Each statement finds its rows through an index on both backends (their plans are asked for): one that
+    scanned its table would answer right, and cost the table's size."""
     query, params = _read_statements()[name]
     with begin_snapshot(database.changes.records.engine) as conn:
         sql, order, own, _ = query._sql(conn.dialect)
