@@ -16,14 +16,13 @@ from itertools import takewhile
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from partbuild.state.fold.past import live_state
 from partbuild.state.fold.records import Instance
 from partbuild.state.fold.view import StateView
 from partbuild.state.queries.listing import spliced
 from partbuild.state.queries.staleness import StaleIndex
 from partbuild.state.schema import state_records as table
 from partbuild.state.store.records import REF, RUN, WANT
-from partbuild.state.store.stored import StoredRecords
+from partbuild.state.store.stored import stored_of
 
 CHUNK = 256  # rows a lazy listing reads at a time
 # A pattern's refs: (the watermark they are up to, the refs, the list refs were spliced into, those refs).
@@ -158,8 +157,8 @@ class StoredStaleIndex(StaleIndex):
         self._following = threading.Lock()
 
     def _candidates(self, state: StateView, label: str, current: str, now: bool) -> Iterator[Instance]:
-        stored = live_state(state)
-        if isinstance(stored, StoredRecords):
+        stored = stored_of(state)
+        if stored is not None:
             with self._following:
                 if stored.head_seq > self._mark:
                     self.add(list(stored.runs_created(self._mark)))

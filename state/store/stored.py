@@ -434,24 +434,25 @@ def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 10
     """`keys`, as they come; when `state` reads the store's rows (a read replica's), the rows of each `chunk`
     of them are read in one statement before they are yielded (`StoredRecords.prefetch`). Any other state gets
     `keys` themselves: nothing is added to its loops."""
-    stored = _stored_of(state)
+    stored = stored_of(state)
     return keys if stored is None else _in_batches(stored, kind, keys, chunk)
 
 
 def read_ahead(state: StateView, kind: int, keys: Iterable[str]) -> None:
     """When `state` reads the store's rows, read those of these keys now, 500 a statement (a page about to look
     each one up); any other state: nothing (its records are in memory)."""
-    stored = _stored_of(state)
+    stored = stored_of(state)
     if stored is not None:
         stored.prefetch(kind, keys)
 
 
 def read_from_store(state: StateView) -> bool:
     """Whether `state` reads the store's rows (a read replica's), not a live state's memory."""
-    return _stored_of(state) is not None
+    return stored_of(state) is not None
 
 
-def _stored_of(state: StateView) -> StoredRecords | None:
+def stored_of(state: StateView) -> StoredRecords | None:
+    """The store's rows `state` reads (a read replica's), or None: it reads a live state's memory."""
     stored = state.live if isinstance(state, PastState) else None
     return stored if isinstance(stored, StoredRecords) else None
 
