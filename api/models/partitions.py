@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +16,7 @@ from partbuild.api.models.common import (
     WrittenOut,
 )
 from partbuild.api.models.wants import MadeBy as MadeBy  # re-exported: the partitions list's `made_by` filter
+from partbuild.state.fold.checks import CheckResultName as CheckResultName  # re-exported: the models' field type
 from partbuild.state.rules.refs import MAX_REF_BYTES
 
 MAX_LINEAGE_DEPTH = 50
@@ -62,28 +62,6 @@ class RetentionRequest(StrictRequest):
         description="Keep this many days of history: instances superseded since stay."
     )
     dry_run: bool = Field(default=False, description="Only report what would be dropped.")
-
-
-# What a check's result means: passed; warning (a non-blocking check failed: the instance may be Live);
-# failed (a blocking check failed: it kept the instance from going Live); errored (the check raised).
-CheckResultName = Literal["passed", "warning", "failed", "errored"]
-# Worst first: a lineage node's badge shows the worst result of its checks.
-CHECK_RESULTS_WORST_FIRST: tuple[CheckResultName, ...] = ("failed", "errored", "warning", "passed")
-
-
-def check_result_name(passed: bool, blocking: bool, errored: bool) -> CheckResultName:
-    """passed, warning, failed or errored (an errored check never counts as passed)."""
-    if errored:
-        return "errored"
-    if passed:
-        return "passed"
-    return "failed" if blocking else "warning"
-
-
-def worst_check_result(results: Iterable[CheckResultName]) -> CheckResultName | None:
-    """The worst of some checks' results (None for no checks)."""
-    found = set(results)
-    return next((name for name in CHECK_RESULTS_WORST_FIRST if name in found), None)
 
 
 class CheckResultOut(BaseModel):

@@ -26,12 +26,10 @@ import datetime as dt
 import threading
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
-from partbuild.api.models.partitions import check_result_name, worst_check_result
 from partbuild.api.service.base import ServiceBase
 from partbuild.api.service.job_declarations import (
     DeclaredGraph,
@@ -44,21 +42,15 @@ from partbuild.api.service.log_jobs import LogJobs, dataset_of
 from partbuild.api.service.partitions import checked, wanted_by
 from partbuild.api.service.wants import made_by_filter
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
-from partbuild.state.fold.checks import CheckEntry, latest_checks
-from partbuild.state.fold.past import PastState, canonical_at, instance_state_at, live_state
-from partbuild.state.fold.records import Instance, InstanceState
+from partbuild.state.fold.past import live_state
+from partbuild.state.fold.records import Instance
 from partbuild.state.fold.view import StateView
+from partbuild.state.queries.cells import GRID_STATES, TAINTED, cell_states
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 from partbuild.state.store.records import REF
-from partbuild.state.store.stored import StoredRecords, prefetched, read_from_store
-
-WARNING = "warning"
-TAINTED = InstanceState.TAINTED.name.lower()
-GRID_STATES = [state.name.lower() for state in InstanceState] + [WARNING]
-_NAMES = {state: state.name.lower() for state in InstanceState}
-_LIVE, _MISSING, _TAINTED = InstanceState.LIVE, InstanceState.MISSING, InstanceState.TAINTED
+from partbuild.state.store.stored import StoredRecords, grid_cells, prefetched, read_from_store
 
 
 @dataclass(frozen=True)
@@ -121,14 +113,6 @@ def label_prefix(node: Node, cells: list[Cell]) -> str | None:
     return prefix
 
 
-def cell_state(state: StateView, ref: str) -> str | None:
-    """The grid's state of `ref` (None: no instance as of the state's seq): its canonical instance's, but `tainted`
-    for a Missing one that replaced a tainted one (not rebuilt yet), `warning` for a Live one whose latest checks
-    warned or errored."""
-    found = cell_states(state, [ref])
-    return found[0][1] if found else None
-
-
 CHECK_RESULTS = ("passed", "warning", "failed", "errored")
 
 
@@ -177,56 +161,6 @@ def narrowed_cells(state: StateView, cells: list[tuple[str, str]], filters: Grid
             continue
         kept.append((ref, found))
     return kept
-
-
-def cell_states(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
-    """(ref, grid state) of each of `refs` that has an instance as of the state's seq, in their order.
-
-    One tight loop (a grid asks for 100,000): dict lookups, the state names precomputed. As of a seq the
-    states come from the live records and their histories (`canonical_at`, `instance_state_at`, with their
-    common case inline: a record unchanged since that seq), not from rebuilt past Instance records."""
-    past = isinstance(state, PastState)
-    live = live_state(state)
-    seq = state.head_seq
-    canonical, instances, checked = live.canonical, live.instances, live.check_results
-    refs = prefetched(state, REF, refs, chunk=500)  # a read replica's rows: in batches, not one statement each
-    out: list[tuple[str, str]] = []
-    append = out.append
-    for ref in refs:
-        uuid = canonical.get(ref)
-        if uuid is None:
-            continue
-        instance = instances.get(uuid)
-        if past and (instance is None or instance.created_seq > seq):
-            uuid = canonical_at(live, ref, seq)
-            if uuid is None:
-                continue
-            instance = instances[uuid]
-        assert instance is not None
-        found = instance.state if not past or instance.updated_seq <= seq else instance_state_at(live, instance, seq)[0]
-        if found is _LIVE:
-            if uuid in checked and _warned(state.check_results.get(uuid, ())):
-                append((ref, WARNING))
-                continue
-        elif found is _MISSING and instance.previous_uuid is not None:
-            previous = instances.get(instance.previous_uuid)
-            if previous is not None:
-                before = previous.state if not past or previous.updated_seq <= seq else None
-                if before is None:
-                    before = instance_state_at(live, previous, seq)[0]
-                if before is _TAINTED:
-                    # A taint makes a fresh Missing instance canonical at once: "tainted" until rebuilt.
-                    append((ref, TAINTED))
-                    continue
-        append((ref, _NAMES[found]))
-    return out
-
-
-def _warned(entries: tuple[CheckEntry, ...]) -> bool:
-    latest = latest_checks(entries)
-    if latest is None:
-        return False
-    return worst_check_result(check_result_name(r[1], r[2], r[3]) for r in latest[1]) in ("warning", "errored")
 
 
 class JobsService(ServiceBase):
@@ -305,7 +239,7 @@ class JobsService(ServiceBase):
                 whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
                 cells = live.cells[low:high] if whole else []
             else:
-                cells = cell_states(state, refs[low:high])
+                cells = grid_cells(state, refs[low:high])
                 merged = list(grid.runs(cells))
             if narrowed:
                 cells = narrowed_cells(state, cells, filters)
@@ -421,7 +355,7 @@ class JobsService(ServiceBase):
         if live:
             counts = self._live_cells(state, node).counts
         else:
-            counted = Counter(found for _, found in cell_states(state, self._refs_of(node)))
+            counted = Counter(found for _, found in grid_cells(state, self._refs_of(node)))
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
         return _summary_out(node, counts, state.head_seq, self._stale_count(state, node, live))
 
@@ -474,8 +408,8 @@ def _source(state: StateView) -> StateView | None:
 
 
 def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
-    """A node's live cells from scratch: a lookup per ref."""
-    cells = cell_states(state, refs)
+    """A node's live cells from scratch: a lookup per ref (a read replica's: a range scan of the store's cells)."""
+    cells = grid_cells(state, refs)
     counted = Counter(found for _, found in cells)
     counts = {name: counted[name] for name in GRID_STATES if counted[name]}
     if read_from_store(state):
@@ -505,7 +439,7 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
     moved = [
         index
         for index, instance, was, cell in zip(range(len(refs)), tracked, seen, cells, strict=True)
-        if instance.superseded_seq or instance.updated_seq != was or cell[1] is TAINTED
+        if instance.superseded_seq or instance.updated_seq != was or cell[1] == TAINTED
     ]
     after = last.seq
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
@@ -554,7 +488,7 @@ def _refreshed_from_store(
         cells: list = _spliced_in(last, fresh)[0]
     else:
         cells = list(last.cells)
-    moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] is TAINTED}
+    moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
     named = set(changed)
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
         instance = state.instances.get(uuid) if answered > last.seq else None
@@ -564,7 +498,7 @@ def _refreshed_from_store(
         index = bisect_left(refs, ref)
         if index < len(refs) and refs[index] == ref:  # else another node's
             moved.add(index)
-    looked_up = dict(cell_states(state, [refs[index] for index in sorted(moved)]))
+    looked_up = dict(cell_states(state, prefetched(state, REF, [refs[index] for index in sorted(moved)], chunk=500)))
     counts = Counter(last.counts)
     for index in moved:
         was, now = cells[index], looked_up.get(refs[index])

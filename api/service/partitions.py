@@ -27,8 +27,6 @@ from partbuild.api.models.partitions import (
     StaleOut,
     SuccessorOut,
     TaintRequest,
-    check_result_name,
-    worst_check_result,
 )
 from partbuild.api.service.as_of import as_of_suffix, page_at
 from partbuild.api.service.base import ServiceBase, check_limit, state_name, unknown_cursor
@@ -38,7 +36,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import CheckEntry, latest_checks
+from partbuild.state.fold.checks import CheckEntry, check_result_name, latest_checks, worst_latest
 from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.fold.view import StateView
@@ -414,13 +412,6 @@ def checked(results: Mapping[str, tuple[CheckEntry, ...]], uuid: str, name: str 
     )
 
 
-def _worst_check(entries: tuple[CheckEntry, ...]) -> CheckResultName | None:
-    latest = latest_checks(entries)
-    if latest is None:
-        return None
-    return worst_check_result(check_result_name(row[1], row[2], row[3]) for row in latest[1])
-
-
 def lineage_out(graph: Lineage, head_seq: int, check_results: Mapping[str, tuple[CheckEntry, ...]]) -> LineageOut:
     """The lineage answer, each node with the worst result of its latest checks (`check_results`: the state's)."""
     nodes = [
@@ -430,7 +421,7 @@ def lineage_out(graph: Lineage, head_seq: int, check_results: Mapping[str, tuple
             state=state_name(node.state) if node else None,
             depth=graph.depth_of[node_uuid],
             built_by=node.built_by if node else None,
-            check_result=_worst_check(check_results.get(node_uuid, ())),
+            check_result=worst_latest(check_results.get(node_uuid, ())),
             superseded=bool(node.superseded_seq) if node else False,
         )
         for node_uuid, node in graph.nodes.items()

@@ -52,8 +52,9 @@ from partbuild.state.fold.records import (
     WantState,
 )
 from partbuild.state.log.snapshot import SnapshotError, StateUnpickler
-from partbuild.state.schema import state_heartbeats, state_projections, state_want_refs
+from partbuild.state.schema import state_cells, state_heartbeats, state_projections, state_want_refs
 from partbuild.state.schema import state_records as table
+from partbuild.state.store.cells import CellRow, cell_row, write_cells
 from partbuild.state.store.driver import DriverQuery, KeyedQueries
 
 if TYPE_CHECKING:
@@ -63,9 +64,10 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 7  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+ENCODING: Final = 8  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
 # rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own; 6: the
-# seq a run or a want ended at, too; 7: the wants by ref in rows of their own (`state_want_refs`)
+# seq a run or a want ended at, too; 7: the wants by ref in rows of their own (`state_want_refs`); 8: each ref's
+# grid cell (`state_cells`)
 
 
 def _fingerprint() -> str:
@@ -251,6 +253,8 @@ class Rows:
     gone: Sequence[Key]
     beats: Sequence[Beat]
     want_refs: Sequence[WantRef] = ()
+    cells: Sequence[CellRow] = ()  # the grid cells of the refs whose rows or instances' rows these are
+    cells_gone: Sequence[str] = ()  # refs among those with no cell
 
 
 def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Rows:
@@ -260,8 +264,11 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
     gone: list[Key] = []
     beats: list[Beat] = []
     want_refs: list[WantRef] = []
+    cell_refs: dict[str, None] = {}  # a ref's cell changes with its row and with its instances' (state/store/cells.py)
     seq = state.head_seq
     for kind, key in keys:
+        if kind == REF:
+            cell_refs[key] = None
         body = body_of(state, kind, key)
         if body is None:
             gone.append((kind, key))
@@ -271,7 +278,23 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
             beats.extend(beats_of(state, key, beats_after))
         elif kind == WANT:
             want_refs.extend(want_refs_of(state.wants[key]))
-    return Rows(rows, gone, beats, want_refs)
+        elif kind == INSTANCE:
+            cell_refs[state.instances[key].ref] = None
+    cells, cells_gone = _cells_of(state, cell_refs)
+    return Rows(rows, gone, beats, want_refs, cells, cells_gone)
+
+
+def _cells_of(state: BuildState, refs: Iterable[str]) -> tuple[list[CellRow], list[str]]:
+    """The rows of these refs' cells, and the refs among them with none."""
+    cells: list[CellRow] = []
+    gone: list[str] = []
+    for ref in refs:
+        row = cell_row(state, ref, created_of(state, REF, ref) or 0)
+        if row is None:
+            gone.append(ref)
+        else:
+            cells.append(row)
+    return cells, gone
 
 
 def want_refs_of(want: Want) -> Iterator[WantRef]:
@@ -401,6 +424,7 @@ def write_rows(conn: Connection, rows: Rows) -> None:
     if rows.want_refs:  # written with each row of the want, once kept (its refs never change)
         named = [{"ref": ref, "created": created, "want_id": want_id} for ref, created, want_id in rows.want_refs]
         conn.execute(insert_ignoring_conflicts(conn, state_want_refs), named)
+    write_cells(conn, rows.cells, rows.cells_gone)
 
 
 def _beat_row(beat: Beat) -> dict[str, object]:
@@ -460,6 +484,7 @@ def take_rows(conn: Connection) -> bool:
     conn.execute(sa.delete(table))
     conn.execute(sa.delete(state_heartbeats))
     conn.execute(sa.delete(state_want_refs))
+    conn.execute(sa.delete(state_cells))
     return True
 
 
@@ -531,7 +556,8 @@ class RecordStore:
         autovacuum would, in time, where it runs). SQLite plans well without (where not, a read names its index)."""
         if self.engine.dialect.name == "postgresql":
             with self.engine.begin() as conn:
-                conn.execute(sa.text(f"ANALYZE {table.name}, {state_heartbeats.name}, {state_want_refs.name}"))
+                analyzed = ", ".join(t.name for t in (table, state_heartbeats, state_want_refs, state_cells))
+                conn.execute(sa.text(f"ANALYZE {analyzed}"))
 
     def rows(self, conn: Connection, keys: Iterable[Key]) -> dict[Key, tuple[int, bytes]]:
         """(seq, body) of the rows of these keys that exist, read in `conn`'s transaction."""

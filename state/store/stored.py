@@ -16,7 +16,7 @@ where the live state keeps the order records were made within one event), its co
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from itertools import islice
@@ -35,7 +35,9 @@ from partbuild.state.fold.records import Instance, JobRun, Rejection, Want
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
+from partbuild.state.queries.cells import GRID_STATES, cell_states
 from partbuild.state.schema import state_projections
+from partbuild.state.store.cells import cells_between
 from partbuild.state.store.changes import PROJECTION as CHANGES
 from partbuild.state.store.driver import DriverQuery
 from partbuild.state.store.records import (
@@ -302,6 +304,10 @@ class StoredRecords:
             self._decoded.setdefault((RUN, key), loads(RUN, body))
             yield self._decoded[(RUN, key)][0]
 
+    def cells_between(self, first: str, last: str) -> Iterator[Sequence[Any]]:
+        """(ref, cell, since, created) of the grid cells of the refs from `first` to `last`, in key order."""
+        return cells_between(self._conn, first, last)
+
     def clock_mark(self, seq: int) -> tuple[int, int]:
         """(a seq at or before `seq`, the log's clock then), from the clock's rows: `history.clock_mark`'s."""
         index = (seq + 1) // CLOCK_MARK_EVERY - 1
@@ -436,6 +442,39 @@ def prefetched(state: StateView, kind: int, keys: Iterable[str], chunk: int = 10
     `keys` themselves: nothing is added to its loops."""
     stored = stored_of(state)
     return keys if stored is None else _in_batches(stored, kind, keys, chunk)
+
+
+def grid_cells(state: StateView, refs: Sequence[str]) -> list[tuple[str, str]]:
+    """`cell_states(state, refs)`, `refs` sorted. When `state` reads the store's rows, a ref's cell comes from its
+    row in `state_cells`, read by one range scan, where that row says it held at the state's seq (from its
+    `since` on), none where the ref's first instance came after it; only the rest are looked up in their
+    records' rows (as of an early seq: the refs whose cell changed since)."""
+    stored = stored_of(state)
+    if stored is None or not refs:
+        return cell_states(state, refs)
+    seq, names = state.head_seq, GRID_STATES
+    cells: list[tuple[str, str | None]] = []
+    slow: list[str] = []
+    rows = stored.cells_between(refs[0], refs[-1])
+    row = next(rows, None)
+    for ref in refs:
+        while row is not None and row[0] < ref:  # another node's ref in the range
+            row = next(rows, None)
+        if row is not None and row[0] == ref:
+            _, cell, since, created = row
+            if since <= seq:
+                cells.append((ref, names[cell]))
+                continue
+            if created > seq:
+                continue
+        elif seq == stored.head_seq:  # no row at the watermark: no canonical instance, no cell
+            continue
+        slow.append(ref)
+        cells.append((ref, None))
+    if not slow:
+        return cast("list[tuple[str, str]]", cells)
+    looked_up = dict(cell_states(state, prefetched(state, REF, slow, chunk=500)))
+    return [(ref, found) for ref, name in cells if (found := name or looked_up.get(ref)) is not None]
 
 
 def read_ahead(state: StateView, kind: int, keys: Iterable[str]) -> None:

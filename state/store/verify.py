@@ -5,7 +5,8 @@ rows up to its watermark with that state's changes, one span of seqs at a time (
 record is read once, however many spans there are). A retention after the watermark has dropped instances from the
 replayed state that the store still holds until the projector reaches it: those rows are left out then.
 The records (state/store/records.py) are compared when they are whole at the replay's head: each row with
-the replayed record, every replayed record has its row, and the heartbeat rows are the replayed runs'.
+the replayed record, every replayed record has its row, and the heartbeat rows, the wants by ref and the grid
+cells are the replayed records'.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from partbuild.state.queries.changes import (
     Change,
     changes_by_span,
 )
+from partbuild.state.store.cells import all_cells, cell_row
 from partbuild.state.store.changes import ChangeStore, change_row, row_change
 from partbuild.state.store.counts import CountRow, Counts, count_rows
 from partbuild.state.store.projector import DEFAULT_SPAN
 from partbuild.state.store.records import (
     KIND_NAMES,
+    REF,
     Key,
     RecordStore,
     all_keys,
@@ -36,6 +39,7 @@ from partbuild.state.store.records import (
     created_of,
     decoded,
     kind_counts,
+    ref_keys,
     row_value,
     want_refs_of,
 )
@@ -94,7 +98,7 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
         stored = {(row[0], row[1]) for row in records.all_rows()}  # which one: a second pass, only then
         missing = min(key for key in all_keys(state) if key not in stored)
         return [f"the state store has no row of {_named(missing)}, which the replay holds"]
-    return _heartbeat_problems(records, state) or _want_ref_problems(records, state)
+    return _heartbeat_problems(records, state) or _want_ref_problems(records, state) or _cell_problems(records, state)
 
 
 def _heartbeat_problems(records: RecordStore, state: BuildState) -> list[str]:
@@ -114,6 +118,20 @@ def _want_ref_problems(records: RecordStore, state: BuildState) -> list[str]:
         if stored != expected:
             said = "none" if stored is None else f"want {stored[2]!r} naming {stored[0]!r}"
             return [f"the state store's wants by ref differ from the replay's: stored {said}, replayed {expected}"]
+    return []
+
+
+def _cell_problems(records: RecordStore, state: BuildState) -> list[str]:
+    """Where the grid cells' rows differ from the replayed refs' cells (their `seq`, when written, aside)."""
+    replayed = (
+        row for ref in sorted(ref_keys(state)) if (row := cell_row(state, ref, created_of(state, REF, ref) or 0))
+    )
+    with records.engine.connect() as conn:
+        for stored, expected in itertools.zip_longest(all_cells(conn), replayed):
+            if stored is None or expected is None or stored[0] != expected[0] or stored[2:] != expected[2:]:
+                said = "none" if stored is None else f"ref {stored[0]!r}: cell {stored[2]} since {stored[3]}"
+                replay = "none" if expected is None else f"ref {expected[0]!r}: cell {expected[2]} since {expected[3]}"
+                return [f"the state store's grid cells differ from the replay's: stored {said}, replayed {replay}"]
     return []
 
 

@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from partbuild.api.service.jobs import _counted_cells, _refreshed, cell_state
+from partbuild.api.service.jobs import _counted_cells, _refreshed
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope, manual
+from partbuild.state.queries.cells import cell_state
 from partbuild.state.queries.listing import ListingIndex
 
 from gridkit import DAILY, TAINTED, grid_graph, grid_service, write_history

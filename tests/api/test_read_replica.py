@@ -10,7 +10,7 @@ the store's counts. (Every API read as of every seq: tests/api/test_time_travel.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +24,15 @@ from partbuild.api.service import Service, jobs
 from partbuild.api.service.jobs import GridView
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope
+from partbuild.state.store import stored
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.reader import ReadReplica, StoreReader
+from partbuild.state.store.stored import StoredRecords
 
+from golden_log import GOLDEN_LOGS, read_events
 from timetravelkit import SMALL_PLAN, check, w1_history
 
 PAGES = ["/", "/wants", "/runs", "/partitions", "/jobs", "/changes?from=0", "/events", "/automation", "/system"]
@@ -135,18 +140,21 @@ def test_its_metrics_are_the_store_counts(sides: Sides) -> None:
 def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     sides: Sides, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every read of a replica is a state of its own: its summary of a job, which looks up each of the job's
-    refs (a row each, beyond what one watermark's reads share), is kept for the watermark it was read at (a
-    second summary looks up nothing); once the store moves, only the refs its changes name since are looked
-    up again, and the counts are the folding server's."""
+    """Every read of a replica is a state of its own: its summary of a job takes each of the job's refs' cells
+    from the store's cells (no ref is looked up in its records' rows) and is kept for the watermark it was
+    read at; once the store moves, only the refs its changes name since are looked up again, and the counts
+    are the folding server's."""
     graph = sides.primary.job_graph()
     node = max(graph.nodes, key=lambda node: answer(sides.primary.partitions_summary, node.name).total)
-    read: list[int] = []  # how many refs each look-up was of
-    looked_up = jobs.cell_states
-    monkeypatch.setattr(jobs, "cell_states", lambda state, refs: read.append(len(refs)) or looked_up(state, refs))
+    read: list[int] = []  # how many refs each look-up in the records' rows was of
+    for module in (jobs, stored):
+        monkeypatch.setattr(module, "cell_states", _counting(module.cell_states, read))
+    scans = []
+    scan = StoredRecords.cells_between
+    monkeypatch.setattr(StoredRecords, "cells_between", lambda self, a, b: scans.append((a, b)) or scan(self, a, b))
     first = sides.replica.partitions_summary(node.name)
-    assert read == [first.total], "the first summary looks every ref up"
-    read.clear()
+    assert read == [] and len(scans) == 1, "the first summary reads the store's cells, one range scan"
+    assert first == sides.primary.partitions_summary(node.name)
     assert sides.replica.partitions_summary(node.name) == first and not read
     grid = sides.primary.partitions_grid(node.name)
     assert isinstance(grid, GridView)
@@ -159,6 +167,19 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     assert read == [1] and moved.as_of_seq > first.as_of_seq  # the tainted ref alone
     assert moved.counts["live"] == first.counts["live"] - 1
     assert moved == sides.primary.partitions_summary(node.name)
+
+
+def _counting(
+    looked_up: Callable[[StateView, Iterable[str]], list[tuple[str, str]]], read: list[int]
+) -> Callable[[StateView, Iterable[str]], list[tuple[str, str]]]:
+    """`looked_up`, which appends to `read` how many refs each call was of."""
+
+    def counted(state: StateView, refs: Iterable[str]) -> list[tuple[str, str]]:
+        refs = list(refs)
+        read.append(len(refs))
+        return looked_up(state, refs)
+
+    return counted
 
 
 def test_a_replicas_grids_follow_the_store_as_it_moves(tmp_path: Path) -> None:
@@ -205,3 +226,64 @@ def test_a_replicas_grids_follow_the_store_as_it_moves(tmp_path: Path) -> None:
         moved([envelope(pb.PartitionTaint(partition_ref=live, reason="bad", only_this_ref=True))])
         moved([envelope(pb.InstanceRetention(drop_superseded_created_before_seq=db.log.head() + 1))])
         assert compared > 50
+
+
+def _w1_with_a_recheck_and_a_taint(retained: bool) -> list[pb.Event]:
+    """The small W1 history, then a Live daily's checks answered again (warning: it stays canonical), another
+    one tainted and, when `retained`, its tainted instance dropped: every kind of cell, each way one changes."""
+    events = w1_history(SMALL_PLAN)
+    state = BuildState()
+    for seq, event in enumerate(events, start=1):
+        state.apply(seq, event)
+    rechecked, tainted = [
+        ref
+        for ref, uuid in state.canonical.items()
+        if ref.startswith("agg/daily") and state.instances[uuid].state.name == "LIVE"
+    ][:2]
+    uuid = state.canonical[rechecked]
+    warned = pb.InstanceChecks(instance_uuid=uuid, results=[check("late_rows", False, blocking=False, late=4)])
+    return [
+        *events,
+        envelope(pb.ChecksRequest(request_id="again", instance_uuid=uuid)),
+        envelope(pb.ChecksRerun(request_id="again", checks=warned)),
+        envelope(pb.PartitionTaint(partition_ref=tainted, reason="bad", only_this_ref=True)),
+        *([envelope(pb.InstanceRetention(drop_superseded_created_before_seq=len(events) + 4))] if retained else []),
+    ]
+
+
+@pytest.mark.parametrize("name", [*(log.name for log in GOLDEN_LOGS), "w1", "w1 retained"])
+def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every job's grid and summary on a replica, as of every seq of the log, is the folding server's; a cell
+    comes from the store's cells wherever its row says it held then, so only the refs whose cell changed
+    after the seq asked are looked up in their records' rows (none as of the head)."""
+    events = _w1_with_a_recheck_and_a_taint(name == "w1 retained") if name.startswith("w1") else read_events(name)
+    looked_up: list[int] = []  # how many refs each look-up of a replica's in its records' rows was of
+    counted, uncounted = _counting(stored.cell_states, looked_up), stored.cell_states
+    monkeypatch.setattr(
+        stored, "cell_states", lambda state, refs: (counted if stored.stored_of(state) else uncounted)(state, refs)
+    )
+    with Database.open(f"sqlite:///{tmp_path / 'g.db'}", auto_upgrade=True) as db:
+        db.log.append(events)
+        primary = Service(db)
+        head = Projector(primary.live, db.changes).project()
+        replica = Service(db, replica=True)
+        cells, seen = 0, set()
+        for seq in range(head, -1, -1):
+            graph = answer(primary.job_graph, as_of_seq=seq)
+            assert answer(replica.job_graph, as_of_seq=seq) == graph, seq
+            for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
+                grid = answer(primary.partitions_grid, node.name, as_of_seq=seq)
+                assert answer(replica.partitions_grid, node.name, as_of_seq=seq) == grid, (node.name, seq)
+                summary = answer(primary.partitions_summary, node.name, as_of_seq=seq)
+                assert answer(replica.partitions_summary, node.name, as_of_seq=seq) == summary, (node.name, seq)
+                if isinstance(grid, GridView):
+                    cells += 2 * len(grid.cells)
+                    seen.update(cell.state for cell in grid.cells)
+            if seq == head:
+                assert looked_up == [], "as of the head every cell is the store's"
+    if name in ("v1", "w1", "w1 retained"):  # long histories: most cells held from a seq before the one asked
+        assert cells > 1000 and sum(looked_up) < cells / 2
+    if name == "w1":  # retention drops the tainted instance: then its successor is plain Missing at every seq
+        assert {"live", "missing", "warning", "tainted"} <= seen

@@ -22,7 +22,8 @@ from partbuild.state.fold.records import ACTIVE_RUN_STATES
 from partbuild.state.log.events import from_job_run
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import SnapshotError
-from partbuild.state.schema import state_projections, state_records, state_want_refs
+from partbuild.state.queries.cells import GRID_STATES, ref_cell
+from partbuild.state.schema import state_cells, state_projections, state_records, state_want_refs
 from partbuild.state.store import records as records_module
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import CLOCK, INSTANCE, PROJECTION, RUN, Rows, body_of, loads, want_refs_of
@@ -259,6 +260,26 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
     assert record_problems(store.records, live.state) == [
         f"the state store's wants by ref differ from the replay's: stored {said}, replayed {missing}"
     ]
+    ref = min(live.state.canonical)  # a grid cell that says another state: a replica's grid would show it
+    cell = ref_cell(live.state, ref)
+    assert cell is not None
+    other_cell = (cell[0] + 1) % len(GRID_STATES)
+    with store.records.engine.begin() as conn:
+        back = [{"ref": r, "created": c, "want_id": w} for r, c, w in replayed if w == want.want_id]
+        conn.execute(sa.insert(state_want_refs), back)
+        conn.execute(
+            sa.update(state_cells).where(state_cells.c.ref == ref).values(cell=(cell[0] + 1) % len(GRID_STATES))
+        )
+    assert record_problems(store.records, live.state) == [
+        f"the state store's grid cells differ from the replay's: stored ref {ref!r}: cell {other_cell} "
+        f"since {cell[1]}, replayed ref {ref!r}: cell {cell[0]} since {cell[1]}"
+    ]
+    with store.records.engine.begin() as conn:  # and one missing
+        conn.execute(sa.update(state_cells).where(state_cells.c.ref == ref).values(cell=cell[0]))
+        conn.execute(sa.delete(state_cells).where(state_cells.c.ref == ref))
+    assert record_problems(store.records, live.state)[0].startswith(
+        f"the state store's grid cells differ from the replay's: stored ref {sorted(live.state.canonical)[1]!r}"
+    )
 
 
 @pytest.mark.parametrize("name", ["outcomes", "v1"])
@@ -338,7 +359,7 @@ def test_random_histories_keep_the_rows_whole_and_read_as_memory_does(steps: lis
 def test_the_rows_format_is_pinned() -> None:
     """The records' fields changed (a slot added, renamed or moved): bump `records.ENCODING` (a newer format
     owns the rows, and an older partbuild then leaves them alone), then pin the new fingerprint here."""
-    assert (records_module.ENCODING, records_module.FINGERPRINT) == (7, "d4aa763b9a7e")
+    assert (records_module.ENCODING, records_module.FINGERPRINT) == (8, "1ac68ae7adfa")
 
 
 def _as_format(monkeypatch: pytest.MonkeyPatch, encoding: int, fingerprint: str) -> None:
