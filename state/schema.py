@@ -307,9 +307,10 @@ state_want_refs = sa.Table(
     sa.Column("want_id", ByteOrderText, primary_key=True),
 )
 
-# Each ref's grid cell (state/queries/cells.py) and the seq since which it has held, written with the rows of
-# the ref and of its instances (state/store/cells.py), so a read replica's grid, now or as of a seq, is a range
-# scan of these small rows, not a read of each ref's and instance's rows. `seq`: the head it was written at.
+# Each ref's grid cell (state/queries/cells.py), the latest checks of the instance its readers get, and the seq
+# since which both have held, written with the rows of the ref and of its instances (state/store/cells.py), so a
+# read replica's grid, now or as of a seq, filtered by a check or not, is a range scan of these small rows, not
+# a read of each ref's and instance's rows. `seq`: the head it was written at.
 state_cells = sa.Table(
     "state_cells",
     metadata,
@@ -318,6 +319,7 @@ state_cells = sa.Table(
     sa.Column("cell", sa.SmallInteger(), nullable=False),
     sa.Column("since", sa.BigInteger(), nullable=False),
     sa.Column("created", sa.BigInteger(), nullable=False),
+    sa.Column("checks", sa.Text(), nullable=True),  # the latest checks of the instance readers get (JSON pairs)
 )
 
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).

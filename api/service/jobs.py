@@ -50,7 +50,7 @@ from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 from partbuild.state.store.records import REF
-from partbuild.state.store.stored import StoredRecords, grid_cells, prefetched, read_from_store
+from partbuild.state.store.stored import StoredRecords, grid_cells, prefetched, read_from_store, stored_checks
 
 
 @dataclass(frozen=True)
@@ -142,18 +142,30 @@ def _check_grid_filters(state: str | None, filters: GridFilters) -> None:
 def narrowed_cells(state: StateView, cells: list[tuple[str, str]], filters: GridFilters) -> list[tuple[str, str]]:
     """The cells whose instance (readers', else canonical) has a latest check of that name and result, whose
     note holds the error's text (any case), and that a want made by whom the filter names names: one lookup
-    each, on the live records (as of a seq: theirs then)."""
+    each, on the live records (as of a seq: theirs then). A read replica's check filter reads the store's
+    cells instead where they held then (`stored_checks`): only the rest, and the other filters, look up."""
     results, check, result = state.check_results, filters.check, filters.check_result
     text = filters.error.casefold() if filters.error is not None else None
     maker = made_by_filter(filters.made_by)  # InvalidInput for a malformed value
+    by_checks, settled = check is not None or result is not None, text is None and maker is None
+    known = stored_checks(state, cells, check, result) if by_checks else None
+    if known is None:
+        candidates: list[tuple[tuple[str, str], bool | None]] = [(cell, None) for cell in cells]
+    else:
+        candidates = [(cell, verdict) for cell, verdict in zip(cells, known, strict=True) if verdict is not False]
     kept = []
     # A read replica's rows: the refs' (and their canonical instances') in batches, not a statement each.
-    refs = prefetched(state, REF, (ref for ref, _ in cells), chunk=500)
-    for (ref, found), _ in zip(cells, refs, strict=True):
+    to_look_up = (ref for (ref, _), verdict in candidates if not (verdict and settled))
+    refs = iter(prefetched(state, REF, to_look_up, chunk=500))
+    for (ref, found), verdict in candidates:
+        if verdict and settled:
+            kept.append((ref, found))
+            continue
+        next(refs)
         instance = state.served_instance(ref) or state.canonical_instance(ref)
         if instance is None:
             continue
-        if (check is not None or result is not None) and not checked(results, instance.uuid, check, result):
+        if verdict is None and by_checks and not checked(results, instance.uuid, check, result):
             continue
         if text is not None and text not in (instance.note or "").casefold():
             continue

@@ -1,5 +1,6 @@
-"""The state store's grid cells: each ref's cell and the seq since which it has held, so a read replica's
-status grid, now or as of a seq, is a range scan (issue 37).
+"""The state store's grid cells: each ref's cell, its readers' instance's latest checks and the seq since which
+both have held, so a read replica's status grid, now or as of a seq, filtered by a check or not, is a range scan
+(issue 37).
 
 Revision ID: i37_7_state_cells
 Revises: i37_6_want_refs
@@ -31,6 +32,7 @@ def upgrade() -> None:
         sa.Column("cell", sa.SmallInteger(), nullable=False),
         sa.Column("since", sa.BigInteger(), nullable=False),
         sa.Column("created", sa.BigInteger(), nullable=False),
+        sa.Column("checks", sa.Text(), nullable=True),
     )
 
 

@@ -8,11 +8,11 @@ the state store keeps beside each ref (state/store/cells.py) so a read replica's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Final, cast
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import warned
+from partbuild.state.fold.checks import CheckEntry, check_result_name, latest_checks, warned
 from partbuild.state.fold.past import PastState, canonical_at, instance_state_at, live_state
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.fold.view import StateView
@@ -74,22 +74,40 @@ def cell_state(state: StateView, ref: str) -> str | None:
     return found[0][1] if found else None
 
 
-def ref_cell(state: BuildState, ref: str) -> tuple[int, int] | None:
-    """(cell code, since) of `ref` in the live state, None while it has no instance: `since` is a seq from which
-    on every read as of a seq gets this cell (`cell_states` then takes its fast path at each step: the canonical
-    instance created by then, its state and checks unchanged since, its predecessor's state too)."""
+CheckPairs = tuple[tuple[str, str], ...]  # (check name, CheckResultName) of an instance's latest checks
+
+
+def ref_cell(state: BuildState, ref: str) -> tuple[int, int, CheckPairs | None] | None:
+    """(cell code, since, checks) of `ref` in the live state, None while it has no instance. `checks`: the latest
+    checks of the instance its readers get (a stale one still serving, else the canonical one), as a grid's
+    check filter reads them (None: never checked). `since`: a seq from which on every read as of a seq gets
+    this cell and these checks (`cell_states` then takes its fast path at each step: the canonical instance
+    created by then, its state and checks unchanged since, its predecessor's state too; and the instance
+    readers get the same, with its checks)."""
     uuid = state.canonical.get(ref)
     if uuid is None:
         return None
     found = cell_state(state, ref)
     assert found is not None
-    instance = state.instances[uuid]
-    since = max(instance.created_seq, instance.updated_seq)
-    entries = state.check_results.get(uuid)
-    if entries:
-        since = max(since, entries[-1][0])
+    instances, results = state.instances, state.check_results
+    instance = instances[uuid]
+    since = max(instance.created_seq, instance.updated_seq, _checked_seq(results, uuid))
     if instance.previous_uuid is not None:
-        previous = state.instances.get(instance.previous_uuid)
+        previous = instances.get(instance.previous_uuid)
         if previous is not None:
             since = max(since, previous.updated_seq)
-    return CELL_CODES[found], since
+    kept = state.fields.get(ref)  # a ref's kept changes are what it served: the last one counts
+    if kept:
+        since = max(since, cast(int, kept[-3]))  # (seq, field, value) triples
+    served = state.serving.get(ref, uuid)
+    if served != uuid:
+        since = max(since, instances[served].updated_seq, _checked_seq(results, served))
+    latest = latest_checks(results.get(served, ()))
+    checks = None if latest is None else tuple((row[0], check_result_name(row[1], row[2], row[3])) for row in latest[1])
+    return CELL_CODES[found], since, checks
+
+
+def _checked_seq(results: Mapping[str, tuple[CheckEntry, ...]], uuid: str) -> int:
+    """The seq of an instance's latest checks (0: none)."""
+    entries = results.get(uuid)
+    return entries[-1][0] if entries else 0

@@ -1,16 +1,19 @@
 """Each ref's grid cell in the `state_cells` table: a read replica's status grid is a range scan of small rows.
 
-A row holds a ref's cell (`ref_cell`: its number in GRID_STATES) as the live state had it at the row's `seq`,
-the seq `since` which it has held, and the ref's `created` column (its first instance's created seq, a lower
-bound). A cell depends on the ref's canonical instance, that instance's checks and its predecessor, so it is
-written with the rows of the ref and of its instances (state/store/records.py, `rows_of`): whenever any of
-them changes. Then, at the records' watermark W, a row says its ref's cell as of every seq from `since` to W;
-as of an earlier seq, a ref created after it had none, and the others are looked up in their records' rows
-(state/store/stored.py, `grid_cells`).
+A row holds a ref's cell (`ref_cell`: its number in GRID_STATES) and the latest checks of the instance its
+readers get (JSON (name, result) pairs: what a grid's check filter reads) as the live state had them at the
+row's `seq`, the seq `since` which they have held, and the ref's `created` column (its first instance's
+created seq, a lower bound). These depend on the ref's canonical instance, its checks and its predecessor,
+and on what the ref serves, so they are written with the rows of the ref and of its instances
+(state/store/records.py, `rows_of`): whenever any of them changes. Then, at the records' watermark W, a row
+says its ref's cell and checks as of every seq from `since` to W; as of an earlier seq, a ref created after it
+had none, and the others are looked up in their records' rows (state/store/stored.py, `grid_cells`,
+`stored_checks`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -18,21 +21,29 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from partbuild.state.db import write_newer_rows
-from partbuild.state.queries.cells import ref_cell
+from partbuild.state.queries.cells import CheckPairs, ref_cell
 from partbuild.state.schema import state_cells as table
 from partbuild.state.store.driver import DriverQuery
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
 
-CellRow = tuple[str, int, int, int, int]  # ref, seq, cell, since, created
+CellRow = tuple[str, int, int, int, int, str | None]  # ref, seq, cell, since, created, checks (JSON pairs)
 
 
 def cell_row(state: BuildState, ref: str, created: int) -> CellRow | None:
     """The row of a ref's cell as `state` holds it at its head (None: it has no canonical instance, so no cell);
     `created`: the ref row's `created` column."""
     found = ref_cell(state, ref)
-    return None if found is None else (ref, state.head_seq, found[0], found[1], created)
+    if found is None:
+        return None
+    cell, since, checks = found
+    return ref, state.head_seq, cell, since, created, None if checks is None else json.dumps(checks)
+
+
+def checks_of(text: str | None) -> CheckPairs:
+    """The (check name, result) pairs a row's `checks` holds (none: never checked)."""
+    return () if text is None else tuple(map(tuple, json.loads(text)))
 
 
 def write_cells(conn: Connection, rows: Sequence[CellRow], gone: Sequence[str]) -> None:
@@ -46,7 +57,7 @@ def write_cells(conn: Connection, rows: Sequence[CellRow], gone: Sequence[str]) 
 # The cells of the refs in a key range, in key order, a page at a time, on the driver's cursor.
 _PAGE: Final = 5000
 _BETWEEN: Final = DriverQuery(
-    sa.select(table.c.ref, table.c.cell, table.c.since, table.c.created)
+    sa.select(table.c.ref, table.c.cell, table.c.since, table.c.created, table.c.checks)
     .where(
         table.c.ref >= sa.bindparam("first", type_=table.c.ref.type),
         table.c.ref <= sa.bindparam("last", type_=table.c.ref.type),
@@ -57,8 +68,8 @@ _BETWEEN: Final = DriverQuery(
 
 
 def cells_between(conn: Connection, first: str, last: str) -> Iterator[Sequence[Any]]:
-    """(ref, cell, since, created) of the refs from `first` to `last`, in key order, in `conn`'s transaction: one
-    range scan, read a page at a time (a grid's range may hold hundreds of thousands)."""
+    """(ref, cell, since, created, checks) of the refs from `first` to `last`, in key order, in `conn`'s
+    transaction: one range scan, read a page at a time (a grid's range may hold hundreds of thousands)."""
     after: str | None = None
     while True:
         page = _BETWEEN.all(conn, {"first": first, "last": last})
@@ -71,6 +82,6 @@ def cells_between(conn: Connection, first: str, last: str) -> Iterator[Sequence[
 
 def all_cells(conn: Connection) -> Iterator[CellRow]:
     """Every row, in key order (the audit's walk)."""
-    query = sa.select(table.c.ref, table.c.seq, table.c.cell, table.c.since, table.c.created).order_by(table.c.ref)
+    query = sa.select(table).order_by(table.c.ref)
     for row in conn.execution_options(yield_per=5000).execute(query):
-        yield row.ref, row.seq, row.cell, row.since, row.created
+        yield row.ref, row.seq, row.cell, row.since, row.created, row.checks

@@ -37,7 +37,7 @@ from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
 from partbuild.state.queries.cells import GRID_STATES, cell_states
 from partbuild.state.schema import state_projections
-from partbuild.state.store.cells import cells_between
+from partbuild.state.store.cells import cells_between, checks_of
 from partbuild.state.store.changes import PROJECTION as CHANGES
 from partbuild.state.store.driver import DriverQuery
 from partbuild.state.store.records import (
@@ -305,7 +305,7 @@ class StoredRecords:
             yield self._decoded[(RUN, key)][0]
 
     def cells_between(self, first: str, last: str) -> Iterator[Sequence[Any]]:
-        """(ref, cell, since, created) of the grid cells of the refs from `first` to `last`, in key order."""
+        """(ref, cell, since, created, checks) of the grid cells of the refs from `first` to `last`, in key order."""
         return cells_between(self._conn, first, last)
 
     def clock_mark(self, seq: int) -> tuple[int, int]:
@@ -455,17 +455,12 @@ def grid_cells(state: StateView, refs: Sequence[str]) -> list[tuple[str, str]]:
     seq, names = state.head_seq, GRID_STATES
     cells: list[tuple[str, str | None]] = []
     slow: list[str] = []
-    rows = stored.cells_between(refs[0], refs[-1])
-    row = next(rows, None)
-    for ref in refs:
-        while row is not None and row[0] < ref:  # another node's ref in the range
-            row = next(rows, None)
-        if row is not None and row[0] == ref:
-            _, cell, since, created = row
-            if since <= seq:
-                cells.append((ref, names[cell]))
+    for ref, row in _cell_rows(stored, refs):
+        if row is not None:
+            if row[2] <= seq:
+                cells.append((ref, names[row[1]]))
                 continue
-            if created > seq:
+            if row[3] > seq:
                 continue
         elif seq == stored.head_seq:  # no row at the watermark: no canonical instance, no cell
             continue
@@ -475,6 +470,37 @@ def grid_cells(state: StateView, refs: Sequence[str]) -> list[tuple[str, str]]:
         return cast("list[tuple[str, str]]", cells)
     looked_up = dict(cell_states(state, prefetched(state, REF, slow, chunk=500)))
     return [(ref, found) for ref, name in cells if (found := name or looked_up.get(ref)) is not None]
+
+
+def stored_checks(
+    state: StateView, cells: Sequence[tuple[str, str]], name: str | None, result: str | None
+) -> list[bool | None] | None:
+    """Whether the latest checks of the instance readers of each cell's ref get have a check of that name (any:
+    None) with that result (any: None), from the store's cells where their rows say they held at the state's
+    seq; None where they do not (look that one up), and None for them all when `state` does not read the
+    store's rows (its records are in memory). `cells` sorted by ref."""
+    stored = stored_of(state)
+    if stored is None:
+        return None
+    seq, verdicts = state.head_seq, list[bool | None]()
+    for _, row in _cell_rows(stored, [ref for ref, _ in cells]) if cells else ():
+        if row is None or row[2] > seq:
+            verdicts.append(None)
+            continue
+        verdicts.append(
+            any((name is None or n == name) and (result is None or r == result) for n, r in checks_of(row[4]))
+        )
+    return verdicts
+
+
+def _cell_rows(stored: StoredRecords, refs: Sequence[str]) -> Iterator[tuple[str, Sequence[Any] | None]]:
+    """Each of `refs` (sorted) with its row of the store's cells (None: it has none), by one range scan."""
+    rows = stored.cells_between(refs[0], refs[-1])
+    row = next(rows, None)
+    for ref in refs:
+        while row is not None and row[0] < ref:  # another node's ref in the range
+            row = next(rows, None)
+        yield ref, row if row is not None and row[0] == ref else None
 
 
 def read_ahead(state: StateView, kind: int, keys: Iterable[str]) -> None:

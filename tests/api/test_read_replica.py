@@ -21,10 +21,11 @@ from partbuild.api.app import create_app
 from partbuild.api.errors import ApiError
 from partbuild.api.models.jobs import JobGraphOut
 from partbuild.api.service import Service, jobs
-from partbuild.api.service.jobs import GridView
+from partbuild.api.service.jobs import GridFilters, GridView
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.checks import check_result_name
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope
 from partbuild.state.store import stored
@@ -251,13 +252,35 @@ def _w1_with_a_recheck_and_a_taint(retained: bool) -> list[pb.Event]:
     ]
 
 
+def _check_filters(state: BuildState) -> list[GridFilters]:
+    """A grid's check filters that find something in `state`: by each result its checks have, by a check's name,
+    by both (none: it holds no checks)."""
+    pairs = sorted(
+        {
+            (row[0], check_result_name(row[1], row[2], row[3]))
+            for entries in state.check_results.values()
+            for row in entries[-1][1]
+        }
+    )
+    if not pairs:
+        return []
+    name, result = pairs[0]
+    results = sorted({result for _, result in pairs})
+    return [
+        *(GridFilters(check_result=one) for one in results),
+        GridFilters(check=name),
+        GridFilters(check=name, check_result=result),
+    ]
+
+
 @pytest.mark.parametrize("name", [*(log.name for log in GOLDEN_LOGS), "w1", "w1 retained"])
 def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
     tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every job's grid and summary on a replica, as of every seq of the log, is the folding server's; a cell
-    comes from the store's cells wherever its row says it held then, so only the refs whose cell changed
-    after the seq asked are looked up in their records' rows (none as of the head)."""
+    """Every job's grid and summary on a replica, as of every seq of the log, is the folding server's, and so is
+    every grid filtered by a check; a cell and its checks come from the store's cells wherever its row says
+    they held then, so only the refs whose cell changed after the seq asked are looked up in their records'
+    rows (none as of the head)."""
     events = _w1_with_a_recheck_and_a_taint(name == "w1 retained") if name.startswith("w1") else read_events(name)
     looked_up: list[int] = []  # how many refs each look-up of a replica's in its records' rows was of
     counted, uncounted = _counting(stored.cell_states, looked_up), stored.cell_states
@@ -269,7 +292,13 @@ def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
         primary = Service(db)
         head = Projector(primary.live, db.changes).project()
         replica = Service(db, replica=True)
-        cells, seen = 0, set()
+        cells, filtered, seen = 0, 0, set()
+        check_filters = _check_filters(primary.state)
+        checks_read: list[str] = []  # the instances whose checks a filter looked up
+        looked = jobs.checked
+        monkeypatch.setattr(
+            jobs, "checked", lambda results, uuid, *asked: checks_read.append(uuid) or looked(results, uuid, *asked)
+        )
         for seq in range(head, -1, -1):
             graph = answer(primary.job_graph, as_of_seq=seq)
             assert answer(replica.job_graph, as_of_seq=seq) == graph, seq
@@ -281,9 +310,49 @@ def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
                 if isinstance(grid, GridView):
                     cells += 2 * len(grid.cells)
                     seen.update(cell.state for cell in grid.cells)
+                for filters in check_filters:
+                    grid = answer(primary.partitions_grid, node.name, as_of_seq=seq, filters=filters)
+                    checks_read.clear()
+                    assert answer(replica.partitions_grid, node.name, as_of_seq=seq, filters=filters) == grid, (
+                        node.name,
+                        seq,
+                        filters,
+                    )
+                    assert seq < head or not checks_read, "as of the head every check filter reads the store's cells"
+                    filtered += len(grid.cells) if isinstance(grid, GridView) else 0
             if seq == head:
                 assert looked_up == [], "as of the head every cell is the store's"
     if name in ("v1", "w1", "w1 retained"):  # long histories: most cells held from a seq before the one asked
         assert cells > 1000 and sum(looked_up) < cells / 2
+    assert filtered > 0 or not check_filters
     if name == "w1":  # retention drops the tainted instance: then its successor is plain Missing at every seq
         assert {"live", "missing", "warning", "tainted"} <= seen
+
+
+def test_a_replicas_check_filters_follow_what_each_ref_serves(tmp_path: Path) -> None:
+    """The outcomes log (a daily checked, then stale and still serving while its successor is Missing, then
+    withdrawn; a stale one serving while its successor fails, then goes Live) projected one event at a time:
+    at each watermark, the replica's grids filtered by each check result, as of every seq up to it, are the
+    folding server's (a filter reads the instance readers get, so a cell's row holds the served one's checks)."""
+    events = read_events("outcomes")
+    filters = [GridFilters(check_result=result) for result in ("passed", "failed", "warning")]
+    with Database.open(f"sqlite:///{tmp_path / 'o.db'}", auto_upgrade=True) as db:
+        primary = Service(db)
+        projector = Projector(primary.live, db.changes)
+        replica = Service(db, replica=True)
+        served_with_checks = 0
+        for event in events:
+            db.log.append([event])
+            primary.refresh()
+            head = projector.project()
+            replica.refresh()
+            state = primary.state
+            served_with_checks += any(uuid in state.check_results for uuid in state.serving.values())
+            for seq in range(head, -1, -1):
+                graph = answer(primary.job_graph, as_of_seq=seq)
+                for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
+                    for one in filters:
+                        grid = answer(primary.partitions_grid, node.name, as_of_seq=seq, filters=one)
+                        said = answer(replica.partitions_grid, node.name, as_of_seq=seq, filters=one)
+                        assert said == grid, (head, seq, node.name, one)
+        assert served_with_checks > 0
