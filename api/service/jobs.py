@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
@@ -50,7 +52,17 @@ from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
 from partbuild.state.store.records import REF
-from partbuild.state.store.stored import StoredRecords, grid_cells, prefetched, read_from_store, stored_checks
+from partbuild.state.store.stored import (
+    HeldCells,
+    StoredRecords,
+    cells_as_of,
+    grid_cells,
+    held_cells,
+    prefetched,
+    read_from_store,
+    stored_checks,
+    stored_of,
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,8 @@ class LiveCells:
     refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
     instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
     seen: list[int] = field(default_factory=list)  # the `updated_seq` each had as of `seq`
+    # A read replica's: the cells with the seq since which each has held (a grid as of an earlier seq from them).
+    held: HeldCells | None = None
 
 
 @dataclass(frozen=True)
@@ -184,8 +198,9 @@ class JobsService(ServiceBase):
         self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
     ) -> PartitionsSummaryOut:
         node = self._node(name) if self.graph is not None else None
+        held = self._held_cells(name, node) if as_of_seq is not None else None
         with self._reading(min_seq, as_of_seq) as state:
-            return self._summary(state, node or self._log_node(state, name), as_of_seq is None)
+            return self._summary(state, node or self._log_node(state, name), as_of_seq is None, held)
 
     def job_graph(self, as_of_seq: int | None = None, min_seq: int | None = None) -> JobGraphOut:
         """The served graph's jobs, sources, declared edges merged with the log's, checks, reactions, schedules;
@@ -239,6 +254,7 @@ class JobsService(ServiceBase):
         _check_grid_filters(state_filter, filters)
         narrowed = filters.narrows
         node = self._node(name) if self.graph is not None else None
+        held = self._held_cells(name, node) if as_of_seq is not None else None
         with self._reading(None, as_of_seq) as state:
             node = node or self._log_node(state, name)
             refs = self._refs_of(node)
@@ -250,6 +266,9 @@ class JobsService(ServiceBase):
                 small = high - low <= grid.MAX_CELLS
                 whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
                 cells = live.cells[low:high] if whole else []
+            elif held is not None and held.held is not None:  # a replica's, as of a seq: from its cells held
+                cells = cells_as_of(state, held.held, *grid.in_range(held.refs, start, end))
+                merged = list(grid.runs(cells))
             else:
                 cells = grid_cells(state, refs[low:high])
                 merged = list(grid.runs(cells))
@@ -363,11 +382,15 @@ class JobsService(ServiceBase):
         # One pattern: the listing index's own list (never changed once handed out; `_refreshed` knows it).
         return lists[0] if len(lists) == 1 else sorted(ref for refs in lists for ref in refs)
 
-    def _summary(self, state: StateView, node: Node, live: bool) -> PartitionsSummaryOut:
+    def _summary(self, state: StateView, node: Node, live: bool, held: LiveCells | None = None) -> PartitionsSummaryOut:
         if live:
             counts = self._live_cells(state, node).counts
         else:
-            counted = Counter(found for _, found in grid_cells(state, self._refs_of(node)))
+            if held is not None and held.held is not None:
+                cells = cells_as_of(state, held.held, 0, len(held.cells))
+            else:
+                cells = grid_cells(state, self._refs_of(node))
+            counted = Counter(found for _, found in cells)
             counts = {name: counted[name] for name in GRID_STATES if counted[name]}
         return _summary_out(node, counts, state.head_seq, self._stale_count(state, node, live))
 
@@ -386,6 +409,19 @@ class JobsService(ServiceBase):
         count = self.stale_index.count(state, node.name, current)
         cache[node.name] = (_source(state), state.head_seq, count)
         return count
+
+    def _held_cells(self, name: str, node: Node | None) -> LiveCells | None:
+        """A read replica's cells of a node at its store's watermark, with the seq since which each has held, for a
+        read as of an earlier seq (read first: a read of the store binds one snapshot per thread at a time); None
+        for a live state (its past is read from its memory), or when the node's refs are not all aligned."""
+        with self._reading() as now:
+            if not read_from_store(now):
+                return None
+            try:
+                found = self._live_cells(now, node or self._log_node(now, name))
+            except NotFound:  # the read as of the seq says so
+                return None
+        return found if len(found.cells) == len(found.refs) else None
 
     def _live_cells(self, state: StateView, node: Node) -> LiveCells:
         """Every known ref of `node` with its grid state in the live `state`, their runs and counts, kept until the
@@ -421,11 +457,12 @@ def _source(state: StateView) -> StateView | None:
 
 def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
     """A node's live cells from scratch: a lookup per ref (a read replica's: a range scan of the store's cells)."""
-    cells = grid_cells(state, refs)
+    held = held_cells(state, refs) if read_from_store(state) else None
+    cells = held.cells if held is not None else cell_states(state, refs)
     counted = Counter(found for _, found in cells)
     counts = {name: counted[name] for name in GRID_STATES if counted[name]}
-    if read_from_store(state):
-        return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, None, refs)
+    if held is not None:
+        return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, None, refs, held=held)
     canonical, instances = state.canonical, state.instances
     tracked = [instances[canonical[ref]] for ref in refs]
     seen = [instance.updated_seq for instance in tracked]
@@ -492,14 +529,21 @@ def _refreshed_from_store(
 ) -> LiveCells | None:
     """A replica's `last` cells brought to the store's watermark: the refs the store's changes name since (an
     instance created, one changing state, the canonical pointer moving), those whose checks were answered
-    again since, and the `tainted` and fresh ones, looked up again in one batch; None as `_refreshed`."""
+    again since, and the `tainted` and fresh ones, their cells read again from the store's, in one batch;
+    None as `_refreshed`."""
+    stored = stored_of(state)
+    if last.held is None or stored is None:
+        return None
     if refs is not last.refs:
         fresh = added if added is not None else sorted(set(refs).difference(last.refs))
         if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
             return None
-        cells: list = _spliced_in(last, fresh)[0]
+        old = last.held
+        cells = _spliced(old.cells, last.refs, fresh, None)  # a None cell is looked up: its seqs are filled then
+        held = HeldCells(cells, _spliced(old.since, last.refs, fresh, 0), _spliced(old.created, last.refs, fresh, 0))
     else:
-        cells = list(last.cells)
+        held = HeldCells(list(last.held.cells), array("q", last.held.since), array("q", last.held.created))
+    cells = held.cells
     moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
     named = set(changed)
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
@@ -510,40 +554,46 @@ def _refreshed_from_store(
         index = bisect_left(refs, ref)
         if index < len(refs) and refs[index] == ref:  # else another node's
             moved.add(index)
-    looked_up = dict(cell_states(state, prefetched(state, REF, [refs[index] for index in sorted(moved)], chunk=500)))
+    rows = stored.cells_of([refs[index] for index in sorted(moved)])
     counts = Counter(last.counts)
     for index in moved:
-        was, now = cells[index], looked_up.get(refs[index])
-        if now is None:
+        was, row = cells[index], rows.get(refs[index])
+        if row is None:
             return None  # a ref without an instance now: as from scratch
         if was is not None:
             counts[was[1]] -= 1
-        cells[index] = (refs[index], now)
+        now = GRID_STATES[row[1]]
+        cells[index], held.since[index], held.created[index] = (refs[index], now), row[2], row[3]
         counts[now] += 1
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, None, refs)
+    return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, None, refs, held=held)
 
 
 def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:
-    """`last`'s cells, instances and seen seqs with a None slot for each fresh ref at its place in key order: a
-    bisection per fresh ref and copies of the slices between (the fresh refs are then looked up as moved)."""
-    cells: list = []
-    tracked: list = []
-    seen: list = []
+    """`last`'s cells, instances and seen seqs with a None slot for each fresh ref at its place in key order (the
+    fresh refs are then looked up as moved)."""
+    return (
+        _spliced(last.cells, last.refs, fresh, None),
+        _spliced(last.instances, last.refs, fresh, _NEW),
+        _spliced(last.seen, last.refs, fresh, -1),
+    )
+
+
+V = TypeVar("V", list, array)
+
+
+def _spliced(values: V, refs: list[str], fresh: list[str], slot: object) -> V:
+    """`values` (aligned with sorted `refs`) with `slot` at each fresh ref's place in key order: a bisection per
+    fresh ref and copies of the slices between."""
+    out = values[:0]
     start = 0
     for ref in fresh:
-        at = bisect_left(last.refs, ref, start)
-        cells += last.cells[start:at]
-        tracked += last.instances[start:at]
-        seen += last.seen[start:at]
-        cells.append(None)
-        tracked.append(_NEW)
-        seen.append(-1)
+        at = bisect_left(refs, ref, start)
+        out += values[start:at]
+        out.append(slot)
         start = at
-    cells += last.cells[start:]
-    tracked += last.instances[start:]
-    seen += last.seen[start:]
-    return cells, tracked, seen
+    out += values[start:]
+    return out
 
 
 NO_GRAPH_NOTES = {

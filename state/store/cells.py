@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from partbuild.state.db import write_newer_rows
 from partbuild.state.queries.cells import CheckPairs, ref_cell
 from partbuild.state.schema import state_cells as table
-from partbuild.state.store.driver import DriverQuery
+from partbuild.state.store.driver import DriverQuery, KeyedQueries
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -78,6 +78,22 @@ def cells_between(conn: Connection, first: str, last: str) -> Iterator[Sequence[
         if len(page) < _PAGE:
             return
         first = after = page[-1][0]
+
+
+_BY_REFS: Final = KeyedQueries(
+    lambda names: sa.select(table.c.ref, table.c.cell, table.c.since, table.c.created, table.c.checks).where(
+        table.c.ref.in_([sa.bindparam(name, type_=table.c.ref.type) for name in names])
+    )
+)
+
+
+def cells_of(conn: Connection, refs: Sequence[str]) -> dict[str, Sequence[Any]]:
+    """ref -> (ref, cell, since, created, checks) of those of `refs` with a row, 500 a statement, in `conn`'s
+    transaction."""
+    found: dict[str, Sequence[Any]] = {}
+    for start in range(0, len(refs), 500):
+        found.update((row[0], row) for row in _BY_REFS.all(conn, refs[start : start + 500]))
+    return found
 
 
 def all_cells(conn: Connection) -> Iterator[CellRow]:

@@ -16,8 +16,10 @@ where the live state keeps the order records were made within one event), its co
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
 from typing import Any, Final, TypeVar, cast
@@ -37,7 +39,7 @@ from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
 from partbuild.state.queries.cells import GRID_STATES, cell_states
 from partbuild.state.schema import state_projections
-from partbuild.state.store.cells import cells_between, checks_of
+from partbuild.state.store.cells import cells_between, cells_of, checks_of
 from partbuild.state.store.changes import PROJECTION as CHANGES
 from partbuild.state.store.driver import DriverQuery
 from partbuild.state.store.records import (
@@ -308,6 +310,10 @@ class StoredRecords:
         """(ref, cell, since, created, checks) of the grid cells of the refs from `first` to `last`, in key order."""
         return cells_between(self._conn, first, last)
 
+    def cells_of(self, refs: Sequence[str]) -> dict[str, Sequence[Any]]:
+        """ref -> (ref, cell, since, created, checks) of those of `refs` with a grid cell, by key."""
+        return cells_of(self._conn, refs)
+
     def clock_mark(self, seq: int) -> tuple[int, int]:
         """(a seq at or before `seq`, the log's clock then), from the clock's rows: `history.clock_mark`'s."""
         index = (seq + 1) // CLOCK_MARK_EVERY - 1
@@ -452,18 +458,61 @@ def grid_cells(state: StateView, refs: Sequence[str]) -> list[tuple[str, str]]:
     stored = stored_of(state)
     if stored is None or not refs:
         return cell_states(state, refs)
+    at_watermark = state.head_seq == stored.head_seq  # no row then: no canonical instance, no cell
+    rows = (
+        (ref, cast("tuple[int, int, int]", tuple(row[1:4])) if row else None) for ref, row in _cell_rows(stored, refs)
+    )
+    return _as_of(state, ((ref, row) for ref, row in rows if row is not None or not at_watermark))
+
+
+def held_cells(state: StateView, refs: Sequence[str]) -> HeldCells:
+    """The cells of `refs` (sorted) at the store's watermark, from its cells (`state`: a read of the store's rows
+    at its watermark), with the seq since which each has held and its ref's created seq (`cells_as_of`)."""
+    stored = stored_of(state)
+    assert stored is not None and state.head_seq == stored.head_seq, "the store's cells at its watermark"
+    held = HeldCells([], array("q"), array("q"))
+    names = GRID_STATES
+    for ref, row in _cell_rows(stored, refs) if refs else ():
+        if row is not None:
+            held.cells.append((ref, names[row[1]]))
+            held.since.append(row[2])
+            held.created.append(row[3])
+    return held
+
+
+def cells_as_of(state: StateView, held: HeldCells, low: int, high: int) -> list[tuple[str, str]]:
+    """The cells of `held.cells[low:high]` as of `state`'s seq (at or before the watermark they were held at):
+    `grid_cells`, with the rows read once per watermark, not per request."""
+    since, created = held.since, held.created
+    return _as_of(
+        state, ((ref, (cell, since[i], created[i])) for i, (ref, cell) in enumerate(held.cells[low:high], low))
+    )
+
+
+@dataclass(frozen=True)
+class HeldCells:
+    """Cells at a watermark, with the seq since which each has held and its ref's created seq (aligned)."""
+
+    cells: list[tuple[str, str]]
+    since: array[int]
+    created: array[int]
+
+
+def _as_of(state: StateView, rows: Iterable[tuple[str, tuple[Any, int, int] | None]]) -> list[tuple[str, str]]:
+    """The cells as of `state`'s seq of refs with their (cell, since, created) at a later watermark (a cell as a
+    GRID_STATES name or number; None: no row, look it up): the cell where it held then, none where the ref
+    came after, the rest looked up in their records' rows (a batch)."""
     seq, names = state.head_seq, GRID_STATES
     cells: list[tuple[str, str | None]] = []
     slow: list[str] = []
-    for ref, row in _cell_rows(stored, refs):
+    for ref, row in rows:
         if row is not None:
-            if row[2] <= seq:
-                cells.append((ref, names[row[1]]))
+            cell, since, created = row
+            if since <= seq:
+                cells.append((ref, cell if isinstance(cell, str) else names[cell]))
                 continue
-            if row[3] > seq:
+            if created > seq:
                 continue
-        elif seq == stored.head_seq:  # no row at the watermark: no canonical instance, no cell
-            continue
         slow.append(ref)
         cells.append((ref, None))
     if not slow:

@@ -142,21 +142,29 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     sides: Sides, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every read of a replica is a state of its own: its summary of a job takes each of the job's refs' cells
-    from the store's cells (no ref is looked up in its records' rows) and is kept for the watermark it was
-    read at; once the store moves, only the refs its changes name since are looked up again, and the counts
-    are the folding server's."""
+    from the store's cells by one range scan (no ref is looked up in its records' rows) and is kept for the
+    watermark it was read at; once the store moves, only the refs its changes name since are read again (their
+    cells, by key), and the counts are the folding server's; a summary and a grid as of a seq are made from
+    the cells kept, with no scan."""
     graph = sides.primary.job_graph()
     node = max(graph.nodes, key=lambda node: answer(sides.primary.partitions_summary, node.name).total)
     read: list[int] = []  # how many refs each look-up in the records' rows was of
     for module in (jobs, stored):
         monkeypatch.setattr(module, "cell_states", _counting(module.cell_states, read))
-    scans = []
-    scan = StoredRecords.cells_between
+    scans, by_key = [], []
+    scan, keyed = StoredRecords.cells_between, StoredRecords.cells_of
     monkeypatch.setattr(StoredRecords, "cells_between", lambda self, a, b: scans.append((a, b)) or scan(self, a, b))
+    monkeypatch.setattr(StoredRecords, "cells_of", lambda self, refs: by_key.append(len(refs)) or keyed(self, refs))
     first = sides.replica.partitions_summary(node.name)
     assert read == [] and len(scans) == 1, "the first summary reads the store's cells, one range scan"
     assert first == sides.primary.partitions_summary(node.name)
     assert sides.replica.partitions_summary(node.name) == first and not read
+    head = first.as_of_seq
+    for seq in (head // 2, 3 * head // 4, head):  # the first a 410 on both: retention dropped a ref's instance
+        for read_as_of in ("partitions_summary", "partitions_grid"):
+            said = answer(getattr(sides.replica, read_as_of), node.name, as_of_seq=seq)
+            assert said == answer(getattr(sides.primary, read_as_of), node.name, as_of_seq=seq), (read_as_of, seq)
+    assert len(scans) == 1 and not by_key
     grid = sides.primary.partitions_grid(node.name)
     assert isinstance(grid, GridView)
     live = next(cell.first for cell in grid.cells if cell.state == "live")
@@ -165,7 +173,7 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     Projector(sides.primary.live, sides.db.changes).project()
     sides.replica.refresh()
     moved = sides.replica.partitions_summary(node.name)
-    assert read == [1] and moved.as_of_seq > first.as_of_seq  # the tainted ref alone
+    assert by_key == [1] and len(scans) == 1 and moved.as_of_seq > first.as_of_seq  # the tainted ref alone
     assert moved.counts["live"] == first.counts["live"] - 1
     assert moved == sides.primary.partitions_summary(node.name)
 
@@ -187,7 +195,7 @@ def test_a_replicas_grids_follow_the_store_as_it_moves(tmp_path: Path) -> None:
     """A history projected a slice at a time, then a Live daily's checks answered again (warning), the daily
     tainted and its tainted instance dropped by retention: after each, every job's summary and grid on the
     replica, kept from the last watermark and brought forward by the store's changes, are the folding
-    server's."""
+    server's, now and as of a few seqs before."""
     events = w1_history(SMALL_PLAN)
     with Database.open(f"sqlite:///{tmp_path / 'm.db'}", auto_upgrade=True) as db:
         db.log.append(events[: len(events) // 4])
@@ -209,6 +217,10 @@ def test_a_replicas_grids_follow_the_store_as_it_moves(tmp_path: Path) -> None:
                 grid = answer(primary.partitions_grid, node.name)
                 assert answer(replica.partitions_grid, node.name) == grid, (node.name, replica.reads.head_seq)
                 compared += isinstance(grid, GridView) and len(grid.cells) > 0
+                head = replica.reads.head_seq
+                for seq in (head - 1, head - 8, head - 50):  # from the cells kept, brought forward: as of seqs
+                    past = answer(primary.partitions_grid, node.name, as_of_seq=seq)
+                    assert answer(replica.partitions_grid, node.name, as_of_seq=seq) == past, (node.name, head, seq)
 
         for start in range(len(events) // 4, len(events), 7):
             moved(events[start : start + 7])
