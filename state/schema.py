@@ -320,6 +320,7 @@ state_cells = sa.Table(
     sa.Column("since", sa.BigInteger(), nullable=False),
     sa.Column("created", sa.BigInteger(), nullable=False),
     sa.Column("checks", sa.Text(), nullable=True),  # the latest checks of the instance readers get (JSON pairs)
+    sqlite_with_rowid=False,  # SQLite keeps the rows in key order: a range scan reads one tree, not two
 )
 
 # One row per projection: the seq up to which its rows are written (the watermark reads compare with).

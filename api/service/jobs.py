@@ -10,7 +10,10 @@ the summary nothing, and when the head moves only the refs whose instance moved
 (or were added, or had their checks run again) are looked up again (`_refreshed`),
 so a grid of a log being written to stays cheap. As of a seq each ref of the range
 is looked up in the past (from the live records' histories, `cell_states`): a
-pass over the range each time.
+pass over the range each time. A read replica reads the cells the store keeps
+(`state_cells`: one range scan), keeps them per watermark with the seq since which
+each has held, and makes a grid or summary as of an earlier seq from those: only
+the refs whose cell changed after that seq are looked up in their records' rows.
 
 The job graph is drawn from the graph's declarations (job_declarations.py: each job's inputs asked about
 sample partitions made from its patterns' typed fields, once per served graph; its checks and reactions; the

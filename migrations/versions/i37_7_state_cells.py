@@ -33,6 +33,7 @@ def upgrade() -> None:
         sa.Column("since", sa.BigInteger(), nullable=False),
         sa.Column("created", sa.BigInteger(), nullable=False),
         sa.Column("checks", sa.Text(), nullable=True),
+        sqlite_with_rowid=False,
     )
 
 

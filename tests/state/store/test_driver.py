@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from partbuild.state.database import Database
 from partbuild.state.db import begin_snapshot
 from partbuild.state.schema import state_heartbeats as beats
-from partbuild.state.store import records
+from partbuild.state.store import cells, records
 from partbuild.state.store.driver import DriverQuery, KeyedQueries
 
 NEWEST = DriverQuery(
@@ -19,11 +19,9 @@ NEWEST = DriverQuery(
     .limit(2)
 )
 OF_RUNS = KeyedQueries(
-    lambda names: (
-        sa.select(beats.c.run_id, beats.c.seq)
-        .where(beats.c.run_id.in_([sa.bindparam(name) for name in names]), beats.c.seq >= sa.bindparam("low"))
-        .order_by(beats.c.run_id, beats.c.seq)
-    )
+    lambda names: sa.select(beats.c.run_id, beats.c.seq)
+    .where(beats.c.run_id.in_([sa.bindparam(name) for name in names]), beats.c.seq >= sa.bindparam("low"))
+    .order_by(beats.c.run_id, beats.c.seq)
 )
 
 
@@ -71,6 +69,8 @@ def _read_statements() -> dict[str, tuple[DriverQuery, dict[str, object]]]:
         "beats": (records._BEATS.query(2), keys),
         "newest beat": (records._NEWEST_BEAT, {"run_id": "k", "seq": 5}),
         "wants of a ref": (records._WANTS_OF_REF, {"ref": "k", "upto": 5}),
+        "cells of a key range": (cells._BETWEEN, {"first": "a", "last": "k"}),
+        "cells by ref": (cells._BY_REFS.query(2), keys),
     }
 
 
