@@ -54,6 +54,7 @@ from partbuild.state.queries.cells import GRID_STATES, TAINTED, cell_states
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
+from partbuild.state.store.reader import StoreReader
 from partbuild.state.store.records import REF
 from partbuild.state.store.stored import (
     HeldCells,
@@ -269,8 +270,8 @@ class JobsService(ServiceBase):
                 small = high - low <= grid.MAX_CELLS
                 whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
                 cells = live.cells[low:high] if whole else []
-            elif held is not None and held.held is not None:  # a replica's, as of a seq: from its cells held
-                cells = cells_as_of(state, held.held, *grid.in_range(held.refs, start, end))
+            elif held is not None and (kept := _held_then(held, state)) is not None:  # a replica's, as of a seq
+                cells = cells_as_of(state, kept, *grid.in_range(held.refs, start, end))  # from its cells held
                 merged = list(grid.runs(cells))
             else:
                 cells = grid_cells(state, refs[low:high])
@@ -289,13 +290,7 @@ class JobsService(ServiceBase):
             shown, merged = len(cells), list(grid.runs(cells))
         else:
             shown = summary.total
-        months = None
-        date_field = _only_date_field(node)
-        if date_field is not None and state_filter is None and not narrowed and shown <= grid.MAX_CELLS:
-            days = [_day(node, ref, date_field) for ref, _ in cells]
-            known = [day for day in days if day is not None]
-            if len(known) == len(days):
-                months = grid.day_layout(cells, known)
+        months = _months(node, cells) if state_filter is None and not narrowed and shown <= grid.MAX_CELLS else None
         if shown <= grid.MAX_CELLS:
             shape = [Cell(ref, ref, found, 1) for ref, found in cells]
         elif len(merged) <= grid.MAX_CELLS:
@@ -389,8 +384,8 @@ class JobsService(ServiceBase):
         if live:
             counts = self._live_cells(state, node).counts
         else:
-            if held is not None and held.held is not None:
-                cells = cells_as_of(state, held.held, 0, len(held.cells))
+            if (kept := _held_then(held, state)) is not None:
+                cells = cells_as_of(state, kept, 0, len(kept.cells))
             else:
                 cells = grid_cells(state, self._refs_of(node))
             counted = Counter(found for _, found in cells)
@@ -417,9 +412,9 @@ class JobsService(ServiceBase):
         """A read replica's cells of a node at its store's watermark, with the seq since which each has held, for a
         read as of an earlier seq (read first: a read of the store binds one snapshot per thread at a time); None
         for a live state (its past is read from its memory), or when the node's refs are not all aligned."""
+        if not isinstance(self.reads, StoreReader):
+            return None
         with self._reading() as now:
-            if not read_from_store(now):
-                return None
             try:
                 found = self._live_cells(now, node or self._log_node(now, name))
             except NotFound:  # the read as of the seq says so
@@ -450,6 +445,12 @@ class JobsService(ServiceBase):
             if newest is None or newest.state is not found.state or newest.seq <= found.seq:
                 cache[node.name] = found  # one head per node: an older one is never asked again
         return found
+
+
+def _held_then(held: LiveCells | None, state: StateView) -> HeldCells | None:
+    """`held`'s cells when they tell `state`'s seq: held at a watermark at or after it (the store may have moved
+    on between the two reads, never back)."""
+    return held.held if held is not None and held.held is not None and state.head_seq <= held.seq else None
 
 
 def _source(state: StateView) -> StateView | None:
@@ -640,6 +641,16 @@ def _logged_producer(state: StateView, ref: str) -> str | None:
     instance = state.canonical_instance(ref)
     run = state.job_runs.get(instance.built_by) if instance is not None and instance.built_by is not None else None
     return run.job_label if run is not None else dataset_of(ref)
+
+
+def _months(node: Node, cells: list[tuple[str, str]]) -> list[Month] | None:
+    """The cells laid out by month when the node's one field is a date and each cell's ref has its day."""
+    date_field = _only_date_field(node)
+    if date_field is None:
+        return None
+    days = [_day(node, ref, date_field) for ref, _ in cells]
+    known = [day for day in days if day is not None]
+    return grid.day_layout(cells, known) if len(known) == len(days) else None
 
 
 def _only_date_field(node: Node) -> str | None:
