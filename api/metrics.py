@@ -16,12 +16,12 @@ from prometheus_client.registry import Collector
 from partbuild.api.delivery_progress import delivery_progress
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import check_result_name
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
 from partbuild.state.fold.reaction_notes import ReactionRow, reaction_key, split_reaction_key
 from partbuild.state.fold.reactions import KIND_NAMES
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState, JobRun, JobRunState, WantState
 from partbuild.state.log.live import LiveState
+from partbuild.state.rules.check_results import check_result_name
 from partbuild.state.store.reader import StoreReader
 
 

@@ -16,7 +16,7 @@ from partbuild.api.models.common import (
     WrittenOut,
 )
 from partbuild.api.models.wants import MadeBy as MadeBy  # re-exported: the partitions list's `made_by` filter
-from partbuild.state.fold.checks import CheckResultName as CheckResultName  # re-exported: the models' field type
+from partbuild.state.rules.check_results import CheckResultName as CheckResultName  # re-exported: the field type
 from partbuild.state.rules.refs import MAX_REF_BYTES
 
 MAX_LINEAGE_DEPTH = 50

@@ -36,7 +36,7 @@ from partbuild.api.surface import ANONYMOUS
 from partbuild.api.surface.partitions import Direction
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import CheckEntry, check_result_name, latest_checks, worst_latest
+from partbuild.state.fold.checks import CheckEntry, latest_checks, worst_latest
 from partbuild.state.fold.rechecks import CheckRequest, requests_of
 from partbuild.state.fold.records import Instance, InstanceState
 from partbuild.state.fold.view import StateView
@@ -44,6 +44,7 @@ from partbuild.state.queries.lineage import Lineage, lineage, ref_history
 from partbuild.state.queries.retention import cutoff_seq_before, cutoff_sparing_active_runs, retention_candidates
 from partbuild.state.queries.staleness import built_version, is_stale
 from partbuild.state.queries.wanted import is_unwanted
+from partbuild.state.rules.check_results import check_result_name
 from partbuild.state.store.records import REF
 from partbuild.state.store.stored import prefetched
 

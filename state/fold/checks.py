@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.validation import MAX_ID_LENGTH, short
+from partbuild.state.rules.check_results import CheckResultName, check_result_name, worst_check_result
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -120,28 +121,6 @@ def record_checks(state: BuildState, seq: int, plan: ChecksPlan) -> None:
 def latest_checks(entries: tuple[CheckEntry, ...]) -> CheckEntry | None:
     """The newest entry (the results of the last outcome that checked the instance), or None."""
     return entries[-1] if entries else None
-
-
-# What a check's result means: passed; warning (a non-blocking check failed: the instance may be Live);
-# failed (a blocking check failed: it kept the instance from going Live); errored (the check raised).
-CheckResultName = Literal["passed", "warning", "failed", "errored"]
-# Worst first: a lineage node's badge shows the worst result of its checks.
-CHECK_RESULTS_WORST_FIRST: tuple[CheckResultName, ...] = ("failed", "errored", "warning", "passed")
-
-
-def check_result_name(passed: bool, blocking: bool, errored: bool) -> CheckResultName:
-    """passed, warning, failed or errored (an errored check never counts as passed)."""
-    if errored:
-        return "errored"
-    if passed:
-        return "passed"
-    return "failed" if blocking else "warning"
-
-
-def worst_check_result(results: Iterable[CheckResultName]) -> CheckResultName | None:
-    """The worst of some checks' results (None for no checks)."""
-    found = set(results)
-    return next((name for name in CHECK_RESULTS_WORST_FIRST if name in found), None)
 
 
 def worst_latest(entries: tuple[CheckEntry, ...]) -> CheckResultName | None:

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping
 from typing import Final, cast
 
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import CheckEntry, check_result_name, latest_checks, warned
+from partbuild.state.fold.checks import CheckEntry, latest_checks, warned
 from partbuild.state.fold.past import PastState, canonical_at, instance_state_at, live_state
 from partbuild.state.fold.records import InstanceState
 from partbuild.state.fold.view import StateView
+from partbuild.state.rules.check_results import check_result_name
 
 _NAMES: Final = {state: state.name.lower() for state in InstanceState}
 WARNING: Final = "warning"

@@ -2,5 +2,6 @@
 import of the rest of `state/` (the fold applies them; reads of the state live in `state/queries/`).
 
 `ids` (instance UUIDs), `refs` (the ref rule), `bucketing`, `group` (worker groups), `topics` (webhook
-subscriptions' topics and routing), `grid` (the status grid's shapes), `redact`.
+subscriptions' topics and routing), `grid` (the status grid's shapes), `check_results` (a check's result
+names), `redact`.
 """

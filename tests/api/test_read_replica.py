@@ -25,9 +25,9 @@ from partbuild.api.service.jobs import GridFilters, GridView
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import check_result_name
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.events import envelope
+from partbuild.state.rules.check_results import check_result_name
 from partbuild.state.store import stored
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.reader import ReadReplica, StoreReader

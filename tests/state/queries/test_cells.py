@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.checks import check_result_name, latest_checks
+from partbuild.state.fold.checks import latest_checks
 from partbuild.state.fold.past import PastState
 from partbuild.state.log.events import envelope, from_job_run, manual
 from partbuild.state.queries.cells import GRID_STATES, cell_state, ref_cell
+from partbuild.state.rules.check_results import check_result_name
 
 from golden_log import GOLDEN_LOGS, read_events
 
