@@ -67,6 +67,9 @@ from timetravelkit import SMALL_PLAN, Catalog, Key, catalog, w1_history
 
 NOW_MS = 1_800_000_000_000  # the live side's clock ("now", long after every log)
 ROTATION = 32  # ids read at each seq besides those that change around it
+# A read replica's (`lean`): every id is still read every ~100 seqs of the longest logs, and as it changes;
+LEAN_ROTATION = 8
+LEAN_LISTS = 4  # and each list's first page every 4th seq, every page of each at every walk
 PAGE = 3  # items per page: lists page many times
 MAX_PAGES = 5_000  # a list that pages longer than that never ends
 WALK_EVERY = 16  # every page of every list at every 16th seq (and the last), on logs longer than that
@@ -213,8 +216,9 @@ WHOLE = [
 ]
 
 
-def reads_of(key: Key, log: Catalog, variant: int | None = None) -> list[Read]:
-    """The reads that show one record: all of them, or with a `variant` one lineage and no lists."""
+def reads_of(key: Key, log: Catalog, variant: int | None = None, lineage: int | None = None) -> list[Read]:
+    """The reads that show one record: all of them, or with a `variant` one lineage and no lists (`lineage`:
+    every read but one lineage, that one)."""
     kind, ident = key
     if kind == "ref":
         found = [Read("canonical", (("ref", ident),)), Read("history", (("ref", ident),))]
@@ -225,7 +229,8 @@ def reads_of(key: Key, log: Catalog, variant: int | None = None) -> list[Read]:
             for direction in DIRECTIONS
             for depth in (1, 2)
         ]
-        chosen = lineages if variant is None else [lineages[variant % len(lineages)]]
+        turn = variant if variant is not None else lineage
+        chosen = lineages if turn is None else [lineages[turn % len(lineages)]]
         return [Read("instance", (("uuid", ident),)), *chosen]
     if kind == "want":
         found = [Read("want", (("want_id", ident),))]
@@ -267,15 +272,20 @@ def windows(oracle: Service, keys: set[Key]) -> list[Read]:
     return found
 
 
-def reads_at(log: Catalog, oracle: Service, seq: int, *, rotation: int = ROTATION, walk: bool) -> list[Read]:
-    """Every read of what changes around `seq`, fewer of the rotating slice, windows and pages of the lists."""
+def reads_at(log: Catalog, oracle: Service, seq: int, *, walk: bool, lean: bool = False) -> list[Read]:
+    """Every read of what changes around `seq`, fewer of the rotating slice, windows and pages of the lists.
+    `lean` (a read replica's, whose every read opens a transaction of the store and whose filtered lists scan its
+    rows: CI time): of an instance that changes, one lineage, turning with the seq; a smaller rotating slice;
+    between walks, a quarter of the lists' first pages, turning with the seq."""
     changed = changing(log, seq)
-    others, turn = rotating(log, seq, rotation)
-    found = [read for key in sorted(changed) for read in reads_of(key, log)]
+    others, turn = rotating(log, seq, LEAN_ROTATION if lean else ROTATION)
+    found = [read for key in sorted(changed) for read in reads_of(key, log, lineage=seq if lean else None)]
     found += [read for key in sorted(others - changed) for read in reads_of(key, log, turn)]
     found += WHOLE + windows(oracle, changed)
     every_list = lists(log.labels)
-    return found + ([Read(each.method, each.args, 0) for each in every_list] if walk else every_list)
+    if walk:
+        return found + [Read(each.method, each.args, 0) for each in every_list]
+    return found + (every_list[seq % LEAN_LISTS :: LEAN_LISTS] if lean else every_list)
 
 
 def walked(seq: int, head: int) -> bool:
@@ -554,7 +564,7 @@ def every_seq(
     with sides(events, folder, snapshot_at, projected, replica) as pair:
         judge = judge_for(pair, log)
         for seq in pair.seqs():
-            judge.check(seq, reads_at(log, pair.oracle, seq, walk=walked(seq, len(events))))
+            judge.check(seq, reads_at(log, pair.oracle, seq, walk=walked(seq, len(events)), lean=replica))
     judge.report(what)
     return judge
 

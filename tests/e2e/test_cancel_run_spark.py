@@ -52,8 +52,8 @@ def gate() -> Iterator[threading.Event]:
     event.set()
 
 
-SLOW_TASK_S = 60  # what each Spark task of a first attempt would sleep if nobody canceled it
-CANCEL_TIMEOUT_S = 20  # Spark must report the job stopped well before SLOW_TASK_S
+SLOW_TASK_S = 120  # what each Spark task of a first attempt would sleep if nobody canceled it
+CANCEL_TIMEOUT_S = 45  # Spark must report the job stopped well before SLOW_TASK_S (a loaded 2-core CI machine: slack)
 AFTER_CANCEL_S = 1.5  # a canceled first attempt "cleans up" this long after its Spark job failed
 
 
