@@ -62,6 +62,7 @@ from partbuild.state.store.stored import (
     cells_as_of,
     grid_cells,
     held_cells,
+    held_checks,
     prefetched,
     read_from_store,
     stored_checks,
@@ -157,16 +158,25 @@ def _check_grid_filters(state: str | None, filters: GridFilters) -> None:
         raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
 
 
-def narrowed_cells(state: StateView, cells: list[tuple[str, str]], filters: GridFilters) -> list[tuple[str, str]]:
+def narrowed_cells(
+    state: StateView, cells: list[tuple[str, str]], filters: GridFilters, held: tuple[HeldCells, int] | None = None
+) -> list[tuple[str, str]]:
     """The cells whose instance (readers', else canonical) has a latest check of that name and result, whose
     note holds the error's text (any case), and that a want made by whom the filter names names: one lookup
     each, on the live records (as of a seq: theirs then). A read replica's check filter reads the store's
-    cells instead where they held then (`stored_checks`): only the rest, and the other filters, look up."""
+    cells instead where they held then: those it keeps (`held`, with where `cells` start in them: the cells
+    made from them by `cells_as_of`), else the rows (`stored_checks`); only the rest, and the other filters,
+    look up."""
     results, check, result = state.check_results, filters.check, filters.check_result
     text = filters.error.casefold() if filters.error is not None else None
     maker = made_by_filter(filters.made_by)  # InvalidInput for a malformed value
     by_checks, settled = check is not None or result is not None, text is None and maker is None
-    known = stored_checks(state, cells, check, result) if by_checks else None
+    if not by_checks:
+        known = None
+    elif held is not None:
+        known = held_checks(state, *held, cells, check, result)
+    else:
+        known = stored_checks(state, cells, check, result)
     if known is None:
         candidates: list[tuple[tuple[str, str], bool | None]] = [(cell, None) for cell in cells]
     else:
@@ -264,6 +274,7 @@ class JobsService(ServiceBase):
             refs = self._refs_of(node)
             low, high = grid.in_range(refs, start, end)
             live = self._live_cells(state, node) if as_of_seq is None else None
+            checks_held: tuple[HeldCells, int] | None = None
             if live is not None and len(live.cells) == len(refs):  # every known ref has an instance now: aligned
                 # Runs of the range from the cached ones: a page costs its runs, not its refs.
                 merged = grid.runs_between(live.cells, live.starts, low, high)
@@ -271,13 +282,15 @@ class JobsService(ServiceBase):
                 whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
                 cells = live.cells[low:high] if whole else []
             elif held is not None and (kept := _held_then(held, state)) is not None:  # a replica's, as of a seq
-                cells = cells_as_of(state, kept, *grid.in_range(held.refs, start, end))  # from its cells held
+                first, last = grid.in_range(held.refs, start, end)
+                cells = cells_as_of(state, kept, first, last)  # from its cells held
                 merged = list(grid.runs(cells))
+                checks_held = (kept, first)
             else:
                 cells = grid_cells(state, refs[low:high])
                 merged = list(grid.runs(cells))
             if narrowed:
-                cells = narrowed_cells(state, cells, filters)
+                cells = narrowed_cells(state, cells, filters, checks_held)
             counted: Counter[str] = Counter()
             for run in grid.runs(cells) if narrowed else merged:  # the legend: the filter's, or the key range's
                 counted[run.state] += run.count
@@ -544,9 +557,11 @@ def _refreshed_from_store(
             return None
         old = last.held
         cells = _spliced(old.cells, last.refs, fresh, None)  # a None cell is looked up: its seqs are filled then
-        held = HeldCells(cells, _spliced(old.since, last.refs, fresh, 0), _spliced(old.created, last.refs, fresh, 0))
+        since, created = _spliced(old.since, last.refs, fresh, 0), _spliced(old.created, last.refs, fresh, 0)
+        held = HeldCells(cells, since, created, _spliced(old.checks, last.refs, fresh, None))
     else:
-        held = HeldCells(list(last.held.cells), array("q", last.held.since), array("q", last.held.created))
+        old = last.held
+        held = HeldCells(list(old.cells), array("q", old.since), array("q", old.created), list(old.checks))
     cells = held.cells
     moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
     named = set(changed)
@@ -568,6 +583,7 @@ def _refreshed_from_store(
             counts[was[1]] -= 1
         now = GRID_STATES[row[1]]
         cells[index], held.since[index], held.created[index] = (refs[index], now), row[2], row[3]
+        held.checks[index] = row[4]
         counts[now] += 1
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
     return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, None, refs, held=held)

@@ -37,7 +37,7 @@ from partbuild.state.fold.records import Instance, JobRun, Rejection, Want
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.live import clock_after
 from partbuild.state.log.store import EventLog
-from partbuild.state.queries.cells import GRID_STATES, cell_states
+from partbuild.state.queries.cells import GRID_STATES, CheckPairs, cell_states
 from partbuild.state.schema import state_projections
 from partbuild.state.store.cells import cells_between, cells_of, checks_of
 from partbuild.state.store.changes import PROJECTION as CHANGES
@@ -470,13 +470,15 @@ def held_cells(state: StateView, refs: Sequence[str]) -> HeldCells:
     at its watermark), with the seq since which each has held and its ref's created seq (`cells_as_of`)."""
     stored = stored_of(state)
     assert stored is not None and state.head_seq == stored.head_seq, "the store's cells at its watermark"
-    held = HeldCells([], array("q"), array("q"))
+    held = HeldCells([], array("q"), array("q"), [])
     names = GRID_STATES
+    texts: dict[str, str] = {}  # one string per distinct checks text: most refs of a job share a few
     for ref, row in _cell_rows(stored, refs) if refs else ():
         if row is not None:
             held.cells.append((ref, names[row[1]]))
             held.since.append(row[2])
             held.created.append(row[3])
+            held.checks.append(None if row[4] is None else texts.setdefault(row[4], row[4]))
     return held
 
 
@@ -491,11 +493,40 @@ def cells_as_of(state: StateView, held: HeldCells, low: int, high: int) -> list[
 
 @dataclass(frozen=True)
 class HeldCells:
-    """Cells at a watermark, with the seq since which each has held and its ref's created seq (aligned)."""
+    """Cells at a watermark, with the seq since which each (and its checks) has held, its ref's created seq and
+    the latest checks of the instance its readers get, as its row holds them (JSON pairs; aligned)."""
 
     cells: list[tuple[str, str]]
     since: array[int]
     created: array[int]
+    checks: list[str | None]
+
+
+def held_checks(
+    state: StateView, held: HeldCells, low: int, cells: Sequence[tuple[str, str]], name: str | None, result: str | None
+) -> list[bool | None]:
+    """`stored_checks` of `cells` (those of `cells_as_of(state, held, low, ...)`), from the checks `held` keeps:
+    no statement; each distinct checks text is read once."""
+    seq, since, texts, refs = state.head_seq, held.since, held.checks, held.cells
+    said: dict[str | None, bool] = {}
+    verdicts: list[bool | None] = []
+    index = low
+    for ref, _ in cells:
+        while refs[index][0] != ref:  # one created after the seq asked: not among `cells`
+            index += 1
+        if since[index] > seq:
+            verdicts.append(None)
+            continue
+        text = texts[index]
+        if (verdict := said.get(text)) is None:
+            said[text] = verdict = _checked(checks_of(text), name, result)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _checked(pairs: CheckPairs, name: str | None, result: str | None) -> bool:
+    """Whether the pairs hold a check of that name (any: None) with that result (any: None)."""
+    return any((name is None or n == name) and (result is None or r == result) for n, r in pairs)
 
 
 def _as_of(state: StateView, rows: Iterable[tuple[str, tuple[Any, int, int] | None]]) -> list[tuple[str, str]]:
@@ -536,9 +567,7 @@ def stored_checks(
         if row is None or row[2] > seq:
             verdicts.append(None)
             continue
-        verdicts.append(
-            any((name is None or n == name) and (result is None or r == result) for n, r in checks_of(row[4]))
-        )
+        verdicts.append(_checked(checks_of(row[4]), name, result))
     return verdicts
 
 

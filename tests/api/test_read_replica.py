@@ -145,7 +145,7 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     from the store's cells by one range scan (no ref is looked up in its records' rows) and is kept for the
     watermark it was read at; once the store moves, only the refs its changes name since are read again (their
     cells, by key), and the counts are the folding server's; a summary and a grid as of a seq are made from
-    the cells kept, with no scan."""
+    the cells kept, with no scan, and so is one filtered by a check (the checks are kept with the cells)."""
     graph = sides.primary.job_graph()
     node = max(graph.nodes, key=lambda node: answer(sides.primary.partitions_summary, node.name).total)
     read: list[int] = []  # how many refs each look-up in the records' rows was of
@@ -160,10 +160,15 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     assert first == sides.primary.partitions_summary(node.name)
     assert sides.replica.partitions_summary(node.name) == first and not read
     head = first.as_of_seq
+    check_filters = _check_filters(sides.primary.state)
+    assert check_filters
     for seq in (head // 2, 3 * head // 4, head):  # the first a 410 on both: retention dropped a ref's instance
         for read_as_of in ("partitions_summary", "partitions_grid"):
             said = answer(getattr(sides.replica, read_as_of), node.name, as_of_seq=seq)
             assert said == answer(getattr(sides.primary, read_as_of), node.name, as_of_seq=seq), (read_as_of, seq)
+        for filters in check_filters:
+            said = answer(sides.replica.partitions_grid, node.name, as_of_seq=seq, filters=filters)
+            assert said == answer(sides.primary.partitions_grid, node.name, as_of_seq=seq, filters=filters)
     assert len(scans) == 1 and not by_key
     grid = sides.primary.partitions_grid(node.name)
     assert isinstance(grid, GridView)
