@@ -281,6 +281,7 @@ class JobsService(ServiceBase):
                 small = high - low <= grid.MAX_CELLS
                 whole = small or state_filter is not None or narrowed or len(merged) > grid.MAX_CELLS
                 cells = live.cells[low:high] if whole else []
+                checks_held = None if live.held is None else (live.held, low)  # a replica's: its cells' checks
             elif held is not None and (kept := _held_then(held, state)) is not None:  # a replica's, as of a seq
                 first, last = grid.in_range(held.refs, start, end)
                 cells = cells_as_of(state, kept, first, last)  # from its cells held

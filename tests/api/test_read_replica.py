@@ -145,7 +145,8 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     from the store's cells by one range scan (no ref is looked up in its records' rows) and is kept for the
     watermark it was read at; once the store moves, only the refs its changes name since are read again (their
     cells, by key), and the counts are the folding server's; a summary and a grid as of a seq are made from
-    the cells kept, with no scan, and so is one filtered by a check (the checks are kept with the cells)."""
+    the cells kept, with no scan, and so is one filtered by a check, now or then (the checks are kept with the
+    cells)."""
     graph = sides.primary.job_graph()
     node = max(graph.nodes, key=lambda node: answer(sides.primary.partitions_summary, node.name).total)
     read: list[int] = []  # how many refs each look-up in the records' rows was of
@@ -169,6 +170,9 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
         for filters in check_filters:
             said = answer(sides.replica.partitions_grid, node.name, as_of_seq=seq, filters=filters)
             assert said == answer(sides.primary.partitions_grid, node.name, as_of_seq=seq, filters=filters)
+    for filters in check_filters:  # and now
+        said = answer(sides.replica.partitions_grid, node.name, filters=filters)
+        assert said == answer(sides.primary.partitions_grid, node.name, filters=filters)
     assert len(scans) == 1 and not by_key
     grid = sides.primary.partitions_grid(node.name)
     assert isinstance(grid, GridView)
