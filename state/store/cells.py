@@ -8,7 +8,7 @@ and on what the ref serves, so they are written with the rows of the ref and of 
 (state/store/records.py, `rows_of`): whenever any of them changes. Then, at the records' watermark W, a row
 says its ref's cell and checks as of every seq from `since` to W; as of an earlier seq, a ref created after it
 had none, and the others are looked up in their records' rows (state/store/stored.py, `grid_cells`,
-`stored_checks`).
+`stored_checks`; a replica keeps a job's cells and checks per watermark: `held_cells`, `held_checks`).
 """
 
 from __future__ import annotations
