@@ -11,11 +11,10 @@ PROTO_SRC := proto/partbuild/v1/events.proto
 
 .PHONY: up run test test-fast lint proto proto-check bench screenshots clean
 
-# uv resolves and installs what pip would, in a third of its time (CI installs on every run).
 $(BIN)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 ## The main job: partbuild serving workload W1 on the embedded default (SQLite + local Spark):

@@ -28,7 +28,7 @@ from upkit import free_port, partbuild_exe, started, stop_with_sigterm, wait_hea
 pytestmark = pytest.mark.process
 
 GRAPH = Path(__file__).resolve().parents[1] / "data/graphs/reacting.py"
-TICKING_S = 60
+TICKING_S = 30  # 30 and 15 due times of the 1 s and 2 s schedules: each must tick, none twice
 DEBOUNCE_S = 4
 
 

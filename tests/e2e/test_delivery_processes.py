@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from partbuild.api.commands.common import Target, connect
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
@@ -69,6 +70,14 @@ def cli(db: str, *args: str, code: int = 0) -> str:
 def show(db: str, name: str) -> dict[str, Any]:
     """`partbuild subscriptions show NAME --json`."""
     found: dict[str, Any] = json.loads(cli(db, "subscriptions", "show", name, "--json"))
+    return found
+
+
+def standing(db: str, name: str) -> dict[str, Any]:
+    """What `show` answers, read in this process: for the polls (a CLI call is a process start, about 2 s of
+    CPU, which a poll would spend again and again while the processes under test share two cores)."""
+    with connect(Target(None, db)) as client:
+        found: dict[str, Any] = client.get_subscription(name).model_dump(mode="json")
     return found
 
 
@@ -196,12 +205,14 @@ def wait_all_delivered(receiver: Receiver, expected: set[Message]) -> list[Recei
 
 
 def wait_drained(db: str, name: str, procs: Processes, tmp_path: Path) -> dict[str, Any]:
-    """Wait until the subscription has no lag and nothing in its RQ or DLQ; returns it as `show` does."""
+    """Wait until the subscription has no lag and nothing in its RQ or DLQ; returns it as `show` says then."""
     deadline = time.monotonic() + STEP_TIMEOUT_S
+    keys = ("lag_events", "rq_messages", "dlq_messages")
     while True:
-        sub = show(db, name)
-        left = {key: sub[key] for key in ("lag_events", "rq_messages", "dlq_messages")}
+        left = {key: value for key, value in standing(db, name).items() if key in keys}
         if not any(left.values()):
+            sub = show(db, name)
+            assert not any(sub[key] for key in keys), sub
             return sub
         assert_running(procs, tmp_path)
         assert time.monotonic() < deadline, f"{name} not drained within {STEP_TIMEOUT_S:g} s: {left}"
@@ -389,7 +400,8 @@ def test_dead_letters_are_listed_replayed_in_order_and_purged_from_the_cli(db: s
         procs["deliver"] = start_deliver(db, tmp_path, "deliver")
         append_wants(db, refs, 4)
         receiver.wait_for(lambda got: len(seqs_of(got, "ok/flowing")) == 4, STEP_TIMEOUT_S)
-        wait_until("8 dead letters", lambda: show(db, "dead")["dlq_messages"] == 8, procs, tmp_path)
+        wait_until("8 dead letters", lambda: standing(db, "dead")["dlq_messages"] == 8, procs, tmp_path)
+        assert show(db, "dead")["dlq_messages"] == 8
         listed = dead_letters(db, "dead")
         for group in refs[:2]:
             mine = [dl for dl in listed if dl["group"] == group]
