@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing.process
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, TEST_SPARK_CONF
 # save (measured: a child's Spark start-up and two small jobs 35 s -> 22 s of wall time under CI's load).
 # Inherited by every child through the environment; a JVM prints "NOTE: Picked up JDK_JAVA_OPTIONS".
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every Spark driver the tests start (SPARK_SUBMIT_OPTS reaches the drivers only, not Spark's launcher) maps
+# the classes of the archive `make test` records (tests/kits/spark_cds.py): half a driver's CPU on two cores.
+SPARK_CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
+if SPARK_CLASS_ARCHIVE.is_file():
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", f"-XX:SharedArchiveFile={SPARK_CLASS_ARCHIVE} -Xlog:cds*=off")
 # The W1 example's nightly schedule would tick in a run that crosses 02:30 UTC: the tests' runs of it leave it out.
 os.environ["PARTBUILD_CLICKS_SCHEDULE"] = "0"
 

@@ -56,21 +56,17 @@ def test_three_workers_build_everything(db: str, clicks_root: Path, tmp_path: Pa
     assert not state.rejections, state.rejections
 
 
-@pytest.mark.parametrize(
-    ("db_url", "kill_leader"),
-    [("sqlite", False), ("sqlite", True), ("postgres", True)],
-    ids=["member-sqlite", "leader-sqlite", "leader-postgres"],
-    indirect=["db_url"],
-)
-def test_a_worker_killed_mid_run(db: str, kill_leader: bool, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
-    """SIGKILL a member (or the leader) while it executes a job run: the survivors take over and finish."""
+# A member's loss: the paused worker below is one (declared dead by timeout, its run failed as stale and
+# retried) and adds its late events; killing one as well added no code path (CI time).
+@pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
+def test_the_leader_killed_mid_run(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
+    """SIGKILL the leader while it executes a job run: the survivors take over, elect a leader and finish."""
     names = ["a", "b", "c"]
     with processes() as procs:
         tail = form_group(db, clicks_root, tmp_path, procs, names)
         leader = leader_name(tail, procs, names)
         want_weeklies(db)
-        candidates = [leader] if kill_leader else [n for n in names if n != leader]
-        victim, task, run_id = victim_with_a_run(tail, procs, candidates, tmp_path)
+        victim, task, run_id = victim_with_a_run(tail, procs, [leader], tmp_path)
         procs[victim].kill()
         procs[victim].wait(timeout=30)
         killed_at = time.monotonic()
@@ -87,9 +83,7 @@ def test_a_worker_killed_mid_run(db: str, kill_leader: bool, clicks_root: Path, 
         state = finish(tail, procs, survivors, tmp_path)
     assert_stale_run_retried(state, run_id)
     group = tail.group()
-    assert group is not None and task not in group.members
-    if kill_leader:
-        assert group.leader != task
+    assert group is not None and task not in group.members and group.leader != task
 
 
 def pause_while_running(tail: Tail, procs: Processes, names: list[str], tmp_path: Path) -> tuple[str, str, str]:
