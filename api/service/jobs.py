@@ -30,7 +30,10 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import compress, count
+from operator import attrgetter, ne, or_, truth
 from typing import TypeVar
 
 from partbuild.api.errors import InvalidInput, NotFound
@@ -503,11 +506,12 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
         cells, tracked, seen = _spliced_in(last, fresh)
     else:
         cells, tracked, seen = list(last.cells), list(last.instances), list(last.seen)
-    moved = [
-        index
-        for index, instance, was, cell in zip(range(len(refs)), tracked, seen, cells, strict=True)
-        if instance.superseded_seq or instance.updated_seq != was or cell[1] == TAINTED
-    ]
+    # C-level passes (a Python loop over 467,376 refs took 128 ms): an instance updated or superseded since, or
+    # a fresh ref's slot (it reads as superseded); the tainted cells only when there are any.
+    updated = map(ne, map(_UPDATED_SEQ, tracked), seen)
+    moved = list(compress(count(), map(or_, updated, map(truth, map(_SUPERSEDED_SEQ, tracked)))))
+    if last.counts.get(TAINTED):
+        moved = sorted({*moved, *(index for index, cell in enumerate(cells) if cell and cell[1] == TAINTED)})
     after = last.seq
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
         instance = state.instances.get(uuid) if answered > after else None
@@ -517,7 +521,7 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
                 moved.append(index)
     counts = Counter(last.counts)
     canonical, instances = state.canonical, state.instances
-    changed = refs is not last.refs
+    spliced = changed = refs is not last.refs
     for index in moved:
         ref, was = refs[index], cells[index]
         if was is not None:
@@ -528,8 +532,18 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
         counts[now[1]] += 1
         changed = changed or was != now
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    starts = grid.run_starts(cells) if changed else last.starts  # a head of heartbeats only moves no cell
+    starts = _starts(cells, last, moved, spliced) if changed else last.starts  # heartbeats only move no cell
     return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
+
+
+def _starts(cells: list[tuple[str, str]], last: LiveCells, moved: Iterable[int], spliced: bool) -> list[int]:
+    """Where the runs of `cells` start: from `last`'s starts around the moved cells, unless refs were spliced in
+    (every index after one moved): then a pass over them all."""
+    return grid.run_starts(cells) if spliced else grid.run_starts_after(cells, last.starts, moved)
+
+
+_UPDATED_SEQ = attrgetter("updated_seq")
+_SUPERSEDED_SEQ = attrgetter("superseded_seq")
 
 
 class _New:
@@ -564,7 +578,14 @@ def _refreshed_from_store(
         old = last.held
         held = HeldCells(list(old.cells), array("q", old.since), array("q", old.created), list(old.checks))
     cells = held.cells
-    moved = {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
+    spliced = refs is not last.refs
+    # The fresh refs (None cells) and the `tainted` ones are looked up again: a pass over the cells only when
+    # there are any (the counts say whether a cell is tainted), so a watermark costs its changes.
+    moved = (
+        {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
+        if spliced or last.counts.get(TAINTED)
+        else set()
+    )
     named = set(changed)
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
         instance = state.instances.get(uuid) if answered > last.seq else None
@@ -587,7 +608,7 @@ def _refreshed_from_store(
         held.checks[index] = row[4]
         counts[now] += 1
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    return LiveCells(cells, grid.run_starts(cells), kept, state.head_seq, None, refs, held=held)
+    return LiveCells(cells, _starts(cells, last, moved, spliced), kept, state.head_seq, None, refs, held=held)
 
 
 def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:

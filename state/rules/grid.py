@@ -118,6 +118,28 @@ def run_starts(cells: list[tuple[str, str]]) -> list[int]:
     return starts
 
 
+def run_starts_after(cells: list[tuple[str, str]], starts: list[int], changed: Iterable[int]) -> list[int]:
+    """`run_starts(cells)` from the `starts` of the same cells before the ones at `changed` indices changed state.
+
+    Whether index `p` starts a run depends only on the states at `p - 1` and `p`, so a change at `i` can move
+    the starts at `i` and `i + 1` alone: each of those is set or cleared by a bisection (the list's shifts are
+    memory moves), instead of a pass over every cell. Many changes: that pass.
+    """
+    affected = sorted({p for i in changed for p in (i, i + 1) if p < len(cells)})
+    if len(affected) * 64 > len(cells):
+        return run_starts(cells)
+    out = list(starts)
+    for p in affected:
+        starts_here = p == 0 or cells[p][1] != cells[p - 1][1]
+        at = bisect_left(out, p)
+        present = at < len(out) and out[at] == p
+        if starts_here and not present:
+            out.insert(at, p)
+        elif present and not starts_here:
+            del out[at]
+    return out
+
+
 def runs_between(cells: list[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:
     """The runs of `cells[low:high]` from the whole list's `run_starts`: a bisection, then one step per run."""
     out = []

@@ -111,7 +111,7 @@ class Projector:
             with self.live.read() as state:
                 if state.touched is None:
                     return  # tracking stopped: what changed during the dump is not known
-                rows = rows_of(state, keys[start : start + DUMP_CHUNK])
+                rows = rows_of(state, keys[start : start + DUMP_CHUNK], instance_cells=False)
             self.store.records.dump(rows)
         self._whole = True
         # Every row was just written: a planner that has never seen the tables would read pages of them

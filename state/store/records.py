@@ -257,9 +257,11 @@ class Rows:
     cells_gone: Sequence[str] = ()  # refs among those with no cell
 
 
-def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Rows:
+def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0, *, instance_cells: bool = True) -> Rows:
     """The rows of these records as `state` holds them at its head, the keys of those it does not hold, and
-    the runs' heartbeats after seq `beats_after` (those before are written already)."""
+    the runs' heartbeats after seq `beats_after` (those before are written already). The cells: of the refs
+    among the keys, and of the instances' refs unless `instance_cells` is False (a dump: every ref with a cell
+    has a canonical pointer, so a key of its own in `all_keys`, and is written with it, once)."""
     rows: list[Row] = []
     gone: list[Key] = []
     beats: list[Beat] = []
@@ -278,7 +280,7 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0) -> Row
             beats.extend(beats_of(state, key, beats_after))
         elif kind == WANT:
             want_refs.extend(want_refs_of(state.wants[key]))
-        elif kind == INSTANCE:
+        elif kind == INSTANCE and instance_cells:
             cell_refs[state.instances[key].ref] = None
     cells, cells_gone = _cells_of(state, cell_refs)
     return Rows(rows, gone, beats, want_refs, cells, cells_gone)

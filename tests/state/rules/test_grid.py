@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from partbuild.state.rules.grid import NO_INSTANCE, bounded, day_layout, in_range, runs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from partbuild.state.rules.grid import NO_INSTANCE, bounded, day_layout, in_range, run_starts, run_starts_after, runs
 
 
 def test_big_grids_stay_bounded_as_runs_and_ranges() -> None:
@@ -29,3 +32,32 @@ def test_a_key_range_is_a_slice_of_the_sorted_refs_both_ends_included() -> None:
     assert in_range(refs, None, None) == (0, 4)
     assert in_range(refs, "bb", None) == (2, 4)
     assert in_range(refs, "c", "b") == (2, 2)  # an empty range, never a negative one
+
+
+STATES = st.sampled_from(["live", "failed", "tainted"])
+
+
+@given(
+    before=st.lists(STATES, min_size=1, max_size=400),
+    changes=st.lists(st.tuples(st.integers(min_value=0, max_value=399), STATES), max_size=12),
+)
+def test_run_starts_after_a_few_changes_are_those_of_the_changed_cells(
+    before: list[str], changes: list[tuple[int, str]]
+) -> None:
+    cells = [(f"r{n:04d}", state) for n, state in enumerate(before)]
+    starts = run_starts(cells)
+    changed = [index % len(cells) for index, _ in changes]
+    for index, (_, state) in zip(changed, changes, strict=True):
+        cells[index] = (cells[index][0], state)
+    assert run_starts_after(cells, starts, changed) == run_starts(cells)
+    assert run_starts_after(cells, starts, []) == starts
+
+
+def test_run_starts_after_one_change_in_a_long_list_moves_only_its_neighbours() -> None:
+    cells = [(f"r{n:06d}", "live") for n in range(10_000)]
+    starts = run_starts(cells)
+    cells[5000] = (cells[5000][0], "failed")
+    assert run_starts_after(cells, starts, [5000]) == [0, 5000, 5001]
+    assert starts == [0]  # the old starts are another list: readers of the old cells keep theirs
+    cells[0] = (cells[0][0], "failed")
+    assert run_starts_after(cells, [0, 5000, 5001], [0]) == [0, 1, 5000, 5001]
