@@ -30,11 +30,10 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import compress, count
-from operator import attrgetter, ne, or_, truth
-from typing import TypeVar
+from itertools import compress, count, repeat
+from operator import attrgetter, eq, itemgetter, ne, or_, truth
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
@@ -499,11 +498,14 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
     refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
     per ref is then as cheap).
     """
+    splice = None
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
         fresh = added if added is not None else sorted(set(refs).difference(last.refs))
         if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
             return None
-        cells, tracked, seen = _spliced_in(last, fresh)
+        splice = grid.Splice.of(last.refs, fresh)  # a fresh ref's instance slot reads as superseded: looked up
+        cells, tracked = splice.applied(last.cells, None), splice.applied(last.instances, _NEW)
+        seen = splice.applied(last.seen, -1)
     else:
         cells, tracked, seen = list(last.cells), list(last.instances), list(last.seen)
     # C-level passes (a Python loop over 467,376 refs took 128 ms): an instance updated or superseded since, or
@@ -511,7 +513,7 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
     updated = map(ne, map(_UPDATED_SEQ, tracked), seen)
     moved = list(compress(count(), map(or_, updated, map(truth, map(_SUPERSEDED_SEQ, tracked)))))
     if last.counts.get(TAINTED):
-        moved = sorted({*moved, *(index for index, cell in enumerate(cells) if cell and cell[1] == TAINTED)})
+        moved = sorted({*moved, *_tainted(last.cells, splice)})
     after = last.seq
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
         instance = state.instances.get(uuid) if answered > after else None
@@ -521,7 +523,7 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
                 moved.append(index)
     counts = Counter(last.counts)
     canonical, instances = state.canonical, state.instances
-    spliced = changed = refs is not last.refs
+    changed = splice is not None
     for index in moved:
         ref, was = refs[index], cells[index]
         if was is not None:
@@ -532,18 +534,29 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
         counts[now[1]] += 1
         changed = changed or was != now
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    starts = _starts(cells, last, moved, spliced) if changed else last.starts  # heartbeats only move no cell
+    starts = _starts(cells, last, moved, splice) if changed else last.starts  # heartbeats only move no cell
     return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
 
 
-def _starts(cells: list[tuple[str, str]], last: LiveCells, moved: Iterable[int], spliced: bool) -> list[int]:
-    """Where the runs of `cells` start: from `last`'s starts around the moved cells, unless refs were spliced in
-    (every index after one moved): then a pass over them all."""
-    return grid.run_starts(cells) if spliced else grid.run_starts_after(cells, last.starts, moved)
+def _starts(
+    cells: list[tuple[str, str]], last: LiveCells, moved: Iterable[int], splice: grid.Splice | None
+) -> list[int]:
+    """Where the runs of `cells` start: `last`'s, moved past the fresh refs spliced in and set again around
+    those and the moved cells (no pass over the cells)."""
+    if splice is None:
+        return grid.run_starts_after(cells, last.starts, moved)
+    return grid.run_starts_spliced(cells, last.starts, splice, moved)
+
+
+def _tainted(cells: list[tuple[str, str]], splice: grid.Splice | None) -> Iterator[int]:
+    """The indices of the `tainted` ones of `cells` (C-level passes), where they land after `splice`."""
+    found = compress(count(), map(eq, map(_STATE, cells), repeat(TAINTED)))
+    return found if splice is None else map(splice.moved, found)
 
 
 _UPDATED_SEQ = attrgetter("updated_seq")
 _SUPERSEDED_SEQ = attrgetter("superseded_seq")
+_STATE = itemgetter(1)
 
 
 class _New:
@@ -566,26 +579,23 @@ def _refreshed_from_store(
     stored = stored_of(state)
     if last.held is None or stored is None:
         return None
+    old, splice = last.held, None
     if refs is not last.refs:
         fresh = added if added is not None else sorted(set(refs).difference(last.refs))
         if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
             return None
-        old = last.held
-        cells = _spliced(old.cells, last.refs, fresh, None)  # a None cell is looked up: its seqs are filled then
-        since, created = _spliced(old.since, last.refs, fresh, 0), _spliced(old.created, last.refs, fresh, 0)
-        held = HeldCells(cells, since, created, _spliced(old.checks, last.refs, fresh, None))
+        splice = grid.Splice.of(last.refs, fresh)  # a None cell is looked up: its seqs are filled then
+        cells, checks = splice.applied(old.cells, None), splice.applied(old.checks, None)
+        held = HeldCells(cells, splice.applied(old.since, 0), splice.applied(old.created, 0), checks)
+        moved = set(splice.fresh_indices())
     else:
-        old = last.held
         held = HeldCells(list(old.cells), array("q", old.since), array("q", old.created), list(old.checks))
+        moved = set()
     cells = held.cells
-    spliced = refs is not last.refs
-    # The fresh refs (None cells) and the `tainted` ones are looked up again: a pass over the cells only when
-    # there are any (the counts say whether a cell is tainted), so a watermark costs its changes.
-    moved = (
-        {index for index, cell in enumerate(cells) if cell is None or cell[1] == TAINTED}
-        if spliced or last.counts.get(TAINTED)
-        else set()
-    )
+    # The fresh refs and the `tainted` ones are looked up again: the tainted found by a pass only when the counts
+    # say there are any, so a watermark costs its changes.
+    if last.counts.get(TAINTED):
+        moved.update(_tainted(old.cells, splice))
     named = set(changed)
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
         instance = state.instances.get(uuid) if answered > last.seq else None
@@ -608,34 +618,7 @@ def _refreshed_from_store(
         held.checks[index] = row[4]
         counts[now] += 1
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
-    return LiveCells(cells, _starts(cells, last, moved, spliced), kept, state.head_seq, None, refs, held=held)
-
-
-def _spliced_in(last: LiveCells, fresh: list[str]) -> tuple[list, list, list]:
-    """`last`'s cells, instances and seen seqs with a None slot for each fresh ref at its place in key order (the
-    fresh refs are then looked up as moved)."""
-    return (
-        _spliced(last.cells, last.refs, fresh, None),
-        _spliced(last.instances, last.refs, fresh, _NEW),
-        _spliced(last.seen, last.refs, fresh, -1),
-    )
-
-
-V = TypeVar("V", list, array)
-
-
-def _spliced(values: V, refs: list[str], fresh: list[str], slot: object) -> V:
-    """`values` (aligned with sorted `refs`) with `slot` at each fresh ref's place in key order: a bisection per
-    fresh ref and copies of the slices between."""
-    out = values[:0]
-    start = 0
-    for ref in fresh:
-        at = bisect_left(refs, ref, start)
-        out += values[start:at]
-        out.append(slot)
-        start = at
-    out += values[start:]
-    return out
+    return LiveCells(cells, _starts(cells, last, moved, splice), kept, state.head_seq, None, refs, held=held)
 
 
 NO_GRAPH_NOTES = {

@@ -13,10 +13,14 @@ between the first and the last known one that have no instance are `none`.
 from __future__ import annotations
 
 import datetime as dt
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
+
+V = TypeVar("V", list, array)  # what a splice brings along: lists, or arrays of seqs
 
 MAX_CELLS = 2_000  # the most cells (single refs or ranges) a grid answer holds
 NO_INSTANCE = "none"
@@ -138,6 +142,52 @@ def run_starts_after(cells: list[tuple[str, str]], starts: list[int], changed: I
         elif present and not starts_here:
             del out[at]
     return out
+
+
+@dataclass(frozen=True)
+class Splice:
+    """Fresh refs spliced into a sorted list of refs, each at its place in key order: where they go, and where
+    the old list's indices land (a list aligned with the old refs is brought along without a pass over it)."""
+
+    positions: list[int]  # each fresh ref's insertion point in the old list (bisect_left), ascending
+
+    @classmethod
+    def of(cls, refs: list[str], fresh: list[str]) -> Splice:
+        """The splice of sorted `fresh` refs (none of them in `refs`) into sorted `refs`."""
+        positions, start = [], 0
+        for ref in fresh:
+            start = bisect_left(refs, ref, start)
+            positions.append(start)
+        return cls(positions)
+
+    def fresh_indices(self) -> list[int]:
+        """The fresh refs' indices in the new list."""
+        return [at + before for before, at in enumerate(self.positions)]
+
+    def moved(self, index: int) -> int:
+        """Where the old list's `index` lands in the new one."""
+        return index + bisect_right(self.positions, index)
+
+    def applied(self, values: V, slot: object) -> V:
+        """`values` (aligned with the old refs) with `slot` at each fresh ref's place: copies of the slices between."""
+        out, start = values[:0], 0
+        for at in self.positions:
+            out += values[start:at]
+            out.append(slot)
+            start = at
+        out += values[start:]
+        return out
+
+
+def run_starts_spliced(
+    cells: list[tuple[str, str]], starts: list[int], splice: Splice, changed: Iterable[int]
+) -> list[int]:
+    """`run_starts(cells)` for cells spliced (`splice`) from ones whose runs started at `starts`, then changed at
+    the new list's `changed` indices: the old starts moved to their new places, then set or cleared around the
+    fresh and the changed cells (`run_starts_after`). Many runs: a pass over the cells."""
+    if len(starts) * 8 > len(cells):
+        return run_starts(cells)
+    return run_starts_after(cells, [splice.moved(start) for start in starts], [*splice.fresh_indices(), *changed])
 
 
 def runs_between(cells: list[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:

@@ -7,6 +7,7 @@ are checked against what `GET /api/v1/partitions` reports of each ref, now and a
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
@@ -194,9 +195,13 @@ def test_the_live_cells_of_each_head_follow_from_the_last_ones_as_a_fresh_pass_f
     assert last[DAILY].cells[bisect_left(last[DAILY].refs, live)] == (live, "warning")
     # Tainted (its Missing successor not rebuilt), then its tainted instance dropped by retention.
     taint = pb.PartitionTaint(partition_ref=live, reason="bad", only_this_ref=True)
-    dropped = pb.InstanceRetention(drop_superseded_created_before_seq=state.head_seq + 1)
-    for payload, shown in ((taint, "tainted"), (dropped, "missing")):  # nothing says it was tainted any more
-        assert state.apply(state.head_seq + 1, envelope(payload)) is None
+    dropped = pb.InstanceRetention(drop_superseded_created_before_seq=state.head_seq + 2)
+    # The drop comes with a ref wanted that sorts before the tainted one: the tainted cell, found at its index
+    # moved by the fresh ref spliced in, is looked up again.
+    early = pb.WantCreate(want_id="early", partition_refs=[re.sub(r"date=[0-9-]+", "date=2000-01-01", live)])
+    for payloads, shown in (([taint], "tainted"), ([early, dropped], "missing")):  # nothing says it was tainted
+        for payload in payloads:
+            assert state.apply(state.head_seq + 1, envelope(payload)) is None
         follow()
         assert last[DAILY].cells[bisect_left(last[DAILY].refs, live)] == (live, shown)
     assert refreshed > len(patterns) * state.head_seq // 2  # most heads were brought forward, not passed afresh

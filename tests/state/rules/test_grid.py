@@ -7,7 +7,17 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partbuild.state.rules.grid import NO_INSTANCE, bounded, day_layout, in_range, run_starts, run_starts_after, runs
+from partbuild.state.rules.grid import (
+    NO_INSTANCE,
+    Splice,
+    bounded,
+    day_layout,
+    in_range,
+    run_starts,
+    run_starts_after,
+    run_starts_spliced,
+    runs,
+)
 
 
 def test_big_grids_stay_bounded_as_runs_and_ranges() -> None:
@@ -61,3 +71,39 @@ def test_run_starts_after_one_change_in_a_long_list_moves_only_its_neighbours() 
     assert starts == [0]  # the old starts are another list: readers of the old cells keep theirs
     cells[0] = (cells[0][0], "failed")
     assert run_starts_after(cells, [0, 5000, 5001], [0]) == [0, 1, 5000, 5001]
+
+
+@given(
+    runs_before=st.lists(st.tuples(STATES, st.integers(min_value=1, max_value=60)), min_size=1, max_size=8),
+    fresh=st.lists(st.tuples(st.integers(min_value=0, max_value=960), STATES), max_size=10, unique_by=lambda f: f[0]),
+    changes=st.lists(st.tuples(st.integers(min_value=0, max_value=479), STATES), max_size=6),
+)
+def test_a_splice_brings_aligned_lists_and_run_starts_along_as_a_fresh_pass_finds_them(
+    runs_before: list[tuple[str, int]], fresh: list[tuple[int, str]], changes: list[tuple[int, str]]
+) -> None:
+    before = [state for state, length in runs_before for _ in range(length)]  # long runs: few starts to move
+    # Old refs at even numbers, fresh ones at odd numbers: every fresh ref falls between (or around) old ones.
+    old_refs = [f"r{2 * n:05d}" for n in range(len(before))]
+    old_cells = list(zip(old_refs, before, strict=True))
+    added = {f"r{2 * n + 1:05d}": state for n, state in fresh}
+    splice = Splice.of(old_refs, sorted(added))
+    refs = sorted([*old_refs, *added])
+    cells = splice.applied(old_cells, None)
+    assert [cell[0] if cell else None for cell in cells] == [None if ref in added else ref for ref in refs]
+    assert [refs[index] for index in splice.fresh_indices()] == sorted(added)
+    assert all(refs[splice.moved(index)] == ref for index, ref in enumerate(old_refs))
+    for index in splice.fresh_indices():
+        cells[index] = (refs[index], added[refs[index]])
+    moved = [splice.moved(index % len(old_refs)) for index, _ in changes]
+    for index, (_, state) in zip(moved, changes, strict=True):
+        cells[index] = (refs[index], state)
+    assert run_starts_spliced(cells, run_starts(old_cells), splice, moved) == run_starts(cells)
+
+
+def test_a_splice_into_a_long_list_moves_the_starts_after_it_by_one() -> None:
+    old = [(f"r{2 * n:06d}", "live" if n < 5000 else "failed") for n in range(10_000)]
+    splice = Splice.of([ref for ref, _ in old], ["r000001"])  # between the first two
+    assert splice.positions == [1] and splice.moved(0) == 0 and splice.moved(1) == 2
+    cells = splice.applied(old, None)
+    cells[1] = ("r000001", "missing")
+    assert run_starts_spliced(cells, [0, 5000], splice, []) == [0, 1, 2, 5001]
