@@ -31,13 +31,13 @@ from partbuild.state.log.store import EventLog
 
 from pgkit import PgServer, pg_base_url, postgres_url
 from serverkit import ApiServer, graphless_api_server, orchestrated_api
-from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, TEST_SPARK_CONF
+from sparkkit import CLICKS_DAYS, CLICKS_ROWS, CLICKS_START, TEST_JVM_OPTIONS, TEST_SPARK_CONF
 
 # Every JVM the tests start (the shared session, each `partbuild run` child, Spark's own servers) lives
 # seconds and runs tiny jobs: on two cores, C2 compiling and parallel GC threads cost more CPU than they
 # save (measured: a child's Spark start-up and two small jobs 35 s -> 22 s of wall time under CI's load).
 # Inherited by every child through the environment; a JVM prints "NOTE: Picked up JDK_JAVA_OPTIONS".
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
 # Every Spark driver the tests start (SPARK_SUBMIT_OPTS reaches the drivers only, not Spark's launcher) maps
 # the classes of the archive `make test` records (tests/kits/spark_cds.py): half a driver's CPU on two cores.
 SPARK_CLASS_ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"

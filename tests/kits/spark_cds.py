@@ -24,8 +24,10 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
-# The flags the tests' JVMs run with (tests/conftest.py); set before anything starts a JVM.
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+from sparkkit import TEST_JVM_OPTIONS
+
+# The flags the tests' JVMs run with; set before anything starts a JVM.
+os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
 os.environ["PARTBUILD_CLICKS_SCHEDULE"] = "0"
 
 DAYS = 2

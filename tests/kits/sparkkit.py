@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import date
 
+# The flags of every JVM the tests start (tests/conftest.py puts them in the environment; see why there).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Tiny test data: two shuffle partitions, no UI.
 TEST_SPARK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
