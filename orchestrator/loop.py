@@ -307,6 +307,7 @@ class Orchestrator:
                 # Another writer appended since we read, or a write-lock bound ended our append (we sat
                 # frozen in it, or waited too long): nothing was written; decide again on the newer state.
                 return True
+            self.reactor.appended()  # its firings were tried: the fold accepted or rejected them
             self._pending.extend(decision.new_runs)
             self.catch_up()
             if isinstance(self.ownership, StaticBucket):  # layout changed meanwhile: our runs were rejected, so stop

@@ -63,7 +63,7 @@ logger = logging.getLogger("partbuild")
 
 MAX_PER_STEP = 200  # firings a step; the rest wait for the next one
 MAX_WALK = 32  # earlier instances of a ref looked at to find what its readers were built from
-MAX_TRIES = 3  # a firing the fold keeps rejecting is given up after this many appends (logged)
+MAX_TRIES = 3  # a firing the fold keeps rejecting is given up after this many appends that landed (logged)
 _WATCHED = frozenset(MAKES_LIVE)  # the events that may be changes: registry rows that can make an instance Live
 _ONCE_LIVE = frozenset({InstanceState.LIVE, InstanceState.TAINTED})
 _FAILED_STATES = frozenset({InstanceState.FAILED, InstanceState.UPSTREAM_FAILED})

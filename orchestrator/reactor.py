@@ -11,7 +11,8 @@ owner forgets it:
 - due firings, its own and those the fold holds (noted by an earlier process, or by the bucket's previous
   owner), fire as `ReactionFired`, oldest due first, at most `max_per_step` a step; a firing whose
   partition went Live meanwhile, or that cannot fire (its job gone from the graph, the reaction no longer
-  declared, its want rejected `MAX_TRIES` times), is settled in the log, the last with its reason;
+  declared, its want appended and rejected by the fold `MAX_TRIES` times), is settled in the log, the last
+  with its reason; an append that did not land (it conflicted with another writer's) is no try;
 - a reactor starting, or gaining a bucket, reads the changes after the cursor of each scope it now owns;
   a scope never noted starts at the oldest cursor any scope has, or, in a log no reactor ever noted, at
   the head (what happened before reactions were durable is not reacted to).
@@ -91,7 +92,8 @@ class Reactor:
     settling: dict[str, pb.ReactionSettled] = field(default_factory=dict)
     _fresh: list[tuple[int, pb.Event]] = field(default_factory=list)
     _catch_up: list[tuple[int, pb.Event, frozenset[str]]] = field(default_factory=list)
-    _tries: dict[tuple[str, str], int] = field(default_factory=dict)
+    _tries: dict[tuple[str, str], int] = field(default_factory=dict)  # firings appended, the fold rejected them
+    _attempts: list[tuple[str, str]] = field(default_factory=list)  # fired by the last `due`: tries once appended
     _unwritten: int = 0  # changes read since the cursor was last written
     # seq -> (when it is read again, its backoff, the event, its scope keys): changes whose evaluation raised
     _retrying: dict[int, tuple[int, int, pb.Event, frozenset[str]]] = field(default_factory=dict)
@@ -156,6 +158,7 @@ class Reactor:
         if not (self.declared or state.reaction_pending or self.settling):
             return []
         scope = scope or everything(owns)
+        self._attempts = []  # the last step's firings, never `appended`: their append did not land, no try
         self._forget_folded(state)
         retried = self._retry_due(now_ms)
         noted = self._note_changes(state, scope, now_ms)
@@ -169,6 +172,13 @@ class Reactor:
             events += self.fire_code_changes(state, now_ms, scope.owns, source, self.max_per_step - len(events) // 2)
         notes = self._notes(state, events)
         return [*events, *([envelope(notes, source=source, timestamp_ms=now_ms)] if notes is not None else [])]
+
+    def appended(self) -> None:
+        """The events of the last `due` landed in the log: each firing among them was tried once (if the fold
+        accepted it, it is owed no more; if not, it counts towards `MAX_TRIES`)."""
+        for tried in self._attempts:
+            self._tries[tried] = self._tries.get(tried, 0) + 1
+        self._attempts = []
 
     def _forget_folded(self, state: BuildState) -> None:
         """Drop what the fold holds now: notes it keeps (or that fired), settlements it made."""
@@ -273,8 +283,7 @@ class Reactor:
                         "reaction %s of job %s on %s: %s", KIND_NAMES[row.kind], row.job, row.partition_ref, reason
                     )
                 continue
-            tries = (key, row.cause_instance_uuid)
-            self._tries[tries] = self._tries.get(tries, 0) + 1
+            self._attempts.append((key, row.cause_instance_uuid))
             events.append(fired_event(row, self.graph.jobs[row.job], now_ms, source))
             next_due = now_ms  # due again at once, should the append conflict
         self.next_due_ms = next_due

@@ -14,7 +14,7 @@ import pytest
 
 from partbuild.orchestrator.context import JobContext
 from partbuild.orchestrator.graph import Graph, Job, Partition, SourceDataset
-from partbuild.orchestrator.reactions import on_source_arrival, on_upstream_change
+from partbuild.orchestrator.reactions import MAX_TRIES, on_source_arrival, on_upstream_change
 from partbuild.orchestrator.reactor import CURSOR_LAG_CHANGES, ReactionScope, Reactor, everything
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
@@ -82,6 +82,7 @@ def step(db: Database, reactor: Reactor, now_ms: int, scope: ReactionScope | Non
     events = reactor.due(state, now_ms, scope.owns, SOURCE, scope)
     if events:
         db.log.append(events)
+        reactor.appended()
     return events
 
 
@@ -219,3 +220,37 @@ def test_an_affected_function_that_raises_is_recorded_and_read_again_while_the_o
     (firing,) = fired(step(db, reactor, T0 + 2 * SECOND))
     assert firing.cause_instance_uuid == g2 and list(firing.want.partition_refs) == ["daily/day=g2"]
     assert not reactor.owes(state_of(db), lambda ref: True)
+
+
+def test_appends_that_conflicted_are_no_tries_and_a_firing_the_fold_rejects_is_given_up_after_max_tries(
+    db: Database,
+) -> None:
+    """A group's members append at once: a step whose append conflicted wrote nothing, so its firings were not
+    tried (seen: a new owner gave up three firings a killed member owed after three conflicts in a row)."""
+    built_daily(db, "h1")
+    step(db, Reactor(debounced()), T0)
+    raw2 = observe(db, "raw/day=h1", "v2", at_ms=T0)
+    reactor = Reactor(debounced())
+    step(db, reactor, T0 + SECOND)  # noted, due at T0 + 2 s
+    state = state_of(db)
+    for attempt in range(MAX_TRIES * 2):  # each step's append conflicts: the loop steps again, appending nothing
+        (conflicted,) = fired(reactor.due(state, T0 + 3 * SECOND + attempt, lambda ref: True, SOURCE))
+        assert conflicted.cause_instance_uuid == raw2
+    (firing,) = fired(step(db, reactor, T0 + 4 * SECOND))  # this one lands
+    assert firing.cause_instance_uuid == raw2
+    state = state_of(db)
+    assert not state.reaction_pending and state.reactions[reaction_key("daily", UPSTREAM)].fired == 1
+
+    raw3 = observe(db, "raw/day=h1", "v3", at_ms=T0 + 5 * SECOND)
+    step(db, reactor, T0 + 5 * SECOND)  # noted
+    for attempt in range(MAX_TRIES):  # appended, and the fold rejects each (its want made invalid on the way)
+        events = reactor.due(state_of(db), T0 + 8 * SECOND + attempt, lambda ref: True, SOURCE)
+        (firing,) = fired(events)
+        assert firing.cause_instance_uuid == raw3
+        firing.want.ttl_seconds = -1
+        db.log.append(events)
+        reactor.appended()
+    (noted,) = step(db, reactor, T0 + 9 * SECOND)
+    (settled,) = noted.reactions_noted.settled
+    assert settled.failed and settled.reason == f"the log rejected its want of daily/day=h1 {MAX_TRIES} times"
+    assert not state_of(db).reaction_pending
