@@ -77,6 +77,12 @@ class StaleIndex:
                     current = self._current.setdefault(run.job_label, {})
                     current.setdefault(run.code_version, []).append(run.job_run_id)
 
+    def forget(self, label: str) -> None:
+        """Drop every run of job `label` taken in (to take them in again)."""
+        with self._lock:
+            self._runs.pop(label, None)
+            self._current.pop(label, None)
+
     def versions(self, label: str) -> list[str]:
         """The code versions runs of `label` recorded, in the order first seen."""
         with self._lock:

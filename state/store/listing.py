@@ -3,8 +3,9 @@
 The same reads as `ListingIndex` (state/queries/listing.py), which follows a live state: wants and job runs in
 creation order (by created seq, then id), refs in sorted order with a lower bound of their first instance's
 seq. A page reads its rows a chunk at a time by a range scan, so it costs its page, not the table. A job's refs
-(the grid's `refs_matching`) are kept per pattern and brought up to date with the refs created since (a range
-scan of the index); the job runs by code version (the stale index) likewise.
+(the grid's `refs_matching`) are read by one range scan, kept per pattern and brought up to date with the refs
+created since (a range scan of the index); the stale index reads a job's runs of its code versions other than
+the current one from their version rows (state/store/run_versions.py), likewise brought up to date.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from partbuild.state.fold.view import StateView
 from partbuild.state.queries.listing import spliced
 from partbuild.state.queries.staleness import StaleIndex
 from partbuild.state.schema import state_records as table
+from partbuild.state.store.driver import DriverQuery
 from partbuild.state.store.records import REF, RUN, WANT
 from partbuild.state.store.stored import stored_of
 
@@ -124,7 +126,7 @@ class StoredListing:
         entry: _Matching
         if cached is None:
             # Those created by the mark alone: the ones created after it come with the next call's.
-            found = [ref for ref in self.refs_as_of(mark, prefix, None) if match(ref)]
+            found = [ref for ref in self._refs_under(prefix, mark) if match(ref)]
             entry = (mark, found, None, None)
         else:
             fresh = sorted(ref for ref in self._created_refs(cached[0], mark) if ref.startswith(prefix) and match(ref))
@@ -132,6 +134,15 @@ class StoredListing:
         with self._lock:
             self._matching[key] = entry
         return entry[1]
+
+    def _refs_under(self, prefix: str, upto: int) -> list[str]:
+        """Every ref under `prefix` whose first instance was created by seq `upto`, sorted: one range scan, read
+        whole on the driver's cursor (a job's refs are read once, then kept)."""
+        above = _above(prefix)
+        query = _REFS_UNDER if above is not None else _REFS_FROM
+        params = {"prefix": prefix, "upto": upto, **({"above": above} if above is not None else {})}
+        with self._engine.connect() as conn:
+            return [ref for (ref,) in query.all(conn, params)]
 
     def _created_refs(self, after: int, upto: int) -> list[str]:
         """Refs whose first instance was created in seqs (`after`, `upto`]."""
@@ -147,20 +158,44 @@ class StoredListing:
         return cached[3] if cached is not None and cached[2] is older else None
 
 
+def _above(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix` (None: there is none to name)."""
+    stripped = prefix.rstrip(chr(0x10FFFF))
+    return stripped[:-1] + chr(ord(stripped[-1]) + 1) if stripped else None
+
+
+def _refs_query(bounded: bool) -> DriverQuery:
+    ident = table.c.id
+    where = [table.c.kind == REF, ident >= sa.bindparam("prefix", type_=ident.type)]
+    if bounded:
+        where.append(ident < sa.bindparam("above", type_=ident.type))
+    where.append(table.c.created <= sa.bindparam("upto", type_=table.c.created.type))
+    return DriverQuery(sa.select(ident).where(*where).order_by(ident))
+
+
+_REFS_UNDER, _REFS_FROM = _refs_query(True), _refs_query(False)
+
+
 class StoredStaleIndex(StaleIndex):
-    """The stale index of a replica: its runs come from the rows a read has open (the runs created since the
-    last), when a read asks what is stale, so a replica that is never asked reads no run for it."""
+    """The stale index of a replica: for each job, the runs of its code versions other than its current one (the
+    current one's are not stale while it is), read from their version rows (state/store/run_versions.py) created
+    since the last read, when a read asks; a job whose current version changed is read again from the start.
+    A replica that is never asked reads no run for it, and one asked reads the runs that may be stale only."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._mark = 0
+        self._marks: dict[str, tuple[str, int]] = {}  # job -> (the version left out, the watermark read up to)
         self._following = threading.Lock()
 
     def _candidates(self, state: StateView, label: str, current: str, now: bool) -> Iterator[Instance]:
         stored = stored_of(state)
         if stored is not None:
             with self._following:
-                if stored.head_seq > self._mark:
-                    self.add(list(stored.runs_created(self._mark)))
-                    self._mark = stored.head_seq
+                left_out, mark = self._marks.get(label, (current, 0))
+                if left_out != current:  # its runs of the new current version are in, the old one's are not
+                    self.forget(label)
+                    mark = 0
+                if stored.head_seq > mark:
+                    self.add(stored.runs_of_other_versions(label, current, mark))
+                    self._marks[label] = (current, stored.head_seq)
         return super()._candidates(state, label, current, now)

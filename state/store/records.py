@@ -56,6 +56,7 @@ from partbuild.state.schema import state_cells, state_heartbeats, state_projecti
 from partbuild.state.schema import state_records as table
 from partbuild.state.store.cells import CellRow, cell_row, write_cells
 from partbuild.state.store.driver import DriverQuery, KeyedQueries
+from partbuild.state.store.run_versions import run_of_key, run_version_keys, version_value
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -64,10 +65,10 @@ if TYPE_CHECKING:
 
 # Bump when what a row holds changes: `row_value`, or the fields of a record (the fingerprint, pinned by
 # tests/state/store/test_record_store.py, says when). A higher number is a newer format, which owns the rows.
-ENCODING: Final = 8  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
+ENCODING: Final = 9  # 4: an instance's check results and a want's cause in their rows; versions, check requests,
 # rejections and the clock's marks in rows of their own; 5: a record's created seq in a column of its own; 6: the
 # seq a run or a want ended at, too; 7: the wants by ref in rows of their own (`state_want_refs`); 8: each ref's
-# grid cell (`state_cells`)
+# grid cell (`state_cells`); 9: each job run's code version in a row of its own (state/store/run_versions.py)
 
 
 def _fingerprint() -> str:
@@ -84,9 +85,20 @@ PROJECTION: Final = f"records:{ENCODING}:{FINGERPRINT}"
 _UNNUMBERED_ENCODING = 3
 # The `kind` column. Besides the records and refs: a small record's versions (groups, bucket layouts, sources,
 # subscriptions, schedules, reactions: `name/key`), a request to run checks again, a rejected event (its seq,
-# zero-padded: key order is seq order) and the clock's marks (CLOCK_CHUNK of them a row, by chunk).
-INSTANCE, WANT, RUN, REF, VERSION, CHECK_REQUEST, REJECTION, CLOCK = range(8)
-KIND_NAMES: Final = ("instance", "want", "job run", "ref", "version", "check request", "rejection", "clock")
+# zero-padded: key order is seq order), the clock's marks (CLOCK_CHUNK of them a row, by chunk) and each job
+# run's code version (state/store/run_versions.py).
+INSTANCE, WANT, RUN, REF, VERSION, CHECK_REQUEST, REJECTION, CLOCK, RUN_VERSION = range(9)
+KIND_NAMES: Final = (
+    "instance",
+    "want",
+    "job run",
+    "ref",
+    "version",
+    "check request",
+    "rejection",
+    "clock",
+    "job run's code version",
+)
 CLOCK_CHUNK: Final = 1024
 Row = tuple[int, str, int, bytes, int | None, int | None]  # kind, id, seq, body, created, closed
 Key = tuple[int, str]
@@ -221,6 +233,7 @@ _VALUES: Final = (
     _check_request_value,
     _rejection_value,
     _clock_value,
+    version_value,
 )
 
 
@@ -310,6 +323,9 @@ def created_of(state: BuildState, kind: int, key: str) -> int | None:
     if kind in (INSTANCE, WANT, RUN):
         record = (state.instances, state.wants, state.job_runs)[kind].get(key)
         return None if record is None else record.created_seq
+    if kind == RUN_VERSION:
+        run = run_of_key(state, key)
+        return None if run is None else run.created_seq
     if kind != REF:
         return None
     instances, uuid, first = state.instances, state.canonical.get(key), None
@@ -355,6 +371,9 @@ def touched_keys(state: BuildState, touched: Touched) -> Iterator[Key]:
     for kind, keys in tracked:
         for key in keys:
             yield kind, key
+    runs = state.job_runs
+    for key in run_version_keys(run for run_id in touched.runs if (run := runs.get(run_id)) is not None):
+        yield RUN_VERSION, key
     rejections = state.rejections
     for rejection in rejections[bisect_right(rejections, touched.since, key=_rejection_seq) :]:
         yield REJECTION, rejection_key(rejection.seq)
@@ -387,6 +406,7 @@ def kind_counts(state: BuildState) -> list[int]:
         len(state.check_requests),
         len(state.rejections),
         clock_chunks(state),
+        sum(1 for _ in run_version_keys(state.job_runs.values())),
     ]
 
 
@@ -401,6 +421,7 @@ def all_keys(state: BuildState) -> list[Key]:
         *((CHECK_REQUEST, key) for key in state.check_requests),
         *((REJECTION, rejection_key(rejection.seq)) for rejection in state.rejections),
         *((CLOCK, clock_key(chunk)) for chunk in range(clock_chunks(state))),
+        *((RUN_VERSION, key) for key in run_version_keys(state.job_runs.values())),
     ]
 
 

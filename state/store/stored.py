@@ -50,6 +50,7 @@ from partbuild.state.store.records import (
     REF,
     REJECTION,
     RUN,
+    RUN_VERSION,
     VERSION,
     WANT,
     Key,
@@ -61,6 +62,7 @@ from partbuild.state.store.records import (
 from partbuild.state.store.records import (
     PROJECTION as RECORDS,
 )
+from partbuild.state.store.run_versions import runs_of_other_versions
 
 CountsReader = Callable[[int], dict[str, dict[str, int]] | None]
 
@@ -305,6 +307,14 @@ class StoredRecords:
         for key, body in self._records.created(self._conn, RUN, after, self.head_seq):
             self._decoded.setdefault((RUN, key), loads(RUN, body))
             yield self._decoded[(RUN, key)][0]
+
+    def runs_of_other_versions(self, job_label: str, current: str, after: int) -> list[JobRun]:
+        """The runs of `job_label` created after seq `after` (up to the watermark) by a code version other than
+        `current`, oldest first: their version rows' ranges, then their own rows by key."""
+        conn = self._conn
+        run_ids = runs_of_other_versions(conn, RUN_VERSION, job_label, current, after, self.head_seq)
+        self.prefetch(RUN, run_ids)
+        return [body[0] for run_id in run_ids if (body := self._decoded[(RUN, run_id)]) is not None]
 
     def cells_between(self, first: str, last: str) -> Iterator[Sequence[Any]]:
         """(ref, cell, since, created, checks) of the grid cells of the refs from `first` to `last`, in key order."""

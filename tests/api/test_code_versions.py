@@ -23,6 +23,8 @@ from partbuild.orchestrator.loop import Orchestrator
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.events import envelope, manual
+from partbuild.state.log.live import LiveState
+from partbuild.state.store.projector import Projector
 
 from clikit import run_cli
 from httpkit import canonical, listed, ok, problem
@@ -86,6 +88,19 @@ def test_a_new_version_of_the_weekly_marks_every_live_weekly_stale_and_no_daily(
         problem(client.get("/api/v1/jobs/weekly/stale", params={"limit": 0}), 422)
 
 
+def rebuild_the_last_weekly(service: Service, graph: Graph, tmp_path: Path) -> None:
+    """Taint the last weekly and build it again under `graph`'s version."""
+    db = service.db
+    service.taint(TaintRequest(ref=WEEKLIES[2], reason="code changed", only_this_ref=True))
+    db.log.append([envelope(pb.WantCreate(want_id="again", partition_refs=[WEEKLIES[2]]), source=manual("ann"))])
+    orchestrator = Orchestrator(db, graph, warehouse=str(tmp_path / "wh"), spark=None, poll_interval_s=0.01)
+    try:
+        assert orchestrator.run_until_idle(timeout_s=60)
+    finally:
+        orchestrator.close()
+    service.refresh()
+
+
 def test_rebuilt_weeklies_stop_being_stale_and_the_past_still_says_they_were(
     built: Database, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -95,14 +110,7 @@ def test_rebuilt_weeklies_stop_being_stale_and_the_past_still_says_they_were(
     try:
         before = service.live.head_seq
         old = service.canonical(WEEKLIES[2]).uuid
-        service.taint(TaintRequest(ref=WEEKLIES[2], reason="code changed", only_this_ref=True))
-        built.log.append([envelope(pb.WantCreate(want_id="again", partition_refs=[WEEKLIES[2]]), source=manual("ann"))])
-        orchestrator = Orchestrator(built, graph, warehouse=str(tmp_path / "wh"), spark=None, poll_interval_s=0.01)
-        try:
-            assert orchestrator.run_until_idle(timeout_s=60)
-        finally:
-            orchestrator.close()
-        service.refresh()
+        rebuild_the_last_weekly(service, graph, tmp_path)
         rebuilt = service.canonical(WEEKLIES[2])
         assert (rebuilt.state, rebuilt.code_version, rebuilt.stale) == ("live", "v2", False)
         assert service.canonical("daily/day=6").state == "live"  # nothing upstream was rebuilt
@@ -160,3 +168,41 @@ def test_the_pages_show_a_stale_badge(built: Database, monkeypatch: pytest.Monke
             assert client.get("/partitions?prefix=daily/").text.count('data-testid="stale-badge"') == 0
     finally:
         service.stop()
+
+
+def test_a_replicas_stale_partitions_are_the_folding_servers_as_of_every_seq_reading_only_other_versions_runs(
+    built: Database, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A replica finds the runs that may be stale from their code versions' rows (state/store/run_versions.py):
+    under each current version, the same stale partitions and counts as the folding server, as of every seq;
+    one index asked under a new current version reads again; the current version's runs are never read."""
+    writer = Service(built, graph=versioned(monkeypatch, "v2"))
+    try:
+        rebuild_the_last_weekly(writer, versioned(monkeypatch, "v2"), tmp_path)  # runs of v1, v2 and d1 now
+    finally:
+        writer.stop()
+    Projector(LiveState(built.log), built.changes).project()
+    head = built.log.head()
+    index = None
+    for version in ("v2", "v1", "v3"):
+        graph = versioned(monkeypatch, version)
+        live, replica = Service(built, graph=graph), Service(built, graph=graph, replica=True)
+        try:
+            if index is not None:
+                replica.stale_index = index  # the last replica's, asked under another current version
+            index = replica.stale_index
+            for seq in [*range(1, head + 1), None]:
+                for job in ("weekly", "daily"):
+                    expected = live.stale(job, as_of_seq=seq)
+                    assert replica.stale(job, as_of_seq=seq) == expected, (version, seq, job)
+            assert [i.ref for i in replica.stale("weekly").instances] == {
+                "v2": WEEKLIES[1::-1],
+                "v1": [WEEKLIES[2]],
+                "v3": WEEKLIES[::-1],
+            }[version]
+            taken = {run for runs in index._runs.get("weekly", {}).values() for run in runs}
+            versions = {live.state.job_runs[run].code_version for run in taken}
+            assert version not in versions and versions == {"v1", "v2"} - {version}
+        finally:
+            live.stop()
+            replica.stop()
