@@ -21,11 +21,17 @@ and asks the web app (Starlette's TestClient, with the `Server-Timing` wrapper o
 The first request of each kind (it builds the index of the pattern's refs, or the past state) is
 reported on its own line.
 
+The live state's server projects its state store as `serve` does (first whole, then each move before its
+grid: a `serve` whose projector has caught up), so its grids as of a seq and those filtered by a check come
+from the store's cells; `--memory-only` serves them from its memory instead, with no store (the figures of
+that path, beside the real ones).
+
 With `--replica`, the same pages come from a read replica (`Service(replica=True)`: the state store's rows,
 nothing folded); the log's store is projected first, and the moves are folded and projected by a live state
 of their own (the replica sees them once its store's watermark moves, as a `serve --replica` would).
 
-    .venv/bin/python bench/grid.py [--instances 1000000] [--partitions 100000] [--requests 50] [--replica]
+    .venv/bin/python bench/grid.py [--instances 1000000] [--partitions 100000] [--requests 50]
+                                   [--replica | --memory-only]
 """
 
 from __future__ import annotations
@@ -89,14 +95,21 @@ def line(label: str, values: list[float], target: float | None = None) -> str:
 
 
 def moved_grids(
-    service: Service, db: Database, client: Any, refs: list[str], grid_path: Any, moves: int, rng: random.Random
+    service: Service,
+    db: Database,
+    client: Any,
+    refs: list[str],
+    grid_path: Any,
+    moves: int,
+    rng: random.Random,
+    project: bool,
 ) -> list[float]:
     """Server ms of a grid after each of `moves` appends of two events: a new daily wanted (a ref added) and a
     Live daily tainted (its cell moves); they are folded before the request (a replica's store projected)."""
     replica = isinstance(service.reads, StoreReader)
     # A replica folds nothing: a live state of the bench's own folds the moves and projects them.
     writer = LiveState(db.log) if replica else service.live
-    projector = Projector(writer, db.changes) if replica else None
+    projector = Projector(writer, db.changes) if replica or project else None
     times = []
     for move in range(moves):
         new_ref = f"agg/daily_clicks/site=999999/date=2030-01-{move % 28 + 1:02d}"
@@ -128,6 +141,7 @@ def main() -> None:
     parser.add_argument("--moves", type=int, default=20, help="Grids after the log moved by two events.")
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--replica", action="store_true", help="Serve from the state store, folding nothing.")
+    parser.add_argument("--memory-only", action="store_true", help="The live state's server with no state store.")
     args = parser.parse_args()
     from fastapi.testclient import TestClient
 
@@ -142,7 +156,11 @@ def main() -> None:
     if args.replica:
         project_store(f"sqlite:///{path}")
     with scratch, Database.open(f"sqlite:///{path}") as db:
-        service = Service(db, graph=bench_graph(), replica=args.replica)
+        service = Service(db, graph=bench_graph(), replica=args.replica, past_from_store=not args.memory_only)
+        if not args.replica and not args.memory_only:  # as `serve` does, in the background
+            projected_at = time.perf_counter()
+            Projector(service.live, db.changes).project()
+            print(f"projected the store in {time.perf_counter() - projected_at:.0f} s", flush=True)
         head = service.reads.head_seq
         kind = "a read replica of the state store" if args.replica else "the live state"
         print(f"loaded: {kind}, head seq {head:,}, in {time.perf_counter() - started:.0f} s", flush=True)
@@ -187,10 +205,13 @@ def main() -> None:
                 response = client.get(grid_path(None) + "&check=daily_not_empty&check_result=failed")
                 assert response.status_code == 200
                 timings["check filter"].append(server_ms(response))
-            timings["grid after the log moved"] = moved_grids(service, db, client, refs, grid_path, args.moves, rng)
+            timings["grid after the log moved"] = moved_grids(
+                service, db, client, refs, grid_path, args.moves, rng, not args.memory_only
+            )
         service.stop()
     print(
-        f"results ({'read replica, ' if args.replica else ''}{args.instances:,} instances, grids of {size:,} "
+        f"results ({'read replica, ' if args.replica else 'memory only, ' if args.memory_only else ''}"
+        f"{args.instances:,} instances, grids of {size:,} "
         f"partitions, target p99 <= {TARGET_P99_MS:.0f} ms):"
     )
     print(line(f"grid page, {size:,} partitions", timings["grid"], TARGET_P99_MS))

@@ -62,11 +62,14 @@ class ServiceBase:
         snapshot_every: int = 0,
         health: Callable[[], Health] | None = None,
         replica: bool = False,
+        past_from_store: bool = True,
     ) -> None:
         """Serve `db`; with `live`, read that shared state (its owner checkpoints it) instead of loading one.
 
         `health`: the health of the orchestrator running in this process (`up`), if one does. `replica`: fold
         nothing, answer reads from the state store (state/store/reader.py) and refuse writes (`ReadReplica`).
+        `past_from_store`: a folding server's grids as of a seq, and those filtered by a check, come from the
+        state store once it has the seq (`_store_twin`); False: from memory always (what they are compared with).
         """
         self.db = db
         self.orchestrator_health = health
@@ -81,6 +84,7 @@ class ServiceBase:
             {label: job.code_version for label, job in graph.jobs.items()} if graph is not None else {}
         )
         self._live: LiveState | None = None
+        self._past_from_store = past_from_store
         self.reads: StateReads
         self.listing: Listing
         self.stale_index: StaleIndex
@@ -197,6 +201,21 @@ class ServiceBase:
         return producer if isinstance(producer, Job) else None
 
     # ----------------------------------------------------------------- reads
+
+    def _store_twin(self, seq: int) -> Any:
+        """A read replica of this server's own database (a `Service` of the same class) once its state store has
+        reached `seq`, else None (and always None on a replica). A grid as of a seq, or one filtered by a check,
+        then comes from the store's cells and the checks kept with them, where a folding server looks each ref
+        up in its memory: the two answer alike (tests/api/test_read_replica.py), the store in a time that does
+        not grow with the refs looked up. The store is `serve`'s and `up`'s projector's (about a second behind
+        the head); a read it has not reached is answered from memory, never waited for."""
+        if self._live is None or not self._past_from_store:
+            return None
+        twin = self.__dict__.get("_twin")
+        if twin is None or twin.graph is not self.graph:
+            twin = self.__dict__["_twin"] = type(self)(self.db, graph=self.graph, clock=self.clock, replica=True)
+        twin.reads.catch_up()
+        return twin if twin.reads.head_seq >= seq else None
 
     @contextmanager
     def _reading(self, min_seq: int | None = None, as_of_seq: int | None = None) -> Iterator[StateView]:

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from operator import attrgetter, eq, itemgetter, ne, or_, truth
+from typing import cast
 
 from partbuild.api.errors import InvalidInput, NotFound
 from partbuild.api.models.jobs import GraphEdgeOut, JobGraphOut, NodeKind, PartitionsSummaryOut
@@ -56,7 +57,7 @@ from partbuild.state.queries.cells import GRID_STATES, TAINTED, cell_states
 from partbuild.state.queries.staleness import is_stale
 from partbuild.state.rules import grid
 from partbuild.state.rules.grid import Cell, Month
-from partbuild.state.store.reader import StoreReader
+from partbuild.state.store.reader import StoreNotReady, StoreReader
 from partbuild.state.store.records import REF
 from partbuild.state.store.stored import (
     HeldCells,
@@ -152,12 +153,14 @@ class GridFilters:
         return any(value is not None for value in (self.check, self.check_result, self.error, self.made_by))
 
 
-def _check_grid_filters(state: str | None, filters: GridFilters) -> None:
-    """A grid filter's value is one the grid knows: InvalidInput (a 422 page) otherwise, never ignored."""
+def _check_grid_filters(state: str | None, filters: GridFilters) -> bool:
+    """A grid filter's value is one the grid knows: InvalidInput (a 422 page) otherwise, never ignored. Whether
+    the filters narrow the cells (`GridFilters.narrows`)."""
     if state is not None and state not in GRID_STATES:
         raise InvalidInput(f"state must be one of {', '.join(GRID_STATES)}")
     if filters.check_result is not None and filters.check_result not in CHECK_RESULTS:
         raise InvalidInput(f"check_result must be one of {', '.join(CHECK_RESULTS)}")
+    return filters.narrows
 
 
 def narrowed_cells(
@@ -213,6 +216,11 @@ class JobsService(ServiceBase):
     def partitions_summary(
         self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
     ) -> PartitionsSummaryOut:
+        if as_of_seq is not None and (twin := self._twin_for(as_of_seq)) is not None:
+            try:
+                return twin.partitions_summary(name, as_of_seq)
+            except StoreNotReady:  # its rows are being written again: from memory
+                pass
         node = self._node(name) if self.graph is not None else None
         held = self._held_cells(name, node) if as_of_seq is not None else None
         with self._reading(min_seq, as_of_seq) as state:
@@ -267,8 +275,9 @@ class JobsService(ServiceBase):
     ) -> GridView:
         """The status grid of a job or source (for the web page): its refs from `start` to `end` in key order;
         the filters of `GET /partitions` narrow it (a check, its result, an error's text), as of any seq."""
-        _check_grid_filters(state_filter, filters)
-        narrowed = filters.narrows
+        narrowed = _check_grid_filters(state_filter, filters)
+        if (stored := self._grid_from_store(name, start, end, state_filter, as_of_seq, filters)) is not None:
+            return stored
         node = self._node(name) if self.graph is not None else None
         held = self._held_cells(name, node) if as_of_seq is not None else None
         with self._reading(None, as_of_seq) as state:
@@ -317,6 +326,29 @@ class JobsService(ServiceBase):
         return GridView(summary, shape, months, shown, start, end, state_filter, labels, stale)
 
     # ----------------------------------------------------------------- helpers
+
+    def _grid_from_store(
+        self,
+        name: str,
+        start: str | None,
+        end: str | None,
+        state_filter: str | None,
+        as_of_seq: int | None,
+        filters: GridFilters,
+    ) -> GridView | None:
+        """A folding server's grid as of a seq, or filtered by a check, from its twin replica once the store has the
+        seq (`_store_twin`); None: from memory."""
+        seq = self.reads.head_seq if as_of_seq is None else as_of_seq
+        if (as_of_seq is None and not filters.narrows) or (twin := self._twin_for(seq)) is None:
+            return None
+        try:
+            return twin.partitions_grid(name, start, end, state_filter, seq, filters)
+        except StoreNotReady:  # its rows are being written again: from memory
+            return None
+
+    def _twin_for(self, seq: int) -> JobsService | None:
+        """`_store_twin(seq)`, as what it is: a service of this class (None for a negative seq: refused below)."""
+        return cast("JobsService | None", self._store_twin(seq)) if seq >= 0 else None
 
     def _stale_cells(self, state: StateView, cells: list[tuple[str, str]]) -> frozenset[str]:
         """The refs whose readers get a stale instance: one still serving while its successor is built (new

@@ -54,7 +54,7 @@ class Sides:
 def sides(tmp_path: Path) -> Iterator[Sides]:
     with Database.open(f"sqlite:///{tmp_path / 'r.db'}", auto_upgrade=True) as db:
         db.log.append(w1_history(SMALL_PLAN))
-        primary = Service(db)
+        primary = Service(db, past_from_store=False)  # its grids of the past from its memory: the reference
         assert Projector(primary.live, db.changes).project() == db.log.head()
         replica = Service(db, replica=True)
         with TestClient(create_app(primary)) as folding, TestClient(create_app(replica)) as reading:
@@ -317,9 +317,13 @@ def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
     )
     with Database.open(f"sqlite:///{tmp_path / 'g.db'}", auto_upgrade=True) as db:
         db.log.append(events)
-        primary = Service(db)
+        primary = Service(db, past_from_store=False)  # from its memory: the reference
         head = Projector(primary.live, db.changes).project()
         replica = Service(db, replica=True)
+        folding = Service(db)  # a folding server that reads them from its store (the replica's code) once it can
+        from_memory: list[int] = []  # the seqs it read as of in its memory
+        in_memory = folding.live.read_as_of
+        monkeypatch.setattr(folding.live, "read_as_of", lambda seq: from_memory.append(seq) or in_memory(seq))
         cells, filtered, seen = 0, 0, set()
         check_filters = _check_filters(primary.state)
         checks_read: list[str] = []  # the instances whose checks a filter looked up
@@ -333,8 +337,10 @@ def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
             for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
                 grid = answer(primary.partitions_grid, node.name, as_of_seq=seq)
                 assert answer(replica.partitions_grid, node.name, as_of_seq=seq) == grid, (node.name, seq)
+                assert answer(folding.partitions_grid, node.name, as_of_seq=seq) == grid, (node.name, seq)
                 summary = answer(primary.partitions_summary, node.name, as_of_seq=seq)
                 assert answer(replica.partitions_summary, node.name, as_of_seq=seq) == summary, (node.name, seq)
+                assert answer(folding.partitions_summary, node.name, as_of_seq=seq) == summary, (node.name, seq)
                 if isinstance(grid, GridView):
                     cells += 2 * len(grid.cells)
                     seen.update(cell.state for cell in grid.cells)
@@ -347,9 +353,15 @@ def test_a_replicas_grids_as_of_every_seq_are_the_folding_servers(
                         filters,
                     )
                     assert seq < head or not checks_read, "as of the head every check filter reads the store's cells"
+                    assert answer(folding.partitions_grid, node.name, as_of_seq=seq, filters=filters) == grid
                     filtered += len(grid.cells) if isinstance(grid, GridView) else 0
             if seq == head:
                 assert looked_up == [], "as of the head every cell is the store's"
+                for node in graph.nodes if isinstance(graph, JobGraphOut) else []:
+                    for filters in check_filters:  # and now
+                        now = answer(primary.partitions_grid, node.name, filters=filters)
+                        assert answer(folding.partitions_grid, node.name, filters=filters) == now
+    assert not from_memory, "a folding server's grids of the past come from its store once it has their seq"
     if name in ("v1", "w1", "w1 retained"):  # long histories: most cells held from a seq before the one asked
         assert cells > 1000 and sum(looked_up) < cells / 2
     assert filtered > 0 or not check_filters
