@@ -49,7 +49,7 @@ def parse_key(key: str) -> tuple[str, str, str] | None:
     at = 0
     for _ in range(2):
         colon = key.find(":", at)
-        if colon < 0 or not key[at:colon].isdigit():
+        if colon < 0 or not (key[at:colon].isascii() and key[at:colon].isdigit()):
             return None
         end = colon + 1 + int(key[at:colon])
         if end >= len(key):
