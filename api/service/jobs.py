@@ -216,7 +216,8 @@ class JobsService(ServiceBase):
     def partitions_summary(
         self, name: str, as_of_seq: int | None = None, min_seq: int | None = None
     ) -> PartitionsSummaryOut:
-        if as_of_seq is not None and (twin := self._twin_for(as_of_seq)) is not None:
+        caught_up = min_seq is None or min_seq <= self.reads.head_seq  # else catch up (or say why not) below
+        if as_of_seq is not None and caught_up and (twin := self._twin_for(as_of_seq)) is not None:
             try:
                 return twin.partitions_summary(name, as_of_seq)
             except StoreNotReady:  # its rows are being written again: from memory

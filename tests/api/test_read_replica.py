@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from partbuild.api.app import create_app
-from partbuild.api.errors import ApiError
+from partbuild.api.errors import ApiError, Conflict
 from partbuild.api.models.jobs import JobGraphOut
 from partbuild.api.service import Service, jobs
 from partbuild.api.service.jobs import GridFilters, GridView
@@ -186,6 +186,24 @@ def test_a_jobs_cells_are_looked_up_once_per_watermark_and_again_when_it_moves(
     assert by_key == [1] and len(scans) == 1 and moved.as_of_seq > first.as_of_seq  # the tainted ref alone
     assert moved.counts["live"] == first.counts["live"] - 1
     assert moved == sides.primary.partitions_summary(node.name)
+
+
+def test_a_folding_servers_summary_of_the_past_from_its_store_still_honours_min_seq(sides: Sides) -> None:
+    """A folding server answers a summary as of a seq from its store (`_store_twin`), but a `min_seq` the log has
+    not reached is still a 409, and one another process wrote is caught up to first: never ignored."""
+    folding = Service(sides.db)
+    try:
+        name = max(sides.primary.job_graph().nodes, key=lambda node: node.name).name
+        head = folding.live.head_seq
+        expected = sides.primary.partitions_summary(name, as_of_seq=head // 2)
+        assert folding.partitions_summary(name, as_of_seq=head // 2) == expected
+        with pytest.raises(Conflict, match="min_seq"):
+            folding.partitions_summary(name, as_of_seq=head // 2, min_seq=head + 5)
+        sides.db.log.append([envelope(pb.WantCreate(want_id="later", partition_refs=["x/y=1"]))])
+        assert folding.partitions_summary(name, as_of_seq=head // 2, min_seq=head + 1) == expected
+        assert folding.live.head_seq == head + 1  # caught up to it first
+    finally:
+        folding.stop()
 
 
 def _counting(
