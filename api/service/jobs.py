@@ -533,10 +533,9 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
     """
     splice = None
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
-        fresh = added if added is not None else sorted(set(refs).difference(last.refs))
-        if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
+        splice = _splice_of(last, refs, added)  # a fresh ref's instance slot reads as superseded: looked up
+        if splice is None:
             return None
-        splice = grid.Splice.of(last.refs, fresh)  # a fresh ref's instance slot reads as superseded: looked up
         cells, tracked = splice.applied(last.cells, None), splice.applied(last.instances, _NEW)
         seen = splice.applied(last.seen, -1)
     else:
@@ -569,6 +568,15 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
     starts = _starts(cells, last, moved, splice) if changed else last.starts  # heartbeats only move no cell
     return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
+
+
+def _splice_of(last: LiveCells, refs: list[str], added: list[str] | None) -> grid.Splice | None:
+    """How `refs` (the node's refs now) add to `last.refs`: the refs added since (`added`, sorted, when the listing
+    index knows them), spliced in; None when most refs are new or some went (cells from scratch are as cheap)."""
+    fresh = added if added is not None else sorted(set(refs).difference(last.refs))
+    if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
+        return None
+    return grid.Splice.of(last.refs, fresh)
 
 
 def _starts(
@@ -614,10 +622,9 @@ def _refreshed_from_store(
         return None
     old, splice = last.held, None
     if refs is not last.refs:
-        fresh = added if added is not None else sorted(set(refs).difference(last.refs))
-        if len(fresh) * 2 > len(refs) or len(refs) != len(last.refs) + len(fresh):
+        splice = _splice_of(last, refs, added)  # a None cell is looked up: its seqs are filled then
+        if splice is None:
             return None
-        splice = grid.Splice.of(last.refs, fresh)  # a None cell is looked up: its seqs are filled then
         cells, checks = splice.applied(old.cells, None), splice.applied(old.checks, None)
         held = HeldCells(cells, splice.applied(old.since, 0), splice.applied(old.created, 0), checks)
         moved = set(splice.fresh_indices())
