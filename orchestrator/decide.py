@@ -29,6 +29,7 @@ from partbuild.orchestrator.identity import ORCHESTRATOR
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.checks import recorded_metrics
+from partbuild.state.fold.group import removed_runner
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun, JobRunState, Want
 from partbuild.state.log.events import envelope, from_job_run
 
@@ -384,7 +385,8 @@ def stale_runs(
     """Fail active runs whose heartbeats stopped (their orchestrator died); they are retried.
 
     A worker with buckets fails only runs of its own bucket(s): another bucket's owner may just
-    be slow. A group member's failure carries its fence (the fold accepts it from the owner).
+    be slow. A group member's failure carries its fence (the fold accepts it from the owner). A run
+    of a member the group removed is failed at once: the fold refuses its heartbeats and outcomes.
     """
     alive = set(alive)
     scope = ownership.at(state) if ownership is not None else None
@@ -395,8 +397,14 @@ def stale_runs(
         run = state.job_runs[run_id]
         if scope is not None and not scope.owns_run(state, run):
             continue
+        removed = removed_runner(state, run_id)
         last_sign = max(run.last_heartbeat_ms, run.created_ms)
-        if now_ms - last_sign <= timeout_ms:
+        if removed is not None:
+            group, task = removed
+            why = f"its worker {task} is no longer a member of group {group.name}"
+        elif now_ms - last_sign > timeout_ms:
+            why = f"no heartbeat for {(now_ms - last_sign) / 1000:.1f} s"
+        else:
             continue
         job = graph.jobs.get(run.job_label)
         prior = max(failed_attempts(state, state.instances[uuid]) for uuid in run.instance_uuids)
@@ -404,7 +412,7 @@ def stale_runs(
         failure = pb.JobRunFailure(
             job_run_id=run_id,
             error_class=pb.ERROR_CLASS_PERMANENT if exhausted else pb.ERROR_CLASS_RETRYABLE,
-            message=f"no heartbeat for {(now_ms - last_sign) / 1000:.1f} s: the process running it is gone",
+            message=f"{why}: the process running it is gone",
         )
         if scope is not None:
             scope.stamp(failure)

@@ -80,6 +80,11 @@ def _reaction_tables() -> tuple[dict[str, PendingRow], dict[str, int], dict[str,
     return {}, {}, {}
 
 
+def _zero_counts() -> tuple[list[int], list[int], list[int]]:
+    """Per-state counts of instances, wants and job runs, all zero."""
+    return [0] * len(InstanceState), [0] * len(WantState), [0] * len(JobRunState)
+
+
 class BuildState:
     """Everything partbuild knows, as of `head_seq`; rebuilt by folding the log.
 
@@ -122,6 +127,7 @@ class BuildState:
         ),
         Items(("serving",)),  # since issue 34: empty while nothing is stale (every older log)
         Lookup(("upstream_failures", "owed_retries")),
+        Lookup(("run_fences",)),  # since 2026-11-30: an index of active runs that older logs never read
         Items(("reaction_pending", "reaction_cursors")),  # since issue 35: empty in every older log
         Lookup(("reactions",)),  # per reaction, from its firings: older logs' ReactionFired must not change digests
     )
@@ -150,9 +156,7 @@ class BuildState:
         self.waiters: dict[str, dict[str, None]] = {}  # upstream ref -> UUIDs of instances waiting for it
         self.superseded: list[str] = []  # non-canonical instances still held (retention candidates), oldest first
         self.expiry: list[tuple[int, int, str]] = []  # heap of (expires_at_ms, created_seq, want_id)
-        self.instance_counts = [0] * len(InstanceState)
-        self.want_counts = [0] * len(WantState)
-        self.run_counts = [0] * len(JobRunState)
+        self.instance_counts, self.want_counts, self.run_counts = _zero_counts()
         self.dropped_instances = 0
         self.bucket_runs: dict[str, int] = {}  # bucketing namespace -> last bucket a round-robin worker started
         # bucketing namespace -> (bucket_total, seq that fixed it): every scoped decision must agree.
@@ -186,6 +190,7 @@ class BuildState:
         self.serving: dict[str, str] = {}  # ref -> a stale Live instance still read (served_instance)
         self.upstream_failures: dict[str, dict[str, None]] = {}  # failed ref -> instances it made UpstreamFailed
         self.owed_retries: dict[str, None] = {}  # outputs of split batches not run again yet, wanted or not
+        self.run_fences: dict[str, tuple[str, str]] = {}  # active run -> (group, task) of the member that buffered it
         # What reactions owe (fold/reaction_notes.py): firings waiting, each scope's cursor; each reaction's row.
         self.reaction_pending, self.reaction_cursors, self.reactions = _reaction_tables()
         self.strict = strict  # tests set it, so a bug in a check raises instead of becoming a rejection

@@ -207,8 +207,15 @@ def check_group_epoch(state: BuildState, seq: int, msg: pb.GroupEpoch, event: pb
         state_seqs=dict.fromkeys(members, seq),
         epoch_ids=(current.epoch_ids if current is not None else frozenset()) | {msg.epoch_id},
         epochs=(current.epochs if current is not None else 0) + 1,
+        fences_runs_since=_fences_runs_since(current, seq, msg.fences_removed_runs),
     )
     return new, msg.namespace not in state.bucket_layouts
+
+
+def _fences_runs_since(current: GroupState | None, seq: int, fences: bool) -> int:
+    """Since when the group fences off removed members' runs: the first epoch that asked, for good."""
+    since = current.fences_runs_since if current is not None else 0
+    return since or (seq if fences else 0)
 
 
 def apply_group_epoch(state: BuildState, seq: int, plan: EpochPlan, event: pb.Event) -> None:
@@ -325,6 +332,32 @@ def fenced_member_problem(state: BuildState, fence: pb.DecisionFence, event: pb.
     """Why a fenced decision that needs only membership (a derivative want) is refused, or None."""
     group = fence_problem(state, fence, event)
     return group if isinstance(group, str) else None
+
+
+def removed_runner(state: BuildState, job_run_id: str) -> tuple[GroupState, str] | None:
+    """(its group, the task) if an active run's group member was removed by an epoch that fences off removed
+    members' runs; None for every other run."""
+    fenced = state.run_fences.get(job_run_id) if state.run_fences else None
+    if fenced is None:
+        return None
+    group_name, task = fenced
+    group = state.groups[group_name]
+    return (group, task) if group.fences_off(task) else None
+
+
+def removed_runner_problem(state: BuildState, job_run_id: str) -> str | None:
+    """Why an event of an active run's own (a heartbeat, an unfenced outcome) is refused: the group member that
+    buffered it was removed (`removed_runner`). None if it was not."""
+    removed = removed_runner(state, job_run_id)
+    if removed is None:
+        return None
+    group, task = removed
+    group_name = group.name
+    return (
+        f"job run {short(job_run_id)} was buffered by task {short(task)}, which is no longer a member of group "
+        f"{short(group_name)} (epoch {short(group.epoch_id)} since seq {group.epoch_seq}): its runs are fenced "
+        "off, only the owner of their buckets may fail them"
+    )
 
 
 # ----------------------------------------------------------------- fence rejections, for operators

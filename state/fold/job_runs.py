@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold import buckets
 from partbuild.state.fold.checks import NO_CHECKS, ChecksPlan, checks_problem, gate_problem, record_checks
-from partbuild.state.fold.group import fenced_decision_problem
+from partbuild.state.fold.group import fenced_decision_problem, removed_runner_problem
 from partbuild.state.fold.history import (
     ENTRY_BITS,
     HEARTBEAT_PAIR,
@@ -70,13 +70,21 @@ _NO_INPUTS: Inputs = ((), ())
 _LAYOUTS = ("bucket_layouts",)
 
 
-def _active_run(state: BuildState, job_run_id: str) -> JobRun | str:
-    """The queued or running job run, or why an outcome for it is not a valid next step."""
+def _active_run(state: BuildState, job_run_id: str, own: bool = True) -> JobRun | str:
+    """The queued or running job run, or why an event of it is not a valid next step.
+
+    An event of the run's own process (`own`: a heartbeat, an unfenced outcome) is refused once the group member
+    that buffered it was removed from its group; the owner's fenced failure and an operator's cancel are not.
+    """
     run = state.job_runs.get(job_run_id)
     if run is None:
         return f"job run {short(job_run_id)} does not exist"
     if run.state not in ACTIVE_RUN_STATES:
         return f"job run {short(job_run_id)} is already {run.state.name.lower()}"
+    if own and state.run_fences:
+        problem = removed_runner_problem(state, job_run_id)
+        if problem:
+            return problem
     return run
 
 
@@ -101,6 +109,8 @@ def _move_run(state: BuildState, run: JobRun, new: JobRunState, seq: int, event:
         state.touched.runs.add(run.job_run_id)
     if new not in ACTIVE_RUN_STATES:
         del state.active_run_ids[run.job_run_id]
+        if state.run_fences:
+            state.run_fences.pop(run.job_run_id, None)
 
 
 # ----------------------------------------------------------------- JobRunBuffer
@@ -169,6 +179,8 @@ def apply_job_run_buffer(state: BuildState, seq: int, plan: BufferPlan, event: p
         run.blocking_checks = tuple(map(intern, msg.blocking_checks))
     state.job_runs[run_id] = run
     state.active_run_ids[run_id] = None
+    if msg.HasField("fence"):  # a group member's: fenced off if the member is removed while it runs
+        state.run_fences[run_id] = (intern(msg.fence.group), intern(msg.fence.task_id))
     if state.touched is not None:
         state.touched.runs.add(run_id)
     state.run_counts[_QUEUED] += 1
@@ -382,7 +394,7 @@ def _changed_input(state: BuildState, inputs: Sequence[Instance]) -> Instance | 
 
 def check_job_run_failure(state: BuildState, seq: int, msg: pb.JobRunFailure, event: pb.Event) -> str | FailurePlan:
     """Validate a JobRunFailure; resolve the run and its instances."""
-    run = _active_run(state, msg.job_run_id)
+    run = _active_run(state, msg.job_run_id, own=not msg.HasField("fence"))
     if isinstance(run, str):
         return run
     if msg.retry_after_ms < 0:
@@ -433,8 +445,8 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
 
 
 def check_job_run_cancel(state: BuildState, seq: int, msg: pb.JobRunCancel, event: pb.Event) -> str | CancelPlan:
-    """Validate a JobRunCancel; resolve the run and its instances."""
-    run = _active_run(state, msg.job_run_id)
+    """Validate a JobRunCancel (an operator's); resolve the run and its instances."""
+    run = _active_run(state, msg.job_run_id, own=False)
     if isinstance(run, str):
         return run
     return run, msg.reason or None, _instances_of(state, run), msg.replace_instances

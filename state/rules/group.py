@@ -68,15 +68,25 @@ class GroupState:
     state_seqs: Mapping[str, int]  # member -> seq of the event that last set its state
     epoch_ids: frozenset[str]  # every epoch id the group has had: an id is never reused
     epochs: int  # how many epochs so far
+    # The seq of the first epoch that fenced off removed members' runs (GroupEpoch.fences_removed_runs), or 0.
+    fences_runs_since: int = 0
 
     digest_leaves_out: ClassVar[tuple[str, ...]] = ("owners",)
 
     def digest_values(self) -> tuple[object, ...]:
-        """A canonical tuple for the state digest (`owners` follow from the states, so it is left out)."""
+        """A canonical tuple for the state digest (`owners` follow from the states, so it is left out; the fence
+        of removed members' runs is hashed once set, so older logs keep their digests)."""
         states = tuple((self.states[task].record(), self.state_seqs[task]) for task in self.members)
         layout = (self.name, self.created_seq, self.namespace, self.bucket_total)
         epoch = (self.epoch_id, self.epoch_seq, self.leader, self.members, tuple(sorted(self.epoch_ids)), self.epochs)
+        if self.fences_runs_since:
+            return layout, epoch, states, self.fences_runs_since
         return layout, epoch, states
+
+    def fences_off(self, task_id: str) -> bool:
+        """Whether the runs `task_id` buffered for this group are fenced off: it was removed from a group that
+        fences removed members' runs."""
+        return bool(self.fences_runs_since) and task_id not in self.states
 
     def owned_by(self, task_id: str) -> list[int]:
         """The buckets `task_id` owns, ascending."""
@@ -353,6 +363,7 @@ def epoch_message(
         message_timestamp_ms=timestamp_ms,
         members=list(states),
         connector_state=[task_state_pb(state) for state in states.values()],
+        fences_removed_runs=True,
     )
 
 

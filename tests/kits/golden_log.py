@@ -151,6 +151,57 @@ def group_events() -> list[pb.Event]:
     return events
 
 
+def group_fence_events() -> list[pb.Event]:
+    """Epochs that fence off removed members' runs: b's heartbeat, success and unfenced failure after its removal
+    are rejected, a's fenced failure is accepted, a later epoch without the flag keeps the fence."""
+    from partbuild.state.rules.bucketing import bucket
+
+    a, b = "host-a:101:0a0a0a0a", "host-b:202:0b0b0b0b"
+    refs = [f"noop/{n}" for n in range(8)]
+    events: list[pb.Event] = []
+
+    def add(payload: object, source: pb.EventSource | None = None) -> int:
+        stamp = 1_797_000_000_000 + 1_000 * len(events)
+        events.append(envelope(payload, source=source, timestamp_ms=stamp, event_id=f"gf{len(events)}"))  # type: ignore[arg-type]
+        return len(events)
+
+    def states(data: dict[str, list[int]], share: dict[int, str] | None = None) -> list[pb.GroupTaskState]:
+        return [pb.GroupTaskState(task_id=task, state_timestamp_ms=1_797_000_000_000, data=held,
+                                  share=share if task == a else None) for task, held in data.items()]  # fmt: skip
+
+    def epoch(epoch_id: str, previous: str, data: dict[str, list[int]], fences: bool) -> pb.GroupEpoch:
+        return pb.GroupEpoch(group="fenced", epoch_id=epoch_id, previous_epoch_id=previous, namespace="fenced",
+                             bucket_total=2, leader_task_id=a, message_timestamp_ms=1_797_000_000_000,
+                             members=list(data), connector_state=states(data), fences_removed_runs=fences)  # fmt: skip
+
+    def message(task: str, data: dict[str, list[int]], share: dict[int, str] | None = None) -> pb.GroupTaskMessage:
+        return pb.GroupTaskMessage(group="fenced", epoch_id=e1, task_id=task, message_timestamp_ms=1_797_000_000_000,
+                                   connector_state=states(data, share))  # fmt: skip
+
+    e1, e2, e3 = (f"7d1f0c1e-0000-4000-8000-0000000000f{n}" for n in (1, 2, 3))
+    want = add(pb.WantCreate(want_id="w", partition_refs=refs), manual("ann"))
+    sa, sb = system("orchestrator", a), system("orchestrator", b)
+    add(epoch(e1, "", {a: [1, 2], b: []}, fences=True), sa)
+    add(message(a, {a: [1, 2], b: []}, {2: b}), sa)  # a shares bucket 2 with b
+    add(message(b, {a: [1, 2], b: [2]}, {2: b}), sb)  # b picks it up
+    add(message(a, {a: [1], b: [2]}), sa)  # a drops it
+    mine = [instance_uuid(want, ref) for ref in refs if bucket("fenced", ref, 2) == 2]
+    fence = pb.DecisionFence(group="fenced", epoch_id=e1, task_id=b)
+    add(pb.JobRunBuffer(job_run_id="noop-b", job_label="noop", instance_uuids=mine, fence=fence), sb)
+    add(pb.JobRunHeartbeat(job_run_id="noop-b"), from_job_run("noop-b"))
+    add(epoch(e2, e1, {a: [1, 2]}, fences=True), sa)  # b missed its member timeout
+    add(pb.JobRunHeartbeat(job_run_id="noop-b"), from_job_run("noop-b"))  # rejected: b resumed too late
+    add(pb.JobRunSuccess(job_run_id="noop-b"), from_job_run("noop-b"))  # rejected
+    add(pb.JobRunFailure(job_run_id="noop-b", message="executor error"), from_job_run("noop-b"))  # rejected
+    add(epoch(e3, e2, {a: [1, 2]}, fences=False), sa)  # an older leader's epoch: the fence holds
+    add(pb.JobRunHeartbeat(job_run_id="noop-b"), from_job_run("noop-b"))  # rejected
+    gone = pb.DecisionFence(group="fenced", epoch_id=e3, task_id=a)
+    add(pb.JobRunFailure(job_run_id="noop-b", message="its worker is gone", fence=gone), sa)
+    add(pb.JobRunBuffer(job_run_id="noop-a", job_label="noop", instance_uuids=mine, fence=gone), sa)
+    add(pb.JobRunSuccess(job_run_id="noop-a"), from_job_run("noop-a"))
+    return events
+
+
 def version_events() -> list[pb.Event]:
     """raw -> daily -> weekly from observed raw days; then the raw data is observed again, versioned."""
     events: list[pb.Event] = []
@@ -506,6 +557,12 @@ GOLDEN_LOGS = (
         "golden_log_group.bin",
         group_events,
         "4af51da881194a72763eea81bcb204ec1177dce10e47b48f4d27e566a0fd5fc1",
+    ),
+    GoldenLog(
+        "group_fences",  # epochs fencing off removed members' runs, 2026-11-30
+        "golden_log_group_fences.bin",
+        group_fence_events,
+        "2f1041c5b7d315e6ad10a4df0c63dec5c12f8f9c94eaa38819aaed349e29616d",
     ),
     GoldenLog(
         "versions",  # versioned source observations, 2026-11

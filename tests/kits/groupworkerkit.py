@@ -218,8 +218,9 @@ def epochs_without(tail: Tail, task: str) -> list[int]:
 
 
 def assert_stale_run_retried(state: BuildState, run_id: str) -> None:
-    """The dead worker's run failed by heartbeat timeout, and its partitions were built by another run."""
+    """The dead worker's run was failed by the new owner of its buckets as soon as the group removed the worker
+    (well before the heartbeat timeout), and its partitions were built by another run."""
     run = state.job_runs[run_id]
-    assert run.state == JobRunState.FAILED and "no heartbeat" in (run.error_message or ""), run
+    assert run.state == JobRunState.FAILED and "is no longer a member of group" in (run.error_message or ""), run
     for uuid in run.instance_uuids:
         assert any(state.job_runs[r].state == JobRunState.SUCCEEDED for r in state.instances[uuid].attempts)

@@ -449,7 +449,7 @@ class GroupTaskState(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., state_timestamp_ms: _Optional[int] = ..., data: _Optional[_Iterable[int]] = ..., share: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class GroupEpoch(_message.Message):
-    __slots__ = ("group", "epoch_id", "previous_epoch_id", "namespace", "bucket_total", "leader_task_id", "message_timestamp_ms", "members", "connector_state")
+    __slots__ = ("group", "epoch_id", "previous_epoch_id", "namespace", "bucket_total", "leader_task_id", "message_timestamp_ms", "members", "connector_state", "fences_removed_runs")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_EPOCH_ID_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +459,7 @@ class GroupEpoch(_message.Message):
     MESSAGE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     CONNECTOR_STATE_FIELD_NUMBER: _ClassVar[int]
+    FENCES_REMOVED_RUNS_FIELD_NUMBER: _ClassVar[int]
     group: str
     epoch_id: str
     previous_epoch_id: str
@@ -468,7 +469,8 @@ class GroupEpoch(_message.Message):
     message_timestamp_ms: int
     members: _containers.RepeatedScalarFieldContainer[str]
     connector_state: _containers.RepeatedCompositeFieldContainer[GroupTaskState]
-    def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., previous_epoch_id: _Optional[str] = ..., namespace: _Optional[str] = ..., bucket_total: _Optional[int] = ..., leader_task_id: _Optional[str] = ..., message_timestamp_ms: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., connector_state: _Optional[_Iterable[_Union[GroupTaskState, _Mapping]]] = ...) -> None: ...
+    fences_removed_runs: bool
+    def __init__(self, group: _Optional[str] = ..., epoch_id: _Optional[str] = ..., previous_epoch_id: _Optional[str] = ..., namespace: _Optional[str] = ..., bucket_total: _Optional[int] = ..., leader_task_id: _Optional[str] = ..., message_timestamp_ms: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., connector_state: _Optional[_Iterable[_Union[GroupTaskState, _Mapping]]] = ..., fences_removed_runs: _Optional[bool] = ...) -> None: ...
 
 class GroupTaskMessage(_message.Message):
     __slots__ = ("group", "epoch_id", "task_id", "message_timestamp_ms", "connector_state")

@@ -297,6 +297,78 @@ def test_the_new_owner_fails_a_dead_members_stale_run() -> None:
     assert story.istate(ref).name == "UP_FOR_RETRY"
 
 
+def _removed(story: Story, ref: str) -> None:
+    """b buffers r-b over `ref` and starts it; the leader then removes b (b was paused past the timeout)."""
+    story.ok(_buffer(story, "r-b", ref, "b"), source=as_task("b"))
+    story.ok(pb.JobRunHeartbeat(job_run_id="r-b"), source=as_task("b"))
+    start(story, ["a", "c"], "a", "e2")
+
+
+def test_a_removed_members_runs_are_fenced_off_until_their_owner_fails_them() -> None:
+    """A paused member resumed after its removal cannot heartbeat or finish the runs the group gave away."""
+    story = settled()
+    ref = owned_ref(story, "b")
+    _removed(story, ref)
+    assert group_of(story).fences_runs_since == 2  # since the first epoch (the want is seq 1)
+    own = (
+        pb.JobRunHeartbeat(job_run_id="r-b"),
+        pb.JobRunSuccess(job_run_id="r-b"),
+        pb.JobRunFailure(job_run_id="r-b", message="executor error"),
+        pb.JobRunMissingDeps(job_run_id="r-b", missing_refs=["raw/x"]),
+    )
+    for late in own:
+        reason = story.rejected(late, "job run 'r-b' was buffered by task 'b', which is no longer a member")
+        assert "of group 'g' (epoch 'e2' since seq" in reason and "only the owner of their buckets" in reason
+    assert story.state.job_runs["r-b"].state.name == "RUNNING" and story.istate(ref).name == "BUILDING"
+    failure = pb.JobRunFailure(job_run_id="r-b", message="its worker b is gone", fence=fenced(story, "a"))
+    story.ok(failure, source=as_task("a"))
+    assert story.istate(ref).name == "UP_FOR_RETRY" and story.state.run_fences == {}
+
+
+def test_an_operator_may_cancel_a_removed_members_run_and_members_runs_are_unaffected() -> None:
+    story = settled()
+    ref, kept = owned_ref(story, "b"), owned_ref(story, "c")
+    story.ok(_buffer(story, "r-c", kept, "c"), source=as_task("c"))
+    _removed(story, ref)
+    assert set(story.state.run_fences) == {"r-b", "r-c"}
+    story.ok(pb.JobRunHeartbeat(job_run_id="r-c"), source=as_task("c"))  # c stayed a member
+    story.ok(pb.JobRunSuccess(job_run_id="r-c"), source=as_task("c"))
+    story.ok(pb.JobRunCancel(job_run_id="r-b", reason="operator", replace_instances=True))
+    assert story.state.run_fences == {}
+
+
+def test_the_fence_on_removed_members_runs_needs_an_epoch_that_asks_and_then_holds() -> None:
+    """Epochs written before the flag leave a removed member's runs alone (old logs replay as they did); once an
+    epoch asked, later epochs without the flag (an older leader's) keep the fence."""
+    story = Story()
+    story.want("w", *REFS)
+    first = epoch(story, ["a", "b", "c"], "a", "e1")
+    first.fences_removed_runs = False
+    story.ok(first, source=as_task("a"))
+    settle(story)
+    ref, mine = owned_ref(story, "b"), owned_ref(story, "a")
+    story.ok(_buffer(story, "r-b", ref, "b"), source=as_task("b"))
+    old_style = epoch(story, ["a", "b", "c"], "a", "e2")  # an old leader: no flag, nobody removed
+    old_style.fences_removed_runs = False
+    story.ok(old_style, source=as_task("a"))
+    removal = epoch(story, ["a", "c"], "a", "e3")
+    removal.fences_removed_runs = False
+    story.ok(removal, source=as_task("a"))
+    assert group_of(story).fences_runs_since == 0
+    story.ok(pb.JobRunHeartbeat(job_run_id="r-b"), source=as_task("b"))  # as before the rule
+    story.ok(_buffer(story, "r-a", mine, "a"), source=as_task("a"))
+    fencing = epoch(story, ["a", "c", "d"], "a", "e4")
+    story.ok(fencing, source=as_task("a"))
+    since = story.state.head_seq
+    story.rejected(pb.JobRunHeartbeat(job_run_id="r-b"), "which is no longer a member of group 'g'")
+    forgetful = epoch(story, ["a", "d"], "a", "e5")
+    forgetful.fences_removed_runs = False
+    story.ok(forgetful, source=as_task("a"))
+    assert group_of(story).fences_runs_since == since
+    story.rejected(pb.JobRunSuccess(job_run_id="r-b"), "buffered by task 'b'")
+    story.ok(pb.JobRunSuccess(job_run_id="r-a"), source=as_task("a"))
+
+
 def test_fenced_waits_need_ownership_and_fenced_derivative_wants_only_membership() -> None:
     story = settled()
     mine, theirs = owned_ref(story, "c"), owned_ref(story, "b")

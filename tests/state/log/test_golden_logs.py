@@ -134,6 +134,26 @@ def test_the_group_golden_log_replays_with_exactly_its_rejections() -> None:
     assert verify(events) == []
 
 
+def test_the_group_fences_golden_log_rejects_exactly_the_removed_members_own_events() -> None:
+    """After the epoch that removed b, its run's heartbeats and unfenced outcomes are refused (under a later
+    epoch without the flag too); the new owner's fenced failure ends it and a's retry builds its partitions."""
+    payloads = read("group_fences")
+    state = replayed(payloads)
+    refused = [(r.seq, r.event_type) for r in state.rejections]
+    assert refused == [
+        (9, "job_run_heartbeat"),
+        (10, "job_run_success"),
+        (11, "job_run_failure"),
+        (13, "job_run_heartbeat"),
+    ]
+    assert all(f"was buffered by task {B!r}, which is no longer a member" in r.reason for r in state.rejections)
+    assert state.groups["fenced"].fences_runs_since == 2 and state.run_fences == {}
+    failed, retry = state.job_runs["noop-b"], state.job_runs["noop-a"]
+    assert (failed.state, failed.error_message) == (JobRunState.FAILED, "its worker is gone")
+    assert retry.state == JobRunState.SUCCEEDED
+    assert verify([pb.Event.FromString(payload) for payload in payloads]) == []
+
+
 def test_the_versions_golden_log_replays_with_exactly_its_rejections() -> None:
     """Versions learned, repeated, moved with strong versions kept, and late data that taints its consumers."""
     state = replayed(read("versions"))
