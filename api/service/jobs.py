@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
-from operator import attrgetter, eq, itemgetter, ne, or_, truth
+from operator import attrgetter, eq, itemgetter, lt, or_, truth
 from typing import cast
 
 from partbuild.api.errors import InvalidInput, NotFound
@@ -50,8 +50,10 @@ from partbuild.api.service.log_jobs import LogJobs, dataset_of
 from partbuild.api.service.partitions import checked, wanted_by
 from partbuild.api.service.wants import made_by_filter
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
+from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import live_state
 from partbuild.state.fold.records import Instance
+from partbuild.state.fold.touched import changed_after
 from partbuild.state.fold.view import StateView
 from partbuild.state.queries.cells import GRID_STATES, TAINTED, cell_states
 from partbuild.state.queries.staleness import is_stale
@@ -87,7 +89,7 @@ class LiveCells:
     """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts.
 
     Never changed once made (requests read it without a lock): the next head's is made from it (`_refreshed`),
-    with each ref's canonical instance and that instance's `updated_seq` as of `seq` to tell what moved.
+    with each ref's canonical instance as of `seq` to tell what moved (its `updated_seq` is after `seq` then).
     """
 
     cells: list[tuple[str, str]]
@@ -100,7 +102,7 @@ class LiveCells:
     state: StateView | None = None
     refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
     instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
-    seen: list[int] = field(default_factory=list)  # the `updated_seq` each had as of `seq`
+    dropped: int = 0  # the live state's `dropped_instances` as of `seq`: a retention since may change a cell
     # A read replica's: the cells with the seq since which each has held (a grid as of an earlier seq from them).
     held: HeldCells | None = None
 
@@ -516,20 +518,19 @@ def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
     counts = {name: counted[name] for name in GRID_STATES if counted[name]}
     if held is not None:
         return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, None, refs, held=held)
-    canonical, instances = state.canonical, state.instances
+    canonical, instances, dropped = state.canonical, state.instances, live_state(state).dropped_instances
     tracked = [instances[canonical[ref]] for ref in refs]
-    seen = [instance.updated_seq for instance in tracked]
-    return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, seen)
+    return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, dropped)
 
 
 def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
     """`last` brought to the state's head: only the refs whose cell may have changed are looked up again.
 
-    A cell changes when its ref's canonical instance moves (`updated_seq` differs) or is superseded by a new one
-    (the only way the pointer moves), when the instance's checks are run again (a `ChecksRerun` answered since),
-    or, for a `tainted` cell, when its tainted predecessor goes (retention): those are looked up again, with the
-    refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
-    per ref is then as cheap).
+    A cell changes when its ref's canonical instance moves (its `updated_seq` is after `last.seq`: every change
+    of a record sets it to the change's seq) or is superseded by a new one (the only way the pointer moves), when
+    the instance's checks are run again (a `ChecksRerun` answered since), or, for a `tainted` cell, when its
+    tainted predecessor goes (a retention since): those are looked up again, with the refs added since (`added`,
+    sorted, when the listing index knows them). None when most refs are new (a lookup per ref is then as cheap).
     """
     splice = None
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
@@ -537,14 +538,10 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
         if splice is None:
             return None
         cells, tracked = splice.applied(last.cells, None), splice.applied(last.instances, _NEW)
-        seen = splice.applied(last.seen, -1)
     else:
-        cells, tracked, seen = list(last.cells), list(last.instances), list(last.seen)
-    # C-level passes (a Python loop over 467,376 refs took 128 ms): an instance updated or superseded since, or
-    # a fresh ref's slot (it reads as superseded); the tainted cells only when there are any.
-    updated = map(ne, map(_UPDATED_SEQ, tracked), seen)
-    moved = list(compress(count(), map(or_, updated, map(truth, map(_SUPERSEDED_SEQ, tracked)))))
-    if last.counts.get(TAINTED):
+        cells, tracked = list(last.cells), list(last.instances)
+    moved = _moved(last, state, refs, tracked, splice)
+    if last.counts.get(TAINTED) and live_state(state).dropped_instances != last.dropped:
         moved = sorted({*moved, *_tainted(last.cells, splice)})
     after = last.seq
     for uuid, _, answered in state.check_requests.values():  # rare: a scan
@@ -562,12 +559,35 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
             counts[was[1]] -= 1
         instance = instances[canonical[ref]]
         cells[index] = now = (ref, cell_states(state, (ref,))[0][1])
-        tracked[index], seen[index] = instance, instance.updated_seq
+        tracked[index] = instance
         counts[now[1]] += 1
         changed = changed or was != now
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
     starts = _starts(cells, last, moved, splice) if changed else last.starts  # heartbeats only move no cell
-    return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, seen)
+    return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, live_state(state).dropped_instances)
+
+
+def _moved(
+    last: LiveCells, state: StateView, refs: list[str], tracked: list[Instance], splice: grid.Splice | None
+) -> list[int]:
+    """The indices of the refs whose canonical instance changed or moved since `last.seq`, and of the fresh ones.
+
+    From what the fold touched since (its record, kept while a projector of the state store drains it: the
+    cost of the changes), else by C-level passes over every ref's instance (a Python loop over 467,376 refs took
+    128 ms; the passes about 110): updated or superseded since, or a fresh ref's slot (it reads as superseded)."""
+    changed = changed_after(state.touched, last.seq) if isinstance(state, BuildState) else None
+    if changed is None:
+        updated = map(lt, repeat(last.seq), map(_UPDATED_SEQ, tracked))
+        return list(compress(count(), map(or_, updated, map(truth, map(_SUPERSEDED_SEQ, tracked)))))
+    uuids, named = changed
+    instances = state.instances
+    named.update(instance.ref for uuid in uuids if (instance := instances.get(uuid)) is not None)
+    found = set(splice.fresh_indices()) if splice is not None else set()
+    for ref in named:
+        index = bisect_left(refs, ref)
+        if index < len(refs) and refs[index] == ref:  # else another node's
+            found.add(index)
+    return sorted(found)
 
 
 def _splice_of(last: LiveCells, refs: list[str], added: list[str] | None) -> grid.Splice | None:
@@ -604,7 +624,7 @@ class _New:
     """The instance slot of a ref just spliced in: it reads as superseded, so the ref is looked up."""
 
     superseded_seq = -1
-    updated_seq = -1
+    updated_seq = 0
 
 
 _NEW = _New()

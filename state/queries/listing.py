@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.view import StateView
 
-RECENT_MERGES = 64  # the merges whose new refs are kept, so a pattern's refs take in only what was added
-RECENT_MERGE_REFS = 10_000  # a merge bigger than this is not kept (a start-up's all refs): a full pass instead
+RECENT_ADDS = 1_024  # the adds whose new refs are kept, so a pattern's refs take in only what was added
+RECENT_ADD_REFS = 10_000  # an add bigger than this is not kept (a start-up's all refs): a full pass instead
 FANOUT = 16  # the as-of skip lists: blocks of 16 refs, of 16 blocks, of 256 blocks, of 4096 blocks
 LEVELS = 4
 
@@ -94,8 +94,10 @@ class Listing(Protocol):
 class _SortedRefs:
     """Refs in sorted order, each with a lower bound of its first instance's created seq ("first").
 
-    Merging new refs in is deferred to reads (folds stay cheap) and done under a lock, since
-    several readers may merge at once; readers keep the lists they got, never changed after.
+    Merging new refs in is deferred to reads of the whole list (folds stay cheap) and done under a lock, since
+    several readers may merge at once; readers keep the lists they got, never changed after. Each add is a
+    generation: a reader that keeps its own list of some refs (`ListingIndex.refs_matching`) asks for the refs
+    added since its generation (`added_since`) and splices those in, with no merge of the whole list.
     """
 
     def __init__(self) -> None:
@@ -104,15 +106,18 @@ class _SortedRefs:
         self._pending: list[str] = []
         self._pending_firsts = array("q")
         self._skips: list[array[int]] | None = None  # per level, the least first of each of its blocks
-        self.generation = 0  # merges so far
-        # (generation, its new refs sorted, or None when too many to keep) of the last merges.
-        self._recent: deque[tuple[int, list[str] | None]] = deque(maxlen=RECENT_MERGES)
+        self.generation = 0  # adds so far
+        # (generation, its new refs, or None when too many to keep) of the last adds.
+        self._recent: deque[tuple[int, list[str] | None]] = deque(maxlen=RECENT_ADDS)
         self._lock = threading.Lock()
 
     def add(self, refs: list[str], firsts: list[int]) -> None:
+        kept = list(refs) if len(refs) <= RECENT_ADD_REFS else None
         with self._lock:
             self._pending.extend(refs)
             self._pending_firsts.extend(firsts)
+            self.generation += 1
+            self._recent.append((self.generation, kept))
 
     def sorted(self) -> tuple[list[str], array[int]]:
         """Every ref, sorted, and their firsts."""
@@ -121,18 +126,23 @@ class _SortedRefs:
                 self._merge()
             return self.refs, self.firsts
 
-    def sorted_since(self, generation: int) -> tuple[list[str], int, list[str] | None]:
-        """(every ref sorted, the generation it is of, the refs added since `generation` or None if not kept)."""
+    def added_since(self, generation: int) -> tuple[int, list[str] | None]:
+        """(the generation now, the refs added since `generation`, unsorted, or None if they were not kept)."""
+        with self._lock:
+            if generation == self.generation:
+                return generation, []
+            batches = [batch for added, batch in self._recent if added > generation]
+            kept = [batch for batch in batches if batch is not None]
+            if len(batches) != self.generation - generation or len(kept) != len(batches):
+                return self.generation, None
+            return self.generation, [ref for batch in kept for ref in batch]
+
+    def sorted_of(self, generation: int) -> list[str] | None:
+        """Every ref sorted, when the generation is still `generation` (else None: ask again)."""
         with self._lock:
             if self._pending:
                 self._merge()
-            if generation == self.generation:
-                return self.refs, generation, []
-            batches = [batch for merged, batch in self._recent if merged > generation]
-            kept = [batch for batch in batches if batch is not None]
-            if len(batches) != self.generation - generation or len(kept) != len(batches):
-                return self.refs, self.generation, None
-            return self.refs, self.generation, [ref for batch in kept for ref in batch]
+            return self.refs if generation == self.generation else None
 
     def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
@@ -166,9 +176,6 @@ class _SortedRefs:
             refs += old[start:]
             firsts += old_firsts[start:]
         self.refs, self.firsts, self._skips = refs, firsts, None
-        self.generation += 1
-        kept = [pending[i] for i in order] if len(order) <= RECENT_MERGE_REFS else None
-        self._recent.append((self.generation, kept))
         self._pending, self._pending_firsts = [], array("q")
 
 
@@ -222,15 +229,19 @@ class ListingIndex:
         with self._matching_lock:
             cached = self._matching.get(key)
         generation = cached[0] if cached is not None else -1
-        refs, now, added = self._refs.sorted_since(generation)
+        now, added = self._refs.added_since(generation)
         if cached is not None and now == generation:
             return cached[1]
         base = fresh = None
-        if cached is not None and added is not None:
+        if cached is not None and added is not None:  # no merge of the whole list: the refs added, spliced in
             fresh = sorted(ref for ref in added if ref.startswith(prefix) and match(ref))
             base = cached[1]
             found = spliced(base, fresh) if fresh else base
         else:
+            refs = self._refs.sorted_of(now)
+            while refs is None:  # refs were added meanwhile: the list of the generation now
+                now = self._refs.added_since(now)[0]
+                refs = self._refs.sorted_of(now)
             under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
             found = [ref for ref in under if match(ref)]
         with self._matching_lock:

@@ -66,7 +66,7 @@ class Projector:
                     # Every record changed after the mark is in it: the pass costs its changes.
                     self._scan = None
                     last, drained = head, touched
-                    state.touched = Touched(head, len(state.dropped_changes))
+                    state.touched = touched.after(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
                     dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
                     records = RecordPass(rows_of(state, touched_keys(state, drained), mark), whole=self._whole)
