@@ -30,10 +30,10 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import compress, count, repeat
-from operator import attrgetter, eq, itemgetter, lt, or_, truth
+from operator import attrgetter, eq, itemgetter, lt
 from typing import cast
 
 from partbuild.api.errors import InvalidInput, NotFound
@@ -52,7 +52,6 @@ from partbuild.api.service.wants import made_by_filter
 from partbuild.orchestrator.graph import FIELD_TYPES, Graph, GraphError, Job, PartitionPattern
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.past import live_state
-from partbuild.state.fold.records import Instance
 from partbuild.state.fold.touched import changed_after
 from partbuild.state.fold.view import StateView
 from partbuild.state.queries.cells import GRID_STATES, TAINTED, cell_states
@@ -88,11 +87,12 @@ class Node:
 class LiveCells:
     """A node's known refs with their grid states at one head seq, where each run of equal state starts, counts.
 
-    Never changed once made (requests read it without a lock): the next head's is made from it (`_refreshed`),
-    with each ref's canonical instance as of `seq` to tell what moved (its `updated_seq` is after `seq` then).
+    Never changed once made (requests read it without a lock): the next head's is made from it (`_refreshed`).
+    A live state's are tuples: the cyclic GC stops scanning a tuple of strings (and of their pairs) after its
+    first pass, where every full collection walked lists the length of the node's refs (about 130 ms at 1M).
     """
 
-    cells: list[tuple[str, str]]
+    cells: Sequence[tuple[str, str]]
     starts: list[int]
     counts: dict[str, int]
     seq: int = 0
@@ -100,8 +100,7 @@ class LiveCells:
     # read replica's, whose every read is a state of its own, its records decoded rows: none is kept, and
     # the store's changes tell what moved since).
     state: StateView | None = None
-    refs: list[str] = field(default_factory=list)  # the node's refs they are aligned with (the listing's list)
-    instances: list[Instance] = field(default_factory=list)  # each ref's canonical instance as of `seq`
+    refs: Sequence[str] = ()  # the node's refs they are aligned with (the listing's own sequence)
     dropped: int = 0  # the live state's `dropped_instances` as of `seq`: a retention since may change a cell
     # A read replica's: the cells with the seq since which each has held (a grid as of an earlier seq from them).
     held: HeldCells | None = None
@@ -166,7 +165,7 @@ def _check_grid_filters(state: str | None, filters: GridFilters) -> bool:
 
 
 def narrowed_cells(
-    state: StateView, cells: list[tuple[str, str]], filters: GridFilters, held: tuple[HeldCells, int] | None = None
+    state: StateView, cells: Sequence[tuple[str, str]], filters: GridFilters, held: tuple[HeldCells, int] | None = None
 ) -> list[tuple[str, str]]:
     """The cells whose instance (readers', else canonical) has a latest check of that name and result, whose
     note holds the error's text (any case), and that a want made by whom the filter names names: one lookup
@@ -353,7 +352,7 @@ class JobsService(ServiceBase):
         """`_store_twin(seq)`, as what it is: a service of this class (None for a negative seq: refused below)."""
         return cast("JobsService | None", self._store_twin(seq)) if seq >= 0 else None
 
-    def _stale_cells(self, state: StateView, cells: list[tuple[str, str]]) -> frozenset[str]:
+    def _stale_cells(self, state: StateView, cells: Sequence[tuple[str, str]]) -> frozenset[str]:
         """The refs whose readers get a stale instance: one still serving while its successor is built (new
         input data, a code change), or a Live one built by another code version than the served graph's.
         Only for a grid of single cells (`MAX_CELLS` at most): ranges carry no marks."""
@@ -422,7 +421,7 @@ class JobsService(ServiceBase):
                 edges[(producer, node.name)] = None
         return list(edges)
 
-    def _refs_of(self, node: Node) -> list[str]:
+    def _refs_of(self, node: Node) -> Sequence[str]:
         """The node's known refs (every pattern's), sorted: the listing index's, as the live state holds them;
         without a graph, the log's (`LogJobs.refs`, brought up to date by `_log_node` or `_log_graph`)."""
         if not node.patterns:
@@ -510,7 +509,7 @@ def _source(state: StateView) -> StateView | None:
     return None if read_from_store(state) else state
 
 
-def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
+def _counted_cells(state: StateView, refs: Sequence[str]) -> LiveCells:
     """A node's live cells from scratch: a lookup per ref (a read replica's: a range scan of the store's cells)."""
     held = held_cells(state, refs) if read_from_store(state) else None
     cells = held.cells if held is not None else cell_states(state, refs)
@@ -518,29 +517,31 @@ def _counted_cells(state: StateView, refs: list[str]) -> LiveCells:
     counts = {name: counted[name] for name in GRID_STATES if counted[name]}
     if held is not None:
         return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, None, refs, held=held)
-    canonical, instances, dropped = state.canonical, state.instances, live_state(state).dropped_instances
-    tracked = [instances[canonical[ref]] for ref in refs]
-    return LiveCells(cells, grid.run_starts(cells), counts, state.head_seq, state, refs, tracked, dropped)
+    dropped = live_state(state).dropped_instances
+    return LiveCells(tuple(cells), grid.run_starts(cells), counts, state.head_seq, state, refs, dropped)
 
 
-def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[str] | None = None) -> LiveCells | None:
+def _refreshed(
+    last: LiveCells, state: StateView, refs: Sequence[str], added: list[str] | None = None
+) -> LiveCells | None:
     """`last` brought to the state's head: only the refs whose cell may have changed are looked up again.
 
-    A cell changes when its ref's canonical instance moves (its `updated_seq` is after `last.seq`: every change
-    of a record sets it to the change's seq) or is superseded by a new one (the only way the pointer moves), when
-    the instance's checks are run again (a `ChecksRerun` answered since), or, for a `tainted` cell, when its
-    tainted predecessor goes (a retention since): those are looked up again, with the refs added since (`added`,
-    sorted, when the listing index knows them). None when most refs are new (a lookup per ref is then as cheap).
+    A cell changes when its ref's canonical instance changes or a new one replaces it (the only way the pointer
+    moves; either way the canonical instance's `updated_seq` is after `last.seq`: every change of a record sets
+    it to the change's seq), when the instance's checks are run again (a `ChecksRerun` answered since), or, for a
+    `tainted` cell, when its tainted predecessor goes (a retention since): those are looked up again, with the
+    refs added since (`added`, sorted, when the listing index knows them). None when most refs are new (a lookup
+    per ref is then as cheap).
     """
     splice = None
     if refs is not last.refs:  # refs were added: splice them in, in key order, then look them up below
-        splice = _splice_of(last, refs, added)  # a fresh ref's instance slot reads as superseded: looked up
+        splice = _splice_of(last, refs, added)
         if splice is None:
             return None
-        cells, tracked = splice.applied(last.cells, None), splice.applied(last.instances, _NEW)
+        cells = splice.applied(last.cells, None)
     else:
-        cells, tracked = list(last.cells), list(last.instances)
-    moved = _moved(last, state, refs, tracked, splice)
+        cells = list(last.cells)
+    moved = _moved(last, state, refs, splice)
     if last.counts.get(TAINTED) and live_state(state).dropped_instances != last.dropped:
         moved = sorted({*moved, *_tainted(last.cells, splice)})
     after = last.seq
@@ -551,38 +552,36 @@ def _refreshed(last: LiveCells, state: StateView, refs: list[str], added: list[s
             if index < len(refs) and refs[index] == instance.ref:  # else another node's
                 moved.append(index)
     counts = Counter(last.counts)
-    canonical, instances = state.canonical, state.instances
     changed = splice is not None
     for index in moved:
         ref, was = refs[index], cells[index]
         if was is not None:
             counts[was[1]] -= 1
-        instance = instances[canonical[ref]]
         cells[index] = now = (ref, cell_states(state, (ref,))[0][1])
-        tracked[index] = instance
         counts[now[1]] += 1
         changed = changed or was != now
     kept = {name: counts[name] for name in GRID_STATES if counts[name] > 0}
     starts = _starts(cells, last, moved, splice) if changed else last.starts  # heartbeats only move no cell
-    return LiveCells(cells, starts, kept, state.head_seq, state, refs, tracked, live_state(state).dropped_instances)
+    dropped = live_state(state).dropped_instances
+    return LiveCells(tuple(cells), starts, kept, state.head_seq, state, refs, dropped)
 
 
-def _moved(
-    last: LiveCells, state: StateView, refs: list[str], tracked: list[Instance], splice: grid.Splice | None
-) -> list[int]:
-    """The indices of the refs whose canonical instance changed or moved since `last.seq`, and of the fresh ones.
+def _moved(last: LiveCells, state: StateView, refs: Sequence[str], splice: grid.Splice | None) -> list[int]:
+    """The indices of the refs whose canonical instance changed or was replaced since `last.seq`, and of the fresh
+    ones (their first instance may be older than `last.seq`: the listing index takes refs in after the fold).
 
     From what the fold touched since (its record, kept while a projector of the state store drains it: the
-    cost of the changes), else by C-level passes over every ref's instance (a Python loop over 467,376 refs took
-    128 ms; the passes about 110): updated or superseded since, or a fresh ref's slot (it reads as superseded)."""
-    changed = changed_after(state.touched, last.seq) if isinstance(state, BuildState) else None
-    if changed is None:
-        updated = map(lt, repeat(last.seq), map(_UPDATED_SEQ, tracked))
-        return list(compress(count(), map(or_, updated, map(truth, map(_SUPERSEDED_SEQ, tracked)))))
-    uuids, named = changed
-    instances = state.instances
-    named.update(instance.ref for uuid in uuids if (instance := instances.get(uuid)) is not None)
+    cost of the changes), else by C-level passes over every ref's canonical instance (about 150 ms at 467,376
+    refs): its `updated_seq` after `last.seq`."""
     found = set(splice.fresh_indices()) if splice is not None else set()
+    changed = changed_after(state.touched, last.seq) if isinstance(state, BuildState) else None
+    canonical, instances = state.canonical, state.instances
+    if changed is None:
+        current = map(instances.__getitem__, map(canonical.__getitem__, refs))
+        found.update(compress(count(), map(lt, repeat(last.seq), map(_UPDATED_SEQ, current))))
+        return sorted(found)
+    uuids, named = changed
+    named.update(instance.ref for uuid in uuids if (instance := instances.get(uuid)) is not None)
     for ref in named:
         index = bisect_left(refs, ref)
         if index < len(refs) and refs[index] == ref:  # else another node's
@@ -590,7 +589,7 @@ def _moved(
     return sorted(found)
 
 
-def _splice_of(last: LiveCells, refs: list[str], added: list[str] | None) -> grid.Splice | None:
+def _splice_of(last: LiveCells, refs: Sequence[str], added: list[str] | None) -> grid.Splice | None:
     """How `refs` (the node's refs now) add to `last.refs`: the refs added since (`added`, sorted, when the listing
     index knows them), spliced in; None when most refs are new or some went (cells from scratch are as cheap)."""
     fresh = added if added is not None else sorted(set(refs).difference(last.refs))
@@ -609,29 +608,18 @@ def _starts(
     return grid.run_starts_spliced(cells, last.starts, splice, moved)
 
 
-def _tainted(cells: list[tuple[str, str]], splice: grid.Splice | None) -> Iterator[int]:
+def _tainted(cells: Sequence[tuple[str, str]], splice: grid.Splice | None) -> Iterator[int]:
     """The indices of the `tainted` ones of `cells` (C-level passes), where they land after `splice`."""
     found = compress(count(), map(eq, map(_STATE, cells), repeat(TAINTED)))
     return found if splice is None else map(splice.moved, found)
 
 
 _UPDATED_SEQ = attrgetter("updated_seq")
-_SUPERSEDED_SEQ = attrgetter("superseded_seq")
 _STATE = itemgetter(1)
 
 
-class _New:
-    """The instance slot of a ref just spliced in: it reads as superseded, so the ref is looked up."""
-
-    superseded_seq = -1
-    updated_seq = 0
-
-
-_NEW = _New()
-
-
 def _refreshed_from_store(
-    last: LiveCells, state: StateView, refs: list[str], added: list[str] | None, changed: set[str]
+    last: LiveCells, state: StateView, refs: Sequence[str], added: list[str] | None, changed: set[str]
 ) -> LiveCells | None:
     """A replica's `last` cells brought to the store's watermark: the refs the store's changes name since (an
     instance created, one changing state, the canonical pointer moving), those whose checks were answered
@@ -724,7 +712,7 @@ def _logged_producer(state: StateView, ref: str) -> str | None:
     return run.job_label if run is not None else dataset_of(ref)
 
 
-def _months(node: Node, cells: list[tuple[str, str]]) -> list[Month] | None:
+def _months(node: Node, cells: Sequence[tuple[str, str]]) -> list[Month] | None:
     """The cells laid out by month when the node's one field is a date and each cell's ref has its day."""
     date_field = _only_date_field(node)
     if date_field is None:

@@ -17,7 +17,7 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice, takewhile
 from typing import Any, Protocol
 
@@ -30,19 +30,51 @@ FANOUT = 16  # the as-of skip lists: blocks of 16 refs, of 16 blocks, of 256 blo
 LEVELS = 4
 
 
+CHUNK_BITS = 12  # ids in tuples of 4096
+_IN_CHUNK = (1 << CHUNK_BITS) - 1
+
+
+class ChunkedIds:
+    """Ids appended in order, held in full tuples of 4096 and a tuple of the rest: the cyclic GC stops scanning
+    a tuple of strings after its first pass, where every full collection walked a list of every id (readers
+    take one snapshot, `(full, rest)`, replaced whole by each append, so an index never reads half of one)."""
+
+    def __init__(self) -> None:
+        self.snapshot: tuple[tuple[tuple[str, ...], ...], tuple[str, ...]] = ((), ())
+
+    def __len__(self) -> int:
+        full, rest = self.snapshot
+        return (len(full) << CHUNK_BITS) + len(rest)
+
+    def __getitem__(self, index: int) -> str:
+        full, rest = self.snapshot
+        chunk = index >> CHUNK_BITS
+        if chunk < len(full):
+            return full[chunk][index & _IN_CHUNK]
+        return rest[index - (len(full) << CHUNK_BITS)]
+
+    def extend(self, ids: list[str]) -> None:
+        full, rest = self.snapshot
+        pending, size = [*rest, *ids], 1 << CHUNK_BITS
+        cut = len(pending) - len(pending) % size
+        if cut:
+            full = (*full, *(tuple(pending[at : at + size]) for at in range(0, cut, size)))
+        self.snapshot = (full, tuple(pending[cut:]))
+
+
 class _CreationOrder:
     """Ids of one table in creation order, with their created seqs (strictly increasing)."""
 
     def __init__(self) -> None:
-        self.ids: list[str] = []
-        self.seqs: list[int] = []
+        self.ids = ChunkedIds()
+        self.seqs = array("q")  # (an array: the cyclic GC does not scan it, where it walked a list of ints)
 
     def update(self, table: dict[str, Any]) -> None:
         new = len(table) - len(self.ids)
         if new > 0:
             # Dicts keep insertion (= creation) order: the new entries are the last ones.
             fresh = [key for key, _ in zip(reversed(table), range(new), strict=False)][::-1]
-            self.ids.extend(fresh)
+            self.ids.extend(fresh)  # first: every index a reader finds in `seqs` has its id
             self.seqs.extend(table[key].created_seq for key in fresh)
 
     def between(self, after: int, upto: int) -> Iterator[str]:
@@ -86,9 +118,9 @@ class Listing(Protocol):
 
     def refs_as_of(self, seq: int, prefix: str, after: str | None) -> Iterator[str]: ...
 
-    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]: ...
+    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> Sequence[str]: ...
 
-    def added_to(self, key: str, older: list[str]) -> list[str] | None: ...
+    def added_to(self, key: str, older: Sequence[str]) -> list[str] | None: ...
 
 
 class _SortedRefs:
@@ -101,7 +133,7 @@ class _SortedRefs:
     """
 
     def __init__(self) -> None:
-        self.refs: list[str] = []
+        self.refs: tuple[str, ...] = ()  # a tuple: the cyclic GC stops scanning it after its first pass
         self.firsts = array("q")
         self._pending: list[str] = []
         self._pending_firsts = array("q")
@@ -119,7 +151,7 @@ class _SortedRefs:
             self.generation += 1
             self._recent.append((self.generation, kept))
 
-    def sorted(self) -> tuple[list[str], array[int]]:
+    def sorted(self) -> tuple[tuple[str, ...], array[int]]:
         """Every ref, sorted, and their firsts."""
         with self._lock:
             if self._pending:
@@ -137,14 +169,14 @@ class _SortedRefs:
                 return self.generation, None
             return self.generation, [ref for batch in kept for ref in batch]
 
-    def sorted_of(self, generation: int) -> list[str] | None:
+    def sorted_of(self, generation: int) -> tuple[str, ...] | None:
         """Every ref sorted, when the generation is still `generation` (else None: ask again)."""
         with self._lock:
             if self._pending:
                 self._merge()
             return self.refs if generation == self.generation else None
 
-    def with_skips(self) -> tuple[list[str], array[int], list[array[int]]]:
+    def with_skips(self) -> tuple[tuple[str, ...], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
         with self._lock:
             if self._pending:
@@ -175,7 +207,7 @@ class _SortedRefs:
                 start = at
             refs += old[start:]
             firsts += old_firsts[start:]
-        self.refs, self.firsts, self._skips = refs, firsts, None
+        self.refs, self.firsts, self._skips = tuple(refs), firsts, None
         self._pending, self._pending_firsts = [], array("q")
 
 
@@ -188,8 +220,8 @@ class ListingIndex:
         self._refs = _SortedRefs()
         self._known_refs = 0
         self._first_floor = 0  # the newest first seq known exactly: no later ref's first is before it
-        # key -> (the refs' generation it was taken at, its refs, the list refs were spliced into, those refs)
-        self._matching: dict[str, tuple[int, list[str], list[str] | None, list[str] | None]] = {}
+        # key -> (the refs' generation it was taken at, its refs, the ones refs were spliced into, those refs)
+        self._matching: dict[str, tuple[int, tuple[str, ...], tuple[str, ...] | None, list[str] | None]] = {}
         self._matching_lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
@@ -218,14 +250,14 @@ class ListingIndex:
         self._first_floor = floor
         return firsts
 
-    def refs(self) -> list[str]:
+    def refs(self) -> tuple[str, ...]:
         """Every ref with an instance, sorted."""
         return self._refs.sorted()[0]
 
-    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]:
+    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> Sequence[str]:
         """Sorted refs under `prefix` for which `match` is truthy (a pattern's refs: the grid's per-job index), kept
         under `key`; refs added since are matched alone and spliced in (the refs under a prefix are contiguous:
-        a first pass is a bisection, then one pass). The list returned is never changed afterwards."""
+        a first pass is a bisection, then one pass). A tuple, never changed: the cyclic GC stops scanning it."""
         with self._matching_lock:
             cached = self._matching.get(key)
         generation = cached[0] if cached is not None else -1
@@ -236,19 +268,19 @@ class ListingIndex:
         if cached is not None and added is not None:  # no merge of the whole list: the refs added, spliced in
             fresh = sorted(ref for ref in added if ref.startswith(prefix) and match(ref))
             base = cached[1]
-            found = spliced(base, fresh) if fresh else base
+            found = tuple(spliced(base, fresh)) if fresh else base
         else:
             refs = self._refs.sorted_of(now)
             while refs is None:  # refs were added meanwhile: the list of the generation now
                 now = self._refs.added_since(now)[0]
                 refs = self._refs.sorted_of(now)
             under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
-            found = [ref for ref in under if match(ref)]
+            found = tuple(ref for ref in under if match(ref))
         with self._matching_lock:
             self._matching[key] = (now, found, base, fresh)
         return found
 
-    def added_to(self, key: str, older: list[str]) -> list[str] | None:
+    def added_to(self, key: str, older: Sequence[str]) -> list[str] | None:
         """The refs the last `refs_matching(key)` spliced into `older` (sorted), or None if it did not splice into
         that list (a first pass, or `older` is from further back): then compare the lists."""
         with self._matching_lock:
@@ -285,7 +317,7 @@ class ListingIndex:
                 i += 1
 
 
-def spliced(old: list[str], fresh: list[str]) -> list[str]:
+def spliced(old: Sequence[str], fresh: list[str]) -> list[str]:
     """A new sorted list: sorted `old` with sorted `fresh` (none of them in `old`) spliced in, by bisection."""
     out: list[str] = []
     start = 0
@@ -298,7 +330,7 @@ def spliced(old: list[str], fresh: list[str]) -> list[str]:
     return out
 
 
-def _start(refs: list[str], prefix: str, after: str | None) -> int:
+def _start(refs: Sequence[str], prefix: str, after: str | None) -> int:
     start = bisect_left(refs, prefix)
     if after is not None:
         start = max(start, bisect_right(refs, after))

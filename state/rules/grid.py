@@ -16,11 +16,9 @@ import datetime as dt
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
-
-V = TypeVar("V", list, array)  # what a splice brings along: lists, or arrays of seqs
+from typing import Any, overload
 
 MAX_CELLS = 2_000  # the most cells (single refs or ranges) a grid answer holds
 NO_INSTANCE = "none"
@@ -58,7 +56,7 @@ def runs(cells: Iterable[tuple[str, str]]) -> Iterator[Cell]:
         yield Cell(first, last, state, count)
 
 
-def bounded(cells: list[tuple[str, str]], most: int = MAX_CELLS) -> list[Cell]:
+def bounded(cells: Sequence[tuple[str, str]], most: int = MAX_CELLS) -> list[Cell]:
     """At most `most` cells: one per ref if they fit, else runs of equal state, else `most` ranges of equal size
     (a range holding several states is `mixed`, with their counts): a zoom (a key range) shows it in detail."""
     if len(cells) <= most:
@@ -85,7 +83,7 @@ class Month:
     days: list[tuple[dt.date, str, str | None]]  # (day, state, ref or None when no instance)
 
 
-def day_layout(cells: list[tuple[str, str]], days: list[dt.date], most: int = MAX_CELLS) -> list[Month] | None:
+def day_layout(cells: Sequence[tuple[str, str]], days: list[dt.date], most: int = MAX_CELLS) -> list[Month] | None:
     """Rows of months holding every day from the first known to the last (`days[i]` is `cells[i]`'s date), the
     days without an instance as `none`; None when the span is more than `most` days (then runs are shown)."""
     if not cells:
@@ -105,14 +103,14 @@ def day_layout(cells: list[tuple[str, str]], days: list[dt.date], most: int = MA
     return months
 
 
-def in_range(refs: list[str], start: str | None, end: str | None) -> tuple[int, int]:
+def in_range(refs: Sequence[str], start: str | None, end: str | None) -> tuple[int, int]:
     """The slice of sorted `refs` from `start` to `end` (both included; None: open)."""
     low = bisect_left(refs, start) if start else 0
     high = bisect_right(refs, end) if end else len(refs)
     return low, max(low, high)
 
 
-def run_starts(cells: list[tuple[str, str]]) -> list[int]:
+def run_starts(cells: Sequence[tuple[str, str]]) -> list[int]:
     """The index of the first cell of each run of equal state (kept with the cells: ranges then cost their runs)."""
     starts, previous = [], None
     for index, (_, state) in enumerate(cells):
@@ -122,7 +120,7 @@ def run_starts(cells: list[tuple[str, str]]) -> list[int]:
     return starts
 
 
-def run_starts_after(cells: list[tuple[str, str]], starts: list[int], changed: Iterable[int]) -> list[int]:
+def run_starts_after(cells: Sequence[tuple[str, str]], starts: list[int], changed: Iterable[int]) -> list[int]:
     """`run_starts(cells)` from the `starts` of the same cells before the ones at `changed` indices changed state.
 
     Whether index `p` starts a run depends only on the states at `p - 1` and `p`, so a change at `i` can move
@@ -152,7 +150,7 @@ class Splice:
     positions: list[int]  # each fresh ref's insertion point in the old list (bisect_left), ascending
 
     @classmethod
-    def of(cls, refs: list[str], fresh: list[str]) -> Splice:
+    def of(cls, refs: Sequence[str], fresh: list[str]) -> Splice:
         """The splice of sorted `fresh` refs (none of them in `refs`) into sorted `refs`."""
         positions, start = [], 0
         for ref in fresh:
@@ -168,9 +166,17 @@ class Splice:
         """Where the old list's `index` lands in the new one."""
         return index + bisect_right(self.positions, index)
 
-    def applied(self, values: V, slot: object) -> V:
-        """`values` (aligned with the old refs) with `slot` at each fresh ref's place: copies of the slices between."""
-        out, start = values[:0], 0
+    @overload
+    def applied(self, values: array[int], slot: int) -> array[int]: ...
+
+    @overload
+    def applied(self, values: Sequence[Any], slot: object) -> list[Any]: ...
+
+    def applied(self, values: Sequence[Any], slot: object) -> Sequence[Any]:
+        """`values` (aligned with the old refs) with `slot` at each fresh ref's place: copies of the slices between
+        (an array of seqs gives an array, any other sequence a list)."""
+        out: Any = values[:0] if isinstance(values, array) else []
+        start = 0
         for at in self.positions:
             out += values[start:at]
             out.append(slot)
@@ -180,7 +186,7 @@ class Splice:
 
 
 def run_starts_spliced(
-    cells: list[tuple[str, str]], starts: list[int], splice: Splice, changed: Iterable[int]
+    cells: Sequence[tuple[str, str]], starts: list[int], splice: Splice, changed: Iterable[int]
 ) -> list[int]:
     """`run_starts(cells)` for cells spliced (`splice`) from ones whose runs started at `starts`, then changed at
     the new list's `changed` indices: the old starts moved to their new places, then set or cleared around the
@@ -190,7 +196,7 @@ def run_starts_spliced(
     return run_starts_after(cells, [splice.moved(start) for start in starts], [*splice.fresh_indices(), *changed])
 
 
-def runs_between(cells: list[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:
+def runs_between(cells: Sequence[tuple[str, str]], starts: list[int], low: int, high: int) -> list[Cell]:
     """The runs of `cells[low:high]` from the whole list's `run_starts`: a bisection, then one step per run."""
     out = []
     run = max(0, bisect_right(starts, low) - 1)

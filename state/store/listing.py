@@ -11,7 +11,7 @@ the current one from their version rows (state/store/run_versions.py), likewise 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import takewhile
 
 import sqlalchemy as sa
@@ -115,7 +115,7 @@ class StoredListing:
                 return
             bound = ident > refs[-1]
 
-    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> list[str]:
+    def refs_matching(self, key: str, prefix: str, match: Callable[[str], object]) -> Sequence[str]:
         """Sorted refs under `prefix` for which `match` is truthy, kept under `key` and brought up to date with
         the refs created since (spliced in); the list returned is never changed afterwards."""
         mark = self._watermark()
@@ -151,7 +151,7 @@ class StoredListing:
         with self._engine.connect() as conn:
             return list(conn.execute(query).scalars())
 
-    def added_to(self, key: str, older: list[str]) -> list[str] | None:
+    def added_to(self, key: str, older: Sequence[str]) -> list[str] | None:
         """The refs the last `refs_matching(key)` spliced into `older`, or None if it did not splice into it."""
         with self._lock:
             cached = self._matching.get(key)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import random
 from itertools import takewhile
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.events import envelope
-from partbuild.state.queries.listing import FANOUT, LEVELS, RECENT_ADDS, ListingIndex
+from partbuild.state.queries.listing import CHUNK_BITS, FANOUT, LEVELS, RECENT_ADDS, ChunkedIds, ListingIndex
 
 from foldkit import Story
 
@@ -40,7 +43,7 @@ def test_refs_as_of_are_exactly_the_refs_a_replayed_state_has() -> None:
     index = ListingIndex()
     index.update(story.state)
     head = story.state.head_seq
-    assert index.refs() == sorted(names)
+    assert index.refs() == tuple(sorted(names))
     middle = sorted(names)[len(names) // 3]
     past = BuildState()
     for seq, event in enumerate([None, *story.events]):
@@ -66,7 +69,7 @@ def test_refs_added_after_the_first_read_merge_in_order() -> None:
     assert _as_of(index, 1) == ["m/1", "m/5"]
     story.want("w2", "m/3", "m/9", "m/0")
     index.update(story.state)
-    assert index.refs() == ["m/0", "m/1", "m/3", "m/5", "m/9"]
+    assert index.refs() == ("m/0", "m/1", "m/3", "m/5", "m/9")
     assert _as_of(index, 1) == ["m/1", "m/5"]
     assert _as_of(index, 2) == ["m/0", "m/1", "m/3", "m/5", "m/9"]
     assert _as_of(index, 2, "m/", "m/3") == ["m/5", "m/9"]
@@ -114,11 +117,11 @@ def test_refs_matching_keeps_a_patterns_refs_sorted_until_refs_are_added() -> No
         state.apply(seq, envelope(pb.PartitionObserved(partition_ref=ref, location="/x")))
     index.update(state)
     found = index.refs_matching("d", "d/", is_int)
-    assert found == ["d/10", "d/2"]  # sorted as text; `d/x` is no int
+    assert found == ("d/10", "d/2")  # sorted as text; `d/x` is no int
     assert index.refs_matching("d", "d/", is_int) is found  # kept
     state.apply(6, envelope(pb.PartitionObserved(partition_ref="d/3", location="/x")))
     index.update(state)
-    assert index.refs_matching("d", "d/", is_int) == ["d/10", "d/2", "d/3"]
+    assert index.refs_matching("d", "d/", is_int) == ("d/10", "d/2", "d/3")
 
 
 def observe(state: BuildState, index: ListingIndex, refs: list[str]) -> None:
@@ -141,12 +144,12 @@ def test_refs_matching_splices_in_only_the_refs_added_since_and_never_changes_a_
     observe(state, index, ["d/0", "d/3", "d/y", "c/9"])
     observe(state, index, ["d/9"])  # two adds since the list was taken: both are spliced in
     second = index.refs_matching("d", "d/", counting)
-    assert second == ["d/0", "d/1", "d/3", "d/5", "d/9"]
+    assert second == ("d/0", "d/1", "d/3", "d/5", "d/9")
     assert sorted(matched) == ["d/0", "d/3", "d/9", "d/y"]  # the new refs under the prefix only
-    assert first == ["d/1", "d/5"]  # a list handed out stays as it was
+    assert first == ("d/1", "d/5")  # a sequence handed out stays as it was
     assert index.added_to("d", first) == ["d/0", "d/3", "d/9"]  # what was spliced into it
     assert index.added_to("d", second) is None  # nothing was spliced into the newest list
-    assert second == sorted(ref for ref in index.refs() if ref.startswith("d/") and is_int(ref))
+    assert list(second) == sorted(ref for ref in index.refs() if ref.startswith("d/") and is_int(ref))
 
 
 def test_refs_matching_takes_a_full_pass_when_the_added_refs_were_not_kept() -> None:
@@ -161,3 +164,18 @@ def test_refs_matching_takes_a_full_pass_when_the_added_refs_were_not_kept() -> 
     found = index.refs_matching("d", "d/", lambda ref: matched.append(ref) or is_int(ref))
     assert len(found) == RECENT_ADDS + 2
     assert len(matched) == len(found)  # every ref under the prefix, matched again
+
+
+@given(st.lists(st.integers(min_value=0, max_value=9_000), max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_ids_in_chunks_read_as_the_list_they_were_appended_to(batches: list[int]) -> None:
+    """Appended in batches that fill, straddle and skip chunks of 4,096: every index reads the id put there."""
+    ids, expected = ChunkedIds(), []
+    for size in batches:
+        batch = [f"id-{len(expected) + n}" for n in range(size)]
+        ids.extend(batch)
+        expected += batch
+        assert len(ids) == len(expected)
+    assert [ids[index] for index in range(len(ids))] == expected
+    full, _ = ids.snapshot
+    assert all(len(chunk) == 1 << CHUNK_BITS for chunk in full)
