@@ -169,12 +169,12 @@ class _SortedRefs:
                 return self.generation, None
             return self.generation, [ref for batch in kept for ref in batch]
 
-    def sorted_of(self, generation: int) -> tuple[str, ...] | None:
-        """Every ref sorted, when the generation is still `generation` (else None: ask again)."""
+    def sorted_now(self) -> tuple[tuple[str, ...], int]:
+        """(every ref sorted, the generation it is of)."""
         with self._lock:
             if self._pending:
                 self._merge()
-            return self.refs if generation == self.generation else None
+            return self.refs, self.generation
 
     def with_skips(self) -> tuple[tuple[str, ...], array[int], list[array[int]]]:
         """`sorted()` and the skip lists of the as-of scan (built on the first as-of read after a merge)."""
@@ -270,10 +270,7 @@ class ListingIndex:
             base = cached[1]
             found = tuple(spliced(base, fresh)) if fresh else base
         else:
-            refs = self._refs.sorted_of(now)
-            while refs is None:  # refs were added meanwhile: the list of the generation now
-                now = self._refs.added_since(now)[0]
-                refs = self._refs.sorted_of(now)
+            refs, now = self._refs.sorted_now()
             under = takewhile(lambda ref: ref.startswith(prefix), islice(refs, bisect_left(refs, prefix), None))
             found = tuple(ref for ref in under if match(ref))
         with self._matching_lock:
