@@ -1,0 +1,69 @@
+"""The state store's rows as the source a working-set fold reads its cold records back from (state/fold/cold.py).
+
+A record is read back exactly as the fold held it when it went cold: its row was written at or after its last
+change and at or before the state's head (a working set evicts only what its own projection wrote). A row
+written after the state's head is another process's, ahead of this fold: reading it would decide with the
+future, so it is refused (`RowAhead`), never used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from partbuild.state.fold.cold import ColdInstance, ColdRef
+from partbuild.state.fold.records import JobRun, Want
+from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, RecordStore, loads
+
+
+class RowAhead(RuntimeError):
+    """A cold record's row was written after the head of the fold reading it back."""
+
+    def __init__(self, key: str, row_seq: int, head: int) -> None:
+        super().__init__(
+            f"the state store's row of {key!r} is as of seq {row_seq}, after this fold's head {head}: another "
+            "process projected past it, so this working set cannot read its cold records back"
+        )
+
+
+class StoreRows:
+    """`ColdSource` over a `RecordStore`: one short read per record faulted back."""
+
+    def __init__(self, records: RecordStore, head: Callable[[], int]) -> None:
+        self.records = records
+        self.head = head
+
+    def _row(self, conn: Connection, kind: int, key: str) -> Any:
+        found = self.records.rows(conn, [(kind, key)]).get((kind, key))
+        if found is None:
+            return None
+        seq, body = found
+        if seq > (head := self.head()):
+            raise RowAhead(key, seq, head)
+        return loads(kind, body)
+
+    def instance(self, uuid: str) -> ColdInstance | None:
+        with self.records.engine.connect() as conn:
+            row = self._row(conn, INSTANCE, uuid)
+        return None if row is None else ColdInstance(*row)
+
+    def want(self, want_id: str) -> tuple[Want, str | None] | None:
+        with self.records.engine.connect() as conn:
+            row = self._row(conn, WANT, want_id)
+        return None if row is None else (row[0], row[1])
+
+    def run(self, run_id: str) -> tuple[JobRun, bytearray] | None:
+        with self.records.engine.connect() as conn:
+            row = self._row(conn, RUN, run_id)
+            return None if row is None else (row[0], self.records.beats(conn, run_id))
+
+    def ref(self, ref: str) -> ColdRef | None:
+        with self.records.engine.connect() as conn:
+            row = self._row(conn, REF, ref)
+            wants = self.records.wants_of_ref(conn, ref, self.head())
+        if row is None and not wants:
+            return None
+        canonical, first, fields, serving = row if row is not None else (None, None, None, None)
+        return ColdRef(canonical, first, fields, serving, wants)

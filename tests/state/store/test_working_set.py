@@ -1,0 +1,158 @@
+"""A working-set fold (state/fold/cold.py) decides as a fold holding everything: every golden log and random
+histories folded both ways, the working set evicting every record it may after every projection (a few events
+apart) and faulting back from the store's rows whatever the next events touch. Same rejections at every step;
+once every cold record is read back, the same digest and the same tables."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, ColdKeys, WorkingSet
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.live import LiveState
+from partbuild.state.store.cold_rows import RowAhead, StoreRows
+from partbuild.state.store.projector import Projector
+from partbuild.state.store.records import INSTANCE as INSTANCE_ROW
+from partbuild.state.store.records import REF as REF_ROW
+from partbuild.state.store.records import RUN as RUN_ROW
+from partbuild.state.store.records import WANT as WANT_ROW
+
+from golden_log import GOLDEN_LOGS, read_events
+from stepkit import Step, appendable_histories, materialize
+
+# The tables a cold record's parts live in, compared whole once every record is read back.
+TABLES = (
+    "instances",
+    "wants",
+    "job_runs",
+    "canonical",
+    "instance_histories",
+    "check_results",
+    "fields",
+    "want_causes",
+    "wants_by_ref",
+    "run_heartbeats",
+    "first_created",
+    "serving",
+)
+_TABLE_OF = {INSTANCE_ROW: "instances", WANT_ROW: "wants", RUN_ROW: "job_runs", REF_ROW: "canonical"}
+
+
+def fold_both_ways(database: Database, events: list[pb.Event], step: int) -> tuple[BuildState, WorkingSet]:
+    """`events` folded by a plain state and by a working set that evicts all it may every `step` events."""
+    plain = BuildState(strict=True)
+    live = LiveState(database.log, use_snapshots=False, strict=True)
+    projector = Projector(live, database.changes, span=5)
+    working = WorkingSet(live.state, StoreRows(database.changes.records, lambda: live.state.head_seq))
+    for start in range(0, len(events), step):
+        chunk = events[start : start + step]
+        database.log.append(chunk)
+        for event in chunk:
+            plain.apply(plain.head_seq + 1, event)
+        live.catch_up()
+        assert _rejections(live.state) == _rejections(plain), f"up to seq {plain.head_seq}"
+        assert projector.project() == live.head_seq == database.changes.records.watermark()
+        working.evict(working.evictable())
+    return plain, working
+
+
+def _rejections(state: BuildState) -> list[tuple[object, ...]]:
+    return [rejection.__getstate__() for rejection in state.rejections]
+
+
+def read_back_everything(database: Database, working: WorkingSet) -> None:
+    """Fault every record the store holds back into the working set's state."""
+    state = working.state
+    for kind, key, *_ in database.changes.records.all_rows():
+        if kind in _TABLE_OF:
+            getattr(state, _TABLE_OF[kind]).get(key)
+    for ref, _, _ in database.changes.records.all_want_refs():
+        state.wants_by_ref.get(ref)
+
+
+def assert_same(database: Database, plain: BuildState, working: WorkingSet) -> None:
+    read_back_everything(database, working)
+    state = working.state
+    assert state_digest(state) == state_digest(plain)
+    for name in TABLES:
+        assert _plain(getattr(state, name)) == _plain(getattr(plain, name)), name
+
+
+def _plain(table: dict[str, Any]) -> dict[str, Any]:
+    return {key: _comparable(value) for key, value in dict.items(table)}
+
+
+def _comparable(value: Any) -> Any:
+    getstate = getattr(value, "__getstate__", None)
+    return getstate() if getstate is not None and hasattr(value, "__slots__") else value
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_a_working_set_folds_every_golden_log_as_a_state_holding_everything(database: Database, name: str) -> None:
+    events = read_events(name)
+    plain, working = fold_both_ways(database, events, step=4)
+    assert (sum(working.faults.evicted.values()) > 0) == bool(plain.instances or plain.wants or plain.job_runs)
+    assert_same(database, plain, working)
+
+
+def test_a_working_set_holds_only_what_it_touched_since_its_last_projection(database: Database) -> None:
+    events = read_events("v1")
+    plain, working = fold_both_ways(database, events, step=4)
+    state = working.state
+    held = len(dict.keys(state.instances)) + len(dict.keys(state.job_runs))
+    assert held < (len(plain.instances) + len(plain.job_runs)) // 4
+    assert working.faults.instance + working.faults.run > 0  # the fold read some back to decide
+    assert_same(database, plain, working)
+
+
+@settings(max_examples=12, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(steps=appendable_histories)
+def test_random_histories_fold_the_same_in_a_working_set(steps: list[Step]) -> None:
+    """Histories from the fold's property tests (clock skew, retention with any cutoff, cascades, rejected
+    events), evicting after every 2 events."""
+    events = [entry.event for entry in materialize(steps) if entry.event is not None]
+    if not events:
+        return
+    with tempfile.TemporaryDirectory() as folder, Database.open(f"sqlite:///{folder}/w.db", auto_upgrade=True) as db:
+        plain, working = fold_both_ways(db, events, step=2)
+        assert_same(db, plain, working)
+
+
+def test_a_row_written_after_the_fold_s_head_is_not_read_back(database: Database) -> None:
+    events = read_events("v1")
+    _, working = fold_both_ways(database, events[:40], step=4)
+    cold = next(iter(working.keys))
+    assert cold
+    behind = StoreRows(database.changes.records, lambda: 3)  # a fold far behind the rows
+    uuid = next(key for kind, key, *_ in database.changes.records.all_rows() if kind == INSTANCE_ROW)
+    with pytest.raises(RowAhead, match="after this fold's head 3"):
+        behind.instance(uuid)
+
+
+def test_cold_keys_say_maybe_for_every_key_added_and_no_for_those_held_again() -> None:
+    keys = ColdKeys()
+    added = [f"agg/daily/date={day}" for day in range(200_000)]  # past a merge of the fresh hashes into levels
+    for key in added:
+        keys.add(key)
+    assert all(keys.maybe(key) for key in added)
+    assert sum(keys.maybe(f"other/{day}") for day in range(10_000)) == 0
+    for key in added[::2]:
+        keys.returned(key)
+    assert not any(keys.maybe(key) for key in added[::2])
+    assert all(keys.maybe(key) for key in added[1::2])
+    keys.add(added[0])  # cold again
+    assert keys.maybe(added[0])
+    assert len(keys) == 100_001
+
+
+@pytest.mark.parametrize("kind", [INSTANCE, WANT, RUN, REF])
+def test_every_kind_goes_cold(database: Database, kind: str) -> None:
+    _, working = fold_both_ways(database, read_events("v1"), step=4)
+    assert working.faults.evicted[kind] > 0
