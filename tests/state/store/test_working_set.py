@@ -17,6 +17,7 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, ColdKeys, WorkingSet
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
+from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import RowAhead, StoreRows
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import INSTANCE as INSTANCE_ROW
@@ -78,6 +79,7 @@ def read_back_everything(database: Database, working: WorkingSet) -> None:
 
 
 def assert_same(database: Database, plain: BuildState, working: WorkingSet) -> None:
+    assert working_set_digest(working, database.changes.records) == state_digest(plain)  # its cold records unread
     read_back_everything(database, working)
     state = working.state
     assert state_digest(state) == state_digest(plain)
