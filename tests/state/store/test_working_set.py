@@ -6,18 +6,23 @@ once every cold record is read back, the same digest and the same tables."""
 from __future__ import annotations
 
 import tempfile
+from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, ColdKeys, WorkingSet
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
+from partbuild.state.log.replay import load_state
 from partbuild.state.store.cold_digest import working_set_digest
+from partbuild.state.store.cold_replay import replay_in_working_set
 from partbuild.state.store.cold_rows import RowAhead, StoreRows
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import INSTANCE as INSTANCE_ROW
@@ -158,3 +163,32 @@ def test_cold_keys_say_maybe_for_every_key_added_and_no_for_those_held_again() -
 def test_every_kind_goes_cold(database: Database, kind: str) -> None:
     _, working = fold_both_ways(database, read_events("v1"), step=4)
     assert working.faults.evicted[kind] > 0
+
+
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_a_replay_in_a_working_set_digests_as_a_full_replay(database: Database, tmp_path: Path, name: str) -> None:
+    events = read_events(name)
+    database.log.append(events)
+    with Database.open(f"sqlite:///{tmp_path}/scratch.db", auto_upgrade=True) as scratch:
+        working = replay_in_working_set(database.log, scratch.changes.records, every=3)
+        assert working.state.head_seq == len(events)
+        assert working_set_digest(working, scratch.changes.records) == state_digest(load_state(database.log)[0])
+
+
+def test_a_replay_in_a_working_set_holds_what_the_last_events_touched(database: Database, tmp_path: Path) -> None:
+    events = list(islice(simulate(SimulationPlan(weeks=4, sites=40)), 3_000))
+    database.log.append(events)
+    seen: list[int] = []
+    with Database.open(f"sqlite:///{tmp_path}/scratch.db", auto_upgrade=True) as scratch:
+        working = replay_in_working_set(database.log, scratch.changes.records, every=500, progress=seen.append)
+        full = load_state(database.log)[0]
+        state = working.state
+        assert len(dict.keys(state.instances)) < len(full.instances) // 10
+        assert seen == list(range(500, len(events), 500))  # and the last rows written after
+        assert working_set_digest(working, scratch.changes.records) == state_digest(full)
+    with Database.open(f"sqlite:///{tmp_path}/again.db", auto_upgrade=True) as again:
+        upto = replay_in_working_set(database.log, again.changes.records, upto_seq=1_234)
+        assert upto.state.head_seq == 1_234
+        assert working_set_digest(upto, again.changes.records) == state_digest(
+            load_state(database.log, upto_seq=1_234)[0]
+        )

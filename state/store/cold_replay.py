@@ -1,0 +1,65 @@
+"""A replay of the log in bounded memory: a working set (state/fold/cold.py) whose cold records go to a scratch
+state store (a database of its own, `records`), written every `every` events, then evicted.
+
+What it holds at the end is the state's working set; its digest (`working_set_digest`, state/store/
+cold_digest.py) is the digest of the state a full replay holds. Memory is what the fold touched in the last
+`every` events, the records it keeps whatever happens (active wants, what stale instances serve) and 8 bytes
+per cold key; the scratch store grows with the records (about 1.9 GB per million instances, as the state
+store's rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import WorkingSet
+from partbuild.state.fold.touched import Touched
+from partbuild.state.log.collector import collector_paused
+from partbuild.state.log.store import EventLog
+from partbuild.state.store.cold_rows import StoreRows
+from partbuild.state.store.records import RecordStore, rows_of, touched_keys
+
+DEFAULT_EVERY = 20_000  # events folded between two writes of the scratch rows (and evictions)
+PAGE = 20_000  # events read from the log at a time, at most
+
+
+def replay_in_working_set(
+    log: EventLog,
+    records: RecordStore,
+    *,
+    upto_seq: int | None = None,
+    every: int = DEFAULT_EVERY,
+    progress: Callable[[int], None] | None = None,
+) -> WorkingSet:
+    """The state as of `upto_seq` (default: the head), folded from seq 0 in a working set over `records` (a
+    scratch store: empty, of this database or another)."""
+    state = BuildState()
+    state.touched = Touched(0)
+    working = WorkingSet(state, StoreRows(records, lambda: state.head_seq))
+    scratch = pb.Event()
+    written = 0
+    for page in log.iter_payload_pages(after_seq=0, upto_seq=upto_seq, page_size=min(every, PAGE)):
+        with collector_paused():
+            apply_payload = state.apply_payload
+            for seq, payload in page:
+                apply_payload(seq, payload, scratch)
+        if state.head_seq - written >= every:
+            written = write_and_evict(working, records, written)
+            if progress is not None:
+                progress(state.head_seq)
+    write_and_evict(working, records, written)
+    return working
+
+
+def write_and_evict(working: WorkingSet, records: RecordStore, written: int) -> int:
+    """Write the rows of what the fold touched since seq `written` into `records`, then evict every record it
+    may; returns the seq they are written to (the state's head)."""
+    state = working.state
+    touched = state.touched
+    assert touched is not None
+    records.dump(rows_of(state, touched_keys(state, touched), written))
+    state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
+    working.evict(working.evictable())
+    return state.head_seq
