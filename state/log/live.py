@@ -151,8 +151,8 @@ class LiveState:
         with self._fold_lock:
             folded = 0
             started = time.perf_counter()
-            scratch = pb.Event()
             for page in self.log.iter_payload_pages(after_seq=self._state.head_seq):
+                scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
                 with self._lock.write_lock(), collector_paused():
                     apply_payload = self._state.apply_payload
                     for seq, payload in page:

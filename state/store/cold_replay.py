@@ -38,9 +38,9 @@ def replay_in_working_set(
     state = BuildState()
     state.touched = Touched(0)
     working = WorkingSet(state, StoreRows(records, lambda: state.head_seq))
-    scratch = pb.Event()
     written = 0
     for page in log.iter_payload_pages(after_seq=0, upto_seq=upto_seq, page_size=min(every, PAGE)):
+        scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
         with collector_paused():
             apply_payload = state.apply_payload
             for seq, payload in page:
