@@ -13,10 +13,11 @@ one read that finds nothing.
 
 The rule that keeps it exact: a record is evicted only while its row holds it as it is (the store's records
 projected up to the state's head, and the record not changed since: not in `BuildState.touched`), and every
-table that holds a part of it faults the whole record back on a miss, never writing over a part held (the fold
-reads a record before it writes it; a part written first stays). What stays in memory whatever happens: an
-active want (its `tally` is the fold's bookkeeping, left out of its row) and a ref something stale still
-serves (the fold walks `serving`).
+table that holds a part of it faults the whole record back on a miss (a write into the records' own tables
+too), never writing over a part held. So a record held has all its parts, and a miss of a part of a record
+held (most instances have no history, no check results) needs no look at the cold keys. What stays in memory
+whatever happens: an active want (its `tally` is the fold's bookkeeping, left out of its row) and a ref
+something stale still serves (the fold walks `serving`).
 """
 
 from __future__ import annotations
@@ -162,6 +163,18 @@ class ColdTable(dict[str, Any]):
         return dict.__contains__(self, key)
 
 
+class ColdMain(ColdTable):
+    """The table of the records themselves (instances, wants, job runs, canonical pointers): a write of a key not
+    held faults its record first, so a record held has all its parts (which `_part_of` relies on)."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not dict.__contains__(self, key):
+            self._fault(key)
+        dict.__setitem__(self, key, value)
+
+
 def _raise(key: str) -> Any:
     raise KeyError(key)
 
@@ -196,10 +209,13 @@ class WorkingSet:
         self.faults = Faults()
         loaders = {INSTANCE: self._instance, WANT: self._want, RUN: self._run, REF: self._ref}
         for kind, names in self.TABLES.items():
-            for name in names:
-                setattr(state, name, ColdTable(getattr(state, name), loaders[kind]))
+            main = ColdMain(getattr(state, names[0]), loaders[kind])
+            setattr(state, names[0], main)
+            for name in names[1:]:
+                setattr(state, name, ColdTable(getattr(state, name), _part_of(main, loaders[kind])))
         # Kept fields are an instance's (by UUID) or a ref's (by ref): a miss may be either.
-        state.fields = ColdTable(state.fields, lambda key: self._instance(key) or self._ref(key))
+        of_instance, of_ref = _part_of(state.instances, self._instance), _part_of(state.canonical, self._ref)
+        state.fields = ColdTable(state.fields, lambda key: of_instance(key) or of_ref(key))
 
     # ----------------------------------------------------------------- faults
 
@@ -293,6 +309,17 @@ class WorkingSet:
                 cold.add(key)
                 evicted += 1
             self.faults.evicted[kind] = self.faults.evicted.get(kind, 0) + evicted
+
+
+def _part_of(main: dict[str, Any], load: Callable[[str], bool]) -> Callable[[str], bool]:
+    """The fault of a table holding a part of the records of `main`: none while the record is held (its parts
+    go and come back with it, so a miss is a part it lacks: most instances have no history, no check results),
+    its load otherwise. Most misses of a fold are such, and a look in `main` is cheaper than `ColdKeys.maybe`."""
+
+    def fault(key: str) -> bool:
+        return not dict.__contains__(main, key) and load(key)
+
+    return fault
 
 
 def _ref_keys(state: BuildState) -> Iterable[str]:
