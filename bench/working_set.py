@@ -78,7 +78,7 @@ def fold(url: str, instances: int, every: int, working: bool) -> dict[str, float
             "events": state.head_seq,
             "instances": len(state.instances) if held is None else _total_instances(db),
             "held": len(dict.keys(state.instances)) + len(dict.keys(state.job_runs)) + len(dict.keys(state.wants)),
-            "read_back": 0 if faults is None else faults.instance + faults.want + faults.run + faults.ref,
+            "read_back": 0 if faults is None else sum(faults.read_back.values()),
         }
 
 

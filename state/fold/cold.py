@@ -26,7 +26,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from partbuild.state.fold.records import Instance, JobRun, Want
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # The kinds of record that go cold, by what a fault reads.
 INSTANCE, WANT, RUN, REF = "instance", "want", "job run", "ref"
 MERGE_FRESH = 1 << 16  # hashes gathered before they are sorted into a level
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -181,14 +182,11 @@ def _raise(key: str) -> Any:
 
 @dataclass
 class Faults:
-    """How many records a working set read back, by kind (a fault that found no row is `missed`)."""
+    """How many records a working set read back and evicted, by kind (a fault that found no row: `missed`)."""
 
-    instance: int = 0
-    want: int = 0
-    run: int = 0
-    ref: int = 0
-    missed: int = 0
+    read_back: dict[str, int] = field(default_factory=dict)
     evicted: dict[str, int] = field(default_factory=dict)
+    missed: int = 0
 
 
 class WorkingSet:
@@ -220,64 +218,54 @@ class WorkingSet:
     # ----------------------------------------------------------------- faults
 
     def _instance(self, uuid: str) -> bool:
-        if not self.keys[INSTANCE].maybe(uuid):
-            return False
-        self.keys[INSTANCE].returned(uuid)
-        found = self.source.instance(uuid)
-        if found is None:
-            self.faults.missed += 1
-            return False
-        state = self.state
-        _put(state.instances, uuid, found.instance)
-        _put_some(state.instance_histories, uuid, found.history or None)
-        _put_some(state.fields, uuid, found.fields)
-        _put_some(state.check_results, uuid, found.checks)
-        self.faults.instance += 1
-        return True
+        return self._load(INSTANCE, uuid, self.source.instance, self._put_instance)
 
     def _want(self, want_id: str) -> bool:
-        if not self.keys[WANT].maybe(want_id):
-            return False
-        self.keys[WANT].returned(want_id)
-        found = self.source.want(want_id)
-        if found is None:
-            self.faults.missed += 1
-            return False
-        _put(self.state.wants, want_id, found[0])
-        _put_some(self.state.want_causes, want_id, found[1])
-        self.faults.want += 1
-        return True
+        return self._load(WANT, want_id, self.source.want, self._put_want)
 
     def _run(self, run_id: str) -> bool:
-        if not self.keys[RUN].maybe(run_id):
-            return False
-        self.keys[RUN].returned(run_id)
-        found = self.source.run(run_id)
-        if found is None:
-            self.faults.missed += 1
-            return False
-        _put(self.state.job_runs, run_id, found[0])
-        _put_some(self.state.run_heartbeats, run_id, found[1] or None)
-        self.faults.run += 1
-        return True
+        return self._load(RUN, run_id, self.source.run, self._put_run)
 
     def _ref(self, ref: str) -> bool:
-        if not self.keys[REF].maybe(ref):
+        return self._load(REF, ref, self.source.ref, self._put_ref)
+
+    def _load(self, kind: str, key: str, read: Callable[[str], _T | None], put: Callable[[str, _T], None]) -> bool:
+        """Read a record of `kind` back (when `key` may be cold) and put its parts in place; whether it was found."""
+        cold = self.keys[kind]
+        if not cold.maybe(key):
             return False
-        self.keys[REF].returned(ref)
-        found = self.source.ref(ref)
+        cold.returned(key)
+        found = read(key)
         if found is None:
             self.faults.missed += 1
             return False
-        state = self.state
-        _put_some(state.canonical, ref, found.canonical)
-        _put_some(state.first_created, ref, found.first_created)
-        _put_some(state.fields, ref, found.fields)
-        _put_some(state.serving, ref, found.serving)
-        wants = found.wants
-        _put_some(state.wants_by_ref, ref, (wants[0],) if len(wants) == 1 else wants or None)
-        self.faults.ref += 1
+        put(key, found)
+        self.faults.read_back[kind] = self.faults.read_back.get(kind, 0) + 1
         return True
+
+    def _put_instance(self, uuid: str, found: ColdInstance) -> None:
+        state = self.state
+        _put(state.instances, uuid, found.instance)
+        _put(state.instance_histories, uuid, found.history or None)
+        _put(state.fields, uuid, found.fields)
+        _put(state.check_results, uuid, found.checks)
+
+    def _put_want(self, want_id: str, found: tuple[Want, str | None]) -> None:
+        _put(self.state.wants, want_id, found[0])
+        _put(self.state.want_causes, want_id, found[1])
+
+    def _put_run(self, run_id: str, found: tuple[JobRun, bytearray]) -> None:
+        _put(self.state.job_runs, run_id, found[0])
+        _put(self.state.run_heartbeats, run_id, found[1] or None)
+
+    def _put_ref(self, ref: str, found: ColdRef) -> None:
+        state = self.state
+        _put(state.canonical, ref, found.canonical)
+        _put(state.first_created, ref, found.first_created)
+        _put(state.fields, ref, found.fields)
+        _put(state.serving, ref, found.serving)
+        wants = found.wants
+        _put(state.wants_by_ref, ref, (wants[0],) if len(wants) == 1 else wants or None)
 
     # ----------------------------------------------------------------- eviction
 
@@ -332,10 +320,7 @@ def _ref_keys(state: BuildState) -> Iterable[str]:
 
 
 def _put(table: dict[str, Any], key: str, value: object) -> None:
-    """Put a faulted part back without asking the table to fault (nor overwriting a part held)."""
-    dict.setdefault(table, key, value)
-
-
-def _put_some(table: dict[str, Any], key: str, value: object) -> None:
+    """Put a part read back in place (None: the record has none) without asking the table to fault, nor
+    writing over a part held."""
     if value is not None:
         dict.setdefault(table, key, value)

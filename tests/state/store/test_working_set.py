@@ -115,7 +115,7 @@ def test_a_working_set_holds_only_what_it_touched_since_its_last_projection(data
     state = working.state
     held = len(dict.keys(state.instances)) + len(dict.keys(state.job_runs))
     assert held < (len(plain.instances) + len(plain.job_runs)) // 4
-    assert working.faults.instance + working.faults.run > 0  # the fold read some back to decide
+    assert working.faults.read_back[INSTANCE] + working.faults.read_back[RUN] > 0  # read back to decide
     assert_same(database, plain, working)
 
 
