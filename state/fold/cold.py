@@ -22,6 +22,7 @@ something stale still serves (the fold walks `serving`).
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
@@ -112,10 +113,12 @@ class ColdKeys:
         self._fresh = set()
         while len(self._levels) > 1 and len(self._levels[-2]) <= 2 * len(self._levels[-1]):
             newest, older = self._levels.pop(), self._levels.pop()
-            merged = sorted((*older, *newest))
+            # A merge of the two sorted arrays into a third, a hash at a time: sorting their concatenation made a
+            # Python int of each (about 40 bytes a key: a gigabyte at 24M keys, more than all the arrays).
+            merged: Iterable[int] = heapq.merge(older, newest)
             if not self._levels:  # everything in one level: the keys held again leave it
-                merged = [code for code in merged if code not in self._back]
-                self._back = set()
+                back, self._back = self._back, set()
+                merged = (code for code in merged if code not in back)
             self._levels.append(array("q", merged))
 
 
