@@ -67,12 +67,17 @@ class ColdSource(Protocol):
 
 
 class ColdKeys:
-    """The keys of one kind that went cold, as hashes: sorted arrays (merged as they grow) and the fresh ones."""
+    """The keys of one kind that went cold, as hashes: sorted arrays (merged as they grow) and the fresh ones,
+    with a bitmap of them in front (about 16 bits a key), so most keys that are not cold (a new UUID, a new ref)
+    cost one bit's look, not a bisection of each array."""
 
     def __init__(self) -> None:
         self._levels: list[array[int]] = []
         self._fresh: set[int] = set()
         self._back: set[int] = set()  # hashes of keys faulted back since they went cold (held again)
+        self._bits = bytearray(1 << 13)
+        self._mask = (1 << 16) - 1  # bits in the map, less one
+        self._marked = 0  # hashes marked in it
 
     def __len__(self) -> int:
         return sum(map(len, self._levels)) + len(self._fresh) - len(self._back)
@@ -80,16 +85,18 @@ class ColdKeys:
     def add(self, key: str) -> None:
         code = hash(key)
         if code in self._back:
-            self._back.discard(code)  # still in its level
+            self._back.discard(code)  # still in its level, and marked
             return
         self._fresh.add(code)
+        self._mark(code)
         if len(self._fresh) >= MERGE_FRESH:
             self._merge()
 
     def maybe(self, key: str) -> bool:
         """Whether `key` may be cold (False: it is not; True: it is, or another key's hash is the same)."""
         code = hash(key)
-        if code in self._back:
+        bit = code & self._mask
+        if not self._bits[bit >> 3] >> (bit & 7) & 1 or code in self._back:
             return False
         if code in self._fresh:
             return True
@@ -106,6 +113,20 @@ class ColdKeys:
             self._fresh.discard(code)
         else:
             self._back.add(code)
+
+    def _mark(self, code: int) -> None:
+        self._marked += 1
+        if self._marked * 16 > self._mask + 1:  # fuller than a 16th: twice the bits, every hash marked again
+            self._bits = bytearray(len(self._bits) * 2)
+            self._mask = self._mask * 2 + 1
+            for level in (*self._levels, self._fresh):
+                for old in level:
+                    self._set(old)
+        self._set(code)
+
+    def _set(self, code: int) -> None:
+        bit = code & self._mask
+        self._bits[bit >> 3] |= 1 << (bit & 7)
 
     def _merge(self) -> None:
         """The fresh hashes into a level of their own, then levels of like size merged (a few levels in all)."""
