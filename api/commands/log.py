@@ -30,6 +30,7 @@ from partbuild.state.log.audit import AuditInputError, AuditReport, audit
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
+from partbuild.state.store.cold_replay import bounded_audit
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
@@ -82,19 +83,38 @@ def db_upgrade(db_url: str) -> None:
     show_default=True,
     help="How many rejected events to list.",
 )
+@click.option(
+    "--bounded",
+    is_flag=True,
+    help="Replay from seq 0 holding only the working set: the records it has not touched lately go to a scratch "
+    "SQLite database (about 1.9 GB per million instances, deleted after). Not with --verify or --save-snapshot.",
+)
+@click.option(
+    "--scratch-dir",
+    type=click.Path(file_okay=False, exists=True),
+    help="Where --bounded puts its scratch database (default: the temporary directory).",
+)
 @json_option
 def replay(
-    target: Target, verify: bool, as_of: int | None, save_snapshot: bool, rejected_limit: int, as_json: bool
+    target: Target,
+    verify: bool,
+    as_of: int | None,
+    save_snapshot: bool,
+    rejected_limit: int,
+    bounded: bool,
+    scratch_dir: str | None,
+    as_json: bool,
 ) -> None:
     """Replay the event log and print head seq, digest, counts and rejected events.
 
-    With --server the server replays its log (its audit endpoint); --save-snapshot needs --db.
+    With --server the server replays its log (its audit endpoint); --save-snapshot and --bounded need --db.
     """
+    _check_replay_options(target, verify, save_snapshot, bounded, scratch_dir)
     if target.server is not None:
-        if save_snapshot:
-            raise click.UsageError("--save-snapshot needs --db: snapshots are written next to the log")
         with connect(target) as client:
             report = _report_of(client.audit(rejected_limit, as_of, verify))
+    elif bounded:
+        report = _replay_bounded(target.db_url, as_of, rejected_limit, scratch_dir)
     else:
         report = _replay_database(target.db_url, as_of, verify, save_snapshot, rejected_limit)
     if as_json:
@@ -104,6 +124,29 @@ def replay(
         render.console.print(render.report_grid(report))
     if report.verified is False:
         raise CommandFailed("verification failed: " + "; ".join(report.problems))
+
+
+def _check_replay_options(
+    target: Target, verify: bool, save_snapshot: bool, bounded: bool, scratch_dir: str | None
+) -> None:
+    if target.server is not None and (save_snapshot or bounded):
+        flag = "--save-snapshot" if save_snapshot else "--bounded"
+        raise click.UsageError(f"{flag} needs --db: it reads the log where it is stored")
+    if bounded and (verify or save_snapshot):
+        flag = "--verify" if verify else "--save-snapshot"
+        raise click.UsageError(f"--bounded does not take {flag}: a bounded replay holds no whole state for it")
+    if scratch_dir is not None and not bounded:
+        raise click.UsageError("--scratch-dir is where --bounded puts its scratch database: give --bounded too")
+
+
+def _replay_bounded(db_url: str, as_of: int | None, rejected_limit: int, scratch_dir: str | None) -> AuditReport:
+    with open_database(db_url, must_exist=True) as db:
+        head = db.log.head()
+        try:
+            with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
+                return bounded_audit(db.log, scratch_dir, as_of=as_of, rejected_limit=rejected_limit, progress=progress)
+        except AuditInputError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None
 
 
 def _replay_database(

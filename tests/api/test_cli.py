@@ -191,3 +191,43 @@ def test_help_lists_the_commands_as_an_eager_group_would(capsys: pytest.CaptureF
     assert fresh.commands == {}  # listing them loaded none
     code, out, _ = run_cli(capsys, "--help")
     assert code == 0 and out.strip() == help_of(eager).strip()
+
+
+def test_a_bounded_replay_reports_what_a_replay_does(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "8", "--sites", "2")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--json")
+    assert code == 0, err
+    whole = json.loads(out)
+    for extra in ((), ("--scratch-dir", str(scratch))):
+        code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--json", *extra)
+        assert code == 0, err
+        bounded = json.loads(out)
+        assert bounded["digest"] == whole["digest"] and bounded["counts"] == whole["counts"]
+        assert bounded["head_seq"] == bounded["state_seq"] == bounded["replayed_events"] == whole["head_seq"]
+        assert bounded["snapshot_seq"] == 0 < whole["snapshot_seq"]  # it never loads a snapshot
+    assert list(scratch.iterdir()) == []  # the scratch database is gone
+    code, out, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "10", "--json")
+    assert code == 0 and json.loads(out)["state_seq"] == 10
+    code, _, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "999999")
+    assert code == 2 and "after the log head" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--bounded", "--verify"), "--bounded does not take --verify"),
+        (("--bounded", "--save-snapshot"), "--bounded does not take --save-snapshot"),
+        (("--scratch-dir", "."), "give --bounded too"),
+    ],
+)
+def test_a_bounded_replay_refuses_what_it_cannot_do(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, flags: tuple[str, ...], said: str
+) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "1", "--sites", "1")
+    code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, *flags)
+    assert code == 2 and said in err and out == ""
+    assert len(err.strip().splitlines()) == 1
