@@ -87,7 +87,7 @@ def db_upgrade(db_url: str) -> None:
     "--bounded",
     is_flag=True,
     help="Replay from seq 0 holding only the working set: the records it has not touched lately go to a scratch "
-    "SQLite database (about 1.9 GB per million instances, deleted after). Not with --verify or --save-snapshot.",
+    "SQLite database (about 1.2 GB per million instances, deleted after). Not with --verify or --save-snapshot.",
 )
 @click.option(
     "--scratch-dir",

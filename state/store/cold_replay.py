@@ -3,9 +3,9 @@ state store (a database of its own, `records`), written every `every` events, th
 
 What it holds at the end is the state's working set; its digest (`working_set_digest`, state/store/
 cold_digest.py) is the digest of the state a full replay holds. Memory is what the fold touched in the last
-`every` events, the records it keeps whatever happens (active wants, what stale instances serve) and 8 bytes
-per cold key; the scratch store grows with the records (about 1.9 GB per million instances, as the state
-store's rows). `bounded_audit` is `partbuild replay --bounded`: the audit's report from such a replay.
+`every` events, the records it keeps whatever happens (active wants, what stale instances serve) and about 10
+bytes per cold key (683 MiB at 10M instances); the scratch store grows with the records (about 1.2 GB per
+million instances). `bounded_audit` is `partbuild replay --bounded`: the audit's report from such a replay.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def bounded_audit(
 ) -> AuditReport:
     """`audit` (state/log/audit.py) from a replay in a working set: the same head, digest, counts and
     rejections, in bounded memory; the cold records go to a scratch SQLite database in a temporary directory
-    (under `scratch_dir`, deleted after: about 1.9 GB per million instances while it runs)."""
+    (under `scratch_dir`, deleted after: about 1.2 GB per million instances while it runs)."""
     head = log.head()
     if as_of is not None and as_of > head:
         raise AuditInputError(f"--as-of {as_of} is after the log head {head}")
