@@ -51,6 +51,30 @@ class AuditReport:
             for name, value in ((field.name, getattr(self, field.name)) for field in fields(self))
         }
 
+    @classmethod
+    def of_state(
+        cls,
+        state: BuildState,
+        head: int,
+        digest: str,
+        rejected_limit: int,
+        snapshot_seq: int,
+        replayed: int,
+        seconds: float,
+    ) -> AuditReport:
+        """The report of a replayed `state` (its digest computed by the caller: from memory, or with its rows)."""
+        return cls(
+            head_seq=head,
+            state_seq=state.head_seq,
+            digest=digest,
+            counts=state.counts(),
+            rejected_total=len(state.rejections),
+            rejected=state.rejections[:rejected_limit],
+            snapshot_seq=snapshot_seq,
+            replayed_events=replayed,
+            seconds=seconds,
+        )
+
     @property
     def events_per_second(self) -> float:
         return self.replayed_events / self.seconds if self.seconds > 0 else 0.0
@@ -78,26 +102,14 @@ def audit(
     audit of the head, `verify_also(state)` (the state store's check, from the layer above).
     """
     head = log.head()
-    if as_of is not None and as_of > head:
-        raise AuditInputError(f"--as-of {as_of} is after the log head {head}")
-    target = head if as_of is None else as_of
+    target = audit_target(head, as_of)
 
     started = time.perf_counter()
     state, report = load_state(log, snapshots, upto_seq=target, progress=progress)
     seconds = time.perf_counter() - started
     digest = state_digest(state)
 
-    result = AuditReport(
-        head_seq=head,
-        state_seq=state.head_seq,
-        digest=digest,
-        counts=state.counts(),
-        rejected_total=len(state.rejections),
-        rejected=state.rejections[:rejected_limit],
-        snapshot_seq=report.snapshot_seq,
-        replayed_events=report.replayed,
-        seconds=seconds,
-    )
+    result = AuditReport.of_state(state, head, digest, rejected_limit, report.snapshot_seq, report.replayed, seconds)
     if verify:
         if report.snapshot_seq == 0:  # a full replay from seq 0 already: check it saw every seq
             result.problems = _gaps(report.replayed, target)
@@ -110,6 +122,13 @@ def audit(
     if save:
         result.snapshot_saved_at = save_snapshot(state, snapshots)
     return result
+
+
+def audit_target(head: int, as_of: int | None) -> int:
+    """The seq an audit replays to: `as_of`, or the head; AuditInputError for a seq after the head."""
+    if as_of is not None and as_of > head:
+        raise AuditInputError(f"--as-of {as_of} is after the log head {head}")
+    return head if as_of is None else as_of
 
 
 def _gaps(replayed: int, target: int) -> list[str]:

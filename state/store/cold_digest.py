@@ -69,7 +69,7 @@ def _entries(conn: Connection, records: RecordStore, state: BuildState, name: st
         """Without `decode`, the keys alone (a record table's: every row holds a record), each with None."""
         keys = sorted(dict.keys(held))
         at = 0
-        for key, body in records.scan_in_key_order(conn, kind):
+        for key, body in records.scan_in_key_order(conn, kind, bodies=decode):
             while at < len(keys) and keys[at] < key:
                 yield keys[at], dict.__getitem__(held, keys[at])
                 at += 1

@@ -19,7 +19,7 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.fold.touched import Touched
-from partbuild.state.log.audit import AuditInputError, AuditReport
+from partbuild.state.log.audit import AuditReport, audit_target
 from partbuild.state.log.collector import collector_paused
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import open_migrated_engine
@@ -83,26 +83,16 @@ def bounded_audit(
     rejections, in bounded memory; the cold records go to a scratch SQLite database in a temporary directory
     (under `scratch_dir`, deleted after: about 1.2 GB per million instances while it runs)."""
     head = log.head()
-    if as_of is not None and as_of > head:
-        raise AuditInputError(f"--as-of {as_of} is after the log head {head}")
+    target = audit_target(head, as_of)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="partbuild-replay-", dir=scratch_dir) as folder:
         engine = open_migrated_engine(f"sqlite:///{Path(folder) / 'scratch.db'}", True)
         try:
             records = RecordStore(engine)
-            working = replay_in_working_set(log, records, upto_seq=as_of, progress=progress)
+            working = replay_in_working_set(log, records, upto_seq=target, progress=progress)
             digest = working_set_digest(working, records)
         finally:
             engine.dispose()
     state = working.state
-    return AuditReport(
-        head_seq=head,
-        state_seq=state.head_seq,
-        digest=digest,
-        counts=state.counts(),
-        rejected_total=len(state.rejections),
-        rejected=state.rejections[:rejected_limit],
-        snapshot_seq=0,
-        replayed_events=state.head_seq,
-        seconds=time.perf_counter() - started,
-    )
+    seconds = time.perf_counter() - started
+    return AuditReport.of_state(state, head, digest, rejected_limit, 0, state.head_seq, seconds)

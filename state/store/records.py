@@ -609,10 +609,12 @@ class RecordStore:
         for row in conn.execution_options(yield_per=5000).execute(query):
             yield row.id, row.body
 
-    def scan_in_key_order(self, conn: Connection, kind: int) -> Iterator[tuple[str, bytes]]:
-        """`scan`, by id in the order Python sorts strings (code points: bytes of UTF-8, PostgreSQL's "C")."""
+    def scan_in_key_order(self, conn: Connection, kind: int, bodies: bool = True) -> Iterator[tuple[str, bytes]]:
+        """`scan`, by id in the order Python sorts strings (code points: bytes of UTF-8, PostgreSQL's "C");
+        without `bodies`, the ids alone (each with b"")."""
         ident = table.c.id.collate("C") if conn.dialect.name == "postgresql" else table.c.id
-        query = sa.select(table.c.id, table.c.body).where(table.c.kind == kind).order_by(ident)
+        body = table.c.body if bodies else sa.literal(b"", sa.LargeBinary)
+        query = sa.select(table.c.id, body.label("body")).where(table.c.kind == kind).order_by(ident)
         for row in conn.execution_options(yield_per=5000).execute(query):
             yield row.id, row.body
 
