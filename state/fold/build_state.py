@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.checks import CheckEntry
+from partbuild.state.fold.cold import ReadBackFailed
 from partbuild.state.fold.history import CLOCK_MARK_EVERY, mark_clock
 from partbuild.state.fold.layout import (
     History,
@@ -219,6 +220,8 @@ class BuildState:
             check, mutate = handler
             try:
                 plan = check(self, seq, getattr(event, kind), event)
+            except ReadBackFailed:  # a working set's record not read back: not folded, not rejected (cold.py)
+                raise
             except Exception as exc:  # a bug in a check, which mutated nothing; replay must still never raise
                 if self.strict:
                     raise

@@ -25,11 +25,11 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from partbuild.state.fold.records import Instance, JobRun, Want
+from partbuild.state.fold.records import Instance, InstanceState, JobRun, Want
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 INSTANCE, WANT, RUN, REF = "instance", "want", "job run", "ref"
 MERGE_FRESH = 1 << 16  # hashes gathered before they are sorted into a level
 _T = TypeVar("_T")
+_R = TypeVar("_R", Instance, Want, JobRun)
+_LIVE = InstanceState.LIVE  # the states before it are the ones decisions act on (wanted, building, waiting)
+
+
+class ReadBackFailed(RuntimeError):
+    """A cold record could not be read back (the database failed, or its row is ahead of the fold). Raised
+    from an event's check, the event is not folded (the state as before; the caller folds it again later),
+    never taken for a rejection."""
 
 
 @dataclass(frozen=True)
@@ -98,21 +106,23 @@ class ColdKeys:
         bit = code & self._mask
         if not self._bits[bit >> 3] >> (bit & 7) & 1 or code in self._back:
             return False
+        return code in self._fresh or self._in_levels(code)
+
+    def returned(self, key: str) -> None:
+        """`key` is held again (faulted back, or found in no row): not cold until it is evicted again. Said
+        twice (two threads read it back at once), the second changes nothing."""
+        code = hash(key)
         if code in self._fresh:
-            return True
+            self._fresh.discard(code)
+        elif code not in self._back and self._in_levels(code):
+            self._back.add(code)
+
+    def _in_levels(self, code: int) -> bool:
         for level in self._levels:
             at = bisect_left(level, code)
             if at < len(level) and level[at] == code:
                 return True
         return False
-
-    def returned(self, key: str) -> None:
-        """`key` is held again (faulted back, or found in no row): not cold until it is evicted again."""
-        code = hash(key)
-        if code in self._fresh:
-            self._fresh.discard(code)
-        else:
-            self._back.add(code)
 
     def _mark(self, code: int) -> None:
         self._marked += 1
@@ -190,9 +200,16 @@ class ColdTable(dict[str, Any]):
 
 class ColdMain(ColdTable):
     """The table of the records themselves (instances, wants, job runs, canonical pointers): a write of a key not
-    held faults its record first, so a record held has all its parts (which `_part_of` relies on)."""
+    held faults its record first, so a record held has all its parts (which `_part_of` relies on).
 
-    __slots__ = ()
+    `returned`: the keys held because they were read back (each at the end of the dict's order, which is
+    otherwise the order the records were created in: `created_since`)."""
+
+    __slots__ = ("returned",)
+
+    def __init__(self, items: dict[str, Any], fault: Callable[[str], object]) -> None:
+        super().__init__(items, fault)
+        self.returned: set[str] = set()
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not dict.__contains__(self, key):
@@ -229,6 +246,9 @@ class WorkingSet:
         self.source = source
         self.keys = {kind: ColdKeys() for kind in self.TABLES}
         self.faults = Faults()
+        # Readers that walk what was created after a seq (`created_since`): records created after the least
+        # of their seqs stay held (`for_decisions`), so a walk finds them all.
+        self.pins: dict[str, Callable[[], int]] = {}
         loaders = {INSTANCE: self._instance, WANT: self._want, RUN: self._run, REF: self._ref}
         for kind, names in self.TABLES.items():
             main = ColdMain(getattr(state, names[0]), loaders[kind])
@@ -258,54 +278,93 @@ class WorkingSet:
         cold = self.keys[kind]
         if not cold.maybe(key):
             return False
-        cold.returned(key)
-        found = read(key)
+        # Another thread may look for the key meanwhile (faults happen under the read lock): it finds the record
+        # whole (its own row last) or still cold (and reads it too; the second put changes nothing).
+        try:
+            found = read(key)
+        except ReadBackFailed:
+            raise
+        except Exception as exc:
+            raise ReadBackFailed(f"reading the row of {key!r} back failed: {exc}") from exc
         if found is None:
+            cold.returned(key)
             self.faults.missed += 1
             return False
+        main = getattr(self.state, self.TABLES[kind][0])
+        main.returned.add(key)
         put(key, found)
+        cold.returned(key)
+        if not dict.__contains__(main, key):
+            main.returned.discard(key)  # (a ref with no canonical pointer)
         self.faults.read_back[kind] = self.faults.read_back.get(kind, 0) + 1
         return True
 
     def _put_instance(self, uuid: str, found: ColdInstance) -> None:
         state = self.state
-        _put(state.instances, uuid, found.instance)
         _put(state.instance_histories, uuid, found.history or None)
         _put(state.fields, uuid, found.fields)
         _put(state.check_results, uuid, found.checks)
+        _put(state.instances, uuid, found.instance)  # last: with it held, its parts are (`_part_of`)
 
     def _put_want(self, want_id: str, found: tuple[Want, str | None]) -> None:
-        _put(self.state.wants, want_id, found[0])
         _put(self.state.want_causes, want_id, found[1])
+        _put(self.state.wants, want_id, found[0])
 
     def _put_run(self, run_id: str, found: tuple[JobRun, bytearray]) -> None:
-        _put(self.state.job_runs, run_id, found[0])
         _put(self.state.run_heartbeats, run_id, found[1] or None)
+        _put(self.state.job_runs, run_id, found[0])
 
     def _put_ref(self, ref: str, found: ColdRef) -> None:
         state = self.state
-        _put(state.canonical, ref, found.canonical)
         _put(state.first_created, ref, found.first_created)
         _put(state.fields, ref, found.fields)
         _put(state.serving, ref, found.serving)
         wants = found.wants
         _put(state.wants_by_ref, ref, (wants[0],) if len(wants) == 1 else wants or None)
+        _put(state.canonical, ref, found.canonical)
 
     # ----------------------------------------------------------------- eviction
 
-    def evictable(self) -> dict[str, list[str]]:
-        """The keys of every record that may go cold now, by kind: those held whose rows are current (the
-        caller projected the store to the head) and not changed since (`BuildState.touched`)."""
+    def evictable(self, *, projected: int | None = None, for_decisions: bool = False) -> dict[str, list[str]]:
+        """The keys of every record that may go cold now, by kind: those held whose rows are current and not
+        changed since (`BuildState.touched`). `projected`: the seq the store's rows are written up to (at
+        least where tracking restarted); None: the head. `for_decisions`: see `may_go`."""
         state = self.state
         touched = state.touched
-        assert touched is not None and touched.since == state.head_seq, "project the store to the head first"
-        serving = state.serving
-        return {
-            INSTANCE: [key for key in dict.keys(state.instances) if key not in touched.instances],
-            WANT: [key for key, want in dict.items(state.wants) if want.tally is None and key not in touched.wants],
-            RUN: [key for key in dict.keys(state.job_runs) if key not in touched.runs],
-            REF: [key for key in _ref_keys(state) if key not in touched.refs and key not in serving],
+        assert touched is not None, "project the store first"
+        assert touched.since == state.head_seq if projected is None else touched.since <= projected, "project first"
+        untouched = {
+            INSTANCE: (key for key in dict.keys(state.instances) if key not in touched.instances),
+            WANT: (key for key in dict.keys(state.wants) if key not in touched.wants),
+            RUN: (key for key in dict.keys(state.job_runs) if key not in touched.runs),
+            REF: (key for key in _ref_keys(state) if key not in touched.refs),
         }
+        return {kind: self.may_go(kind, keys, for_decisions) for kind, keys in untouched.items()}
+
+    def may_go(self, kind: str, keys: Iterable[str], for_decisions: bool = False) -> list[str]:
+        """Those of `keys` (held records of `kind` whose rows are current) that may go cold: never an active
+        want (its tally is left out of its row) nor a ref something stale serves (the fold walks `serving`).
+
+        `for_decisions`: nor what a live process decides with (records created after a `pins` seq, instances
+        wanted, building or waiting, queued and running job runs, refs wanted, waited for or in flight), so
+        its steps do not read them back each time."""
+        state = self.state
+        floor = min((pin() for pin in self.pins.values()), default=None) if for_decisions else None
+        if kind == INSTANCE:
+            instances = state.instances
+            hot = _LIVE if for_decisions else 0
+            return [key for key in keys if _goes(dict.__getitem__(instances, key), hot, floor)]
+        if kind == WANT:
+            wants = state.wants
+            ended = (key for key in keys if dict.__getitem__(wants, key).tally is None)
+            return [key for key in ended if _goes(dict.__getitem__(wants, key), 0, floor)]
+        if kind == RUN:
+            runs, active = state.job_runs, state.active_run_ids if for_decisions else {}
+            return [key for key in keys if key not in active and _goes(dict.__getitem__(runs, key), 0, floor)]
+        keep: Container[str] = state.serving
+        if for_decisions:
+            keep = {*state.serving, *state.active_wants_by_ref, *state.waiters, *_refs_in_flight(state)}
+        return [key for key in keys if key not in keep]
 
     def evict(self, keys: Mapping[str, Iterable[str]]) -> None:
         """Drop these records (from `evictable`) from memory: they are read back from their rows when asked for."""
@@ -315,9 +374,11 @@ class WorkingSet:
             if kind in (INSTANCE, REF):
                 tables.append(state.fields)
             cold, evicted = self.keys[kind], 0
+            returned = tables[0].returned
             for key in keys.get(kind, ()):
                 for table in tables:
                     dict.pop(table, key, None)
+                returned.discard(key)
                 cold.add(key)
                 evicted += 1
             self.faults.evicted[kind] = self.faults.evicted.get(kind, 0) + evicted
@@ -332,6 +393,44 @@ def _part_of(main: dict[str, Any], load: Callable[[str], bool]) -> Callable[[str
         return not dict.__contains__(main, key) and load(key)
 
     return fault
+
+
+def _goes(record: Instance | Want | JobRun, hot: int, floor: int | None) -> bool:
+    """Whether `record` may go cold: an instance in a state at or after `hot` (0: any), created by `floor`."""
+    return (floor is None or record.created_seq <= floor) and (not hot or record.state >= hot)
+
+
+def _refs_in_flight(state: BuildState) -> Iterator[str]:
+    """The refs whose canonical instance is held and not Live nor ended (wanted, building, waiting)."""
+    instances = state.instances
+    for ref, uuid in dict.items(state.canonical):
+        instance = dict.get(instances, uuid) if uuid is not None else None
+        if instance is not None and instance.state < _LIVE:
+            yield ref
+
+
+def created_since(table: dict[str, _R], seen: int) -> list[_R]:
+    """The records of `table` (instances, wants or job runs by key) created after seq `seen`, oldest first.
+
+    A dict keeps the order records were created in, so the walk goes back from the newest and stops at the
+    first created by `seen`; a working set's table also holds records read back, each put at the end
+    whenever it was created, which the walk steps over (`ColdMain.returned`)."""
+    returned: Container[str] = table.returned if isinstance(table, ColdMain) else ()
+    found: list[_R] = []
+    for key in reversed(table):
+        record = dict.__getitem__(table, key)
+        if record.created_seq <= seen:
+            if key in returned:
+                continue
+            break
+        found.append(record)
+    found.reverse()
+    found.sort(key=_created_seq)  # stable: records of one seq stay in the order they were created
+    return found
+
+
+def _created_seq(record: Any) -> int:
+    return int(record.created_seq)
 
 
 def _ref_keys(state: BuildState) -> Iterable[str]:

@@ -28,11 +28,12 @@ import fasteners
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState, FoldError
+from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.fold.history import clock_mark
 from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import Rejection
 from partbuild.state.log.collector import collector_paused, settle_loaded_state
-from partbuild.state.log.replay import Progress, checkpoint, load_state
+from partbuild.state.log.replay import LoadReport, Progress, checkpoint, load_state
 from partbuild.state.log.store import EventLog
 from partbuild.state.log.tailing import Tailer
 
@@ -75,15 +76,25 @@ class LiveState:
         use_snapshots: bool = True,
         progress: Progress | None = None,
         strict: bool = False,
+        load: Callable[[EventLog, Progress | None], tuple[BuildState, WorkingSet]] | None = None,
     ) -> None:
         """Load from the newest usable snapshot plus the tail (or, without `use_snapshots`, replay it all).
 
         With `snapshot_every` > 0, checkpoint now and on `close` when that many events past the newest.
+        `load`: how to load the state instead (a working set: state/store/cold_start.py), with no snapshots.
         """
         self.log = log
+        if load is not None:
+            use_snapshots = False
         self.snapshots = log.snapshots if use_snapshots else None
         self.snapshot_every = snapshot_every if use_snapshots else 0
-        self._state, self.loaded = load_state(log, self.snapshots, progress=progress)
+        # A state that holds its working set: its records gone cold are read back from the store's rows.
+        self.working: WorkingSet | None = None
+        if load is None:
+            self._state, self.loaded = load_state(log, self.snapshots, progress=progress)
+        else:
+            self._state, self.working = load(log, progress)
+            self.loaded = LoadReport(snapshot_seq=0, replayed=self._state.head_seq, ignored_snapshots=0)
         self._state.strict = strict
         self._lock = fasteners.ReaderWriterLock()
         self._fold_lock = threading.Lock()  # one folder at a time, so events are applied once and in order
@@ -108,6 +119,12 @@ class LiveState:
     def read(self) -> Iterator[BuildState]:
         """Hold the state still while looking at it (shared with other readers)."""
         with self._lock.read_lock():
+            yield self._state
+
+    @contextmanager
+    def hold(self) -> Iterator[BuildState]:
+        """Hold the state still, alone, for a change that is not a fold (a working set evicting records)."""
+        with self._lock.write_lock():
             yield self._state
 
     def read_at_least(self, min_seq: int | None, what: str = "min_seq") -> None:

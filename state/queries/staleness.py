@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import created_since
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, Instance, InstanceState, JobRun
 from partbuild.state.fold.view import StateView
 
@@ -53,7 +54,7 @@ class StaleIndex:
     """Runs by job label and code version, updated by the one folding thread (`update`), read by many."""
 
     def __init__(self) -> None:
-        self._known_runs = 0
+        self.seen = 0  # the head when last updated: the runs created by then are in
         # label -> version -> run ids in creation order (every versioned run: reads as of a seq need them all)
         self._runs: dict[str, dict[str, list[str]]] = {}
         # label -> version -> the run ids that may still have a Live instance now (reads of now prune them)
@@ -61,12 +62,10 @@ class StaleIndex:
         self._lock = threading.Lock()
 
     def update(self, state: BuildState) -> None:
-        """Take in the runs `state` gained since the last update (dicts keep creation order)."""
-        new = len(state.job_runs) - self._known_runs
-        if new <= 0:
-            return
-        self.add([run for run, _ in zip(reversed(state.job_runs.values()), range(new), strict=False)][::-1])
-        self._known_runs = len(state.job_runs)
+        """Take in the runs `state` created since the last update."""
+        if state.head_seq > self.seen:
+            self.add(created_since(state.job_runs, self.seen))
+            self.seen = state.head_seq
 
     def add(self, runs: Iterable[JobRun]) -> None:
         """Take in these runs, newer than any taken in before, oldest first."""

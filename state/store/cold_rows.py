@@ -8,17 +8,20 @@ future, so it is refused (`RowAhead`), never used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from partbuild.state.fold.cold import ColdInstance, ColdRef
+from partbuild.state.fold.cold import ColdInstance, ColdMain, ColdRef, ReadBackFailed
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, RecordStore, loads
 
+if TYPE_CHECKING:
+    from partbuild.state.fold.build_state import BuildState
 
-class RowAhead(RuntimeError):
+
+class RowAhead(ReadBackFailed):
     """A cold record's row was written after the head of the fold reading it back."""
 
     def __init__(self, key: str, row_seq: int, head: int) -> None:
@@ -67,3 +70,16 @@ class StoreRows:
             return None
         canonical, first, fields, serving = row if row is not None else (None, None, None, None)
         return ColdRef(canonical, first, fields, serving, wants)
+
+
+def refs_known(state: BuildState, records: RecordStore | None, prefix: str = "") -> Iterator[str]:
+    """Every ref starting with `prefix` that `state` has a canonical pointer for, or may have: those it holds
+    and, for a working set, those in the store's rows (gone cold, or changed since; the caller looks each up).
+    Call it holding the state's read lock."""
+    canonical = state.canonical
+    held = [ref for ref in dict.keys(canonical) if ref.startswith(prefix)]
+    yield from held
+    if isinstance(canonical, ColdMain) and records is not None:
+        seen = set(held)
+        with records.engine.connect() as conn:
+            yield from (ref for ref in records.ids(conn, REF, prefix) if ref not in seen)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.history import dropped_deltas_between
@@ -49,6 +49,8 @@ class Projector:
         # then make the records whole, wherever the records' watermark was.
         self._whole = False
         self._scan: ChangeScan | None = None  # the scan of the passes up to the seq tracking began
+        # Called with the watermark after each call of `project` (a working set evicts: state/store/cold_start.py).
+        self.after_pass: list[Callable[[int], None]] = []
         live.on_fold(lambda _state, _count, _seconds: self._wake.set())
 
     def project(self) -> int:
@@ -74,7 +76,12 @@ class Projector:
                     last = min(head, touched.since, mark + self.span)
                     changes = self._scan_of(state, touched.since).changes(state, mark, last)
                     dropped = dropped_deltas_between(state, mark, last)
-            if self.store.write(mark, last, changes, self._dropped, dropped, records):
+            try:
+                written = self.store.write(mark, last, changes, self._dropped, dropped, records)
+            except BaseException:
+                self._give_back(drained)  # not written: still owed
+                raise
+            if written:
                 mark = last
                 if records is not None and not self._whole and self._records_behind(mark):
                     self._dump()  # the records are not whole: make them so, for the next pass to say it
@@ -82,11 +89,16 @@ class Projector:
                         break  # tracking stopped during the dump: the next call starts again
                 continue
             mark = self.store.watermark()  # another projector wrote this span: go on from where it got
-            if drained is not None:
-                with self.live.read() as state:
-                    if state.touched is not None:
-                        state.touched.absorb(drained)  # what it drained may still be owed past that mark
+            self._give_back(drained)  # what it drained may still be owed past that mark
+        for after in self.after_pass:
+            after(mark)
         return mark
+
+    def _give_back(self, drained: Touched | None) -> None:
+        if drained is not None:
+            with self.live.read() as state:
+                if state.touched is not None:
+                    state.touched.absorb(drained)
 
     def _scan_of(self, state: BuildState, until: int) -> ChangeScan:
         """The scan up to `until` (the seq tracking began) that this pass goes on with: one read of each record

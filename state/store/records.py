@@ -530,6 +530,12 @@ _ROWS: Final = KeyedQueries(
         table.c.id.in_([sa.bindparam(name, type_=table.c.id.type) for name in names]),
     )
 )
+_ROW_SEQS: Final = KeyedQueries(
+    lambda names: sa.select(table.c.id, table.c.seq).where(
+        table.c.kind == sa.bindparam("kind"),
+        table.c.id.in_([sa.bindparam(name, type_=table.c.id.type) for name in names]),
+    )
+)
 _BEATS: Final = KeyedQueries(
     lambda names: (
         sa.select(state_heartbeats.c.run_id, state_heartbeats.c.seq, state_heartbeats.c.ms)
@@ -597,6 +603,22 @@ class RecordStore:
                 for row_kind, key, seq, body in _ROWS.all(conn, ids[start : start + 500], kind=kind):
                     found[(row_kind, key)] = (seq, body)
         return found
+
+    def row_seqs(self, conn: Connection, kind: int, ids: Sequence[str]) -> dict[str, int]:
+        """The seq of the row of each of these ids of `kind` that has one, read in `conn`'s transaction."""
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), 500):
+            found.update((key, seq) for key, seq in _ROW_SEQS.all(conn, ids[start : start + 500], kind=kind))
+        return found
+
+    def ids(self, conn: Connection, kind: int, prefix: str = "") -> Iterator[str]:
+        """The ids of every row of `kind` that start with `prefix`, in `conn`'s transaction (an index range)."""
+        query = sa.select(table.c.id).where(table.c.kind == kind)
+        if prefix:  # in code point order ("C" on PostgreSQL: a locale's order may skip punctuation)
+            ident = table.c.id.collate("C") if conn.dialect.name == "postgresql" else table.c.id
+            query = query.where(ident >= prefix, ident < prefix + "\U0010ffff")
+        for row in conn.execution_options(yield_per=5000).execute(query):
+            yield row.id
 
     def rows_of_id(self, conn: Connection, key: str, kinds: tuple[int, int]) -> dict[Key, tuple[int, bytes]]:
         """(seq, body) of the rows of `key` of either of two kinds, in one statement, in `conn`'s transaction."""

@@ -19,9 +19,11 @@ NEWEST = DriverQuery(
     .limit(2)
 )
 OF_RUNS = KeyedQueries(
-    lambda names: sa.select(beats.c.run_id, beats.c.seq)
-    .where(beats.c.run_id.in_([sa.bindparam(name) for name in names]), beats.c.seq >= sa.bindparam("low"))
-    .order_by(beats.c.run_id, beats.c.seq)
+    lambda names: (
+        sa.select(beats.c.run_id, beats.c.seq)
+        .where(beats.c.run_id.in_([sa.bindparam(name) for name in names]), beats.c.seq >= sa.bindparam("low"))
+        .order_by(beats.c.run_id, beats.c.seq)
+    )
 )
 
 

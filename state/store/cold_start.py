@@ -1,0 +1,150 @@
+"""A live state that holds its working set (state/fold/cold.py): loaded from the log in bounded memory, then
+kept bounded by evicting after each pass of the state store's projector.
+
+Loading replays the log from seq 0, as a whole state's first start does, but evicts as it goes: the store's
+rows are whole up to its watermark W, and a record's row (written at or after its last change up to W) holds
+it exactly at any seq from the row's up to W. So once the replay has folded past a record's row seq, the
+record may go cold: its row is what the fold would hold. The replay reads the row seqs of what each span
+touched, evicts those already reached and remembers the others until the replay reaches them. From W on,
+nothing goes cold (the rows do not say what follows) and the fold records what it touches, so the
+projector's first pass writes those rows (`changes_of`, not a scan) and then eviction goes on after each
+pass (`keep_working_set`). A store whose rows are not whole (never projected, or by another format) loads
+the whole state: the projector's first pass writes every row, and eviction starts after it (a new
+database's rows are whole from its first pass).
+
+What it leaves: the working set's rule holds while this process is the only one folding and projecting its
+database (read replicas read it; another folding server may write rows ahead of this fold, which a read
+back refuses: `RowAhead`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, WorkingSet
+from partbuild.state.fold.touched import Touched
+from partbuild.state.log.collector import collector_paused
+from partbuild.state.log.live import LiveState
+from partbuild.state.log.store import EventLog
+from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.cold_rows import StoreRows
+from partbuild.state.store.projector import Projector
+from partbuild.state.store.records import INSTANCE as ROW_INSTANCE
+from partbuild.state.store.records import REF as ROW_REF
+from partbuild.state.store.records import RUN as ROW_RUN
+from partbuild.state.store.records import WANT as ROW_WANT
+from partbuild.state.store.records import RecordStore
+
+logger = logging.getLogger("partbuild.state.store")
+
+SETTLE_EVERY = 20_000  # events folded between two looks at the rows of what they touched
+_ROW_KIND = {INSTANCE: ROW_INSTANCE, WANT: ROW_WANT, RUN: ROW_RUN, REF: ROW_REF}
+
+
+def rows_whole_at(store: ChangeStore) -> int:
+    """The seq the store's rows are whole at (their watermark and the changes' are one), or 0."""
+    records = store.records
+    mark = store.watermark()
+    return mark if mark > 0 and records.watermark() == mark and not records.newer_format() else 0
+
+
+def load_working_set(
+    log: EventLog, store: ChangeStore, *, progress: Callable[[int], None] | None = None
+) -> tuple[BuildState, WorkingSet]:
+    """The state at the log's head, holding its working set only where the store's rows allow (module doc)."""
+    state = BuildState()
+    working = WorkingSet(state, StoreRows(store.records, lambda: state.head_seq))
+    whole_at = rows_whole_at(store)
+    if whole_at:
+        settler = _Settler(working, store.records)
+        state.touched = Touched(0)
+        _fold(state, log, None, whole_at, progress, settler.settle)
+        settler.settle()
+        state.touched = Touched(state.head_seq, len(state.dropped_changes))  # the projector's first pass
+    elif store.watermark() == 0 and store.records.watermark() == 0 and log.head() == 0:
+        state.touched = Touched(0)  # a new database: its rows are whole from the first pass on
+    _fold(state, log, whole_at if whole_at else None, None, progress, None)
+    cold = sum(len(keys) for keys in working.keys.values())
+    held = sum(len(dict.keys(getattr(state, names[0]))) for names in WorkingSet.TABLES.values())
+    logger.info(
+        "holding a working set at seq %d: %d records in memory, %d in the store's rows", state.head_seq, held, cold
+    )
+    return state, working
+
+
+def _fold(
+    state: BuildState,
+    log: EventLog,
+    after: int | None,
+    upto: int | None,
+    progress: Callable[[int], None] | None,
+    settle: Callable[[], None] | None,
+) -> None:
+    for page in log.iter_payload_pages(after_seq=after or 0, upto_seq=upto, page_size=SETTLE_EVERY):
+        scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
+        with collector_paused():
+            apply_payload = state.apply_payload
+            for seq, payload in page:
+                apply_payload(seq, payload, scratch)
+        if settle is not None:
+            settle()
+        if progress is not None:
+            progress(state.head_seq)
+
+
+class _Settler:
+    """Evicts, as a replay goes, each record whose row the replay has reached (module doc)."""
+
+    def __init__(self, working: WorkingSet, records: RecordStore) -> None:
+        self.working = working
+        self.records = records
+        self.waiting: list[tuple[int, str, str]] = []  # (row seq, kind, key): rows the replay has not reached
+
+    def settle(self) -> None:
+        working = self.working
+        state = working.state
+        touched = state.touched
+        assert touched is not None
+        state.touched = Touched(state.head_seq, len(state.dropped_changes))
+        head = state.head_seq
+        touched_by_kind = {INSTANCE: touched.instances, WANT: touched.wants, RUN: touched.runs, REF: touched.refs}
+        ready: dict[str, list[str]] = {kind: [] for kind in touched_by_kind}
+        with self.records.engine.connect() as conn:
+            for kind, keys in touched_by_kind.items():
+                held = [key for key in keys if _held(working, kind, key)]
+                for key, seq in self.records.row_seqs(conn, _ROW_KIND[kind], held).items():
+                    if seq <= head:
+                        ready[kind].append(key)
+                    else:
+                        heapq.heappush(self.waiting, (seq, kind, key))
+        while self.waiting and self.waiting[0][0] <= head:
+            _, kind, key = heapq.heappop(self.waiting)
+            if _held(working, kind, key) and key not in touched_by_kind[kind]:
+                ready[kind].append(key)  # (one touched again was looked at above)
+        working.evict({kind: working.may_go(kind, keys, for_decisions=True) for kind, keys in ready.items()})
+
+
+def _held(working: WorkingSet, kind: str, key: str) -> bool:
+    state = working.state
+    if kind != REF:
+        return dict.__contains__(getattr(state, WorkingSet.TABLES[kind][0]), key)
+    return any(dict.__contains__(getattr(state, name), key) for name in WorkingSet.TABLES[REF])
+
+
+def keep_working_set(live: LiveState, projector: Projector, working: WorkingSet) -> None:
+    """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need)."""
+    records = projector.store.records
+
+    def evict(_mark: int) -> None:
+        written = records.watermark()  # the rows are whole up to it: the evicted are read back from them
+        with live.hold() as state:
+            touched = state.touched
+            if touched is None or touched.since > written:
+                return
+            working.evict(working.evictable(projected=written, for_decisions=True))
+
+    projector.after_pass.append(evict)

@@ -1,0 +1,236 @@
+"""A live state that holds its working set (state/store/cold_start.py): loaded from the log and the store's
+rows with records evicted as the replay passes their rows, then kept bounded after each projector pass, it
+decides as a state holding everything (same rejections, same digest, same tables once read back), keeps what
+decisions act on, and walks what was created after a seq in creation order (`created_since`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import INSTANCE, ColdKeys, ReadBackFailed, WorkingSet, created_since
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.live import LiveState
+from partbuild.state.store import cold_start
+from partbuild.state.store.cold_digest import working_set_digest
+from partbuild.state.store.cold_start import keep_working_set, load_working_set, rows_whole_at
+from partbuild.state.store.projector import Projector
+from partbuild.state.store.records import body_of
+
+from golden_log import GOLDEN_LOGS, read_events
+from workingsetkit import assert_same, rejections
+
+
+def w1_events(count: int) -> list[pb.Event]:
+    return list(islice(simulate(SimulationPlan(weeks=4, sites=40)), count))
+
+
+def projected_then_appended(database: Database, events: list[pb.Event], projected: int) -> None:
+    """The first `projected` events folded by a whole state and projected (the rows whole there), the rest
+    appended after."""
+    database.log.append(events[:projected])
+    whole = LiveState(database.log, use_snapshots=False)
+    assert Projector(whole, database.changes).project() == projected
+    if events[projected:]:
+        database.log.append(events[projected:])
+
+
+def working_live(database: Database) -> LiveState:
+    return LiveState(database.log, load=lambda log, progress: load_working_set(log, database.changes))
+
+
+@pytest.fixture
+def settle_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cold_start, "SETTLE_EVERY", 3)
+
+
+@pytest.mark.usefixtures("settle_often")
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS])
+def test_a_working_set_loads_from_the_rows_as_a_full_replay(database: Database, name: str) -> None:
+    events = read_events(name)
+    projected_then_appended(database, events, len(events) * 2 // 3)
+    live = working_live(database)
+    working = live.working
+    assert working is not None and live.head_seq == len(events)
+    plain = _replayed(events)
+    assert rejections(live.state) == rejections(plain)
+    assert Projector(live, database.changes).project() == len(events)  # the tail's rows: what the digest reads
+    assert working_set_digest(working, database.changes.records) == state_digest(plain)  # nothing read back
+    assert_same(database, plain, working)
+
+
+@pytest.mark.usefixtures("settle_often")
+def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_need(database: Database) -> None:
+    events = w1_events(3_000)
+    projected_then_appended(database, events[:2_000], 1_800)
+    live = working_live(database)
+    working = live.working
+    assert working is not None
+    full = _replayed(events[:2_000])
+    loaded = len(dict.keys(live.state.instances))
+    assert sum(working.faults.evicted.values()) > 0 and loaded < len(full.instances) // 3
+    projector = Projector(live, database.changes, span=50)
+    keep_working_set(live, projector, working)
+    plain = _replayed(events[:2_000])
+    for start in range(2_000, len(events), 250):
+        chunk = events[start : start + 250]
+        database.log.append(chunk)
+        for event in chunk:
+            plain.apply(plain.head_seq + 1, event)
+        live.catch_up()
+        assert rejections(live.state) == rejections(plain)
+        assert projector.project() == live.head_seq
+        _assert_decisions_hold(live.state, plain)
+    assert len(dict.keys(live.state.instances)) < len(plain.instances) // 3
+    assert_same(database, plain, working)
+
+
+def _assert_decisions_hold(state: BuildState, plain: BuildState) -> None:
+    """What decisions act on is held: instances not yet Live nor ended, queued and running runs, the refs wanted."""
+    waiting = [uuid for uuid, one in plain.instances.items() if one.state < InstanceState.LIVE]
+    assert all(dict.__contains__(state.instances, uuid) for uuid in waiting)
+    active = [run_id for run_id, run in plain.job_runs.items() if run.state in ACTIVE_RUN_STATES]
+    assert all(dict.__contains__(state.job_runs, run_id) for run_id in active)
+    assert all(dict.__contains__(state.canonical, ref) for ref in plain.active_wants_by_ref if ref in plain.canonical)
+
+
+def test_a_store_whose_rows_are_not_whole_loads_everything(database: Database) -> None:
+    events = read_events("v1")
+    database.log.append(events)
+    assert rows_whole_at(database.changes) == 0
+    state, working = load_working_set(database.log, database.changes)
+    assert sum(working.faults.evicted.values()) == 0 and state.touched is None
+    assert state_digest(state) == state_digest(_replayed(events))
+
+
+@pytest.mark.usefixtures("settle_often")
+def test_created_since_walks_records_created_after_a_seq_read_back_ones_aside(database: Database) -> None:
+    events = w1_events(2_000)
+    projected_then_appended(database, events[:1_500], 1_500)
+    live = working_live(database)
+    state, working = live.state, live.working
+    assert working is not None
+    plain = _replayed(events[:1_500])
+    cold = [uuid for uuid in plain.instances if not dict.__contains__(state.instances, uuid)]
+    assert len(cold) > 100
+    for uuid in cold[::7]:  # read back: each at the end of the dict's order
+        assert state.instances[uuid].__getstate__() == plain.instances[uuid].__getstate__()
+    assert working.faults.read_back[INSTANCE] >= len(cold[::7])
+    database.log.append(events[1_500:])  # created after those read back
+    live.catch_up()
+    plain = _replayed(events)
+    for seen in (0, 200, 700, 1_200, 1_499, 1_700):
+        expected = [one for one in plain.instances.values() if one.created_seq > seen]
+        held = [one for one in expected if dict.__contains__(state.instances, one.uuid)]
+        assert [one.uuid for one in created_since(state.instances, seen)] == [one.uuid for one in held]
+        assert [one.uuid for one in created_since(plain.instances, seen)] == [one.uuid for one in expected]
+
+
+def test_a_pin_keeps_what_was_created_after_its_seq(database: Database) -> None:
+    events = w1_events(1_200)
+    projected_then_appended(database, events, 1_200)
+    live = working_live(database)
+    working = live.working
+    assert working is not None
+    database.log.append(w1_events(1_600)[1_200:])
+    live.catch_up()
+    working.pins["reader"] = lambda: 1_300
+    Projector(live, database.changes).project()
+    with live.hold() as state:
+        working.evict(working.evictable(for_decisions=True))
+        created_after = [one for one in _replayed(w1_events(1_600)).instances.values() if one.created_seq > 1_300]
+        assert created_after and all(dict.__contains__(state.instances, one.uuid) for one in created_after)
+
+
+def test_a_pass_that_fails_to_write_owes_its_records_to_the_next(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = w1_events(1_000)
+    database.log.append(events[:600])
+    live = LiveState(database.log, use_snapshots=False)
+    projector = Projector(live, database.changes)
+    projector.project()
+    database.log.append(events[600:])
+    live.catch_up()
+    real_write = database.changes.write
+
+    def broken(*args: object, **kwargs: object) -> bool:
+        raise OSError("the disk is full")
+
+    monkeypatch.setattr(database.changes, "write", broken)
+    with pytest.raises(OSError, match="disk is full"):
+        projector.project()
+    monkeypatch.setattr(database.changes, "write", real_write)
+    assert projector.project() == live.head_seq == database.changes.records.watermark()
+    stale = [key for kind, key, _seq, body in _rows(database) if body != body_of(live.state, kind, key)]
+    assert stale == []
+
+
+def _rows(database: Database) -> Iterator[tuple[int, str, int, bytes]]:
+    for kind, key, seq, body, *_ in database.changes.records.all_rows():
+        yield kind, key, seq, body
+
+
+def test_cold_keys_read_back_twice_at_once_stay_held_then_go_cold_again() -> None:
+    keys = ColdKeys()
+    added = [f"raw/clicks/date={day}" for day in range(70_000)]  # past a merge into a level
+    for key in added:
+        keys.add(key)
+    for key in (added[5], added[-1]):  # in a level, and among the fresh
+        keys.returned(key)
+        keys.returned(key)  # two threads read it back
+        assert not keys.maybe(key)
+        keys.add(key)
+        assert keys.maybe(key)
+    assert len(keys) == len(added)
+
+
+def _replayed(events: list[pb.Event]) -> BuildState:
+    state = BuildState()
+    for seq, event in enumerate(events, start=1):
+        state.apply(seq, event)
+    return state
+
+
+def test_a_working_set_is_the_live_state_s_own(tmp_path: Path) -> None:
+    with Database.open(f"sqlite:///{tmp_path / 'w.db'}", auto_upgrade=True) as database:
+        projected_then_appended(database, read_events("v1"), 30)
+        live = working_live(database)
+        assert isinstance(live.working, WorkingSet) and live.working.state is live.state
+        assert live.snapshots is None and live.loaded.replayed == live.head_seq
+
+
+def test_a_record_not_read_back_stops_the_fold_before_the_event_and_rejects_nothing(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = w1_events(1_400)
+    projected_then_appended(database, events[:1_000], 1_000)
+    live = working_live(database)
+    working = live.working
+    assert working is not None
+    database.log.append(events[1_000:])
+    source = working.source
+    real_read = source.instance
+
+    def unreadable(uuid: str) -> object:
+        raise OSError("the database went away")
+
+    monkeypatch.setattr(source, "instance", unreadable)
+    with pytest.raises(ReadBackFailed, match="went away"):
+        live.catch_up()
+    stopped_at = live.head_seq
+    assert 1_000 <= stopped_at < len(events)
+    plain = _replayed(events[:stopped_at])
+    assert rejections(live.state) == rejections(plain)  # the event it could not check is not rejected
+    monkeypatch.setattr(source, "instance", real_read)
+    live.catch_up()
+    assert live.head_seq == len(events)
+    assert rejections(live.state) == rejections(_replayed(events))
