@@ -158,9 +158,24 @@ class Orchestrator:
             owns=self._owns_source,
             clock=self.clock,
             digests=self.db.content_digests,
+            records=self.db.changes.records,
         )
         self.scanner.on_append = self.wake
         self.scanner.start()
+        self._pin_what_helpers_walk()
+
+    def _pin_what_helpers_walk(self) -> None:
+        """A working set keeps the records created after the seqs the publisher and the stale index last
+        walked from (state/fold/cold.py `created_since`), and the publisher finds its cold refs in the rows."""
+        working = self.live.working
+        if working is None:
+            return
+        publisher, reactor = self.publisher, self.reactor
+        if publisher is not None:
+            publisher.records = self.db.changes.records
+            working.pins["publisher"] = lambda: publisher.seen_seq
+        if reactor.code_change:
+            working.pins["stale runs"] = lambda: reactor.stale.seen
 
     def _executor(self, spark: object, max_workers: int | None, heartbeat_interval_s: float) -> JobExecutor:
         """The job runner: as many threads as the jobs' concurrencies add up to, unless told."""

@@ -47,13 +47,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from partbuild.orchestrator.declarations import DeclarationError
+from partbuild.state.fold.cold import created_since
 from partbuild.state.fold.records import ACTIVE_RUN_STATES
+from partbuild.state.store.cold_rows import refs_known
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.graph import Graph
     from partbuild.orchestrator.spark import LazySpark
     from partbuild.state.fold.build_state import BuildState
     from partbuild.state.log.live import LiveState
+    from partbuild.state.store.records import RecordStore
 
 logger = logging.getLogger("partbuild.publish")
 
@@ -163,6 +166,7 @@ class Publisher:
         self._spark = spark
         self._warehouse = warehouse.rstrip("/")
         self._seen_seq = -1  # the head last looked at; -1: not yet (the first step reconciles every ref)
+        self.records: RecordStore | None = None  # a working set's rows, where its cold refs are (`_every_ref`)
         self._watched: dict[str, None] = {}  # runs of published jobs active at _seen_seq
         self._serving: dict[str, str] = {}  # the state's stale instances still serving, at _seen_seq
         self._shown: dict[str, str] = {}  # ref -> the location its partition points at (absent: no partition)
@@ -247,26 +251,21 @@ class Publisher:
             self._backoff_s = 0.0
         return changed
 
+    @property
+    def seen_seq(self) -> int:
+        """The head last looked at (-1: not yet): what was created after it is still to be looked at."""
+        return self._seen_seq
+
     def _every_ref(self, state: BuildState) -> dict[str, None]:
         """At start: every ref the state knows (a scan, once)."""
-        return dict.fromkeys(state.canonical)
+        return dict.fromkeys(refs_known(state, self.records))
 
     def _changed_refs(self, state: BuildState) -> dict[str, None]:
         """Refs whose canonical instance may have changed since `_seen_seq` (O(what happened since))."""
         seen, instances, runs = self._seen_seq, state.instances, state.job_runs
-        refs: dict[str, None] = {}
-        for uuid in reversed(instances):  # creation order: the newest last
-            instance = instances[uuid]
-            if instance.created_seq <= seen:
-                break
-            refs[instance.ref] = None
+        refs = {instance.ref: None for instance in created_since(instances, seen)}
         watched = dict(self._watched)
-        for run_id in reversed(runs):
-            run = runs[run_id]
-            if run.created_seq <= seen:
-                break
-            if run.job_label in self._targets:
-                watched[run_id] = None
+        watched.update((run.job_run_id, None) for run in created_since(runs, seen) if run.job_label in self._targets)
         for run_id in watched:
             found = runs.get(run_id)
             if found is not None and found.state not in ACTIVE_RUN_STATES:

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 DEFAULT_GRAPH = "examples/clicks/pipeline.py"
 
 logger = logging.getLogger("partbuild")
+WORKING_SET_GAP_S = 0.2  # a working set's projector passes at most this often
 
 
 snapshot_every_option = click.option(
@@ -225,6 +226,12 @@ class _EarlyStop:
     show_default=True,
     help="Which shards of every webhook subscription this process delivers: all, none, a list (0,2), a part (k/n).",
 )
+@click.option(
+    "--working-set",
+    is_flag=True,
+    help="Hold only what decisions need: the rest in the state store's rows, reads answered from the store "
+    "(memory bounded by the working set, not the history; no snapshots). The only process folding this database.",
+)
 def up(
     db_url: str,
     graph_path: str,
@@ -237,6 +244,7 @@ def up(
     snapshot_every: int,
     retain_days: int | None,
     deliver_shards: str,
+    working_set: bool,
 ) -> None:
     """HTTP API and orchestrator in one process (SQLite + local Spark by default); SIGTERM/SIGINT stop both.
 
@@ -262,7 +270,7 @@ def up(
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
-        live = LiveState(db.log, snapshot_every=snapshot_every)
+        live = _live_state(db, snapshot_every, working_set)
         settings = LoopSettings(retention=_retention(retain_days))
         background = Supervisor(
             lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, settings=settings)
@@ -283,12 +291,28 @@ def up(
             live.close()
 
 
+def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveState:
+    """`up`'s one state: all of it (snapshotted), or its working set (state/store/cold_start.py)."""
+    if not working_set:
+        return LiveState(db.log, snapshot_every=snapshot_every)
+    from partbuild.state.store.cold_start import load_working_set
+
+    return LiveState(db.log, load=lambda log, progress: load_working_set(log, db.changes, progress=progress))
+
+
 def _followers(live: LiveState, db: Database, selector: ShardSelector | None) -> list[Projector | Deliverer]:
-    """What follows the live state beside the API, started: the state store's projector, webhook delivery."""
+    """What follows the live state beside the API, started: the state store's projector (a working set's
+    evictions after each of its passes), webhook delivery."""
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer
 
-    followers: list[Projector | Deliverer] = [Projector(live, db.changes).start()]
+    projector = Projector(live, db.changes)
+    if live.working is not None:
+        from partbuild.state.store.cold_start import keep_working_set
+
+        keep_working_set(live, projector, live.working)
+    # A working set's reads wait for its passes (`min_seq`): they come more often.
+    followers: list[Projector | Deliverer] = [projector.start(WORKING_SET_GAP_S if live.working else 1.0)]
     if selector is not None:
         followers.append(Deliverer(live, db.deliveries, render_payload, selector=selector).start())
     return followers

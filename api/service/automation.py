@@ -82,6 +82,7 @@ class AutomationService(ServiceBase):
 
     def _schedule_written(self, name: str, seq: int, want_id: str | None = None) -> ScheduleWrittenOut:
         declared = self.graph.schedules.get(name) if self.graph is not None else None
+        self.reads.read_at_least(seq)  # a store's reads (a working set's) wait for what was written
         with self.reads.read() as state:
             schedule = schedule_out(name, declared, state.schedules.get(name), self.clock())
         return ScheduleWrittenOut(seq=seq, schedule=schedule, want_id=want_id)

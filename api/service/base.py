@@ -92,6 +92,9 @@ class ServiceBase:
             self._serve_the_store(db)
             return
         self._live = live if live is not None else LiveState(log, snapshot_every=snapshot_every, progress=progress)
+        if self._live.working is not None:  # it holds its working set: reads are the store's, writes checked here
+            self._serve_the_store(db)
+            return
         self.reads = self._live
         self.metrics = Metrics(self._live, db)
         self.listing = index = ListingIndex()
@@ -134,18 +137,29 @@ class ServiceBase:
 
     def refresh(self) -> int:
         """Fold whatever was appended since the last refresh (a replica: look at the store's watermark)."""
-        return self.reads.catch_up()
+        folded = self._live.catch_up() if self._live is not None and self.reads is not self._live else 0
+        return self.reads.catch_up() or folded
+
+    def reads_caught_up(self) -> None:
+        """Wait until the reads have what this process folded (a working set's come from the store, which its
+        projector brings up within a pass): a page shown after a form's write shows the write."""
+        if self._live is not None and self.reads is not self._live:
+            self.reads.read_at_least(self._live.head_seq)
 
     def start_tailing(self, interval_s: float = 0.05) -> None:
         """Keep the state current in the background (other processes append too)."""
         self.reads.start_tailing(interval_s)
+        if self._live is not None and self.reads is not self._live:  # a working set: the store's and its own
+            self._live.start_tailing(interval_s)
 
     def stop(self) -> None:
         """Stop tailing and checkpoint a live state of its own (a shared one is its owner's)."""
+        if self.reads is not self._live:
+            self.reads.stop_tailing()
         if self._live is not None and self._owns_live:
             self._live.close()
-        else:
-            self.reads.stop_tailing()
+        elif self._live is not None:
+            self._live.stop_tailing()
 
     # ----------------------------------------------------------------- writes
 

@@ -22,6 +22,7 @@ from typing import Final
 
 from partbuild.api.models.jobs import NodeKind
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import created_since
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, JobRun, JobRunState
 from partbuild.state.fold.view import StateView
 
@@ -49,7 +50,6 @@ class LogJobs:
     """The jobs, sources and edges the log's runs show, updated by readers (`update`, under the state's lock)."""
 
     def __init__(self) -> None:
-        self._known_runs = 0
         self._seen_head = -1
         self._pending: list[str] = []  # runs queued or running when last looked at, in creation order
         self._nodes: dict[str, _Node] = {}
@@ -61,12 +61,8 @@ class LogJobs:
         with self._lock:
             if state.head_seq == self._seen_head:
                 return
-            new = len(state.job_runs) - self._known_runs
-            if new > 0:
-                runs = list(zip(reversed(state.job_runs.values()), range(new), strict=False))
-                for run, _ in reversed(runs):
-                    self._add_run(state, run)
-                self._known_runs = len(state.job_runs)
+            for run in created_since(state.job_runs, max(self._seen_head, 0)):
+                self._add_run(state, run)
             self._look_again(state)
 
     def follow(self, state: StateView, created: Callable[[int], Iterable[JobRun]]) -> None:

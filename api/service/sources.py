@@ -52,6 +52,7 @@ class SourcesService(ServiceBase):
             return [event]
 
         seq = self._write(build)[0]
+        self.reads.read_at_least(seq)  # a store's reads (a working set's) wait for what was written
         with self.reads.read() as state:
             source = source_out(name, declared, state.sources.get(name))
         return ScanRequestedOut(seq=seq, source=source)

@@ -61,6 +61,7 @@ async def want_action(request: Request) -> Response:
             form.preview_count, form.preview = len(refs), refs[:PREVIEW_SHOWN]
             return _want_form_page(request, form, 200)
         created = await in_thread(service.create_want, want, identity.name)
+        await in_thread(service.reads_caught_up)
     except (ApiError, FormInvalid) as exc:
         form.error = str(exc)
         return _want_form_page(request, form, exc.status if isinstance(exc, ApiError) else 422)
@@ -135,6 +136,7 @@ async def _write(request: Request, call: Any, then: str) -> Response:
     """Run a write; redirect to `then`, or show the API's error."""
     try:
         await in_thread(call)
+        await in_thread(service_of(request).reads_caught_up)
     except (ApiError, FormInvalid) as exc:
         return form_failure(request, exc, back=then)
     return redirect(then)

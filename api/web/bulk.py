@@ -98,6 +98,7 @@ async def bulk_action(request: Request) -> Response:
         return _confirmation(request, form, None, str(exc), exc.status if isinstance(exc, ApiError) else 422)
     if not run:
         return _confirmation(request, form, done, "", 200)
+    await in_thread(service_of(request).reads_caught_up)
     notice = {"bulk": done.action, "bulk_acted": done.acted_on, "bulk_want": done.want_id or ""}
     glue = "&" if "?" in form.back else "?"
     return redirect(form.back + glue + urlencode({k: v for k, v in notice.items() if v != ""}))

@@ -80,6 +80,8 @@ from partbuild.state.log.events import Clock, envelope, system, wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import AppendConflict, EventLog
 from partbuild.state.queries.lineage import refs_tainted_by, root_wanted
+from partbuild.state.store.cold_rows import refs_known
+from partbuild.state.store.records import RecordStore
 
 logger = logging.getLogger("partbuild.sources")
 
@@ -219,8 +221,11 @@ class SourceScanner:
         clock: Clock = wall_clock_ms,
         checkpoint_every_s: float = 5.0,
         digests: DigestStore | None = None,
+        records: RecordStore | None = None,
     ) -> None:
+        """`records`: the state store's rows, where a working set's cold refs are found (`_gone`)."""
         self.log = log
+        self.records = records
         self.live = live
         self.owns = owns
         self.on_append = on_append
@@ -506,8 +511,10 @@ class SourceScanner:
         base = scan.discovery.location_of("")
         prefix = scan.source.pattern.template.split("{", 1)[0]
         gone = []
-        for ref, instance_id in state.canonical.items():
-            if not ref.startswith(prefix) or ref in scan.present:
+        canonical = state.canonical
+        for ref in refs_known(state, self.records, prefix):
+            instance_id = canonical.get(ref)
+            if instance_id is None or ref in scan.present:
                 continue
             instance = state.instances[instance_id]
             location = instance.location

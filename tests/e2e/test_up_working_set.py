@@ -1,0 +1,96 @@
+"""`partbuild up --working-set` as a real process (issue 37): it holds only what decisions need, answers reads
+from the state store, builds what is wanted, and after SIGKILL starts again from the log and the store's rows
+(most records left in the rows), losing nothing; `replay --verify` then finds the store as a replay makes it."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from upkit import free_port, partbuild_exe, started, wait_healthy
+from waitkit import wait_for
+
+pytestmark = pytest.mark.process
+
+GRAPH = """
+from pathlib import Path
+
+from partbuild.orchestrator.context import JobContext
+from partbuild.orchestrator.graph import Graph, Job
+
+
+def write_report(ctx: JobContext) -> None:
+    for target in ctx.outputs:
+        Path(target.location).mkdir(parents=True, exist_ok=True)
+        (Path(target.location) / "report.txt").write_text(target.ref)
+
+
+graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
+"""
+HELD = re.compile(r"holding a working set at seq (\d+): (\d+) records in memory, (\d+) in the store's rows")
+
+
+class Up:
+    def __init__(self, db: str, folder: Path, stack: ExitStack) -> None:
+        self.db, self.folder, self.stack = db, folder, stack
+        (folder / "graph.py").write_text(GRAPH)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> Up:
+        self.starts += 1
+        command = [partbuild_exe(), "up", "--db", self.db, "--graph", str(self.folder / "graph.py")]
+        command += ["--port", self.url.rsplit(":", 1)[1], "--warehouse", str(self.folder / "wh"), "--working-set"]
+        self.process = self.stack.enter_context(started(command, self.log))
+        wait_healthy(self.url, self.process, 60, self.log)
+        return self
+
+    @property
+    def log(self) -> Path:
+        return self.folder / f"up-{self.starts}.log"
+
+    def want(self, refs: list[str], want_id: str) -> int:
+        written = httpx.post(f"{self.url}/api/v1/wants", json={"refs": refs, "want_id": want_id}, timeout=30)
+        assert written.status_code in (200, 201), written.text
+        return int(written.json()["seq"])
+
+    def get(self, path: str, **params: Any) -> Any:
+        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
+        assert answer.status_code == 200, (path, answer.text)
+        return answer.json()
+
+
+def test_up_holding_its_working_set_builds_reads_its_writes_and_starts_again_from_the_rows(
+    db: str, tmp_path: Path
+) -> None:
+    with ExitStack() as stack:
+        up = Up(db, tmp_path, stack).start()
+        seq = up.want([f"report/{n}" for n in range(12)], "first")
+        assert up.get("/wants/first", min_seq=seq)["want_id"] == "first"  # from the store, once projected
+        wait_for("built", lambda: up.get("/wants/first")["state"] == "successful", 120)
+        assert up.get("/counts")["instances"]["live"] == 12
+
+        assert up.process is not None
+        up.process.send_signal(signal.SIGKILL)
+        up.process.wait(timeout=30)
+        up.start()
+        loaded = HELD.search(up.log.read_text())
+        assert loaded is not None and int(loaded.group(3)) > 0, up.log.read_text()  # most records left in the rows
+        assert up.get("/wants/first")["state"] == "successful"
+        seq = up.want([f"report/{n}" for n in range(8, 20)], "second")  # 4 Live already, 8 to build
+        wait_for("built again", lambda: up.get("/wants/second", min_seq=seq)["state"] == "successful", 120)
+        head = up.get("/counts")["seq"]
+        assert up.get("/counts", as_of_seq=head)["instances"]["live"] == 20
+        assert up.get("/partitions/canonical/report/3")["state"] == "live"
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=60) == 0
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
