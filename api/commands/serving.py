@@ -288,7 +288,19 @@ def up(
             background.thread.join()
             for follower in followers:
                 follower.stop()
+            live.stop_tailing()
+            _save_the_working_set(live, followers)
             live.close()
+
+
+def _save_the_working_set(live: LiveState, followers: list[Projector | Deliverer]) -> None:
+    """A working set's clean stop: its rows projected to the head, then the working set saved beside them (the
+    next start folds from there instead of the whole log)."""
+    if live.working is None:
+        return
+    from partbuild.state.store.cold_start import save_working_set
+
+    save_working_set(live, next(follower for follower in followers if isinstance(follower, Projector)))
 
 
 def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveState:

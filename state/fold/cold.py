@@ -124,6 +124,22 @@ class ColdKeys:
                 return True
         return False
 
+    def parts(self) -> tuple[list[bytes], list[int], list[int]]:
+        """What a snapshot keeps of these keys (plain bytes and ints: its unpickler builds nothing else)."""
+        return [level.tobytes() for level in self._levels], sorted(self._fresh), sorted(self._back)
+
+    @classmethod
+    def from_parts(cls, parts: tuple[list[bytes], list[int], list[int]]) -> ColdKeys:
+        keys = cls()
+        levels, fresh, back = parts
+        for level in levels:
+            keys._levels.append(array("q"))
+            keys._levels[-1].frombytes(level)
+        keys._fresh, keys._back = set(fresh), set(back)
+        for code in (*fresh, *(code for level in keys._levels for code in level)):
+            keys._mark(code)
+        return keys
+
     def _mark(self, code: int) -> None:
         self._marked += 1
         if self._marked * 16 > self._mask + 1:  # fuller than a 16th: twice the bits, every hash marked again
@@ -258,6 +274,28 @@ class WorkingSet:
         # Kept fields are an instance's (by UUID) or a ref's (by ref): a miss may be either.
         of_instance, of_ref = _part_of(state.instances, self._instance), _part_of(state.canonical, self._ref)
         state.fields = ColdTable(state.fields, lambda key: of_instance(key) or of_ref(key))
+
+    def parts(self) -> dict[str, Any]:
+        """What a snapshot keeps besides the state (`plain_state`): the cold keys and the keys read back."""
+        returned = {kind: sorted(getattr(self.state, names[0]).returned) for kind, names in self.TABLES.items()}
+        return {"keys": {kind: keys.parts() for kind, keys in self.keys.items()}, "returned": returned}
+
+    @classmethod
+    def restored(cls, state: BuildState, source: ColdSource, parts: dict[str, Any]) -> WorkingSet:
+        """The working set a snapshot kept: `state` (its tables plain dicts) and `parts`."""
+        working = cls(state, source)
+        for kind, names in cls.TABLES.items():
+            working.keys[kind] = ColdKeys.from_parts(parts["keys"][kind])
+            getattr(state, names[0]).returned.update(parts["returned"][kind])
+        return working
+
+    def plain_state(self) -> BuildState:
+        """A shallow copy of the state with plain dicts for tables (what pickles; nothing read back)."""
+        state = self.state
+        plain = type(state).__new__(type(state))
+        for name, value in state.attributes().items():
+            setattr(plain, name, dict(value) if isinstance(value, ColdTable) else value)
+        return plain
 
     # ----------------------------------------------------------------- faults
 

@@ -15,13 +15,15 @@ import io
 import pickle
 import sys
 import zlib
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partbuild.state import fold, rules
 from partbuild.state.fold import records as model
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.fold.registry import RECORD_CLASSES
 from partbuild.state.log.collector import collector_paused
 
@@ -119,15 +121,38 @@ class _DecompressingReader(io.RawIOBase):
 _CHUNK = 1 << 20
 
 
-def encode_state(state: BuildState) -> bytes:
-    """Serialize a BuildState, compressing as it is pickled."""
+def encode_state(state: BuildState, extra: object = None) -> bytes:
+    """Serialize a BuildState, compressing as it is pickled (then `extra`, plain values, if any)."""
     if state.broken:
         raise SnapshotError("the state is half-applied (an apply phase raised); it must not be snapshotted")
     writer = _CompressingWriter()
     with collector_paused(), io.BufferedWriter(writer, _CHUNK) as buffered:
-        _dump(state, pickle.Pickler(buffered, protocol=pickle.HIGHEST_PROTOCOL))
+        pickler = pickle.Pickler(buffered, protocol=pickle.HIGHEST_PROTOCOL)
+        _dump(state, pickler)
+        if extra is not None:
+            pickler.dump(extra)
         buffered.flush()
         return writer.payload()
+
+
+def working_set_format() -> str:
+    """The format tag of a working set's snapshots (state/fold/cold.py): only a working set loads them (its
+    records gone cold are not in them), and only with the store's rows as of their seq."""
+    return f"{snapshot_format()}/working-set"
+
+
+def encode_working_set(working: WorkingSet) -> bytes:
+    """A working set's snapshot: its state with what it holds, then its cold keys."""
+    return encode_state(working.plain_state(), working.parts())
+
+
+def decode_working_set(payload: bytes) -> tuple[BuildState, dict[str, Any]]:
+    """The state and the parts of `encode_working_set`'s output (`WorkingSet.restored` puts them together)."""
+    found: list[Any] = []
+    state = decode_state(payload, found.append)
+    if len(found) != 1 or not isinstance(found[0], dict):
+        raise SnapshotError("a working set's snapshot without its cold keys")
+    return state, found[0]
 
 
 # The record tables: pickled after every shared string is in the pickler's memo, without memoizing them.
@@ -190,11 +215,15 @@ class StateUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def decode_state(payload: bytes) -> BuildState:
-    """Rebuild a BuildState from `encode_state` output; SnapshotError if it is not one."""
+def decode_state(payload: bytes, extra: Callable[[object], None] | None = None) -> BuildState:
+    """Rebuild a BuildState from `encode_state` output; SnapshotError if it is not one. `extra`: given what
+    follows the state (what `encode_state` was given as `extra`)."""
     try:
         with collector_paused():
-            state = _load(StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK)))
+            unpickler = StateUnpickler(io.BufferedReader(_DecompressingReader(payload), _CHUNK))
+            state = _load(unpickler)
+            if extra is not None:
+                extra(unpickler.load())
     except SnapshotError:
         raise
     except Exception as exc:

@@ -29,6 +29,8 @@ from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, WorkingSet
 from partbuild.state.fold.touched import Touched
 from partbuild.state.log.collector import collector_paused
 from partbuild.state.log.live import LiveState
+from partbuild.state.log.replay import SNAPSHOTS_KEPT
+from partbuild.state.log.snapshot import SnapshotError, decode_working_set, encode_working_set, working_set_format
 from partbuild.state.log.store import EventLog
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_rows import StoreRows
@@ -56,6 +58,14 @@ def load_working_set(
     log: EventLog, store: ChangeStore, *, progress: Callable[[int], None] | None = None
 ) -> tuple[BuildState, WorkingSet]:
     """The state at the log's head, holding its working set only where the store's rows allow (module doc)."""
+    restored = _from_snapshot(log, store)
+    if restored is not None:
+        state, working = restored
+        since = state.head_seq
+        state.touched = Touched(since, len(state.dropped_changes))  # the projector's first pass: the tail's rows
+        _fold(state, log, since, None, progress, None)
+        _say_held(working, f" (from its snapshot at seq {since})")
+        return state, working
     state = BuildState()
     working = WorkingSet(state, StoreRows(store.records, lambda: state.head_seq))
     whole_at = rows_whole_at(store)
@@ -68,12 +78,63 @@ def load_working_set(
     elif store.watermark() == 0 and store.records.watermark() == 0 and log.head() == 0:
         state.touched = Touched(0)  # a new database: its rows are whole from the first pass on
     _fold(state, log, whole_at if whole_at else None, None, progress, None)
+    _say_held(working, "")
+    return state, working
+
+
+def _say_held(working: WorkingSet, how: str) -> None:
+    state = working.state
     cold = sum(len(keys) for keys in working.keys.values())
     held = sum(len(dict.keys(getattr(state, names[0]))) for names in WorkingSet.TABLES.values())
     logger.info(
-        "holding a working set at seq %d: %d records in memory, %d in the store's rows", state.head_seq, held, cold
+        "holding a working set at seq %d%s: %d records in memory, %d in the store's rows",
+        state.head_seq,
+        how,
+        held,
+        cold,
     )
-    return state, working
+
+
+def _from_snapshot(log: EventLog, store: ChangeStore) -> tuple[BuildState, WorkingSet] | None:
+    """The working set a clean stop saved, if the store's rows are still as of its seq (nobody projected past
+    it: a row written since may be ahead of the fold that reads it back), else None."""
+    found = log.snapshots.latest(working_set_format())
+    if found is None:
+        return None
+    seq, payload = found
+    records = store.records
+    if store.watermark() != seq or records.watermark() != seq or records.newer_format():
+        logger.info("not starting from the working set saved at seq %d: the state store has moved since", seq)
+        return None
+    try:
+        state, parts = decode_working_set(payload)
+    except SnapshotError:
+        logger.warning("the working set saved at seq %d cannot be read: replaying the log", seq, exc_info=True)
+        return None
+    return state, WorkingSet.restored(state, StoreRows(records, lambda: state.head_seq), parts)
+
+
+def save_working_set(live: LiveState, projector: Projector) -> int | None:
+    """At a clean stop (nothing folding): project to the head, evict, and save the working set, so the next start
+    loads it and folds only the tail (while nobody projects past it meanwhile); the seq saved, or None."""
+    working = live.working
+    assert working is not None
+    try:
+        mark = projector.project()
+        with live.hold() as state:
+            touched = state.touched
+            if mark != state.head_seq or projector.store.records.watermark() != mark or touched is None:
+                return None
+            working.evict(working.evictable(projected=mark, for_decisions=True))
+            payload = encode_working_set(working)
+        snapshots = live.log.snapshots
+        snapshots.save(mark, working_set_format(), payload)
+        snapshots.prune(keep=SNAPSHOTS_KEPT)
+    except Exception:  # a snapshot is only a cache: the next start replays instead
+        logger.exception("could not save the working set")
+        return None
+    logger.info("saved the working set at seq %d (%d bytes): the next start folds from there", mark, len(payload))
+    return mark
 
 
 def _fold(

@@ -21,7 +21,7 @@ from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
 from partbuild.state.store import cold_start
 from partbuild.state.store.cold_digest import working_set_digest
-from partbuild.state.store.cold_start import keep_working_set, load_working_set, rows_whole_at
+from partbuild.state.store.cold_start import keep_working_set, load_working_set, rows_whole_at, save_working_set
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import body_of
 
@@ -234,3 +234,55 @@ def test_a_record_not_read_back_stops_the_fold_before_the_event_and_rejects_noth
     live.catch_up()
     assert live.head_seq == len(events)
     assert rejections(live.state) == rejections(_replayed(events))
+
+
+@pytest.mark.usefixtures("settle_often")
+def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_tail(database: Database) -> None:
+    events = w1_events(2_400)
+    projected_then_appended(database, events[:1_600], 1_200)
+    live = working_live(database)
+    assert live.working is not None
+    projector = Projector(live, database.changes)
+    keep_working_set(live, projector, live.working)
+    first = _replayed(events[:1_600])
+    for uuid in [uuid for uuid in first.instances if not dict.__contains__(live.state.instances, uuid)][::5]:
+        assert live.state.instances[uuid].uuid == uuid  # read back: at the end of the dict's order
+    live.working.pins["reader"] = lambda: 0  # keeps those held through the stop's eviction
+    saved = save_working_set(live, projector)
+    assert saved == 1_600
+    cold = {kind: len(keys) for kind, keys in live.working.keys.items()}
+    database.log.append(events[1_600:])
+    again = working_live(database)
+    assert again.working is not None and again.head_seq == len(events)
+    faults = again.working.faults
+    assert sum(faults.evicted.values()) == 0  # nothing replayed before 1,600 (a replay evicts as it goes)
+    assert {kind: len(keys) + faults.read_back.get(kind, 0) for kind, keys in again.working.keys.items()} == cold
+    assert Projector(again, database.changes).project() == len(events)
+    plain = _replayed(events)
+    assert rejections(again.state) == rejections(plain)
+    assert working_set_digest(again.working, database.changes.records) == state_digest(plain)
+    for seen in (0, 900, 1_599, 2_000):  # the records read back before the stop are still stepped over
+        expected = [one.uuid for one in plain.instances.values() if one.created_seq > seen]
+        walked = [one.uuid for one in created_since(again.state.instances, seen)]
+        assert walked == [uuid for uuid in expected if dict.__contains__(again.state.instances, uuid)]
+    assert_same(database, plain, again.working)
+    whole = LiveState(database.log)  # a whole state never loads a working set's snapshot
+    assert whole.loaded.snapshot_seq == 0 and state_digest(whole.state) == state_digest(plain)
+
+
+def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = w1_events(1_500)
+    projected_then_appended(database, events[:1_000], 1_000)
+    live = working_live(database)
+    assert live.working is not None
+    assert save_working_set(live, Projector(live, database.changes)) == 1_000
+    database.log.append(events[1_000:])
+    assert Projector(LiveState(database.log, use_snapshots=False), database.changes).project() == len(events)
+    with caplog.at_level("INFO", "partbuild.state.store"):
+        again = working_live(database)
+    assert "not starting from the working set saved at seq 1000" in caplog.text
+    assert again.working is not None and again.head_seq == len(events)
+    Projector(again, database.changes).project()
+    assert working_set_digest(again.working, database.changes.records) == state_digest(_replayed(events))
