@@ -34,16 +34,20 @@ class RowAhead(ReadBackFailed):
 class StoreRows:
     """`ColdSource` over a `RecordStore`: one short read per record faulted back."""
 
-    def __init__(self, records: RecordStore, head: Callable[[], int]) -> None:
+    def __init__(self, records: RecordStore, head: Callable[[], int], *, settled_by: int = 0) -> None:
+        """`head`: the fold's head. `settled_by`: a seq up to which the rows are known to hold what this fold
+        evicts (a load from rows whole there, state/store/cold_start.py): a row as of a seq after the head but
+        not after it is read back too."""
         self.records = records
         self.head = head
+        self.settled_by = settled_by
 
     def _row(self, conn: Connection, kind: int, key: str) -> Any:
         found = self.records.rows(conn, [(kind, key)]).get((kind, key))
         if found is None:
             return None
         seq, body = found
-        if seq > (head := self.head()):
+        if seq > (head := self.head()) and seq > self.settled_by:
             raise RowAhead(key, seq, head)
         return loads(kind, body)
 

@@ -3,9 +3,11 @@ kept bounded by evicting after each pass of the state store's projector.
 
 Loading replays the log from seq 0, as a whole state's first start does, but evicts as it goes: the store's
 rows are whole up to its watermark W, and a record's row (written at or after its last change up to W) holds
-it exactly at any seq from the row's up to W. So once the replay has folded past a record's row seq, the
-record may go cold: its row is what the fold would hold. The replay reads the row seqs of what each span
-touched, evicts those already reached and remembers the others until the replay reaches them. From W on,
+it exactly from its last change up to W. So once the replay has folded a record's last change, the record
+may go cold: its row is what the fold would hold. Which change is the last is not in the row (a row is
+written at a pass's head, or a first projection's), so the replay reads the rows of what each span touched
+and evicts those it has brought to what the row holds (a record's parts only grow, so it is never as its row
+before its last change). From W on,
 nothing goes cold (the rows do not say what follows) and the fold records what it touches, so the
 projector's first pass writes those rows (`changes_of`, not a scan) and then eviction goes on after each
 pass (`keep_working_set`). A store whose rows are not whole (never projected, or by another format) loads
@@ -19,7 +21,6 @@ back refuses: `RowAhead`).
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable
 
@@ -39,7 +40,7 @@ from partbuild.state.store.records import INSTANCE as ROW_INSTANCE
 from partbuild.state.store.records import REF as ROW_REF
 from partbuild.state.store.records import RUN as ROW_RUN
 from partbuild.state.store.records import WANT as ROW_WANT
-from partbuild.state.store.records import RecordStore
+from partbuild.state.store.records import RecordStore, decoded, row_value
 
 logger = logging.getLogger("partbuild.state.store")
 
@@ -67,8 +68,8 @@ def load_working_set(
         _say_held(working, f" (from its snapshot at seq {since})")
         return state, working
     state = BuildState()
-    working = WorkingSet(state, StoreRows(store.records, lambda: state.head_seq))
     whole_at = rows_whole_at(store)
+    working = WorkingSet(state, StoreRows(store.records, lambda: state.head_seq, settled_by=whole_at))
     if whole_at:
         settler = _Settler(working, store.records)
         state.touched = Touched(0)
@@ -158,12 +159,11 @@ def _fold(
 
 
 class _Settler:
-    """Evicts, as a replay goes, each record whose row the replay has reached (module doc)."""
+    """Evicts, as a replay goes, each record the replay has brought to what its row holds (module doc)."""
 
     def __init__(self, working: WorkingSet, records: RecordStore) -> None:
         self.working = working
         self.records = records
-        self.waiting: list[tuple[int, str, str]] = []  # (row seq, kind, key): rows the replay has not reached
 
     def settle(self) -> None:
         working = self.working
@@ -171,22 +171,26 @@ class _Settler:
         touched = state.touched
         assert touched is not None
         state.touched = Touched(state.head_seq, len(state.dropped_changes))
-        head = state.head_seq
         touched_by_kind = {INSTANCE: touched.instances, WANT: touched.wants, RUN: touched.runs, REF: touched.refs}
-        ready: dict[str, list[str]] = {kind: [] for kind in touched_by_kind}
+        ready: dict[str, list[str]] = {}
         with self.records.engine.connect() as conn:
             for kind, keys in touched_by_kind.items():
-                held = [key for key in keys if _held(working, kind, key)]
-                for key, seq in self.records.row_seqs(conn, _ROW_KIND[kind], held).items():
-                    if seq <= head:
-                        ready[kind].append(key)
-                    else:
-                        heapq.heappush(self.waiting, (seq, kind, key))
-        while self.waiting and self.waiting[0][0] <= head:
-            _, kind, key = heapq.heappop(self.waiting)
-            if _held(working, kind, key) and key not in touched_by_kind[kind]:
-                ready[kind].append(key)  # (one touched again was looked at above)
-        working.evict({kind: working.may_go(kind, keys, for_decisions=True) for kind, keys in ready.items()})
+                held = working.may_go(kind, [key for key in keys if _held(working, kind, key)], for_decisions=True)
+                rows = self.records.rows(conn, [(_ROW_KIND[kind], key) for key in held])
+                ready[kind] = [
+                    key for key in held if self._reached(_ROW_KIND[kind], key, rows.get((_ROW_KIND[kind], key)))
+                ]
+        working.evict(ready)
+
+    def _reached(self, kind: int, key: str, row: tuple[int, bytes] | None) -> bool:
+        """Whether the record is as its row holds it: the row was written by the replay's head (at or after the
+        record's last change), or holds what the record is now (its last change is behind: a record's parts
+        only grow, each change with a seq, so it never comes back to what it was; a record is touched again
+        whenever it changes, so one that is not yet as its row is looked at again)."""
+        if row is None:
+            return False  # dropped later (retention), or named by no row: held until the fold drops it
+        seq, body = row
+        return seq <= self.working.state.head_seq or decoded(body) == row_value(self.working.state, kind, key)
 
 
 def _held(working: WorkingSet, kind: str, key: str) -> bool:

@@ -1,6 +1,7 @@
 """`partbuild up --working-set` as a real process (issue 37): it holds only what decisions need, answers reads
 from the state store, builds what is wanted, and after SIGKILL starts again from the log and the store's rows
-(most records left in the rows), losing nothing; `replay --verify` then finds the store as a replay makes it."""
+(most records left in the rows), losing nothing, and after a clean stop from the working set it saved;
+`replay --verify` then finds the store as a replay makes it."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def write_report(ctx: JobContext) -> None:
 
 graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
 """
-HELD = re.compile(r"holding a working set at seq (\d+): (\d+) records in memory, (\d+) in the store's rows")
+HELD = re.compile(r"holding a working set at seq (\d+)([^:]*): (\d+) records in memory, (\d+) in the store's rows")
 
 
 class Up:
@@ -83,13 +84,22 @@ def test_up_holding_its_working_set_builds_reads_its_writes_and_starts_again_fro
         up.process.wait(timeout=30)
         up.start()
         loaded = HELD.search(up.log.read_text())
-        assert loaded is not None and int(loaded.group(3)) > 0, up.log.read_text()  # most records left in the rows
+        assert loaded is not None and int(loaded.group(4)) > 0, up.log.read_text()  # most records left in the rows
         assert up.get("/wants/first")["state"] == "successful"
         seq = up.want([f"report/{n}" for n in range(8, 20)], "second")  # 4 Live already, 8 to build
         wait_for("built again", lambda: up.get("/wants/second", min_seq=seq)["state"] == "successful", 120)
         head = up.get("/counts")["seq"]
         assert up.get("/counts", as_of_seq=head)["instances"]["live"] == 20
         assert up.get("/partitions/canonical/report/3")["state"] == "live"
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=60) == 0
+        assert "saved the working set at seq" in up.log.read_text()
+
+        up.start()  # after a clean stop: from the working set it saved, the tail folded
+        loaded = HELD.search(up.log.read_text())
+        assert loaded is not None and "from its snapshot at seq" in loaded.group(2), up.log.read_text()
+        assert up.get("/wants/second")["state"] == "successful"
+        assert up.get("/counts", as_of_seq=head)["instances"]["live"] == 20
         up.process.send_signal(signal.SIGTERM)
         assert up.process.wait(timeout=60) == 0
     audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,10 +69,21 @@ def test_a_working_set_loads_from_the_rows_as_a_full_replay(database: Database, 
 
 
 @pytest.mark.usefixtures("settle_often")
-def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_need(database: Database) -> None:
+def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_need(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = w1_events(3_000)
-    projected_then_appended(database, events[:2_000], 1_800)
+    projected_then_appended(database, events[:2_000], 1_800)  # rows all written at seq 1,800 (a first projection)
+    held_while_loading: list[int] = []
+    settle = cold_start._Settler.settle
+
+    def counted(self: Any) -> None:
+        settle(self)
+        held_while_loading.append(len(dict.keys(self.working.state.instances)))
+
+    monkeypatch.setattr(cold_start._Settler, "settle", counted)
     live = working_live(database)
+    assert max(held_while_loading) < len(_replayed(events[:1_800]).instances) // 3  # not the whole, then evicted
     working = live.working
     assert working is not None
     full = _replayed(events[:2_000])
