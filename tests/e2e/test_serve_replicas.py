@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -24,29 +23,13 @@ import pytest
 from partbuild.state.database import Database
 
 from pgkit import read_only_url
-from upkit import free_port, partbuild_exe, started, wait_healthy
+from upkit import REPORT_GRAPH, ApiProcess, free_port, partbuild_exe, started, wait_healthy
 from waitkit import wait_for
 
 pytestmark = pytest.mark.process
 
-GRAPH = """
-from pathlib import Path
 
-from partbuild.orchestrator.context import JobContext
-from partbuild.orchestrator.graph import Graph, Job
-
-
-def write_report(ctx: JobContext) -> None:
-    for target in ctx.outputs:
-        Path(target.location).mkdir(parents=True, exist_ok=True)
-        (Path(target.location) / "report.txt").write_text(target.ref)
-
-
-graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
-"""
-
-
-class Replica:
+class Replica(ApiProcess):
     """A `serve` process on a port of its own, restartable; `read_replica`: `serve --replica`."""
 
     def __init__(self, name: str, db: str, folder: Path, stack: ExitStack, *, read_replica: bool = False) -> None:
@@ -66,22 +49,11 @@ class Replica:
         wait_healthy(self.url, self.process, 60, log_file)
         return self
 
-    def want(self, refs: list[str], want_id: str) -> int:
-        """Write a want of `refs` here; the seq it was written at."""
-        written = httpx.post(f"{self.url}/api/v1/wants", json={"refs": refs, "want_id": want_id}, timeout=30)
-        assert written.status_code in (200, 201), written.text
-        return int(written.json()["seq"])
-
-    def get(self, path: str, **params: Any) -> Any:
-        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
-        assert answer.status_code == 200, (self.name, path, answer.text)
-        return answer.json()
-
 
 @pytest.fixture
 def replicas(db: str, tmp_path: Path) -> Iterator[tuple[Replica, Replica, str]]:
     graph = tmp_path / "graph.py"
-    graph.write_text(GRAPH)
+    graph.write_text(REPORT_GRAPH)
     with ExitStack() as stack:
         a = Replica("a", db, tmp_path, stack).start()
         b = Replica("b", db, tmp_path, stack).start()

@@ -10,38 +10,21 @@ import signal
 import subprocess
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from upkit import free_port, partbuild_exe, started, wait_healthy
+from upkit import REPORT_GRAPH, ApiProcess, free_port, partbuild_exe, started, wait_healthy
 from waitkit import wait_for
 
 pytestmark = pytest.mark.process
 
-GRAPH = """
-from pathlib import Path
-
-from partbuild.orchestrator.context import JobContext
-from partbuild.orchestrator.graph import Graph, Job
-
-
-def write_report(ctx: JobContext) -> None:
-    for target in ctx.outputs:
-        Path(target.location).mkdir(parents=True, exist_ok=True)
-        (Path(target.location) / "report.txt").write_text(target.ref)
-
-
-graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
-"""
 HELD = re.compile(r"holding a working set at seq (\d+)([^:]*): (\d+) records in memory, (\d+) in the store's rows")
 
 
-class Up:
+class Up(ApiProcess):
     def __init__(self, db: str, folder: Path, stack: ExitStack) -> None:
         self.db, self.folder, self.stack = db, folder, stack
-        (folder / "graph.py").write_text(GRAPH)
+        (folder / "graph.py").write_text(REPORT_GRAPH)
         self.url = f"http://127.0.0.1:{free_port()}"
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -57,16 +40,6 @@ class Up:
     @property
     def log(self) -> Path:
         return self.folder / f"up-{self.starts}.log"
-
-    def want(self, refs: list[str], want_id: str) -> int:
-        written = httpx.post(f"{self.url}/api/v1/wants", json={"refs": refs, "want_id": want_id}, timeout=30)
-        assert written.status_code in (200, 201), written.text
-        return int(written.json()["seq"])
-
-    def get(self, path: str, **params: Any) -> Any:
-        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
-        assert answer.status_code == 200, (path, answer.text)
-        return answer.json()
 
 
 def test_up_holding_its_working_set_builds_reads_its_writes_and_starts_again_from_the_rows(

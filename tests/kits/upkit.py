@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -59,3 +60,38 @@ def started(command: list[str], log_file: Path, env: dict[str, str] | None = Non
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# A graph of one job writing a small file per ref, four refs a run: what process tests build without Spark.
+REPORT_GRAPH = """
+from pathlib import Path
+
+from partbuild.orchestrator.context import JobContext
+from partbuild.orchestrator.graph import Graph, Job
+
+
+def write_report(ctx: JobContext) -> None:
+    for target in ctx.outputs:
+        Path(target.location).mkdir(parents=True, exist_ok=True)
+        (Path(target.location) / "report.txt").write_text(target.ref)
+
+
+graph = Graph([Job("report", ["report/{n:int}"], write_report, batch_size=4)])
+"""
+
+
+class ApiProcess:
+    """What a test asks of a `partbuild` process serving the API at `url`: write a want, read a path."""
+
+    url: str
+
+    def want(self, refs: list[str], want_id: str) -> int:
+        """Write a want of `refs` here; the seq it was written at."""
+        written = httpx.post(f"{self.url}/api/v1/wants", json={"refs": refs, "want_id": want_id}, timeout=30)
+        assert written.status_code in (200, 201), written.text
+        return int(written.json()["seq"])
+
+    def get(self, path: str, **params: Any) -> Any:
+        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, timeout=30)
+        assert answer.status_code == 200, (self, path, answer.text)
+        return answer.json()
