@@ -203,8 +203,16 @@ def _held(working: WorkingSet, kind: str, key: str) -> bool:
 def keep_working_set(live: LiveState, projector: Projector, working: WorkingSet) -> None:
     """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need)."""
     records = projector.store.records
+    warned = False
 
     def evict(_mark: int) -> None:
+        nonlocal warned
+        if projector.spans_lost and not warned:
+            warned = True
+            logger.error(
+                "another process folds and projects this database: a working set must be the only one (a row it "
+                "writes ahead of this fold cannot be read back); run the others as read replicas (`serve --replica`)"
+            )
         written = records.watermark()  # the rows are whole up to it: the evicted are read back from them
         with live.hold() as state:
             touched = state.touched

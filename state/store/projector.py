@@ -51,11 +51,15 @@ class Projector:
         self._scan: ChangeScan | None = None  # the scan of the passes up to the seq tracking began
         # Called with the watermark after each call of `project` (a working set evicts: state/store/cold_start.py).
         self.after_pass: list[Callable[[int], None]] = []
+        self.spans_lost = 0  # spans another process wrote: another process folds and projects this database
+        self._left_at: int | None = None  # the watermark after this projector's last pass
         live.on_fold(lambda _state, _count, _seconds: self._wake.set())
 
     def project(self) -> int:
         """Write every change up to the live state's head; returns the watermark reached."""
         mark = self.store.watermark()
+        if self._left_at is not None and mark > self._left_at:
+            self.spans_lost += 1  # moved since this projector's last pass: by another process
         while mark < self.live.head_seq or (mark == self.live.head_seq and self._records_behind(mark)):
             drained = records = None
             with self.live.read() as state:
@@ -89,7 +93,9 @@ class Projector:
                         break  # tracking stopped during the dump: the next call starts again
                 continue
             mark = self.store.watermark()  # another projector wrote this span: go on from where it got
+            self.spans_lost += 1
             self._give_back(drained)  # what it drained may still be owed past that mark
+        self._left_at = mark
         for after in self.after_pass:
             after(mark)
         return mark

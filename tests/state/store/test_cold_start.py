@@ -298,3 +298,23 @@ def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it(
     assert again.working is not None and again.head_seq == len(events)
     Projector(again, database.changes).project()
     assert working_set_digest(again.working, database.changes.records) == state_digest(_replayed(events))
+
+
+def test_a_working_set_beside_another_folding_process_says_so(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = w1_events(1_200)
+    projected_then_appended(database, events[:800], 800)
+    live = working_live(database)
+    assert live.working is not None
+    projector = Projector(live, database.changes)
+    keep_working_set(live, projector, live.working)
+    assert projector.project() == 800 and projector.spans_lost == 0
+    database.log.append(events[800:])
+    live.catch_up()
+    other = LiveState(database.log, use_snapshots=False)  # a folding `serve` beside it, projecting first
+    assert Projector(other, database.changes).project() == len(events)
+    with caplog.at_level("ERROR", "partbuild.state.store"):
+        assert projector.project() == len(events)
+    assert projector.spans_lost == 1
+    assert "another process folds and projects this database" in caplog.text
