@@ -31,6 +31,7 @@ from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import load_state, save_snapshot
 from partbuild.state.migrate import upgrade
 from partbuild.state.store.cold_replay import bounded_audit
+from partbuild.state.store.cold_verify import bounded_verify
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
@@ -87,7 +88,8 @@ def db_upgrade(db_url: str) -> None:
     "--bounded",
     is_flag=True,
     help="Replay from seq 0 holding only the working set: the records it has not touched lately go to a scratch "
-    "SQLite database (about 1.2 GB per million instances, deleted after). Not with --verify or --save-snapshot.",
+    "SQLite database (about 1.2 GB per million instances, deleted after); with --verify, the state store is "
+    "rebuilt there and compared with this one, table by table. Not with --save-snapshot.",
 )
 @click.option(
     "--scratch-dir",
@@ -114,7 +116,7 @@ def replay(
         with connect(target) as client:
             report = _report_of(client.audit(rejected_limit, as_of, verify))
     elif bounded:
-        report = _replay_bounded(target.db_url, as_of, rejected_limit, scratch_dir)
+        report = _replay_bounded(target.db_url, as_of, verify, rejected_limit, scratch_dir)
     else:
         report = _replay_database(target.db_url, as_of, verify, save_snapshot, rejected_limit)
     if as_json:
@@ -132,18 +134,23 @@ def _check_replay_options(
     if target.server is not None and (save_snapshot or bounded):
         flag = "--save-snapshot" if save_snapshot else "--bounded"
         raise click.UsageError(f"{flag} needs --db: it reads the log where it is stored")
-    if bounded and (verify or save_snapshot):
-        flag = "--verify" if verify else "--save-snapshot"
-        raise click.UsageError(f"--bounded does not take {flag}: a bounded replay holds no whole state for it")
+    if bounded and save_snapshot:
+        raise click.UsageError("--bounded does not take --save-snapshot: a bounded replay holds no whole state for it")
     if scratch_dir is not None and not bounded:
         raise click.UsageError("--scratch-dir is where --bounded puts its scratch database: give --bounded too")
 
 
-def _replay_bounded(db_url: str, as_of: int | None, rejected_limit: int, scratch_dir: str | None) -> AuditReport:
+def _replay_bounded(
+    db_url: str, as_of: int | None, verify: bool, rejected_limit: int, scratch_dir: str | None
+) -> AuditReport:
     with open_database(db_url, must_exist=True) as db:
         head = db.log.head()
         try:
             with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
+                if verify:
+                    return bounded_verify(
+                        db.log, db.changes, scratch_dir, as_of=as_of, rejected_limit=rejected_limit, progress=progress
+                    )
                 return bounded_audit(db.log, scratch_dir, as_of=as_of, rejected_limit=rejected_limit, progress=progress)
         except AuditInputError as exc:
             raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None

@@ -297,6 +297,12 @@ class WorkingSet:
             setattr(plain, name, dict(value) if isinstance(value, ColdTable) else value)
         return plain
 
+    def holds(self, kind: str, key: str) -> bool:
+        """Whether the state has this record, held or cold, without reading it back (a key whose hash another
+        cold key shares is said to be held)."""
+        main = getattr(self.state, self.TABLES[kind][0])
+        return dict.__contains__(main, key) or self.keys[kind].maybe(key)
+
     # ----------------------------------------------------------------- faults
 
     def _instance(self, uuid: str) -> bool:

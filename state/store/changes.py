@@ -71,6 +71,8 @@ class ChangeStore:
         dropped: Callable[[Iterable[str]], set[str]],
         dropped_deltas: Iterable[tuple[int, int, int]] = (),
         records: RecordPass | None = None,
+        *,
+        retention: bool | None = None,
     ) -> bool:
         """Write the changes in (`first`, `last`] and the counts they make, and move the watermark from
         `first` to `last`.
@@ -79,7 +81,8 @@ class ChangeStore:
         `dropped(ids)`: which of these instance UUIDs the state no longer holds; asked only when the span
         holds a retention. `dropped_deltas`: what instances retention dropped added to the counts in the span
         (`history.dropped_deltas_between`). `records`: a tracking pass's rows of the records it changed,
-        written in the same transaction (state/store/records.py).
+        written in the same transaction (state/store/records.py). `retention`: whether the span holds a
+        retention, when the caller knows (a scratch store, whose database holds no log); else read from the log.
         """
         rows = [change_row(change) for change in changes]
         # Bounded as an append is (state/db.py): a projector of another process stopped inside its span (its
@@ -91,7 +94,7 @@ class ChangeStore:
             # one change per (seq, kind, id) and one count per (kind, state, seq).
             bulk_insert(conn, table, rows)
             bulk_insert(conn, state_counts, count_rows(counts_at(conn, first), changes, dropped_deltas))
-            if _retention_between(conn, first, last):
+            if retention if retention is not None else _retention_between(conn, first, last):
                 _delete_dropped(conn, dropped)
             if records is not None:
                 write_pass(conn, first, last, records)

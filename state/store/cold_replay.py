@@ -31,6 +31,21 @@ DEFAULT_EVERY = 20_000  # events folded between two writes of the scratch rows (
 PAGE = 20_000  # events read from the log at a time, at most
 
 
+# Writes what the fold touched in (first, last] (the state's `touched`, tracked since `first`) to a scratch store.
+Write = Callable[[WorkingSet, int, int], None]
+
+
+def dump_rows(records: RecordStore) -> Write:
+    """A `Write` of the rows alone (the records' table and what goes with it)."""
+
+    def write(working: WorkingSet, first: int, _last: int) -> None:
+        state = working.state
+        assert state.touched is not None
+        records.dump(rows_of(state, touched_keys(state, state.touched), first))
+
+    return write
+
+
 def replay_in_working_set(
     log: EventLog,
     records: RecordStore,
@@ -38,34 +53,39 @@ def replay_in_working_set(
     upto_seq: int | None = None,
     every: int = DEFAULT_EVERY,
     progress: Callable[[int], None] | None = None,
+    write: Write | None = None,
+    stop_at: int | None = None,
 ) -> WorkingSet:
     """The state as of `upto_seq` (default: the head), folded from seq 0 in a working set over `records` (a
-    scratch store: empty, of this database or another)."""
+    scratch store: empty, of this database or another). `write`: what is written every `every` events (default:
+    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is)."""
     state = BuildState()
     state.touched = Touched(0)
     working = WorkingSet(state, StoreRows(records, lambda: state.head_seq))
+    write = write or dump_rows(records)
+    target = log.head() if upto_seq is None else upto_seq
     written = 0
-    for page in log.iter_payload_pages(after_seq=0, upto_seq=upto_seq, page_size=min(every, PAGE)):
-        scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
-        with collector_paused():
-            apply_payload = state.apply_payload
-            for seq, payload in page:
-                apply_payload(seq, payload, scratch)
-        if state.head_seq - written >= every:
-            written = write_and_evict(working, records, written)
-            if progress is not None:
-                progress(state.head_seq)
-    write_and_evict(working, records, written)
+    for end in sorted({*([stop_at] if stop_at is not None and 0 < stop_at < target else []), target}):
+        for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=end, page_size=min(every, PAGE)):
+            scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
+            with collector_paused():
+                apply_payload = state.apply_payload
+                for seq, payload in page:
+                    apply_payload(seq, payload, scratch)
+            if state.head_seq - written >= every:
+                written = write_and_evict(working, write, written)
+                if progress is not None:
+                    progress(state.head_seq)
+        written = write_and_evict(working, write, written)
     return working
 
 
-def write_and_evict(working: WorkingSet, records: RecordStore, written: int) -> int:
-    """Write the rows of what the fold touched since seq `written` into `records`, then evict every record it
-    may; returns the seq they are written to (the state's head)."""
+def write_and_evict(working: WorkingSet, write: Write, written: int) -> int:
+    """Write what the fold touched since seq `written` (`write`), then evict every record it may; returns the
+    seq they are written to (the state's head)."""
     state = working.state
-    touched = state.touched
-    assert touched is not None
-    records.dump(rows_of(state, touched_keys(state, touched), written))
+    if state.head_seq > written:
+        write(working, written, state.head_seq)
     state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
     working.evict(working.evictable())
     return state.head_seq
