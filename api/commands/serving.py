@@ -43,6 +43,13 @@ logger = logging.getLogger("partbuild")
 WORKING_SET_GAP_S = 0.2  # a working set's projector passes at most this often
 
 
+working_set_option = click.option(
+    "--working-set",
+    is_flag=True,
+    help="Hold only what decisions need: the rest in the state store's rows, reads answered from the store "
+    "(memory bounded by the working set, not the history; no snapshots but the working set a clean stop saves). "
+    "The only process projecting this database.",
+)
 snapshot_every_option = click.option(
     "--snapshot-every",
     type=click.IntRange(min=0),
@@ -145,8 +152,16 @@ def _serve_http(
     is_flag=True,
     help="Replay nothing: answer reads from the state store that `serve` and `up` keep, refuse writes (503).",
 )
+@working_set_option
 def serve(
-    db_url: str, graph_path: str | None, host: str, port: int, insecure: bool, snapshot_every: int, replica: bool
+    db_url: str,
+    graph_path: str | None,
+    host: str,
+    port: int,
+    insecure: bool,
+    snapshot_every: int,
+    replica: bool,
+    working_set: bool,
 ) -> None:
     """Serve the HTTP API over the database (one worker; SIGTERM/SIGINT stop it)."""
     from partbuild.api.app import create_app
@@ -158,13 +173,18 @@ def serve(
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
         standby = db.read_only()
+        if working_set and (replica or standby):
+            raise BadInput(
+                "--working-set folds the log and projects its store: not on a read replica nor a read-only database"
+            )
         if replica:
             _refuse_an_unprojected_store(db)
+        live = _live_state(db, 0, True) if working_set else None
         # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
         # A replica folds nothing: it reads the store the others project.
-        service = Service(db, graph=graph, snapshot_every=0 if standby else snapshot_every, replica=replica)
-        projector = None if standby or replica else Projector(service.live, db.changes).start()
+        service = Service(db, graph=graph, live=live, snapshot_every=0 if standby else snapshot_every, replica=replica)
+        projector = None if standby or replica else _projector(service.live, db)
         app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         if replica:
@@ -176,6 +196,10 @@ def serve(
         finally:
             if projector is not None:
                 projector.stop()
+            if live is not None:  # a working set of its own: saved, then closed
+                live.stop_tailing()
+                _save_the_working_set(live, [projector] if projector is not None else [])
+                live.close()
 
 
 def _refuse_an_unprojected_store(db: Database) -> None:
@@ -226,12 +250,7 @@ class _EarlyStop:
     show_default=True,
     help="Which shards of every webhook subscription this process delivers: all, none, a list (0,2), a part (k/n).",
 )
-@click.option(
-    "--working-set",
-    is_flag=True,
-    help="Hold only what decisions need: the rest in the state store's rows, reads answered from the store "
-    "(memory bounded by the working set, not the history; no snapshots). The only process folding this database.",
-)
+@working_set_option
 def up(
     db_url: str,
     graph_path: str,
@@ -300,16 +319,31 @@ def _save_the_working_set(live: LiveState, followers: list[Projector | Deliverer
         return
     from partbuild.state.store.cold_start import save_working_set
 
-    save_working_set(live, next(follower for follower in followers if isinstance(follower, Projector)))
+    projector = next((follower for follower in followers if isinstance(follower, Projector)), None)
+    if projector is not None:
+        save_working_set(live, projector)
 
 
 def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveState:
-    """`up`'s one state: all of it (snapshotted), or its working set (state/store/cold_start.py)."""
+    """The one state of `up` (or of `serve --working-set`): all of it (snapshotted), or its working set
+    (state/store/cold_start.py)."""
     if not working_set:
         return LiveState(db.log, snapshot_every=snapshot_every)
     from partbuild.state.store.cold_start import load_working_set
 
     return LiveState(db.log, load=lambda log, progress: load_working_set(log, db.changes, progress=progress))
+
+
+def _projector(live: LiveState, db: Database) -> Projector:
+    """The state store's projector of `live`, started; a working set's evictions follow each of its passes, which
+    come more often (its reads wait for them: `min_seq`)."""
+    projector = Projector(live, db.changes)
+    if live.working is None:
+        return projector.start()
+    from partbuild.state.store.cold_start import keep_working_set
+
+    keep_working_set(live, projector, live.working)
+    return projector.start(WORKING_SET_GAP_S)
 
 
 def _followers(live: LiveState, db: Database, selector: ShardSelector | None) -> list[Projector | Deliverer]:
@@ -318,13 +352,7 @@ def _followers(live: LiveState, db: Database, selector: ShardSelector | None) ->
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer
 
-    projector = Projector(live, db.changes)
-    if live.working is not None:
-        from partbuild.state.store.cold_start import keep_working_set
-
-        keep_working_set(live, projector, live.working)
-    # A working set's reads wait for its passes (`min_seq`): they come more often.
-    followers: list[Projector | Deliverer] = [projector.start(WORKING_SET_GAP_S if live.working else 1.0)]
+    followers: list[Projector | Deliverer] = [_projector(live, db)]
     if selector is not None:
         followers.append(Deliverer(live, db.deliveries, render_payload, selector=selector).start())
     return followers

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,37 @@ def test_up_holding_its_working_set_builds_reads_its_writes_and_starts_again_fro
         assert up.process.wait(timeout=60) == 0
     audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_serve_holding_its_working_set_reads_its_writes_and_saves_it_at_a_clean_stop(db: str, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [partbuild_exe(), "serve", "--db", db, "--port", url.rsplit(":", 1)[1], "--working-set"]
+    server = ApiProcess()
+    server.url = url
+    first: Any = None
+    for start in (1, 2):
+        log = tmp_path / f"serve-{start}.log"
+        with started(command, log) as process:
+            wait_healthy(url, process, 60, log)
+            if start == 1:
+                seq = server.want(["report/1", "report/2"], "mine")
+                first = server.get("/wants/mine", min_seq=seq)
+                assert first["refs"] == ["report/1", "report/2"]
+            else:
+                assert "from its snapshot at seq" in log.read_text()
+                assert server.get("/wants/mine") == first
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+        assert "saved the working set at seq" in log.read_text()
+
+
+def test_a_working_set_is_refused_on_a_read_replica(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'fresh.db'}"
+    done = subprocess.run(
+        [partbuild_exe(), "serve", "--replica", "--working-set", "--db", db, "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stdout + done.stderr
+    assert "--working-set folds the log and projects its store: not on a read replica" in done.stderr
