@@ -44,8 +44,11 @@ def projected_then_appended(database: Database, events: list[pb.Event], projecte
         database.log.append(events[projected:])
 
 
-def working_live(database: Database) -> LiveState:
-    return LiveState(database.log, load=lambda log, progress: load_working_set(log, database.changes))
+def working_live(database: Database) -> tuple[LiveState, WorkingSet]:
+    """A live state of `database` holding its working set, and the working set."""
+    live = LiveState(database.log, load=lambda log, progress: load_working_set(log, database.changes))
+    assert live.working is not None
+    return live, live.working
 
 
 @pytest.fixture
@@ -58,9 +61,8 @@ def settle_often(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_working_set_loads_from_the_rows_as_a_full_replay(database: Database, name: str) -> None:
     events = read_events(name)
     projected_then_appended(database, events, len(events) * 2 // 3)
-    live = working_live(database)
-    working = live.working
-    assert working is not None and live.head_seq == len(events)
+    live, working = working_live(database)
+    assert live.head_seq == len(events)
     plain = _replayed(events)
     assert rejections(live.state) == rejections(plain)
     assert Projector(live, database.changes).project() == len(events)  # the tail's rows: what the digest reads
@@ -82,10 +84,8 @@ def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_n
         held_while_loading.append(len(dict.keys(self.working.state.instances)))
 
     monkeypatch.setattr(cold_start._Settler, "settle", counted)
-    live = working_live(database)
+    live, working = working_live(database)
     assert max(held_while_loading) < len(_replayed(events[:1_800]).instances) // 3  # not the whole, then evicted
-    working = live.working
-    assert working is not None
     full = _replayed(events[:2_000])
     loaded = len(dict.keys(live.state.instances))
     assert sum(working.faults.evicted.values()) > 0 and loaded < len(full.instances) // 3
@@ -127,9 +127,8 @@ def test_a_store_whose_rows_are_not_whole_loads_everything(database: Database) -
 def test_created_since_walks_records_created_after_a_seq_read_back_ones_aside(database: Database) -> None:
     events = w1_events(2_000)
     projected_then_appended(database, events[:1_500], 1_500)
-    live = working_live(database)
-    state, working = live.state, live.working
-    assert working is not None
+    live, working = working_live(database)
+    state = live.state
     plain = _replayed(events[:1_500])
     cold = [uuid for uuid in plain.instances if not dict.__contains__(state.instances, uuid)]
     assert len(cold) > 100
@@ -149,9 +148,7 @@ def test_created_since_walks_records_created_after_a_seq_read_back_ones_aside(da
 def test_a_pin_keeps_what_was_created_after_its_seq(database: Database) -> None:
     events = w1_events(1_200)
     projected_then_appended(database, events, 1_200)
-    live = working_live(database)
-    working = live.working
-    assert working is not None
+    live, working = working_live(database)
     database.log.append(w1_events(1_600)[1_200:])
     live.catch_up()
     working.pins["reader"] = lambda: 1_300
@@ -215,8 +212,8 @@ def _replayed(events: list[pb.Event]) -> BuildState:
 def test_a_working_set_is_the_live_state_s_own(tmp_path: Path) -> None:
     with Database.open(f"sqlite:///{tmp_path / 'w.db'}", auto_upgrade=True) as database:
         projected_then_appended(database, read_events("v1"), 30)
-        live = working_live(database)
-        assert isinstance(live.working, WorkingSet) and live.working.state is live.state
+        live, working = working_live(database)
+        assert live.working is working and working.state is live.state
         assert live.snapshots is None and live.loaded.replayed == live.head_seq
 
 
@@ -225,9 +222,7 @@ def test_a_record_not_read_back_stops_the_fold_before_the_event_and_rejects_noth
 ) -> None:
     events = w1_events(1_400)
     projected_then_appended(database, events[:1_000], 1_000)
-    live = working_live(database)
-    working = live.working
-    assert working is not None
+    live, working = working_live(database)
     database.log.append(events[1_000:])
     source = working.source
     real_read = source.instance
@@ -252,32 +247,31 @@ def test_a_record_not_read_back_stops_the_fold_before_the_event_and_rejects_noth
 def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_tail(database: Database) -> None:
     events = w1_events(2_400)
     projected_then_appended(database, events[:1_600], 1_200)
-    live = working_live(database)
-    assert live.working is not None
+    live, working = working_live(database)
     projector = Projector(live, database.changes)
-    keep_working_set(live, projector, live.working)
+    keep_working_set(live, projector, working)
     first = _replayed(events[:1_600])
     for uuid in [uuid for uuid in first.instances if not dict.__contains__(live.state.instances, uuid)][::5]:
         assert live.state.instances[uuid].uuid == uuid  # read back: at the end of the dict's order
-    live.working.pins["reader"] = lambda: 0  # keeps those held through the stop's eviction
+    working.pins["reader"] = lambda: 0  # keeps those held through the stop's eviction
     saved = save_working_set(live, projector)
     assert saved == 1_600
-    cold = {kind: len(keys) for kind, keys in live.working.keys.items()}
+    cold = {kind: len(keys) for kind, keys in working.keys.items()}
     database.log.append(events[1_600:])
-    again = working_live(database)
-    assert again.working is not None and again.head_seq == len(events)
-    faults = again.working.faults
+    again, restored = working_live(database)
+    assert again.head_seq == len(events)
+    faults = restored.faults
     assert sum(faults.evicted.values()) == 0  # nothing replayed before 1,600 (a replay evicts as it goes)
-    assert {kind: len(keys) + faults.read_back.get(kind, 0) for kind, keys in again.working.keys.items()} == cold
+    assert {kind: len(keys) + faults.read_back.get(kind, 0) for kind, keys in restored.keys.items()} == cold
     assert Projector(again, database.changes).project() == len(events)
     plain = _replayed(events)
     assert rejections(again.state) == rejections(plain)
-    assert working_set_digest(again.working, database.changes.records) == state_digest(plain)
+    assert working_set_digest(restored, database.changes.records) == state_digest(plain)
     for seen in (0, 900, 1_599, 2_000):  # the records read back before the stop are still stepped over
         expected = [one.uuid for one in plain.instances.values() if one.created_seq > seen]
         walked = [one.uuid for one in created_since(again.state.instances, seen)]
         assert walked == [uuid for uuid in expected if dict.__contains__(again.state.instances, uuid)]
-    assert_same(database, plain, again.working)
+    assert_same(database, plain, restored)
     whole = LiveState(database.log)  # a whole state never loads a working set's snapshot
     assert whole.loaded.snapshot_seq == 0 and state_digest(whole.state) == state_digest(plain)
 
@@ -287,17 +281,16 @@ def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it(
 ) -> None:
     events = w1_events(1_500)
     projected_then_appended(database, events[:1_000], 1_000)
-    live = working_live(database)
-    assert live.working is not None
+    live, _ = working_live(database)
     assert save_working_set(live, Projector(live, database.changes)) == 1_000
     database.log.append(events[1_000:])
     assert Projector(LiveState(database.log, use_snapshots=False), database.changes).project() == len(events)
     with caplog.at_level("INFO", "partbuild.state.store"):
-        again = working_live(database)
+        again, restored = working_live(database)
     assert "not starting from the working set saved at seq 1000" in caplog.text
-    assert again.working is not None and again.head_seq == len(events)
+    assert again.head_seq == len(events)
     Projector(again, database.changes).project()
-    assert working_set_digest(again.working, database.changes.records) == state_digest(_replayed(events))
+    assert working_set_digest(restored, database.changes.records) == state_digest(_replayed(events))
 
 
 def test_a_working_set_beside_another_folding_process_says_so(
@@ -305,10 +298,9 @@ def test_a_working_set_beside_another_folding_process_says_so(
 ) -> None:
     events = w1_events(1_200)
     projected_then_appended(database, events[:800], 800)
-    live = working_live(database)
-    assert live.working is not None
+    live, working = working_live(database)
     projector = Projector(live, database.changes)
-    keep_working_set(live, projector, live.working)
+    keep_working_set(live, projector, working)
     assert projector.project() == 800 and projector.spans_lost == 0
     database.log.append(events[800:])
     live.catch_up()
