@@ -124,20 +124,26 @@ class ColdKeys:
                 return True
         return False
 
-    def parts(self) -> tuple[list[bytes], list[int], list[int]]:
-        """What a snapshot keeps of these keys (plain bytes and ints: its unpickler builds nothing else)."""
-        return [level.tobytes() for level in self._levels], sorted(self._fresh), sorted(self._back)
+    def parts(self) -> tuple[list[bytes], list[int], list[int], bytes, int]:
+        """What a snapshot keeps of these keys (plain bytes and ints: its unpickler builds nothing else), their
+        bitmap too: marking 23M hashes again took a minute."""
+        return (
+            [level.tobytes() for level in self._levels],
+            sorted(self._fresh),
+            sorted(self._back),
+            bytes(self._bits),
+            self._marked,
+        )
 
     @classmethod
-    def from_parts(cls, parts: tuple[list[bytes], list[int], list[int]]) -> ColdKeys:
+    def from_parts(cls, parts: tuple[list[bytes], list[int], list[int], bytes, int]) -> ColdKeys:
         keys = cls()
-        levels, fresh, back = parts
+        levels, fresh, back, bits, marked = parts
         for level in levels:
             keys._levels.append(array("q"))
             keys._levels[-1].frombytes(level)
         keys._fresh, keys._back = set(fresh), set(back)
-        for code in (*fresh, *(code for level in keys._levels for code in level)):
-            keys._mark(code)
+        keys._bits, keys._mask, keys._marked = bytearray(bits), len(bits) * 8 - 1, marked
         return keys
 
     def _mark(self, code: int) -> None:

@@ -109,10 +109,10 @@ def _from_snapshot(log: EventLog, store: ChangeStore) -> tuple[BuildState, Worki
         return None
     try:
         state, parts = decode_working_set(payload)
-    except SnapshotError:
+        return state, WorkingSet.restored(state, StoreRows(records, lambda: state.head_seq), parts)
+    except (SnapshotError, LookupError, TypeError, ValueError):  # (its parts are not this code's)
         logger.warning("the working set saved at seq %d cannot be read: replaying the log", seq, exc_info=True)
         return None
-    return state, WorkingSet.restored(state, StoreRows(records, lambda: state.head_seq), parts)
 
 
 def save_working_set(live: LiveState, projector: Projector) -> int | None:

@@ -20,6 +20,7 @@ from partbuild.state.fold.cold import INSTANCE, ColdKeys, ReadBackFailed, Workin
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
+from partbuild.state.log.snapshot import encode_state, working_set_format
 from partbuild.state.store import cold_start
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_start import keep_working_set, load_working_set, rows_whole_at, save_working_set
@@ -310,3 +311,15 @@ def test_a_working_set_beside_another_folding_process_says_so(
         assert projector.project() == len(events)
     assert projector.spans_lost == 1
     assert "another process folds and projects this database" in caplog.text
+
+
+def test_a_saved_working_set_that_cannot_be_read_is_replayed_over(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    events = w1_events(600)
+    projected_then_appended(database, events, 600)
+    database.log.snapshots.save(600, working_set_format(), encode_state(_replayed(events), {"keys": {}}))
+    with caplog.at_level("WARNING", "partbuild.state.store"):
+        live, working = working_live(database)
+    assert "the working set saved at seq 600 cannot be read: replaying the log" in caplog.text
+    assert live.head_seq == 600 and sum(working.faults.evicted.values()) > 0  # replayed, evicting as it went
