@@ -32,8 +32,8 @@ from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.fold.history import clock_mark
 from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import Rejection
-from partbuild.state.log.collector import collector_paused, settle_loaded_state
-from partbuild.state.log.replay import LoadReport, Progress, checkpoint, load_state
+from partbuild.state.log.collector import settle_loaded_state
+from partbuild.state.log.replay import LoadReport, Progress, checkpoint, fold_page, load_state
 from partbuild.state.log.store import EventLog
 from partbuild.state.log.tailing import Tailer
 
@@ -169,11 +169,8 @@ class LiveState:
             folded = 0
             started = time.perf_counter()
             for page in self.log.iter_payload_pages(after_seq=self._state.head_seq):
-                scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
-                with self._lock.write_lock(), collector_paused():
-                    apply_payload = self._state.apply_payload
-                    for seq, payload in page:
-                        apply_payload(seq, payload, scratch)
+                with self._lock.write_lock():
+                    fold_page(self._state, page)
                 folded += len(page)
             if folded:
                 seconds = time.perf_counter() - started

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -65,6 +65,16 @@ def replay_into(
     if progress is not None:
         progress(state.head_seq)
     return count
+
+
+def fold_page(state: BuildState, page: Sequence[tuple[int, bytes]]) -> None:
+    """Fold one page of stored events into `state`, parsed into a message of the page's own (its arena keeps
+    every parse until it goes: see `replay_into`)."""
+    scratch = pb.Event()
+    with collector_paused():
+        apply_payload = state.apply_payload
+        for seq, payload in page:
+            apply_payload(seq, payload, scratch)
 
 
 def load_state(

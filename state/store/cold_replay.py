@@ -15,12 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.fold.touched import Touched
 from partbuild.state.log.audit import AuditReport, audit_target
-from partbuild.state.log.collector import collector_paused
+from partbuild.state.log.replay import fold_page
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import open_migrated_engine
 from partbuild.state.store.cold_digest import working_set_digest
@@ -67,11 +66,7 @@ def replay_in_working_set(
     written = 0
     for end in sorted({*([stop_at] if stop_at is not None and 0 < stop_at < target else []), target}):
         for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=end, page_size=min(every, PAGE)):
-            scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
-            with collector_paused():
-                apply_payload = state.apply_payload
-                for seq, payload in page:
-                    apply_payload(seq, payload, scratch)
+            fold_page(state, page)
             if state.head_seq - written >= every:
                 written = write_and_evict(working, write, written)
                 if progress is not None:

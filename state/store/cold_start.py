@@ -24,13 +24,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, WorkingSet
 from partbuild.state.fold.touched import Touched
-from partbuild.state.log.collector import collector_paused
 from partbuild.state.log.live import LiveState
-from partbuild.state.log.replay import SNAPSHOTS_KEPT
+from partbuild.state.log.replay import SNAPSHOTS_KEPT, fold_page
 from partbuild.state.log.snapshot import SnapshotError, decode_working_set, encode_working_set, working_set_format
 from partbuild.state.log.store import EventLog
 from partbuild.state.store.changes import ChangeStore
@@ -147,11 +145,7 @@ def _fold(
     settle: Callable[[], None] | None,
 ) -> None:
     for page in log.iter_payload_pages(after_seq=after or 0, upto_seq=upto, page_size=SETTLE_EVERY):
-        scratch = pb.Event()  # a fresh one a page: its arena keeps every parse (state/log/replay.py)
-        with collector_paused():
-            apply_payload = state.apply_payload
-            for seq, payload in page:
-                apply_payload(seq, payload, scratch)
+        fold_page(state, page)
         if settle is not None:
             settle()
         if progress is not None:
@@ -204,20 +198,25 @@ def keep_working_set(live: LiveState, projector: Projector, working: WorkingSet)
     """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need)."""
     records = projector.store.records
     warned = False
+    evicted_since = -1  # the `touched.since` of the last eviction: a pass that drained nothing evicts nothing new
 
     def evict(_mark: int) -> None:
-        nonlocal warned
+        nonlocal warned, evicted_since
         if projector.spans_lost and not warned:
             warned = True
             logger.error(
                 "another process folds and projects this database: a working set must be the only one (a row it "
                 "writes ahead of this fold cannot be read back); run the others as read replicas (`serve --replica`)"
             )
+        touched = live.state.touched  # (a hint, read again under the lock)
+        if touched is None or touched.since == evicted_since:
+            return  # every held record is looked at each time: not on passes that wrote nothing
         written = records.watermark()  # the rows are whole up to it: the evicted are read back from them
         with live.hold() as state:
             touched = state.touched
             if touched is None or touched.since > written:
                 return
             working.evict(working.evictable(projected=written, for_decisions=True))
+            evicted_since = touched.since
 
     projector.after_pass.append(evict)

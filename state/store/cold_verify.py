@@ -33,7 +33,7 @@ from partbuild.state.schema import state_cells, state_changes, state_counts, sta
 from partbuild.state.schema import state_records as records_table
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
-from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, replay_in_working_set
+from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, dump_rows, replay_in_working_set
 from partbuild.state.store.records import KIND_NAMES, RecordPass, decoded, rows_of, touched_keys
 
 Row = tuple[Any, ...]
@@ -43,14 +43,16 @@ def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
     """A `Write` projecting the fold's changes, counts and rows into `scratch` up to seq `upto` (the rows alone
     after it); whether a span holds a retention is read from the real log (`real`'s database)."""
 
+    dump = dump_rows(scratch.records)
+
     def write(working: WorkingSet, first: int, last: int) -> None:
+        if last > upto:
+            dump(working, first, last)
+            return
         state = working.state
         touched = state.touched
         assert touched is not None
         rows = rows_of(state, touched_keys(state, touched), first)
-        if last > upto:
-            scratch.records.dump(rows)
-            return
         changes = changes_of(state, first, last, touched)
         deltas = dropped_deltas_between(state, first, last, touched.dropped_from)
 
