@@ -287,6 +287,19 @@ state_records = sa.Table(
     sa.Index("ix_state_records_closed", "kind", "closed", "created", "id"),
 )
 
+# The rows of the records a working set reads back (kinds 0 - 3) as they were at its newest checkpoint (the seq
+# in `state_projections` under `records-before`), each copied here by the write that first changes or deletes it
+# after that seq, so a start after a crash loads the checkpoint and reads each record as of it
+# (state/store/rows_before.py). Empty while no working set has saved a checkpoint.
+state_records_before = sa.Table(
+    "state_records_before",
+    metadata,
+    sa.Column("kind", sa.SmallInteger(), primary_key=True, autoincrement=False),
+    sa.Column("id", ByteOrderText, primary_key=True),
+    sa.Column("seq", sa.BigInteger(), nullable=False),
+    sa.Column("body", sa.LargeBinary(), nullable=False),
+)
+
 # A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written
 # once, never rewritten, so a run's row stays its size however long it runs (state/store/records.py).
 state_heartbeats = sa.Table(

@@ -317,7 +317,7 @@ def _save_the_working_set(live: LiveState, followers: list[Projector | Deliverer
     next start folds from there instead of the whole log)."""
     if live.working is None:
         return
-    from partbuild.state.store.cold_start import save_working_set
+    from partbuild.state.store.checkpoints import save_working_set
 
     projector = next((follower for follower in followers if isinstance(follower, Projector)), None)
     if projector is not None:
@@ -340,7 +340,7 @@ def _projector(live: LiveState, db: Database) -> Projector:
     projector = Projector(live, db.changes)
     if live.working is None:
         return projector.start()
-    from partbuild.state.store.cold_start import keep_working_set
+    from partbuild.state.store.checkpoints import keep_working_set
 
     keep_working_set(live, projector, live.working)
     return projector.start(WORKING_SET_GAP_S)

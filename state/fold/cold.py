@@ -72,6 +72,8 @@ class ColdSource(Protocol):
     def want(self, want_id: str) -> tuple[Want, str | None] | None: ...
     def run(self, run_id: str) -> tuple[JobRun, bytearray] | None: ...
     def ref(self, ref: str) -> ColdRef | None: ...
+    def went_cold(self, kind: str, keys: list[str]) -> None:
+        """These records were evicted (their rows hold them as the fold does now)."""
 
 
 class ColdKeys:
@@ -423,15 +425,17 @@ class WorkingSet:
             tables = [getattr(state, name) for name in names]
             if kind in (INSTANCE, REF):
                 tables.append(state.fields)
-            cold, evicted = self.keys[kind], 0
+            cold = self.keys[kind]
             returned = tables[0].returned
-            for key in keys.get(kind, ()):
+            going = list(keys.get(kind, ()))
+            for key in going:
                 for table in tables:
                     dict.pop(table, key, None)
                 returned.discard(key)
                 cold.add(key)
-                evicted += 1
-            self.faults.evicted[kind] = self.faults.evicted.get(kind, 0) + evicted
+            if going:
+                self.source.went_cold(kind, going)
+            self.faults.evicted[kind] = self.faults.evicted.get(kind, 0) + len(going)
 
 
 def _part_of(main: dict[str, Any], load: Callable[[str], bool]) -> Callable[[str], bool]:

@@ -9,16 +9,24 @@ future, so it is refused (`RowAhead`), never used.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.engine import Connection
 
+from partbuild.state.fold.cold import INSTANCE as COLD_INSTANCE
+from partbuild.state.fold.cold import REF as COLD_REF
+from partbuild.state.fold.cold import RUN as COLD_RUN
+from partbuild.state.fold.cold import WANT as COLD_WANT
 from partbuild.state.fold.cold import ColdInstance, ColdMain, ColdRef, ReadBackFailed
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, RecordStore, loads
+from partbuild.state.store.rows_before import row_before
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
+
+
+ROW_KIND: Final = {COLD_INSTANCE: INSTANCE, COLD_WANT: WANT, COLD_RUN: RUN, COLD_REF: REF}  # a kind's rows
 
 
 class RowAhead(ReadBackFailed):
@@ -31,18 +39,46 @@ class RowAhead(ReadBackFailed):
         )
 
 
+class AsOfCheckpoint:
+    """A working set loaded from a checkpoint at seq `at` whose rows moved on since (a start after a crash): each
+    record cold in it is read back the first time as it was at `at` (its row, or the copy of it kept when the row
+    first moved past `at`: state/store/rows_before.py); once read back it is held, and goes cold again only
+    where its row holds it (`settled_by`), so later reads take the row."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.read: set[tuple[int, str]] = set()  # keys read back since the load (as of `at` that once)
+
+    def first_read(self, kind: int, key: str) -> bool:
+        if (kind, key) in self.read:
+            return False
+        self.read.add((kind, key))
+        return True
+
+
 class StoreRows:
     """`ColdSource` over a `RecordStore`: one short read per record faulted back."""
 
-    def __init__(self, records: RecordStore, head: Callable[[], int], *, settled_by: int = 0) -> None:
+    def __init__(
+        self,
+        records: RecordStore,
+        head: Callable[[], int],
+        *,
+        settled_by: int = 0,
+        checkpoint: AsOfCheckpoint | None = None,
+    ) -> None:
         """`head`: the fold's head. `settled_by`: a seq up to which the rows are known to hold what this fold
         evicts (a load from rows whole there, state/store/cold_start.py): a row as of a seq after the head but
-        not after it is read back too."""
+        not after it is read back too. `checkpoint`: the first reads of a start from a checkpoint."""
         self.records = records
         self.head = head
         self.settled_by = settled_by
+        self.checkpoint = checkpoint
 
     def _row(self, conn: Connection, kind: int, key: str) -> Any:
+        checkpoint = self.checkpoint
+        if checkpoint is not None and checkpoint.first_read(kind, key):
+            return self._row_at_checkpoint(conn, kind, key, checkpoint.at)
         found = self.records.rows(conn, [(kind, key)]).get((kind, key))
         if found is None:
             return None
@@ -50,6 +86,17 @@ class StoreRows:
         if seq > (head := self.head()) and seq > self.settled_by:
             raise RowAhead(key, seq, head)
         return loads(kind, body)
+
+    def _row_at_checkpoint(self, conn: Connection, kind: int, key: str, at: int) -> Any:
+        found = row_before(conn, kind, key) or self.records.rows(conn, [(kind, key)]).get((kind, key))
+        if found is None or found[0] > at:
+            return None  # no row then: the record did not exist at the checkpoint (or only in memory)
+        return loads(kind, found[1])
+
+    def went_cold(self, kind: str, keys: list[str]) -> None:
+        if self.checkpoint is not None:  # their rows hold them now: read back as the rows say from here on
+            row_kind = ROW_KIND[kind]
+            self.checkpoint.read.update((row_kind, key) for key in keys)
 
     def instance(self, uuid: str) -> ColdInstance | None:
         with self.records.engine.connect() as conn:

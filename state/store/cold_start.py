@@ -14,6 +14,10 @@ pass (`keep_working_set`). A store whose rows are not whole (never projected, or
 the whole state: the projector's first pass writes every row, and eviction starts after it (a new
 database's rows are whole from its first pass).
 
+A start from a checkpoint (state/store/checkpoints.py) loads the working set saved at seq S and reads each
+record it left in the rows back the first time as of S (its row, or the copy kept when the row moved past S:
+state/store/rows_before.py), folding from S to W while settling as above; then it goes on as from W.
+
 What it leaves: the working set's rule holds while this process is the only one folding and projecting its
 database (read replicas read it; another folding server may write rows ahead of this fold, which a read
 back refuses: `RowAhead`).
@@ -27,23 +31,17 @@ from collections.abc import Callable
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, WorkingSet
 from partbuild.state.fold.touched import Touched
-from partbuild.state.log.live import LiveState
-from partbuild.state.log.replay import SNAPSHOTS_KEPT, fold_page
-from partbuild.state.log.snapshot import SnapshotError, decode_working_set, encode_working_set, working_set_format
+from partbuild.state.log.replay import fold_page
+from partbuild.state.log.snapshot import SnapshotError, decode_working_set, working_set_format
 from partbuild.state.log.store import EventLog
 from partbuild.state.store.changes import ChangeStore
-from partbuild.state.store.cold_rows import StoreRows
-from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import INSTANCE as ROW_INSTANCE
-from partbuild.state.store.records import REF as ROW_REF
-from partbuild.state.store.records import RUN as ROW_RUN
-from partbuild.state.store.records import WANT as ROW_WANT
+from partbuild.state.store.cold_rows import ROW_KIND, AsOfCheckpoint, StoreRows
 from partbuild.state.store.records import RecordStore, decoded, row_value
+from partbuild.state.store.rows_before import floor
 
 logger = logging.getLogger("partbuild.state.store")
 
 SETTLE_EVERY = 20_000  # events folded between two looks at the rows of what they touched
-_ROW_KIND = {INSTANCE: ROW_INSTANCE, WANT: ROW_WANT, RUN: ROW_RUN, REF: ROW_REF}
 
 
 def rows_whole_at(store: ChangeStore) -> int:
@@ -57,13 +55,19 @@ def load_working_set(
     log: EventLog, store: ChangeStore, *, progress: Callable[[int], None] | None = None
 ) -> tuple[BuildState, WorkingSet]:
     """The state at the log's head, holding its working set only where the store's rows allow (module doc)."""
-    restored = _from_snapshot(log, store)
+    restored = _from_checkpoint(log, store)
     if restored is not None:
-        state, working = restored
+        state, working, whole_at = restored
         since = state.head_seq
-        state.touched = Touched(since, len(state.dropped_changes))  # the projector's first pass: the tail's rows
-        _fold(state, log, since, None, progress, None)
-        _say_held(working, f" (from its snapshot at seq {since})")
+        if since < whole_at:  # after a crash: the rows moved on since the checkpoint; the tail they hold, settled
+            settler = _Settler(working, store.records)
+            state.touched = Touched(since, len(state.dropped_changes))
+            _fold(state, log, since, whole_at, progress, settler.settle)
+            settler.settle()
+        _stop_reading_as_of_checkpoint(working)
+        state.touched = Touched(state.head_seq, len(state.dropped_changes))  # the projector's first pass
+        _fold(state, log, state.head_seq, None, progress, None)
+        _say_held(working, f" (from its checkpoint at seq {since}, the rows' at {whole_at})")
         return state, working
     state = BuildState()
     whole_at = rows_whole_at(store)
@@ -81,6 +85,14 @@ def load_working_set(
     return state, working
 
 
+def _stop_reading_as_of_checkpoint(working: WorkingSet) -> None:
+    """At the rows' watermark, a record not read back since the checkpoint has not changed since (the fold of
+    the tail would have read it): its row holds it, whatever seq it was written at, up to the watermark."""
+    source = working.source
+    assert isinstance(source, StoreRows)
+    source.checkpoint = None
+
+
 def _say_held(working: WorkingSet, how: str) -> None:
     state = working.state
     cold = sum(len(keys) for keys in working.keys.values())
@@ -94,46 +106,29 @@ def _say_held(working: WorkingSet, how: str) -> None:
     )
 
 
-def _from_snapshot(log: EventLog, store: ChangeStore) -> tuple[BuildState, WorkingSet] | None:
-    """The working set a clean stop saved, if the store's rows are still as of its seq (nobody projected past
-    it: a row written since may be ahead of the fold that reads it back), else None."""
-    found = log.snapshots.latest(working_set_format())
+def _from_checkpoint(log: EventLog, store: ChangeStore) -> tuple[BuildState, WorkingSet, int] | None:
+    """The working set saved at the newest checkpoint (or clean stop), with the seq the rows are whole at, if the
+    rows still hold its records as of its seq: nobody projected past it, or the rows it held were kept as they
+    were when first changed since (state/store/rows_before.py). Else None."""
+    records = store.records
+    whole_at = rows_whole_at(store)
+    with records.engine.connect() as conn:
+        kept_for = floor(conn)
+    found = log.snapshots.latest(working_set_format(), max_seq=kept_for)
     if found is None:
         return None
     seq, payload = found
-    records = store.records
-    if store.watermark() != seq or records.watermark() != seq or records.newer_format():
+    if not whole_at or seq > whole_at or (seq < whole_at and seq != kept_for):
         logger.info("not starting from the working set saved at seq %d: the state store has moved since", seq)
         return None
+    checkpoint = AsOfCheckpoint(seq) if seq < whole_at else None
     try:
         state, parts = decode_working_set(payload)
-        return state, WorkingSet.restored(state, StoreRows(records, lambda: state.head_seq), parts)
+        source = StoreRows(records, lambda: state.head_seq, settled_by=whole_at, checkpoint=checkpoint)
+        return state, WorkingSet.restored(state, source, parts), whole_at
     except (SnapshotError, LookupError, TypeError, ValueError):  # (its parts are not this code's)
         logger.warning("the working set saved at seq %d cannot be read: replaying the log", seq, exc_info=True)
         return None
-
-
-def save_working_set(live: LiveState, projector: Projector) -> int | None:
-    """At a clean stop (nothing folding): project to the head, evict, and save the working set, so the next start
-    loads it and folds only the tail (while nobody projects past it meanwhile); the seq saved, or None."""
-    working = live.working
-    assert working is not None
-    try:
-        mark = projector.project()
-        with live.hold() as state:
-            touched = state.touched
-            if mark != state.head_seq or projector.store.records.watermark() != mark or touched is None:
-                return None
-            working.evict(working.evictable(projected=mark, for_decisions=True))
-            payload = encode_working_set(working)
-        snapshots = live.log.snapshots
-        snapshots.save(mark, working_set_format(), payload)
-        snapshots.prune(keep=SNAPSHOTS_KEPT)
-    except Exception:  # a snapshot is only a cache: the next start replays instead
-        logger.exception("could not save the working set")
-        return None
-    logger.info("saved the working set at seq %d (%d bytes): the next start folds from there", mark, len(payload))
-    return mark
 
 
 def _fold(
@@ -170,9 +165,9 @@ class _Settler:
         with self.records.engine.connect() as conn:
             for kind, keys in touched_by_kind.items():
                 held = working.may_go(kind, [key for key in keys if _held(working, kind, key)], for_decisions=True)
-                rows = self.records.rows(conn, [(_ROW_KIND[kind], key) for key in held])
+                rows = self.records.rows(conn, [(ROW_KIND[kind], key) for key in held])
                 ready[kind] = [
-                    key for key in held if self._reached(_ROW_KIND[kind], key, rows.get((_ROW_KIND[kind], key)))
+                    key for key in held if self._reached(ROW_KIND[kind], key, rows.get((ROW_KIND[kind], key)))
                 ]
         working.evict(ready)
 
@@ -192,31 +187,3 @@ def _held(working: WorkingSet, kind: str, key: str) -> bool:
     if kind != REF:
         return dict.__contains__(getattr(state, WorkingSet.TABLES[kind][0]), key)
     return any(dict.__contains__(getattr(state, name), key) for name in WorkingSet.TABLES[REF])
-
-
-def keep_working_set(live: LiveState, projector: Projector, working: WorkingSet) -> None:
-    """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need)."""
-    records = projector.store.records
-    warned = False
-    evicted_since = -1  # the `touched.since` of the last eviction: a pass that drained nothing evicts nothing new
-
-    def evict(_mark: int) -> None:
-        nonlocal warned, evicted_since
-        if projector.spans_lost and not warned:
-            warned = True
-            logger.error(
-                "another process folds and projects this database: a working set must be the only one (a row it "
-                "writes ahead of this fold cannot be read back); run the others as read replicas (`serve --replica`)"
-            )
-        touched = live.state.touched  # (a hint, read again under the lock)
-        if touched is None or touched.since == evicted_since:
-            return  # every held record is looked at each time: not on passes that wrote nothing
-        written = records.watermark()  # the rows are whole up to it: the evicted are read back from them
-        with live.hold() as state:
-            touched = state.touched
-            if touched is None or touched.since > written:
-                return
-            working.evict(working.evictable(projected=written, for_decisions=True))
-            evicted_since = touched.since
-
-    projector.after_pass.append(evict)

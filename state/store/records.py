@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import pickle
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,6 +57,7 @@ from partbuild.state.schema import state_cells, state_heartbeats, state_projecti
 from partbuild.state.schema import state_records as table
 from partbuild.state.store.cells import CellRow, cell_row, write_cells
 from partbuild.state.store.driver import DriverQuery, KeyedQueries
+from partbuild.state.store.rows_before import clear_floor, keep_rows_before
 from partbuild.state.store.run_versions import run_of_key, run_version_keys, version_value
 
 if TYPE_CHECKING:
@@ -439,7 +441,9 @@ class RecordPass:
 
 def write_rows(conn: Connection, rows: Rows) -> None:
     """Write these rows (keeping a newer one already there) and heartbeats (each once), and delete the rows
-    of records that are gone, in the caller's transaction."""
+    of records that are gone, in the caller's transaction (a working set's checkpoint keeps the rows it changes
+    first: state/store/rows_before.py)."""
+    keep_rows_before(conn, itertools.chain(((row[0], row[1]) for row in rows.rows), rows.gone))
     write_newer_rows(conn, table, rows.rows, "seq")
     delete_keys(conn, table, rows.gone)
     if rows.beats:
@@ -508,6 +512,7 @@ def take_rows(conn: Connection) -> bool:
     conn.execute(sa.delete(state_heartbeats))
     conn.execute(sa.delete(state_want_refs))
     conn.execute(sa.delete(state_cells))
+    clear_floor(conn)  # a checkpoint's records were in the rows just deleted
     return True
 
 

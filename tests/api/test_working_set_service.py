@@ -14,7 +14,8 @@ from partbuild.api.app import create_app
 from partbuild.api.service import Service
 from partbuild.state.database import Database
 from partbuild.state.log.live import LiveState
-from partbuild.state.store.cold_start import keep_working_set, load_working_set
+from partbuild.state.store.checkpoints import keep_working_set
+from partbuild.state.store.cold_start import load_working_set
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.reader import StoreReader
 

@@ -3,8 +3,10 @@ from the working set's rows with nothing read back, then every table once everyt
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
@@ -13,6 +15,7 @@ from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import StoreRows
+from partbuild.state.store.cold_start import load_working_set
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import INSTANCE as INSTANCE_ROW
 from partbuild.state.store.records import REF as REF_ROW
@@ -85,3 +88,33 @@ def _plain(table: dict[str, Any]) -> dict[str, Any]:
 def _comparable(value: Any) -> Any:
     getstate = getattr(value, "__getstate__", None)
     return getstate() if getstate is not None and hasattr(value, "__slots__") else value
+
+
+def w1_events(count: int) -> list[pb.Event]:
+    """The first `count` events of a small W1 history (4 weeks, 40 sites)."""
+    return list(islice(simulate(SimulationPlan(weeks=4, sites=40)), count))
+
+
+def projected_then_appended(database: Database, events: list[pb.Event], projected: int) -> None:
+    """The first `projected` events folded by a whole state and projected (the rows whole there), the rest
+    appended after."""
+    database.log.append(events[:projected])
+    whole = LiveState(database.log, use_snapshots=False)
+    assert Projector(whole, database.changes).project() == projected
+    if events[projected:]:
+        database.log.append(events[projected:])
+
+
+def working_live(database: Database) -> tuple[LiveState, WorkingSet]:
+    """A live state of `database` holding its working set, and the working set."""
+    live = LiveState(database.log, load=lambda log, progress: load_working_set(log, database.changes))
+    assert live.working is not None
+    return live, live.working
+
+
+def replayed(events: list[pb.Event]) -> BuildState:
+    """`events` folded by a plain state from seq 1."""
+    state = BuildState()
+    for seq, event in enumerate(events, start=1):
+        state.apply(seq, event)
+    return state

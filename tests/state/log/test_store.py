@@ -306,7 +306,7 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "i37_7_state_cells"
+        assert current_revision(engine) == head_revision() == "i37_8_records_before"
         assert {
             "delivery_offsets",
             "delivery_messages",

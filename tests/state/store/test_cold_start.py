@@ -6,55 +6,28 @@ decisions act on, and walks what was created after a seq in creation order (`cre
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from partbuild.examples.clicks.simulate import SimulationPlan, simulate
-from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
-from partbuild.state.fold.cold import INSTANCE, ColdKeys, ReadBackFailed, WorkingSet, created_since
+from partbuild.state.fold.cold import INSTANCE, ColdKeys, ReadBackFailed, created_since
 from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import encode_state, working_set_format
 from partbuild.state.store import cold_start
+from partbuild.state.store.checkpoints import keep_working_set, save_working_set
 from partbuild.state.store.cold_digest import working_set_digest
-from partbuild.state.store.cold_start import keep_working_set, load_working_set, rows_whole_at, save_working_set
+from partbuild.state.store.cold_start import load_working_set, rows_whole_at
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import body_of
+from partbuild.state.store.rows_before import clear_floor
 
 from golden_log import GOLDEN_LOGS, read_events
-from workingsetkit import assert_same, rejections
-
-
-def w1_events(count: int) -> list[pb.Event]:
-    return list(islice(simulate(SimulationPlan(weeks=4, sites=40)), count))
-
-
-def projected_then_appended(database: Database, events: list[pb.Event], projected: int) -> None:
-    """The first `projected` events folded by a whole state and projected (the rows whole there), the rest
-    appended after."""
-    database.log.append(events[:projected])
-    whole = LiveState(database.log, use_snapshots=False)
-    assert Projector(whole, database.changes).project() == projected
-    if events[projected:]:
-        database.log.append(events[projected:])
-
-
-def working_live(database: Database) -> tuple[LiveState, WorkingSet]:
-    """A live state of `database` holding its working set, and the working set."""
-    live = LiveState(database.log, load=lambda log, progress: load_working_set(log, database.changes))
-    assert live.working is not None
-    return live, live.working
-
-
-@pytest.fixture
-def settle_often(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cold_start, "SETTLE_EVERY", 3)
+from workingsetkit import assert_same, projected_then_appended, rejections, replayed, w1_events, working_live
 
 
 @pytest.mark.usefixtures("settle_often")
@@ -64,7 +37,7 @@ def test_a_working_set_loads_from_the_rows_as_a_full_replay(database: Database, 
     projected_then_appended(database, events, len(events) * 2 // 3)
     live, working = working_live(database)
     assert live.head_seq == len(events)
-    plain = _replayed(events)
+    plain = replayed(events)
     assert rejections(live.state) == rejections(plain)
     assert Projector(live, database.changes).project() == len(events)  # the tail's rows: what the digest reads
     assert working_set_digest(working, database.changes.records) == state_digest(plain)  # nothing read back
@@ -86,13 +59,13 @@ def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_n
 
     monkeypatch.setattr(cold_start._Settler, "settle", counted)
     live, working = working_live(database)
-    assert max(held_while_loading) < len(_replayed(events[:1_800]).instances) // 3  # not the whole, then evicted
-    full = _replayed(events[:2_000])
+    assert max(held_while_loading) < len(replayed(events[:1_800]).instances) // 3  # not the whole, then evicted
+    full = replayed(events[:2_000])
     loaded = len(dict.keys(live.state.instances))
     assert sum(working.faults.evicted.values()) > 0 and loaded < len(full.instances) // 3
     projector = Projector(live, database.changes, span=50)
     keep_working_set(live, projector, working)
-    plain = _replayed(events[:2_000])
+    plain = replayed(events[:2_000])
     for start in range(2_000, len(events), 250):
         chunk = events[start : start + 250]
         database.log.append(chunk)
@@ -121,7 +94,7 @@ def test_a_store_whose_rows_are_not_whole_loads_everything(database: Database) -
     assert rows_whole_at(database.changes) == 0
     state, working = load_working_set(database.log, database.changes)
     assert sum(working.faults.evicted.values()) == 0 and state.touched is None
-    assert state_digest(state) == state_digest(_replayed(events))
+    assert state_digest(state) == state_digest(replayed(events))
 
 
 @pytest.mark.usefixtures("settle_often")
@@ -130,7 +103,7 @@ def test_created_since_walks_records_created_after_a_seq_read_back_ones_aside(da
     projected_then_appended(database, events[:1_500], 1_500)
     live, working = working_live(database)
     state = live.state
-    plain = _replayed(events[:1_500])
+    plain = replayed(events[:1_500])
     cold = [uuid for uuid in plain.instances if not dict.__contains__(state.instances, uuid)]
     assert len(cold) > 100
     for uuid in cold[::7]:  # read back: each at the end of the dict's order
@@ -138,7 +111,7 @@ def test_created_since_walks_records_created_after_a_seq_read_back_ones_aside(da
     assert working.faults.read_back[INSTANCE] >= len(cold[::7])
     database.log.append(events[1_500:])  # created after those read back
     live.catch_up()
-    plain = _replayed(events)
+    plain = replayed(events)
     for seen in (0, 200, 700, 1_200, 1_499, 1_700):
         expected = [one for one in plain.instances.values() if one.created_seq > seen]
         held = [one for one in expected if dict.__contains__(state.instances, one.uuid)]
@@ -156,7 +129,7 @@ def test_a_pin_keeps_what_was_created_after_its_seq(database: Database) -> None:
     Projector(live, database.changes).project()
     with live.hold() as state:
         working.evict(working.evictable(for_decisions=True))
-        created_after = [one for one in _replayed(w1_events(1_600)).instances.values() if one.created_seq > 1_300]
+        created_after = [one for one in replayed(w1_events(1_600)).instances.values() if one.created_seq > 1_300]
         assert created_after and all(dict.__contains__(state.instances, one.uuid) for one in created_after)
 
 
@@ -203,13 +176,6 @@ def test_cold_keys_read_back_twice_at_once_stay_held_then_go_cold_again() -> Non
     assert len(keys) == len(added)
 
 
-def _replayed(events: list[pb.Event]) -> BuildState:
-    state = BuildState()
-    for seq, event in enumerate(events, start=1):
-        state.apply(seq, event)
-    return state
-
-
 def test_a_working_set_is_the_live_state_s_own(tmp_path: Path) -> None:
     with Database.open(f"sqlite:///{tmp_path / 'w.db'}", auto_upgrade=True) as database:
         projected_then_appended(database, read_events("v1"), 30)
@@ -236,12 +202,12 @@ def test_a_record_not_read_back_stops_the_fold_before_the_event_and_rejects_noth
         live.catch_up()
     stopped_at = live.head_seq
     assert 1_000 <= stopped_at < len(events)
-    plain = _replayed(events[:stopped_at])
+    plain = replayed(events[:stopped_at])
     assert rejections(live.state) == rejections(plain)  # the event it could not check is not rejected
     monkeypatch.setattr(source, "instance", real_read)
     live.catch_up()
     assert live.head_seq == len(events)
-    assert rejections(live.state) == rejections(_replayed(events))
+    assert rejections(live.state) == rejections(replayed(events))
 
 
 @pytest.mark.usefixtures("settle_often")
@@ -251,7 +217,7 @@ def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_ta
     live, working = working_live(database)
     projector = Projector(live, database.changes)
     keep_working_set(live, projector, working)
-    first = _replayed(events[:1_600])
+    first = replayed(events[:1_600])
     for uuid in [uuid for uuid in first.instances if not dict.__contains__(live.state.instances, uuid)][::5]:
         assert live.state.instances[uuid].uuid == uuid  # read back: at the end of the dict's order
     working.pins["reader"] = lambda: 0  # keeps those held through the stop's eviction
@@ -265,7 +231,7 @@ def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_ta
     assert sum(faults.evicted.values()) == 0  # nothing replayed before 1,600 (a replay evicts as it goes)
     assert {kind: len(keys) + faults.read_back.get(kind, 0) for kind, keys in restored.keys.items()} == cold
     assert Projector(again, database.changes).project() == len(events)
-    plain = _replayed(events)
+    plain = replayed(events)
     assert rejections(again.state) == rejections(plain)
     assert working_set_digest(restored, database.changes.records) == state_digest(plain)
     for seen in (0, 900, 1_599, 2_000):  # the records read back before the stop are still stepped over
@@ -277,13 +243,15 @@ def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_ta
     assert whole.loaded.snapshot_seq == 0 and state_digest(whole.state) == state_digest(plain)
 
 
-def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it(
+def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it_keeping_no_rows_for_it(
     database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
     events = w1_events(1_500)
     projected_then_appended(database, events[:1_000], 1_000)
     live, _ = working_live(database)
     assert save_working_set(live, Projector(live, database.changes)) == 1_000
+    with database.changes.records.engine.begin() as conn:
+        clear_floor(conn)  # (as a newer format taking the rows does: the rows it left are not kept as of it)
     database.log.append(events[1_000:])
     assert Projector(LiveState(database.log, use_snapshots=False), database.changes).project() == len(events)
     with caplog.at_level("INFO", "partbuild.state.store"):
@@ -291,7 +259,7 @@ def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it(
     assert "not starting from the working set saved at seq 1000" in caplog.text
     assert again.head_seq == len(events)
     Projector(again, database.changes).project()
-    assert working_set_digest(restored, database.changes.records) == state_digest(_replayed(events))
+    assert working_set_digest(restored, database.changes.records) == state_digest(replayed(events))
 
 
 def test_a_working_set_beside_another_folding_process_says_so(
@@ -318,7 +286,7 @@ def test_a_saved_working_set_that_cannot_be_read_is_replayed_over(
 ) -> None:
     events = w1_events(600)
     projected_then_appended(database, events, 600)
-    database.log.snapshots.save(600, working_set_format(), encode_state(_replayed(events), {"keys": {}}))
+    database.log.snapshots.save(600, working_set_format(), encode_state(replayed(events), {"keys": {}}))
     with caplog.at_level("WARNING", "partbuild.state.store"):
         live, working = working_live(database)
     assert "the working set saved at seq 600 cannot be read: replaying the log" in caplog.text
