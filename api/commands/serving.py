@@ -47,8 +47,8 @@ working_set_option = click.option(
     "--working-set",
     is_flag=True,
     help="Hold only what decisions need: the rest in the state store's rows, reads answered from the store "
-    "(memory bounded by the working set, not the history; no snapshots but the working set a clean stop saves). "
-    "The only process projecting this database.",
+    "(memory bounded by the working set, not the history; its snapshots are the working set, saved every "
+    "--snapshot-every events and at a clean stop). The only process projecting this database.",
 )
 snapshot_every_option = click.option(
     "--snapshot-every",
@@ -56,7 +56,8 @@ snapshot_every_option = click.option(
     default=DEFAULT_SNAPSHOT_EVERY,
     show_default=True,
     envvar="PARTBUILD_SNAPSHOT_EVERY",
-    help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never).",
+    help="Snapshot the state on start and stop when this many events past the newest snapshot (0: never); with "
+    "--working-set, save the working set every this many events while running (0: at a clean stop only).",
 )
 
 
@@ -184,7 +185,7 @@ def serve(
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
         # A replica folds nothing: it reads the store the others project.
         service = Service(db, graph=graph, live=live, snapshot_every=0 if standby else snapshot_every, replica=replica)
-        projector = None if standby or replica else _projector(service.live, db)
+        projector = None if standby or replica else _projector(service.live, db, snapshot_every)
         app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         if replica:
@@ -297,7 +298,7 @@ def up(
         early.watch(background.request_stop)
         service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
         app = create_app(service)
-        followers = _followers(live, db, selector)
+        followers = _followers(live, db, selector, snapshot_every)
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop, stopping=early.stopping)
@@ -334,25 +335,27 @@ def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveSta
     return LiveState(db.log, load=lambda log, progress: load_working_set(log, db.changes, progress=progress))
 
 
-def _projector(live: LiveState, db: Database) -> Projector:
-    """The state store's projector of `live`, started; a working set's evictions follow each of its passes, which
-    come more often (its reads wait for them: `min_seq`)."""
+def _projector(live: LiveState, db: Database, checkpoint_every: int) -> Projector:
+    """The state store's projector of `live`, started; a working set's evictions (and its checkpoints, every
+    `checkpoint_every` events) follow each of its passes, which come more often (its reads wait for them)."""
     projector = Projector(live, db.changes)
     if live.working is None:
         return projector.start()
     from partbuild.state.store.checkpoints import keep_working_set
 
-    keep_working_set(live, projector, live.working)
+    keep_working_set(live, projector, live.working, checkpoint_every=checkpoint_every)
     return projector.start(WORKING_SET_GAP_S)
 
 
-def _followers(live: LiveState, db: Database, selector: ShardSelector | None) -> list[Projector | Deliverer]:
+def _followers(
+    live: LiveState, db: Database, selector: ShardSelector | None, checkpoint_every: int
+) -> list[Projector | Deliverer]:
     """What follows the live state beside the API, started: the state store's projector (a working set's
     evictions after each of its passes), webhook delivery."""
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer
 
-    followers: list[Projector | Deliverer] = [_projector(live, db)]
+    followers: list[Projector | Deliverer] = [_projector(live, db, checkpoint_every)]
     if selector is not None:
         followers.append(Deliverer(live, db.deliveries, render_payload, selector=selector).start())
     return followers

@@ -7,9 +7,9 @@ run's heartbeats; a ref's canonical pointer, first created seq, kept fields and 
 answer. `evict()` drops records from memory once their rows are current, so the fold decides as it would
 holding everything (the tests fold every golden log both ways, evicting all it can after every pass).
 
-Which keys went cold is kept as 64-bit hashes in sorted arrays (`ColdKeys`, 8 bytes a key): a key never
-evicted (a fresh UUID, a new ref) costs a bisection, not a read of the database; a hash that collides costs
-one read that finds nothing.
+Which keys went cold is kept as 64-bit hashes (`key_code`, the same in every process) in sorted arrays
+(`ColdKeys`, 8 bytes a key): a key never evicted (a fresh UUID, a new ref) costs a bisection, not a read of the
+database; a hash that collides costs one read that finds nothing.
 
 The rule that keeps it exact: a record is evicted only while its row holds it as it is (the store's records
 projected up to the state's head, and the record not changed since: not in `BuildState.touched`), and every
@@ -28,6 +28,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from xxhash import xxh3_64_intdigest
 
 from partbuild.state.fold.records import Instance, InstanceState, JobRun, Want
 
@@ -76,6 +78,15 @@ class ColdSource(Protocol):
         """These records were evicted (their rows hold them as the fold does now)."""
 
 
+_HALF = 1 << 63
+
+
+def key_code(key: str) -> int:
+    """A key's 64-bit hash (signed, as the arrays hold it), the same in every process: a str's `hash` is salted per
+    process, so the cold keys a snapshot keeps would not be found by the process that loads it."""
+    return xxh3_64_intdigest(key.encode("utf-8", "surrogatepass")) - _HALF
+
+
 class ColdKeys:
     """The keys of one kind that went cold, as hashes: sorted arrays (merged as they grow) and the fresh ones,
     with a bitmap of them in front (about 16 bits a key), so most keys that are not cold (a new UUID, a new ref)
@@ -93,7 +104,7 @@ class ColdKeys:
         return sum(map(len, self._levels)) + len(self._fresh) - len(self._back)
 
     def add(self, key: str) -> None:
-        code = hash(key)
+        code = key_code(key)
         if code in self._back:
             self._back.discard(code)  # still in its level, and marked
             return
@@ -104,7 +115,7 @@ class ColdKeys:
 
     def maybe(self, key: str) -> bool:
         """Whether `key` may be cold (False: it is not; True: it is, or another key's hash is the same)."""
-        code = hash(key)
+        code = key_code(key)
         bit = code & self._mask
         if not self._bits[bit >> 3] >> (bit & 7) & 1 or code in self._back:
             return False
@@ -113,7 +124,7 @@ class ColdKeys:
     def returned(self, key: str) -> None:
         """`key` is held again (faulted back, or found in no row): not cold until it is evicted again. Said
         twice (two threads read it back at once), the second changes nothing."""
-        code = hash(key)
+        code = key_code(key)
         if code in self._fresh:
             self._fresh.discard(code)
         elif code not in self._back and self._in_levels(code):

@@ -138,7 +138,8 @@ def encode_state(state: BuildState, extra: object = None) -> bytes:
 def working_set_format() -> str:
     """The format tag of a working set's snapshots (state/fold/cold.py): only a working set loads them (its
     records gone cold are not in them), and only with the store's rows as of their seq."""
-    return f"{snapshot_format()}/working-set"
+    return f"{snapshot_format()}/working-set-2"  # 2: the cold keys' hashes the same in every process (the first
+    # format's were salted by the process that saved them: a start found none of its cold records)
 
 
 def encode_working_set(working: WorkingSet) -> bytes:

@@ -66,7 +66,7 @@ def keep_working_set(
     live: LiveState, projector: Projector, working: WorkingSet, *, checkpoint_every: int = CHECKPOINT_EVERY
 ) -> None:
     """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need), and
-    save a checkpoint every `checkpoint_every` events."""
+    save a checkpoint every `checkpoint_every` events (0: never)."""
     records = projector.store.records
     warned = False
     evicted_since = -1  # the `touched.since` of the last eviction: a pass that drained nothing evicts nothing new
@@ -84,7 +84,7 @@ def keep_working_set(
         if touched is None or touched.since == evicted_since:
             return  # every held record is looked at each time: not on passes that wrote nothing
         written = records.watermark()  # the rows are whole up to it: the evicted are read back from them
-        if written - saved >= checkpoint_every:
+        if checkpoint_every and written - saved >= checkpoint_every:
             try:
                 saved = checkpoint(live, projector, written) or saved
             except Exception:  # a checkpoint is only a cache: a start after a crash replays more instead

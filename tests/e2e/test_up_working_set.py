@@ -23,8 +23,8 @@ HELD = re.compile(r"holding a working set at seq (\d+)([^:]*): (\d+) records in 
 
 
 class Up(ApiProcess):
-    def __init__(self, db: str, folder: Path, stack: ExitStack) -> None:
-        self.db, self.folder, self.stack = db, folder, stack
+    def __init__(self, db: str, folder: Path, stack: ExitStack, *options: str) -> None:
+        self.db, self.folder, self.stack, self.options = db, folder, stack, list(options)
         (folder / "graph.py").write_text(REPORT_GRAPH)
         self.url = f"http://127.0.0.1:{free_port()}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -34,6 +34,7 @@ class Up(ApiProcess):
         self.starts += 1
         command = [partbuild_exe(), "up", "--db", self.db, "--graph", str(self.folder / "graph.py")]
         command += ["--port", self.url.rsplit(":", 1)[1], "--warehouse", str(self.folder / "wh"), "--working-set"]
+        command += self.options
         self.process = self.stack.enter_context(started(command, self.log))
         wait_healthy(self.url, self.process, 60, self.log)
         return self
@@ -71,9 +72,38 @@ def test_up_holding_its_working_set_builds_reads_its_writes_and_starts_again_fro
 
         up.start()  # after a clean stop: from the working set it saved, the tail folded
         loaded = HELD.search(up.log.read_text())
-        assert loaded is not None and "from its snapshot at seq" in loaded.group(2), up.log.read_text()
+        assert loaded is not None and "from its checkpoint at seq" in loaded.group(2), up.log.read_text()
         assert up.get("/wants/second")["state"] == "successful"
         assert up.get("/counts", as_of_seq=head)["instances"]["live"] == 20
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=60) == 0
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_up_killed_after_a_checkpoint_starts_from_it_however_far_its_rows_moved_since(db: str, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        up = Up(db, tmp_path, stack, "--snapshot-every", "10").start()  # once: the first build is 10 events
+        seq = up.want([f"report/{n}" for n in range(10)], "first")
+        wait_for("built", lambda: up.get("/wants/first", min_seq=seq)["state"] == "successful", 120)
+        wait_for("a checkpoint", lambda: "saved the working set at seq" in up.log.read_text(), 30)
+        saved = max(int(n) for n in re.findall(r"saved the working set at seq (\d+)", up.log.read_text()))
+        seq = up.want([f"report/{n}" for n in range(5, 12)], "second")  # 5 Live already (their rows move on)
+        wait_for("built again", lambda: up.get("/wants/second", min_seq=seq)["state"] == "successful", 120)
+        head = up.get("/counts")["seq"]
+        before = [up.get(f"/partitions/canonical/report/{n}") for n in range(12)]
+        assert up.process is not None
+        up.process.send_signal(signal.SIGKILL)
+        up.process.wait(timeout=30)
+
+        up.start()
+        loaded = HELD.search(up.log.read_text())
+        assert loaded is not None, up.log.read_text()
+        checkpoint = re.search(r"from its checkpoint at seq (\d+), the rows' at (\d+)", loaded.group(2))
+        assert checkpoint is not None, loaded.group(0)  # not replayed from seq 0
+        assert saved <= int(checkpoint.group(1)) < int(checkpoint.group(2)) <= head
+        assert [up.get(f"/partitions/canonical/report/{n}", min_seq=head) for n in range(12)] == before
+        assert up.get("/counts", as_of_seq=head)["instances"]["live"] == 12
         up.process.send_signal(signal.SIGTERM)
         assert up.process.wait(timeout=60) == 0
     audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
@@ -95,7 +125,7 @@ def test_serve_holding_its_working_set_reads_its_writes_and_saves_it_at_a_clean_
                 first = server.get("/wants/mine", min_seq=seq)
                 assert first["refs"] == ["report/1", "report/2"]
             else:
-                assert "from its snapshot at seq" in log.read_text()
+                assert "from its checkpoint at seq" in log.read_text()
                 assert server.get("/wants/mine") == first
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=60) == 0
