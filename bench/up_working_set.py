@@ -5,12 +5,18 @@ upgrade` or a first `up` does). Then, for each mode, on a byte-for-byte copy of 
 (`cold`: the whole state replays the log, a working set loads from the log and the store's rows; `restart`: the
 whole state from the snapshot its first start wrote, the working set as before), each measured until healthy,
 then `--settle` seconds of its orchestrator's steps and `--reads` point reads over HTTP (wants, job runs and
-refs' canonical instances picked at random, now), then stopped with SIGTERM. Printed per run: the time to
+refs' canonical instances picked at random, now), then stopped with SIGTERM. Then `crash`: `up` started again,
+`--crash-events` wants appended to the log behind its back (each naming 4 Live refs, so its fold reads their
+records back and their rows move on; the last 10,000 after a pause, once the rest are folded and projected),
+killed with SIGKILL once it has folded and projected them all, and
+started a last time (the whole state from its newest snapshot and the tail; the working set from its newest
+checkpoint, saved every 50,000 events, and the tail), measured as the others. Printed per run: the time to
 healthy, the resident memory after the reads and the peak (VmRSS, VmHWM of the Python process; the Spark JVM
 starts only for a job run, none here), and the reads' p50/p99. Then the working set's memory as a ratio of the
 whole state's, same run.
 
     .venv/bin/python bench/up_working_set.py [--db FILE] [--instances 1000000] [--settle 20] [--reads 300]
+        [--crash-events 60000]
 
 Target (the issue's): `up` resident <= 2 GiB at 10M instances, about 215 bytes an instance: at 1M, 205 MiB
 over the interpreter's baseline (the figure printed beside it).
@@ -32,10 +38,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import sqlalchemy as sa
 from _common import machine, percentile, w1_log
 from replica_serve import sample_ids
 from up_memory import DEFAULT_GRAPH, READY_LINE, child_env, proc_memory, sidecars
 
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.log.store import EventLog
+from partbuild.state.queries.cells import CELL_CODES
+from partbuild.state.schema import state_cells
 from partbuild.state.store.records import REF, RUN, WANT
 
 MIB = 1 << 20
@@ -117,6 +129,61 @@ def one_run(
     return run
 
 
+def killed_after_appends(
+    db_file: Path, workdir: Path, mode: str, refs: list[str], args: argparse.Namespace
+) -> tuple[int, int]:
+    """`up` started, `args.crash_events` wants appended to its log by another writer, then SIGKILL once `up` has
+    folded and projected them: (events appended, the log's head)."""
+    output = workdir / f"up-{mode.replace(' ', '-')}-before-crash.log"
+    process = start_up(db_file, workdir, MODES[mode], output)
+    try:
+        url = healthy_url(process, output, args.timeout)
+        tail = min(10_000, args.crash_events // 6)
+        for first, last in ((0, args.crash_events - tail), (args.crash_events - tail, args.crash_events)):
+            with EventLog.open(f"sqlite:///{db_file}") as log:
+                for start in range(first, last, 1_000):
+                    log.append(wants_of_live_refs(start, min(1_000, last - start), refs))
+                head = log.head()
+            wait_for_the_store(url, head, args.timeout)
+            time.sleep(args.settle)  # (a checkpoint due is saved after the pass that reached the head)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    saved = [line for line in output.read_text(errors="replace").splitlines() if "saved the working set" in line]
+    if saved:
+        print(f"{mode}: {len(saved)} checkpoint(s) before the crash, the last {saved[-1].split('saved ', 1)[1]}")
+    return args.crash_events, head
+
+
+def wait_for_the_store(url: str, seq: int, timeout_s: float) -> None:
+    """Until `up` answers a read with `min_seq` = `seq` (its store projected that far)."""
+    deadline = time.perf_counter() + timeout_s
+    answer = httpx.get(f"{url}/api/v1/counts", params={"min_seq": seq}, timeout=timeout_s)
+    while answer.status_code == 503 and time.perf_counter() < deadline:
+        answer = httpx.get(f"{url}/api/v1/counts", params={"min_seq": seq}, timeout=timeout_s)
+    assert answer.status_code == 200, answer.text[:200]
+
+
+def wants_of_live_refs(start: int, size: int, refs: list[str]) -> list[pb.Event]:
+    """`size` wants, each of 4 of `refs` (Live: satisfied as they come, no job run)."""
+    batch = []
+    now_ms = int(time.time() * 1000)
+    for n in range(start, start + size):
+        event = pb.Event(event_id=f"bench-crash-{n:09d}", timestamp_ms=now_ms)
+        event.source.manual.user = "bench"
+        event.want_create.want_id = f"bench-crash-{n:09d}"
+        event.want_create.partition_refs.extend(refs[(n * 4 + k) % len(refs)] for k in range(4))
+        batch.append(event)
+    return batch
+
+
+def live_refs(url: str, n: int) -> list[str]:
+    """`n` refs whose grid cell is Live, picked at random."""
+    with Database.open(url) as db, db.changes.records.engine.connect() as conn:
+        query = sa.select(state_cells.c.ref).where(state_cells.c.cell == CELL_CODES["live"])
+        return list(conn.execute(query.order_by(sa.func.random()).limit(n)).scalars())
+
+
 def point_reads(url: str, ids: dict[int, list[str]], n: int) -> tuple[float, float]:
     """p50 and p99 (ms) of `n` point reads: a want, a job run, a ref's canonical instance, in turn."""
     timings = []
@@ -156,6 +223,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=300)
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--modes", default=",".join(MODES), help="which of: " + ", ".join(MODES))
+    parser.add_argument("--crash-events", type=int, default=60_000, help="wants appended before the SIGKILL")
     args = parser.parse_args()
     print(f"machine: {machine()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="partbuild-up-ws-") as tmp:
@@ -164,6 +232,7 @@ def main() -> None:
         project_in_a_child(url)
         source = Path(url.removeprefix("sqlite:///"))
         ids = {kind: sample_ids(url, kind, args.reads, random.Random(kind)) for kind in (WANT, RUN, REF)}
+        refs = live_refs(url, 5_000)
         baseline = empty_up(Path(tmp), args)
         runs = []
         for mode in args.modes.split(","):
@@ -173,7 +242,10 @@ def main() -> None:
             for sidecar, copied in zip(sidecars(source), sidecars(copy), strict=True):
                 if sidecar.exists():
                     shutil.copyfile(sidecar, copied)
-            for scenario in ("cold", "restart"):
+            for scenario in ("cold", "restart", "crash"):
+                if scenario == "crash":
+                    appended, head = killed_after_appends(copy, workdir, mode, refs, args)
+                    print(f"{mode}: {appended:,} wants appended (head {head:,}), then SIGKILL", flush=True)
                 runs.append(one_run(copy, workdir, mode, scenario, ids, args))
                 report(runs[-1])
         summary(runs, args.instances, baseline)
@@ -212,7 +284,7 @@ def report(run: Run) -> None:
 
 def summary(runs: list[Run], instances: int, baseline: int) -> None:
     by = {(run.mode, run.scenario): run for run in runs if not run.error}
-    for scenario in ("cold", "restart"):
+    for scenario in ("cold", "restart", "crash"):
         whole, working = by.get(("whole", scenario)), by.get(("working set", scenario))
         if whole is None or working is None:
             continue

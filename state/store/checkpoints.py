@@ -12,6 +12,7 @@ far the rows move on before the next start. A clean stop saves one at the head, 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Final
 
 from partbuild.state.db import begin_write
@@ -36,15 +37,22 @@ def checkpoint(live: LiveState, projector: Projector, projected: int) -> int | N
     with live.hold() as state:
         if state.touched is None or state.touched.since > projected:
             return None
+        began = time.perf_counter()
         working.evict(working.evictable(projected=projected, for_decisions=True))
         seq = state.head_seq
         payload = encode_working_set(working)
+        held_s = time.perf_counter() - began  # the fold and the writes waited as long
     snapshots = live.log.snapshots
     snapshots.save(seq, working_set_format(), payload)
     with begin_write(projector.store.records.engine) as conn:
         set_floor(conn, seq)
     snapshots.prune(keep=SNAPSHOTS_KEPT)
-    logger.info("saved the working set at seq %d (%d bytes): a start folds from there", seq, len(payload))
+    logger.info(
+        "saved the working set at seq %d (%d bytes, the state held %.2f s): a start folds from there",
+        seq,
+        len(payload),
+        held_s,
+    )
     return seq
 
 
