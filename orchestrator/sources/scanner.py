@@ -513,8 +513,10 @@ class SourceScanner:
         gone = []
         canonical = state.canonical
         for ref in refs_known(state, self.records, prefix):
+            if ref in scan.present:  # (before its record: a working set would read it back from its row)
+                continue
             instance_id = canonical.get(ref)
-            if instance_id is None or ref in scan.present:
+            if instance_id is None:
                 continue
             instance = state.instances[instance_id]
             location = instance.location
