@@ -27,7 +27,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar
 
 from xxhash import xxh3_64_intdigest
 
@@ -79,6 +79,9 @@ class ColdSource(Protocol):
 
 
 _HALF = 1 << 63
+# What a snapshot keeps of a kind's cold keys: the sorted levels (arrays, or their bytes once loaded), the fresh
+# and returned hashes, the bitmap, how many hashes it marks.
+KeyParts: TypeAlias = "tuple[list[bytes | bytearray | array[int]], list[int], list[int], bytes, int]"
 
 
 def key_code(key: str) -> int:
@@ -137,19 +140,16 @@ class ColdKeys:
                 return True
         return False
 
-    def parts(self) -> tuple[list[bytes], list[int], list[int], bytes, int]:
-        """What a snapshot keeps of these keys (plain bytes and ints: its unpickler builds nothing else), their
-        bitmap too: marking 23M hashes again took a minute."""
-        return (
-            [level.tobytes() for level in self._levels],
-            sorted(self._fresh),
-            sorted(self._back),
-            bytes(self._bits),
-            self._marked,
-        )
+    def parts(self) -> KeyParts:
+        """What a snapshot keeps of these keys: the sorted levels as they are (never changed once made, so they may
+        be pickled after the state's lock is let go: state/log/snapshot.py), the fresh and returned hashes and the
+        bitmap copied (marking 23M hashes again took a minute)."""
+        return (list(self._levels), sorted(self._fresh), sorted(self._back), bytes(self._bits), self._marked)
 
     @classmethod
-    def from_parts(cls, parts: tuple[list[bytes], list[int], list[int], bytes, int]) -> ColdKeys:
+    def from_parts(
+        cls, parts: tuple[list[bytes | bytearray | array[int]], list[int], list[int], bytes, int]
+    ) -> ColdKeys:
         keys = cls()
         levels, fresh, back, bits, marked = parts
         for level in levels:

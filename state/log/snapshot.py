@@ -144,7 +144,36 @@ def working_set_format() -> str:
 
 def encode_working_set(working: WorkingSet) -> bytes:
     """A working set's snapshot: its state with what it holds, then its cold keys."""
-    return encode_state(working.plain_state(), working.parts())
+    return WorkingSetSnapshot(working).payload()
+
+
+class WorkingSetSnapshot:
+    """`encode_working_set` in two steps, so a running process holds its state's lock for the first only: made
+    under it, the state with what it holds is pickled and compressed (small: a working set) and the cold keys'
+    parts are taken (their sorted levels as they are, never changed once made; the rest copied); `payload`, after
+    letting go, pickles and compresses the keys (8 bytes a key: most of the bytes, and of the time: 0.8 of the
+    0.96 s at a million instances)."""
+
+    def __init__(self, working: WorkingSet) -> None:
+        state = working.plain_state()
+        if state.broken:
+            raise SnapshotError("the state is half-applied (an apply phase raised); it must not be snapshotted")
+        self._writer = _CompressingWriter()
+        self._buffered = io.BufferedWriter(self._writer, _CHUNK)
+        self._pickler = pickle.Pickler(self._buffered, protocol=pickle.HIGHEST_PROTOCOL)
+        with collector_paused():
+            _dump(state, self._pickler)
+        self._parts = working.parts()
+
+    def payload(self) -> bytes:
+        keys = {
+            kind: ([pickle.PickleBuffer(level) for level in levels], *rest)
+            for kind, (levels, *rest) in self._parts["keys"].items()
+        }  # the levels' bytes written from their buffers, not copied first
+        with collector_paused(), self._buffered:
+            self._pickler.dump({**self._parts, "keys": keys})
+            self._buffered.flush()
+            return self._writer.payload()
 
 
 def decode_working_set(payload: bytes) -> tuple[BuildState, dict[str, Any]]:

@@ -19,7 +19,7 @@ from partbuild.state.db import begin_write
 from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import SNAPSHOTS_KEPT
-from partbuild.state.log.snapshot import encode_working_set, working_set_format
+from partbuild.state.log.snapshot import WorkingSetSnapshot, working_set_format
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.rows_before import set_floor
 
@@ -40,8 +40,9 @@ def checkpoint(live: LiveState, projector: Projector, projected: int) -> int | N
         began = time.perf_counter()
         working.evict(working.evictable(projected=projected, for_decisions=True))
         seq = state.head_seq
-        payload = encode_working_set(working)
+        snapshot = WorkingSetSnapshot(working)
         held_s = time.perf_counter() - began  # the fold and the writes waited as long
+    payload = snapshot.payload()  # the cold keys, most of it, written after letting go
     snapshots = live.log.snapshots
     snapshots.save(seq, working_set_format(), payload)
     with begin_write(projector.store.records.engine) as conn:
