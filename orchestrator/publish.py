@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 from partbuild.orchestrator.declarations import DeclarationError
-from partbuild.state.fold.cold import created_since
-from partbuild.state.fold.records import ACTIVE_RUN_STATES
+from partbuild.state.fold.cold import canonical_instances, created_since
+from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState
 from partbuild.state.store.cold_rows import refs_known
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class Publisher:
             serving = state.serving
             refs.update((ref, None) for ref in self._serving.keys() ^ serving.keys())
             self._serving = dict(serving)
-            wanted = {ref: self._wanted(state, ref) for ref in refs}
+            wanted = self._wanted(state, refs)
             self._watched = {
                 run_id: None for run_id in state.active_run_ids if state.job_runs[run_id].job_label in self._targets
             }
@@ -272,15 +272,17 @@ class Publisher:
                 refs.update((instances[uuid].ref, None) for uuid in found.instance_uuids if uuid in instances)
         return refs
 
-    def _wanted(self, state: BuildState, ref: str) -> tuple[str | None, str | None]:
-        """(the publishing job's label or None, the location the table should show for `ref` or None)."""
-        label = self._label_of(ref)
-        if label is None:
-            return None, None
-        instance = state.served_instance(ref)  # the canonical Live one, or a stale one serving until it is replaced
-        if instance is None or not instance.location:
-            return label, None
-        return label, instance.location
+    def _wanted(self, state: BuildState, refs: Iterable[str]) -> dict[str, tuple[str | None, str | None]]:
+        """For each ref: (the publishing job's label or None, the location the table should show or None). The
+        instance shown is the one readers get: the canonical one if Live, or a stale one serving until it is
+        replaced (`served_instance`); a working set reads the canonical ones it left cold a chunk at a time,
+        holding none (`canonical_instances`: at start every ref is looked at)."""
+        labels = {ref: self._label_of(ref) for ref in refs}
+        serving = state.serving
+        shown = {ref: state.instances[uuid] for ref, label in labels.items() if label and (uuid := serving.get(ref))}
+        rest = (ref for ref, label in labels.items() if label is not None and ref not in shown)
+        shown.update((ref, one) for ref, one in canonical_instances(state, rest) if one.state == InstanceState.LIVE)
+        return {ref: (label, shown[ref].location or None if ref in shown else None) for ref, label in labels.items()}
 
     def _label_of(self, ref: str) -> str | None:
         for label, target in self._targets.items():

@@ -75,6 +75,7 @@ from partbuild.orchestrator.sources.key_ranges import next_split_keys
 from partbuild.orchestrator.sources.partitions import FoundPartition, PartitionAssembler
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import canonical_instances
 from partbuild.state.fold.records import MAX_SCAN_KEY_BYTES, InstanceState, SourceScan
 from partbuild.state.log.events import Clock, envelope, system, wall_clock_ms
 from partbuild.state.log.live import LiveState
@@ -511,14 +512,8 @@ class SourceScanner:
         base = scan.discovery.location_of("")
         prefix = scan.source.pattern.template.split("{", 1)[0]
         gone = []
-        canonical = state.canonical
-        for ref in refs_known(state, self.records, prefix):
-            if ref in scan.present:  # (before its record: a working set would read it back from its row)
-                continue
-            instance_id = canonical.get(ref)
-            if instance_id is None:
-                continue
-            instance = state.instances[instance_id]
+        absent = (ref for ref in refs_known(state, self.records, prefix) if ref not in scan.present)
+        for ref, instance in canonical_instances(state, absent):  # (a working set's cold ones peeked at, not held)
             location = instance.location
             if instance.state != InstanceState.LIVE or not location or not location.startswith(base):
                 continue

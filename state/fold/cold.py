@@ -22,7 +22,9 @@ something stale still serves (the fold walks `serving`).
 
 from __future__ import annotations
 
+import functools
 import heapq
+import itertools
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 INSTANCE, WANT, RUN, REF = "instance", "want", "job run", "ref"
 MERGE_FRESH = 1 << 16  # hashes gathered before they are sorted into a level
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 _R = TypeVar("_R", Instance, Want, JobRun)
 _LIVE = InstanceState.LIVE  # the states before it are the ones decisions act on (wanted, building, waiting)
 
@@ -76,6 +79,11 @@ class ColdSource(Protocol):
     def ref(self, ref: str) -> ColdRef | None: ...
     def went_cold(self, kind: str, keys: list[str]) -> None:
         """These records were evicted (their rows hold them as the fold does now)."""
+
+    def many(self, kind: str, keys: list[str]) -> dict[str, Any]:
+        """The records of `kind` (an instance, a want, a job run; a ref's canonical UUID) of those of `keys` that
+        have one, read a few hundred to a statement, without what goes with them (not to be held: `ColdMain.peek`)."""
+        ...
 
 
 _HALF = 1 << 63
@@ -240,16 +248,53 @@ class ColdMain(ColdTable):
     `returned`: the keys held because they were read back (each at the end of the dict's order, which is
     otherwise the order the records were created in: `created_since`)."""
 
-    __slots__ = ("returned",)
+    __slots__ = ("peek_cold", "returned")
 
     def __init__(self, items: dict[str, Any], fault: Callable[[str], object]) -> None:
         super().__init__(items, fault)
         self.returned: set[str] = set()
+        self.peek_cold: Callable[[list[str]], dict[str, Any]] = lambda _keys: {}
+
+    def peek(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values this table has for `keys`, held or cold, the cold ones read from their rows a few hundred at
+        a time and not held: a walk over many keys (every ref of a source) grows no working set and does not read
+        a row at a time."""
+        found: dict[str, Any] = {}
+        missing: list[str] = []
+        for key in keys:
+            value = dict.get(self, key, _ABSENT)
+            if value is _ABSENT:
+                missing.append(key)
+            else:
+                found[key] = value
+        if missing:
+            found.update(self.peek_cold(missing))
+        return found
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not dict.__contains__(self, key):
             self._fault(key)
         dict.__setitem__(self, key, value)
+
+
+def peek(table: Mapping[str, _V], keys: Iterable[str]) -> dict[str, _V]:
+    """The values `table` has for `keys`: a working set's cold ones read from their rows, not held (`ColdMain.peek`)."""
+    if isinstance(table, ColdMain):
+        return table.peek(keys)
+    return {key: value for key in keys if (value := table.get(key, _ABSENT)) is not _ABSENT}
+
+
+def canonical_instances(state: BuildState, refs: Iterable[str], chunk: int = 500) -> Iterator[tuple[str, Instance]]:
+    """(ref, its canonical instance) for each of `refs` that has one, `chunk` refs at a time: a working set's cold
+    pointers and instances are read from their rows a chunk to a statement, and not held (`peek`)."""
+    refs = iter(refs)
+    while batch := list(itertools.islice(refs, chunk)):
+        pointers = peek(state.canonical, batch)
+        instances = peek(state.instances, pointers.values())
+        for ref in batch:
+            uuid = pointers.get(ref)
+            if uuid is not None and uuid in instances:
+                yield ref, instances[uuid]
 
 
 def _raise(key: str) -> Any:
@@ -287,6 +332,7 @@ class WorkingSet:
         loaders = {INSTANCE: self._instance, WANT: self._want, RUN: self._run, REF: self._ref}
         for kind, names in self.TABLES.items():
             main = ColdMain(getattr(state, names[0]), loaders[kind])
+            main.peek_cold = functools.partial(self._peek, kind)
             setattr(state, names[0], main)
             for name in names[1:]:
                 setattr(state, name, ColdTable(getattr(state, name), _part_of(main, loaders[kind])))
@@ -323,6 +369,19 @@ class WorkingSet:
         return dict.__contains__(main, key) or self.keys[kind].maybe(key)
 
     # ----------------------------------------------------------------- faults
+
+    def _peek(self, kind: str, keys: list[str]) -> dict[str, Any]:
+        """The records of `keys` not held that may be cold, from their rows, not held (`ColdMain.peek`)."""
+        cold = self.keys[kind]
+        maybe = [key for key in keys if cold.maybe(key)]
+        if not maybe:
+            return {}
+        try:
+            return self.source.many(kind, maybe)
+        except ReadBackFailed:
+            raise
+        except Exception as exc:
+            raise ReadBackFailed(f"reading {len(maybe)} rows back failed: {exc}") from exc
 
     def _instance(self, uuid: str) -> bool:
         return self._load(INSTANCE, uuid, self.source.instance, self._put_instance)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 ROW_KIND: Final = {COLD_INSTANCE: INSTANCE, COLD_WANT: WANT, COLD_RUN: RUN, COLD_REF: REF}  # a kind's rows
 
 
+_MANY: Final = 500  # rows read to a statement by `many`
+
+
 class RowAhead(ReadBackFailed):
     """A cold record's row was written after the head of the fold reading it back."""
 
@@ -80,9 +83,10 @@ class StoreRows:
         if checkpoint is not None and checkpoint.first_read(kind, key):
             return self._row_at_checkpoint(conn, kind, key, checkpoint.at)
         found = self.records.rows(conn, [(kind, key)]).get((kind, key))
-        if found is None:
-            return None
-        seq, body = found
+        return None if found is None else self._checked(kind, key, *found)
+
+    def _checked(self, kind: int, key: str, seq: int, body: bytes) -> Any:
+        """A row's record decoded, unless the row is ahead of the fold (`RowAhead`)."""
         if seq > (head := self.head()) and seq > self.settled_by:
             raise RowAhead(key, seq, head)
         return loads(kind, body)
@@ -97,6 +101,18 @@ class StoreRows:
         if self.checkpoint is not None:  # their rows hold them now: read back as the rows say from here on
             row_kind = ROW_KIND[kind]
             self.checkpoint.read.update((row_kind, key) for key in keys)
+
+    def many(self, kind: str, keys: list[str]) -> dict[str, Any]:
+        row_kind = ROW_KIND[kind]
+        found: dict[str, Any] = {}
+        with self.records.engine.connect() as conn:
+            for start in range(0, len(keys), _MANY):
+                rows = self.records.rows(conn, [(row_kind, key) for key in keys[start : start + _MANY]])
+                for (_, key), (seq, body) in rows.items():
+                    value = self._checked(row_kind, key, seq, body)[0]
+                    if value is not None:  # (a ref without a canonical pointer)
+                        found[key] = value
+        return found
 
     def instance(self, uuid: str) -> ColdInstance | None:
         with self.records.engine.connect() as conn:

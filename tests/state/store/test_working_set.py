@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.state.database import Database
-from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, ColdKeys
+from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, ColdKeys, canonical_instances, peek
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.replay import load_state
 from partbuild.state.store.cold_digest import working_set_digest
@@ -67,6 +67,20 @@ def test_a_row_written_after_the_fold_s_head_is_not_read_back(database: Database
     uuid = next(key for kind, key, *_ in database.changes.records.all_rows() if kind == INSTANCE_ROW)
     with pytest.raises(RowAhead, match="after this fold's head 3"):
         behind.instance(uuid)
+
+
+def test_a_walk_over_many_refs_peeks_at_cold_records_without_holding_them(database: Database) -> None:
+    events = list(islice(simulate(SimulationPlan(weeks=2, sites=30)), 1_200))
+    plain, working = fold_both_ways(database, events, step=100)
+    state = working.state
+    refs = [*sorted(plain.canonical), "raw/clicks/never", *sorted(plain.first_created)]
+    held = (len(dict.keys(state.canonical)), len(dict.keys(state.instances)), dict(working.faults.read_back))
+    expected = [(ref, plain.instances[plain.canonical[ref]]) for ref in refs if ref in plain.canonical]
+    found = list(canonical_instances(state, refs, chunk=64))
+    assert [(ref, one.__getstate__()) for ref, one in found] == [(ref, one.__getstate__()) for ref, one in expected]
+    assert len(expected) > 200 and held[0] < len(plain.canonical) // 4  # most of them cold, read by the chunk
+    assert (len(dict.keys(state.canonical)), len(dict.keys(state.instances)), working.faults.read_back) == held
+    assert peek(state.wants, ["no such want"]) == {} and peek(plain.wants, list(plain.wants)) == plain.wants
 
 
 def test_cold_keys_say_maybe_for_every_key_added_and_no_for_those_held_again() -> None:
