@@ -248,6 +248,8 @@ def main() -> None:
                     print(f"{mode}: {appended:,} wants appended (head {head:,}), then SIGKILL", flush=True)
                 runs.append(one_run(copy, workdir, mode, scenario, ids, args))
                 report(runs[-1])
+            for copied in sidecars(copy):  # (a copy of a 10M log is 23 GB: one at a time)
+                copied.unlink(missing_ok=True)
         summary(runs, args.instances, baseline)
 
 
