@@ -155,9 +155,7 @@ class ColdKeys:
         return (list(self._levels), sorted(self._fresh), sorted(self._back), bytes(self._bits), self._marked)
 
     @classmethod
-    def from_parts(
-        cls, parts: tuple[list[bytes | bytearray | array[int]], list[int], list[int], bytes, int]
-    ) -> ColdKeys:
+    def from_parts(cls, parts: KeyParts) -> ColdKeys:
         keys = cls()
         levels, fresh, back, bits, marked = parts
         for level in levels:
