@@ -1,6 +1,10 @@
 """A replay of the log in bounded memory: a working set (state/fold/cold.py) whose cold records go to a scratch
 state store (a database of its own, `records`), written every `every` events, then evicted.
 
+The rows of a span are made in the folding process (they read the state) and written by a `RowWriter`
+(state/store/scratch_writer.py): `partbuild replay --bounded`'s from a process of its own, while the fold goes
+on; a record evicted before its row is in waits for it when it is read back.
+
 What it holds at the end is the state's working set; its digest (`working_set_digest`, state/store/
 cold_digest.py) is the digest of the state a full replay holds. Memory is what the fold touched in the last
 `every` events, the records it keeps whatever happens (active wants, what stale instances serve) and about 10
@@ -24,23 +28,26 @@ from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import open_migrated_engine
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import StoreRows
-from partbuild.state.store.records import RecordStore, rows_of, touched_keys
+from partbuild.state.store.records import RecordStore, Rows, rows_of, touched_keys
+from partbuild.state.store.scratch_writer import RowWriter
 
 DEFAULT_EVERY = 20_000  # events folded between two writes of the scratch rows (and evictions)
 PAGE = 20_000  # events read from the log at a time, at most
 
 
-# Writes what the fold touched in (first, last] (the state's `touched`, tracked since `first`) to a scratch store.
-Write = Callable[[WorkingSet, int, int], None]
+# What the fold touched in (first, last] (the state's `touched`, tracked since `first`) made into the rows the
+# scratch store's `RowWriter` writes (None: the write wrote what it had itself).
+Write = Callable[[WorkingSet, int, int], Rows | None]
 
 
-def dump_rows(records: RecordStore) -> Write:
-    """A `Write` of the rows alone (the records' table and what goes with it)."""
+def dump_rows(*, cells: bool = True) -> Write:
+    """A `Write` of the rows alone (the records' table and what goes with it; the grid cells unless `cells` is
+    False: a store only the replay reads)."""
 
-    def write(working: WorkingSet, first: int, _last: int) -> None:
+    def write(working: WorkingSet, first: int, _last: int) -> Rows:
         state = working.state
         assert state.touched is not None
-        records.dump(rows_of(state, touched_keys(state, state.touched), first))
+        return rows_of(state, touched_keys(state, state.touched), first, cells=cells)
 
     return write
 
@@ -54,35 +61,40 @@ def replay_in_working_set(
     progress: Callable[[int], None] | None = None,
     write: Write | None = None,
     stop_at: int | None = None,
+    in_child: bool = False,
 ) -> WorkingSet:
     """The state as of `upto_seq` (default: the head), folded from seq 0 in a working set over `records` (a
     scratch store: empty, of this database or another). `write`: what is written every `every` events (default:
-    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is)."""
+    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is);
+    `in_child`: the rows written from a process of its own (`RowWriter`). Every row is in when it returns."""
     state = BuildState()
     state.touched = Touched(0)
-    working = WorkingSet(state, StoreRows(records, lambda: state.head_seq))
-    write = write or dump_rows(records)
+    writer = RowWriter(records, in_child=in_child)
+    working = WorkingSet(state, StoreRows(records, lambda: state.head_seq, before_read=writer.wait))
+    write = write or dump_rows()
     target = log.head() if upto_seq is None else upto_seq
     written = 0
-    for end in sorted({*([stop_at] if stop_at is not None and 0 < stop_at < target else []), target}):
-        for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=end, page_size=min(every, PAGE)):
-            fold_page(state, page)
-            if state.head_seq - written >= every:
-                written = write_and_evict(working, write, written)
-                if progress is not None:
-                    progress(state.head_seq)
-        written = write_and_evict(working, write, written)
+    with writer:
+        for end in sorted({*([stop_at] if stop_at is not None and 0 < stop_at < target else []), target}):
+            for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=end, page_size=min(every, PAGE)):
+                fold_page(state, page)
+                if state.head_seq - written >= every:
+                    written = write_and_evict(working, write, written, writer)
+                    if progress is not None:
+                        progress(state.head_seq)
+            written = write_and_evict(working, write, written, writer)
     return working
 
 
-def write_and_evict(working: WorkingSet, write: Write, written: int) -> int:
-    """Write what the fold touched since seq `written` (`write`), then evict every record it may; returns the
-    seq they are written to (the state's head)."""
+def write_and_evict(working: WorkingSet, write: Write, written: int, writer: RowWriter) -> int:
+    """Hand the rows of what the fold touched since seq `written` to `writer` (`write`), then evict every record
+    it may (a read of one waits for its row); returns the seq they are written to (the state's head)."""
     state = working.state
-    if state.head_seq > written:
-        write(working, written, state.head_seq)
+    rows = write(working, written, state.head_seq) if state.head_seq > written else None
     state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
     working.evict(working.evictable())
+    if rows is not None:
+        writer.submit(rows)
     return state.head_seq
 
 
@@ -104,7 +116,10 @@ def bounded_audit(
         engine = open_migrated_engine(f"sqlite:///{Path(folder) / 'scratch.db'}", True)
         try:
             records = RecordStore(engine)
-            working = replay_in_working_set(log, records, upto_seq=target, progress=progress)
+            write = dump_rows(cells=False)  # no grid reads them
+            working = replay_in_working_set(
+                log, records, upto_seq=target, progress=progress, write=write, in_child=True
+            )
             digest = working_set_digest(working, records)
         finally:
             engine.dispose()

@@ -69,14 +69,22 @@ class StoreRows:
         *,
         settled_by: int = 0,
         checkpoint: AsOfCheckpoint | None = None,
+        before_read: Callable[[], None] | None = None,
     ) -> None:
         """`head`: the fold's head. `settled_by`: a seq up to which the rows are known to hold what this fold
         evicts (a load from rows whole there, state/store/cold_start.py): a row as of a seq after the head but
-        not after it is read back too. `checkpoint`: the first reads of a start from a checkpoint."""
+        not after it is read back too. `checkpoint`: the first reads of a start from a checkpoint.
+        `before_read`: called before each read (rows still being written elsewhere: wait for them)."""
         self.records = records
         self.head = head
         self.settled_by = settled_by
         self.checkpoint = checkpoint
+        self.before_read = before_read
+
+    def _connect(self) -> Connection:
+        if self.before_read is not None:
+            self.before_read()
+        return self.records.engine.connect()
 
     def _row(self, conn: Connection, kind: int, key: str) -> Any:
         checkpoint = self.checkpoint
@@ -105,7 +113,7 @@ class StoreRows:
     def many(self, kind: str, keys: list[str]) -> dict[str, Any]:
         row_kind = ROW_KIND[kind]
         found: dict[str, Any] = {}
-        with self.records.engine.connect() as conn:
+        with self._connect() as conn:
             for start in range(0, len(keys), _MANY):
                 rows = self.records.rows(conn, [(row_kind, key) for key in keys[start : start + _MANY]])
                 for (_, key), (seq, body) in rows.items():
@@ -115,22 +123,22 @@ class StoreRows:
         return found
 
     def instance(self, uuid: str) -> ColdInstance | None:
-        with self.records.engine.connect() as conn:
+        with self._connect() as conn:
             row = self._row(conn, INSTANCE, uuid)
         return None if row is None else ColdInstance(*row)
 
     def want(self, want_id: str) -> tuple[Want, str | None] | None:
-        with self.records.engine.connect() as conn:
+        with self._connect() as conn:
             row = self._row(conn, WANT, want_id)
         return None if row is None else (row[0], row[1])
 
     def run(self, run_id: str) -> tuple[JobRun, bytearray] | None:
-        with self.records.engine.connect() as conn:
+        with self._connect() as conn:
             row = self._row(conn, RUN, run_id)
             return None if row is None else (row[0], self.records.beats(conn, run_id))
 
     def ref(self, ref: str) -> ColdRef | None:
-        with self.records.engine.connect() as conn:
+        with self._connect() as conn:
             row = self._row(conn, REF, ref)
             wants = self.records.wants_of_ref(conn, ref, self.head())
         if row is None and not wants:

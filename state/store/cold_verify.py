@@ -5,23 +5,25 @@ The replay is `replay_in_working_set`'s (state/store/cold_replay.py); every 20,0
 the fold touched into the scratch store as a live process's projector does (the changes, the counts they
 make, the records' rows, and the deletions of a retention: `ChangeStore.write`), up to the real store's
 watermark (a write falls on it), and the rows alone after it. The two stores are then read side by side in
-key order, a row at a time from each: the changes and the counts up to that watermark, and, when the real
-store's records are whole at the log's head, the records (their values, not the bytes they were pickled
-to, nor the seq they were written at), the heartbeats, the wants by ref and the grid cells (the seq each was
-written at aside). Nothing is held but the working set and a row of each side: memory does not grow with
-the store.
+key order, a chunk of rows at a time from each (state/store/row_stream.py): the changes and the counts up to
+that watermark, and, when the real store's records are whole at the log's head, the records (their values,
+not the bytes they were pickled to, nor the seq they were written at), the heartbeats, the wants by ref and
+the grid cells (the seq each was written at aside). Two chunks that are equal are passed over at once (equal
+rows hold equal values); only where they are not are their rows compared one by one, and a record's row
+decoded. Nothing is held but the working set and a chunk of each side: memory does not grow with the store.
 """
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from partbuild.state.fold.cold import INSTANCE, WorkingSet
 from partbuild.state.fold.history import dropped_deltas_between
@@ -34,21 +36,19 @@ from partbuild.state.schema import state_records as records_table
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, dump_rows, replay_in_working_set
-from partbuild.state.store.records import KIND_NAMES, RecordPass, decoded, rows_of, touched_keys
-
-Row = tuple[Any, ...]
+from partbuild.state.store.records import KIND_NAMES, RecordPass, Rows, decoded, rows_of, touched_keys
+from partbuild.state.store.row_stream import Row, engine_chunks
 
 
 def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
     """A `Write` projecting the fold's changes, counts and rows into `scratch` up to seq `upto` (the rows alone
     after it); whether a span holds a retention is read from the real log (`real`'s database)."""
 
-    dump = dump_rows(scratch.records)
+    dump = dump_rows()
 
-    def write(working: WorkingSet, first: int, last: int) -> None:
+    def write(working: WorkingSet, first: int, last: int) -> Rows | None:
         if last > upto:
-            dump(working, first, last)
-            return
+            return dump(working, first, last)
         state = working.state
         touched = state.touched
         assert touched is not None
@@ -64,6 +64,7 @@ def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
             first, last, changes, dropped, deltas, RecordPass(rows, whole=True), retention=retention
         )
         assert written, f"the scratch store's watermark is not at {first}"
+        return None  # written with the changes, in their transaction
 
     return write
 
@@ -114,57 +115,90 @@ def store_differences(real: ChangeStore, scratch: ChangeStore, upto: int, *, who
     """Where `real` differs from `scratch` (rebuilt from the log): the changes and counts up to seq `upto`, and
     the records and what goes with them when `whole` (the real ones are whole at the log's head); [] if none."""
     real_engine, scratch_engine = real.records.engine, scratch.records.engine
-    tables: list[tuple[str, sa.Table, Any, Callable[[Row], Row]]] = [
-        ("changes", state_changes, state_changes.c.seq <= upto, _same),
-        ("counts", state_counts, state_counts.c.seq <= upto, _same),
-    ]
-    if whole:
-        tables += [
-            ("records", records_table, sa.true(), _record_values),
-            ("heartbeats", state_heartbeats, sa.true(), _same),
-            ("wants by ref", state_want_refs, sa.true(), _same),
-            ("grid cells", state_cells, sa.true(), _cell_values),
-        ]
-    for name, table, where, values in tables:
-        # The key's columns come first in each of these tables, so a row's first values are its key.
-        query = sa.select(table).where(where).order_by(*table.primary_key.columns)
-        keyed = len(table.primary_key.columns)
-        found = _first_difference(_rows(real_engine, query), _rows(scratch_engine, query), keyed, values)
+    for table in _tables(upto, whole):
+        with (
+            closing(engine_chunks(real_engine, table.query)) as stored,
+            closing(engine_chunks(scratch_engine, table.query)) as replayed,
+        ):
+            found = _first_difference(stored, replayed, table)
         if found is not None:
-            return [f"the state store's {name} differ from the replay's: {found}"]
+            return [f"the state store's {table.name} differ from the replay's: {found}"]
     return []
 
 
-def _rows(engine: Engine, query: sa.Select[Any]) -> Iterator[Row]:
-    with engine.connect() as conn:
-        for row in conn.execution_options(yield_per=5000).execute(query):
-            yield tuple(row)
+class _Table(NamedTuple):
+    """A table as the two stores are compared: its rows in key order (the key's columns come first, so a
+    row's first `keyed` values are its key), what of two rows must agree, and how a row is said."""
+
+    name: str
+    query: sa.Select[Any]
+    keyed: int
+    values: Callable[[Row], Row] = lambda row: row
+    said: Callable[[Row], str] = repr
+    view: Callable[[Row], Row] | None = None  # what of each row two chunks are first compared by (None: all)
 
 
-def _first_difference(
-    real: Iterator[Row], replayed: Iterator[Row], keyed: int, values: Callable[[Row], Row]
-) -> str | None:
-    """The first row the two sides (both in key order: their first `keyed` values) disagree on, said as what
-    is wrong with the real one."""
-    stored, expected = next(real, None), next(replayed, None)
-    while stored is not None or expected is not None:
-        if expected is None or (stored is not None and stored[:keyed] < expected[:keyed]):
-            return f"stored {_said(stored)}, which the replay does not have"
-        if stored is None or expected[:keyed] < stored[:keyed]:
-            return f"no row of {_said(expected)}, which the replay has"
-        if values(stored) != values(expected):
-            return f"stored {_said(stored)}, replayed {_said(expected)}"
-        stored, expected = next(real, None), next(replayed, None)
+# A record's row without the seq it was written at: the two stores wrote theirs at other seqs.
+_RECORD_COLUMNS = tuple(column for column in records_table.columns if column.name != "seq")
+
+
+def _tables(upto: int, whole: bool) -> list[_Table]:
+    """The tables compared: the changes and counts up to seq `upto`; the records' ones too when `whole`."""
+    tables = [
+        _in_key_order("changes", state_changes, state_changes.c.seq <= upto),
+        _in_key_order("counts", state_counts, state_counts.c.seq <= upto),
+    ]
+    if whole:
+        tables += [
+            _in_key_order("records", records_table, columns=_RECORD_COLUMNS, values=_record_values, said=_record),
+            _in_key_order("heartbeats", state_heartbeats),
+            _in_key_order("wants by ref", state_want_refs),
+            _in_key_order("grid cells", state_cells, values=_cell_values, view=_cell_values),
+        ]
+    return tables
+
+
+def _in_key_order(
+    name: str, table: sa.Table, where: Any = None, columns: tuple[sa.Column[Any], ...] = (), **how: Any
+) -> _Table:
+    """`table`'s rows (of these `columns`, else all) where `where` holds, by key; `how`: `_Table`'s others."""
+    query = sa.select(*(columns or table.columns)).order_by(*table.primary_key.columns)
+    return _Table(name, query if where is None else query.where(where), len(table.primary_key.columns), **how)
+
+
+def _first_difference(real: Iterator[list[Row]], replayed: Iterator[list[Row]], table: _Table) -> str | None:
+    """The first row the two sides (chunks of rows in key order, all full but the last) disagree on, said as
+    what is wrong with the real one. Two chunks that are equal (as `table.view`s) are passed over at once;
+    the rows of two that are not are compared one by one, and where none of them differs (bytes, not
+    values, did), the two sides are again at the same row."""
+    view = table.view
+    none: list[Row] = []
+    for stored, expected in itertools.zip_longest(real, replayed, fillvalue=none):
+        if stored == expected or (view is not None and list(map(view, stored)) == list(map(view, expected))):
+            continue
+        found = _first_in(stored, expected, table)
+        if found is not None:
+            return found
     return None
 
 
-def _same(row: Row) -> Row:
-    return row
+def _first_in(stored_rows: list[Row], expected_rows: list[Row], table: _Table) -> str | None:
+    """`_first_difference` in one chunk of each side (a shorter one is its side's last)."""
+    keyed, values, said = table.keyed, table.values, table.said
+    for stored, expected in itertools.zip_longest(stored_rows, expected_rows):
+        if expected is None or (stored is not None and stored[:keyed] < expected[:keyed]):
+            return f"stored {said(stored)}, which the replay does not have"
+        if stored is None or expected[:keyed] < stored[:keyed]:
+            return f"no row of {said(expected)}, which the replay has"
+        if stored != expected and values(stored) != values(expected):  # equal rows hold equal values
+            return f"stored {said(stored)}, replayed {said(expected)}"
+    return None
 
 
 def _record_values(row: Row) -> Row:
-    """A record's row as what it holds: its key, values (decoded), created and ended seqs; not its write seq."""
-    kind, key, _seq, body, created, closed = row
+    """A record's row (`_RECORD_COLUMNS`) as what it holds: its key, values (decoded: two picklings of equal
+    values may differ), created and ended seqs."""
+    kind, key, body, created, closed = row
     return (kind, key, decoded(body), created, closed)
 
 
@@ -173,9 +207,6 @@ def _cell_values(row: Row) -> Row:
     return (row[0], *row[2:])
 
 
-def _said(row: Row | None) -> str:
-    if row is None:
-        return "none"
-    if len(row) == 6 and isinstance(row[3], bytes):  # a record's row
-        return f"the row of {KIND_NAMES[row[0]]} {row[1]!r} (created at {row[4]}, ended at {row[5]})"
-    return repr(row)
+def _record(row: Row) -> str:
+    kind, key, _, created, closed = row
+    return f"the row of {KIND_NAMES[kind]} {key!r} (created at {created}, ended at {closed})"

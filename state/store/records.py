@@ -272,11 +272,14 @@ class Rows:
     cells_gone: Sequence[str] = ()  # refs among those with no cell
 
 
-def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0, *, instance_cells: bool = True) -> Rows:
+def rows_of(
+    state: BuildState, keys: Iterable[Key], beats_after: int = 0, *, instance_cells: bool = True, cells: bool = True
+) -> Rows:
     """The rows of these records as `state` holds them at its head, the keys of those it does not hold, and
     the runs' heartbeats after seq `beats_after` (those before are written already). The cells: of the refs
     among the keys, and of the instances' refs unless `instance_cells` is False (a dump: every ref with a cell
-    has a canonical pointer, so a key of its own in `all_keys`, and is written with it, once)."""
+    has a canonical pointer, so a key of its own in `all_keys`, and is written with it, once); none without
+    `cells` (a store no grid reads: a bounded replay's scratch rows)."""
     rows: list[Row] = []
     gone: list[Key] = []
     beats: list[Beat] = []
@@ -284,7 +287,7 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0, *, ins
     cell_refs: dict[str, None] = {}  # a ref's cell changes with its row and with its instances' (state/store/cells.py)
     seq = state.head_seq
     for kind, key in keys:
-        if kind == REF:
+        if kind == REF and cells:
             cell_refs[key] = None
         body = body_of(state, kind, key)
         if body is None:
@@ -295,10 +298,10 @@ def rows_of(state: BuildState, keys: Iterable[Key], beats_after: int = 0, *, ins
             beats.extend(beats_of(state, key, beats_after))
         elif kind == WANT:
             want_refs.extend(want_refs_of(state.wants[key]))
-        elif kind == INSTANCE and instance_cells:
+        elif kind == INSTANCE and instance_cells and cells:
             cell_refs[state.instances[key].ref] = None
-    cells, cells_gone = _cells_of(state, cell_refs)
-    return Rows(rows, gone, beats, want_refs, cells, cells_gone)
+    cell_rows, cells_gone = _cells_of(state, cell_refs)
+    return Rows(rows, gone, beats, want_refs, cell_rows, cells_gone)
 
 
 def _cells_of(state: BuildState, refs: Iterable[str]) -> tuple[list[CellRow], list[str]]:

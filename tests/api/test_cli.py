@@ -193,29 +193,6 @@ def test_help_lists_the_commands_as_an_eager_group_would(capsys: pytest.CaptureF
     assert code == 0 and out.strip() == help_of(eager).strip()
 
 
-def test_a_bounded_replay_reports_what_a_replay_does(
-    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
-) -> None:
-    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "8", "--sites", "2")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--json")
-    assert code == 0, err
-    whole = json.loads(out)
-    for extra in ((), ("--scratch-dir", str(scratch))):
-        code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--json", *extra)
-        assert code == 0, err
-        bounded = json.loads(out)
-        assert bounded["digest"] == whole["digest"] and bounded["counts"] == whole["counts"]
-        assert bounded["head_seq"] == bounded["state_seq"] == bounded["replayed_events"] == whole["head_seq"]
-        assert bounded["snapshot_seq"] == 0 < whole["snapshot_seq"]  # it never loads a snapshot
-    assert list(scratch.iterdir()) == []  # the scratch database is gone
-    code, out, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "10", "--json")
-    assert code == 0 and json.loads(out)["state_seq"] == 10
-    code, _, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "999999")
-    assert code == 2 and "after the log head" in err
-
-
 def test_a_bounded_replay_verifies_the_state_store_it_rebuilds(capsys: pytest.CaptureFixture[str], db: str) -> None:
     assert run_cli(capsys, "demo", "--db", db, "--weeks", "2", "--sites", "1")[0] == 0
     assert run_cli(capsys, "db", "upgrade", "--db", db)[0] == 0  # the store projected

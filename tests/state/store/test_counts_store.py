@@ -13,6 +13,7 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.log.live import LiveState
 from partbuild.state.queries.changes import INSTANCE_CREATED, Change
 from partbuild.state.schema import state_counts
+from partbuild.state.store import row_stream
 from partbuild.state.store.counts import count_rows
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
@@ -98,3 +99,24 @@ def test_the_audit_finds_a_count_that_differs_from_the_replay(database: Database
         conn.execute(sa.delete(state_counts).where(where))
     problems = store_problems(database.changes, replayed, span=100)
     assert len(problems) == 1 and "(100, 200]" in problems[0] and "count" in problems[0]
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_the_audit_takes_the_count_rows_span_by_span_from_one_walk(
+    database: Database, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """The count rows are read in one walk by seq, a chunk at a time, and taken a span at a time: in spans of
+    one seq, each row is its span's last, and a chunk ends anywhere in a span; a count changed is named with
+    its span."""
+    events = read_events("v1")
+    live = projected_while_growing(database, events)
+    monkeypatch.setattr(row_stream, "CHUNK", chunk)
+    assert store_problems(database.changes, live.state, span=1) == []
+    kind, state, seq, count = database.changes.count_rows(100, 200)[-1]
+    where = (state_counts.c.kind == kind) & (state_counts.c.state == state) & (state_counts.c.seq == seq)
+    with database.log._engine.begin() as conn:
+        conn.execute(sa.update(state_counts).where(where).values(total=count + 1))
+    assert store_problems(database.changes, live.state, span=1) == [
+        f"the state store's counts differ from the replay's in seqs ({seq - 1}, {seq}]: "
+        f"stored (kind, state, seq, count) {(kind, state, seq, count + 1)}, replayed {(kind, state, seq, count)}"
+    ]

@@ -25,8 +25,19 @@ from partbuild.state.log.snapshot import SnapshotError
 from partbuild.state.queries.cells import GRID_STATES, ref_cell
 from partbuild.state.schema import state_cells, state_projections, state_records, state_want_refs
 from partbuild.state.store import records as records_module
+from partbuild.state.store import row_stream
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import CLOCK, INSTANCE, PROJECTION, RUN, Rows, body_of, loads, want_refs_of
+from partbuild.state.store.records import (
+    CLOCK,
+    INSTANCE,
+    PROJECTION,
+    RUN,
+    Rows,
+    body_of,
+    decoded,
+    loads,
+    want_refs_of,
+)
 from partbuild.state.store.stored import StoredRecords, open_stored
 from partbuild.state.store.verify import record_problems, store_problems
 
@@ -280,6 +291,57 @@ def test_the_audit_finds_a_row_that_differs_from_the_replay(database: Database) 
     assert record_problems(store.records, live.state)[0].startswith(
         f"the state store's grid cells differ from the replay's: stored ref {sorted(live.state.canonical)[1]!r}"
     )
+
+
+def test_the_audit_compares_the_rows_values_not_their_bytes(database: Database) -> None:
+    """A row is first compared by its bytes with the replayed record pickled; rows pickled otherwise (another
+    protocol: other bytes, the same values) agree, and a row with another record's values pickled otherwise
+    is named."""
+    events = read_events("outcomes")
+    live = projected_while_growing(database, events)
+    store = database.changes
+    with store.records.engine.begin() as conn:
+        for kind, key, body in conn.execute(sa.select(state_records.c.kind, state_records.c.id, state_records.c.body)):
+            again = pickle.dumps(decoded(body), protocol=4)
+            assert again != body and decoded(again) == decoded(body)
+            row = (state_records.c.kind == kind) & (state_records.c.id == key)
+            conn.execute(sa.update(state_records).where(row).values(body=again))
+    assert store_problems(store, live.state) == []
+    uuid, other = sorted(live.state.instances)[:2]
+    body = body_of(live.state, INSTANCE, other)
+    assert body is not None
+    with store.records.engine.begin() as conn:
+        row = (state_records.c.kind == INSTANCE) & (state_records.c.id == uuid)
+        conn.execute(sa.update(state_records).where(row).values(body=pickle.dumps(decoded(body), protocol=4)))
+    assert record_problems(store.records, live.state) == [
+        f"the state store's row of instance {uuid!r} differs from the replay's record"
+    ]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5000])
+def test_the_audit_names_a_row_more_or_less_at_the_end_in_chunks_of_any_size(
+    database: Database, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """The rows of the wants by ref and of the grid cells are compared a chunk at a time with the replay's: a
+    row the replay does not have after the last of its own, or one fewer than it has (the stored rows end with
+    a full chunk where the chunks are of one row), is named."""
+    live = projected_while_growing(database, read_events("outcomes"))
+    records = database.changes.records
+    monkeypatch.setattr(row_stream, "CHUNK", chunk)
+    assert record_problems(records, live.state) == []
+    with records.engine.begin() as conn:
+        conn.execute(sa.insert(state_want_refs).values(ref="~extra", created=1, want_id="~want"))
+    assert record_problems(records, live.state) == [
+        "the state store's wants by ref differ from the replay's: stored want '~want' naming '~extra', replayed None"
+    ]
+    with records.engine.begin() as conn:
+        conn.execute(sa.delete(state_want_refs).where(state_want_refs.c.ref == "~extra"))
+        last = conn.execute(sa.select(state_cells).order_by(state_cells.c.ref.desc()).limit(1)).one()
+        conn.execute(sa.delete(state_cells).where(state_cells.c.ref == last.ref))
+    assert record_problems(records, live.state) == [
+        "the state store's grid cells differ from the replay's: stored none, "
+        f"replayed ref {last.ref!r}: cell {last.cell} since {last.since}"
+    ]
 
 
 @pytest.mark.parametrize("name", ["outcomes", "v1"])

@@ -1,0 +1,126 @@
+"""Writes a bounded replay's scratch rows, in a process of its own while the replay folds on.
+
+A span's rows are made in the folding process (they read the state); writing them (SQLite's B-trees, most of a
+bounded replay's time besides the fold) is work a second core can do. Not on a thread: the driver lets go of
+the GIL at each row's step and then waits for the folding thread's switch interval to get it back, so a
+writing thread wrote next to nothing until the fold stopped to wait for it (measured in line: 23.6 s, on a
+thread 26.7 s, for 250k events). The child is this module run by the same interpreter, fed pickled `Rows` on
+its standard input, answering each span on its standard output (no multiprocessing: its spawn runs the
+caller's main module again, which a script of a user's need not allow).
+
+Spans are written one at a time, in order, and every read of the rows waits for what was handed over before it
+(`wait`): a record evicted before its row is in is read back once the row is there, never found missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import subprocess
+import sys
+from types import TracebackType
+from typing import IO, Any
+
+from partbuild.state.db import create_engine_for
+from partbuild.state.store.records import RecordStore, Rows
+
+
+class ScratchWriteFailed(RuntimeError):
+    """The child could not write a span's rows (its error said), or it went away."""
+
+
+class RowWriter:
+    """Writes `Rows` into `records`: in line (`in_child` False: what a test or a small replay needs), or from a
+    child process, each span while the next is folded."""
+
+    def __init__(self, records: RecordStore, *, in_child: bool = False) -> None:
+        self.records = records
+        self._child: subprocess.Popen[bytes] | None = None
+        self._pending = False
+        if in_child:
+            url = records.engine.url.render_as_string(hide_password=False)
+            command = [sys.executable, "-m", __name__, url]
+            self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def submit(self, rows: Rows) -> None:
+        """Write `rows` after every span handed over before (in line: now)."""
+        self.wait()
+        if self._child is None:
+            self.records.dump(rows)
+            return
+        _send(self._child, rows)
+        self._pending = True
+
+    def wait(self) -> None:
+        """Until every span handed over is written (a failure to write one is raised here)."""
+        if self._child is None or not self._pending:
+            return
+        self._pending = False
+        assert self._child.stdout is not None
+        try:
+            failure = pickle.load(self._child.stdout)
+        except EOFError:
+            raise ScratchWriteFailed(f"the scratch rows' writer exited ({self._child.wait()})") from None
+        if failure is not None:
+            raise ScratchWriteFailed(f"writing the scratch rows failed: {failure}")
+
+    def close(self) -> None:
+        """Wait for the writes, then let the child go (it closes its connections first)."""
+        child = self._child
+        if child is None:
+            return
+        try:
+            self.wait()
+        finally:
+            self._child = None
+            with contextlib.suppress(ScratchWriteFailed, OSError):  # gone already: said by `wait` or `submit`
+                _send(child, None)
+            for pipe in (child.stdin, child.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):  # what is left in a pipe to a child gone
+                        pipe.close()
+            child.wait(timeout=60)
+
+    def __enter__(self) -> RowWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _send(child: subprocess.Popen[bytes], message: Rows | None) -> None:
+    assert child.stdin is not None
+    try:
+        pickle.dump(message, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        child.stdin.flush()
+    except BrokenPipeError:
+        raise ScratchWriteFailed(f"the scratch rows' writer exited ({child.wait()})") from None
+
+
+def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child: write each `Rows` read from `requests` into the store at `url`, answering None or what went
+    wrong, until a None (or the end) comes."""
+    store = RecordStore(create_engine_for(url))
+    try:
+        while True:
+            try:
+                rows: Any = pickle.load(requests)
+            except EOFError:
+                return
+            if rows is None:
+                return
+            try:
+                store.dump(rows)
+                failure = None
+            except Exception as exc:  # said to the replay, which stops there
+                failure = f"{type(exc).__name__}: {exc}"
+            pickle.dump(failure, answers)
+            answers.flush()
+    finally:
+        store.engine.dispose()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.stdin.buffer, sys.stdout.buffer)

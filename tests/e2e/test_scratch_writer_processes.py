@@ -1,0 +1,120 @@
+"""A bounded replay's rows written from a child process (state/store/scratch_writer.py): `partbuild replay
+--bounded` reports what a replay does, and a replay that writes its scratch rows there digests as a full one;
+a read of the rows waits for the spans handed over before it; a span the child fails to write, or a child
+gone, stops the replay with what happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sqlite3
+import threading
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from partbuild.examples.clicks.simulate import SimulationPlan, simulate
+from partbuild.state.database import Database
+from partbuild.state.log.digest import state_digest
+from partbuild.state.log.replay import load_state
+from partbuild.state.schema import state_records
+from partbuild.state.store.cold_digest import working_set_digest
+from partbuild.state.store.cold_replay import replay_in_working_set
+from partbuild.state.store.cold_rows import StoreRows
+from partbuild.state.store.records import REF, RecordStore, Rows
+from partbuild.state.store.scratch_writer import RowWriter, ScratchWriteFailed
+
+from clikit import run_cli
+
+pytestmark = pytest.mark.process
+
+
+def _rows(*refs: str) -> Rows:
+    """Rows of refs, each pointing at an instance named after it."""
+    return Rows([(REF, ref, 5, pickle.dumps((f"uuid-{ref}", 1, None, None)), 1, None) for ref in refs], [], [])
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[RecordStore]:
+    with Database.open(f"sqlite:///{tmp_path}/scratch.db", auto_upgrade=True) as database:
+        yield database.changes.records
+
+
+def test_a_bounded_replay_reports_what_a_replay_does(
+    capsys: pytest.CaptureFixture[str], sqlite_url: str, tmp_path: Path
+) -> None:
+    run_cli(capsys, "demo", "--db", sqlite_url, "--weeks", "8", "--sites", "2")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--json")
+    assert code == 0, err
+    whole = json.loads(out)
+    for extra in ((), ("--scratch-dir", str(scratch))):
+        code, out, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--json", *extra)
+        assert code == 0, err
+        bounded = json.loads(out)
+        assert bounded["digest"] == whole["digest"] and bounded["counts"] == whole["counts"]
+        assert bounded["head_seq"] == bounded["state_seq"] == bounded["replayed_events"] == whole["head_seq"]
+        assert bounded["snapshot_seq"] == 0 < whole["snapshot_seq"]  # it never loads a snapshot
+    assert list(scratch.iterdir()) == []  # the scratch database is gone
+    code, out, _ = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "10", "--json")
+    assert code == 0 and json.loads(out)["state_seq"] == 10
+    code, _, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "999999")
+    assert code == 2 and "after the log head" in err
+
+
+def test_a_replay_writing_from_a_child_digests_as_a_full_replay(database: Database, tmp_path: Path) -> None:
+    events = list(islice(simulate(SimulationPlan(weeks=4, sites=40)), 3_000))
+    database.log.append(events)
+    with Database.open(f"sqlite:///{tmp_path}/scratch.db", auto_upgrade=True) as scratch:
+        records = scratch.changes.records
+        working = replay_in_working_set(database.log, records, every=250, in_child=True)
+        full = load_state(database.log)[0]
+        assert len(dict.keys(working.state.instances)) < len(full.instances) // 10  # the rest read back or cold
+        assert working.faults.read_back  # records evicted were read back from the child's rows
+        assert working_set_digest(working, records) == state_digest(full)
+
+
+def test_a_read_waits_for_the_rows_handed_to_the_child(scratch: RecordStore) -> None:
+    assert scratch.engine.url.database is not None
+    blocker = sqlite3.connect(scratch.engine.url.database, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the child's write waits for this lock
+    found: list[object] = []
+    with RowWriter(scratch, in_child=True) as writer:
+        writer.submit(_rows("a", "b"))
+        rows = StoreRows(scratch, lambda: 10, before_read=writer.wait)
+        reader = threading.Thread(target=lambda: found.append(rows.many("ref", ["a", "b"])))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and found == []  # waiting for the span, not reading without its rows
+        blocker.rollback()
+        blocker.close()
+        reader.join(30)
+    assert found == [{"a": "uuid-a", "b": "uuid-b"}]  # the canonical pointers the rows hold
+
+
+def test_a_span_the_child_cannot_write_stops_the_replay_with_why(scratch: RecordStore) -> None:
+    with scratch.engine.begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE {state_records.name}"))
+    writer = RowWriter(scratch, in_child=True)
+    writer.submit(_rows("a"))
+    with pytest.raises(ScratchWriteFailed, match=r"writing the scratch rows failed: .*no such table: state_records"):
+        writer.wait()
+    writer.submit(_rows("b"))  # the child goes on answering
+    with pytest.raises(ScratchWriteFailed, match="no such table"):
+        writer.close()
+
+
+def test_a_child_gone_is_said(scratch: RecordStore) -> None:
+    writer = RowWriter(scratch, in_child=True)
+    assert writer._child is not None
+    os.kill(writer._child.pid, signal.SIGKILL)
+    writer._child.wait()
+    with pytest.raises(ScratchWriteFailed, match=r"the scratch rows' writer exited \(-9\)"):
+        writer.submit(_rows("a"))
+    writer.close()  # nothing more to say
