@@ -3,13 +3,13 @@ state store (a database of its own, `records`), written every `every` events, th
 
 The rows of a span are made in the folding process (they read the state) and written by a `RowWriter`
 (state/store/scratch_writer.py): `partbuild replay --bounded`'s from a process of its own, while the fold goes
-on; a record evicted before its row is in waits for it when it is read back.
+on. A record goes cold once the rows of the span before are known to be in, so a read back never waits.
 
 What it holds at the end is the state's working set; its digest (`working_set_digest`, state/store/
 cold_digest.py) is the digest of the state a full replay holds. Memory is what the fold touched in the last
-`every` events, the records it keeps whatever happens (active wants, what stale instances serve) and about 10
-bytes per cold key (683 MiB at 10M instances); the scratch store grows with the records (about 1.2 GB per
-million instances). `bounded_audit` is `partbuild replay --bounded`: the audit's report from such a replay.
+two spans of `every` events, the records it keeps whatever happens (active wants, what stale instances
+serve) and about 10 bytes per cold key (683 MiB at 10M instances); the scratch store grows with the records
+(about 1.2 GB per million instances). `bounded_audit` is `partbuild replay --bounded`: the audit's report from such a replay.
 """
 
 from __future__ import annotations
@@ -87,12 +87,15 @@ def replay_in_working_set(
 
 
 def write_and_evict(working: WorkingSet, write: Write, written: int, writer: RowWriter) -> int:
-    """Hand the rows of what the fold touched since seq `written` to `writer` (`write`), then evict every record
-    it may (a read of one waits for its row); returns the seq they are written to (the state's head)."""
+    """Hand the rows of what the fold touched since seq `written` to `writer` (`write`), after evicting every
+    record the rows written before hold (not touched since `written`: once the last span's rows are in, with
+    this span's still being written, so a read back never waits); returns the seq the rows go up to (the
+    state's head)."""
     state = working.state
     rows = write(working, written, state.head_seq) if state.head_seq > written else None
+    writer.wait()
+    working.evict(working.evictable(projected=written))
     state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
-    working.evict(working.evictable())
     if rows is not None:
         writer.submit(rows)
     return state.head_seq

@@ -123,7 +123,8 @@ def test_a_replay_in_a_working_set_holds_what_the_last_events_touched(database: 
         working = replay_in_working_set(database.log, scratch.changes.records, every=500, progress=seen.append)
         full = load_state(database.log)[0]
         state = working.state
-        assert len(dict.keys(state.instances)) < len(full.instances) // 10
+        # What the last two spans touched: the last span's records stay until its rows are known to be in.
+        assert len(dict.keys(state.instances)) < len(full.instances) // 5
         assert seen == list(range(500, len(events), 500))  # and the last rows written after
         assert working_set_digest(working, scratch.changes.records) == state_digest(full)
     with Database.open(f"sqlite:///{tmp_path}/again.db", auto_upgrade=True) as again:
