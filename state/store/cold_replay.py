@@ -9,7 +9,8 @@ What it holds at the end is the state's working set; its digest (`working_set_di
 cold_digest.py) is the digest of the state a full replay holds. Memory is what the fold touched in the last
 two spans of `every` events, the records it keeps whatever happens (active wants, what stale instances
 serve) and about 10 bytes per cold key (683 MiB at 10M instances); the scratch store grows with the records
-(about 1.2 GB per million instances). `bounded_audit` is `partbuild replay --bounded`: the audit's report from such a replay.
+(about 1.2 GB per million instances). `bounded_audit` is `partbuild replay --bounded`: the audit's report
+from such a replay.
 """
 
 from __future__ import annotations
@@ -108,10 +109,12 @@ def bounded_audit(
     as_of: int | None = None,
     rejected_limit: int = 20,
     progress: Callable[[int], None] | None = None,
+    in_child: bool = False,
 ) -> AuditReport:
     """`audit` (state/log/audit.py) from a replay in a working set: the same head, digest, counts and
     rejections, in bounded memory; the cold records go to a scratch SQLite database in a temporary directory
-    (under `scratch_dir`, deleted after: about 1.2 GB per million instances while it runs)."""
+    (under `scratch_dir`, deleted after: about 1.2 GB per million instances while it runs), written from a
+    process of their own with `in_child` (what `partbuild replay --bounded` does)."""
     head = log.head()
     target = audit_target(head, as_of)
     started = time.perf_counter()
@@ -121,7 +124,7 @@ def bounded_audit(
             records = RecordStore(engine)
             write = dump_rows(cells=False)  # no grid reads them
             working = replay_in_working_set(
-                log, records, upto_seq=target, progress=progress, write=write, in_child=True
+                log, records, upto_seq=target, progress=progress, write=write, in_child=in_child
             )
             digest = working_set_digest(working, records)
         finally:

@@ -2,9 +2,10 @@
 memory, then compared with the real one table by table in key order.
 
 The replay is `replay_in_working_set`'s (state/store/cold_replay.py); every 20,000 events it projects what
-the fold touched into the scratch store as a live process's projector does (the changes, the counts they
-make, the records' rows, and the deletions of a retention: `ChangeStore.write`), up to the real store's
-watermark (a write falls on it), and the rows alone after it. The two stores are then read side by side in
+the fold touched into a scratch store as a live process's projector does (the changes, the counts they make
+and the deletions of a retention, `ChangeStore.write`, up to the real store's watermark: a write falls on it)
+and hands the records' rows to its rows' writer (a database of their own: `partbuild replay --bounded
+--verify` writes them from a child process while the fold goes on). The two stores are then read side by side in
 key order, a chunk of rows at a time from each (state/store/row_stream.py): the changes and the counts up to
 that watermark, and, when the real store's records are whole at the log's head, the records (their values,
 not the bytes they were pickled to, nor the seq they were written at), the heartbeats, the wants by ref and
@@ -36,23 +37,24 @@ from partbuild.state.schema import state_records as records_table
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, dump_rows, replay_in_working_set
-from partbuild.state.store.records import KIND_NAMES, RecordPass, Rows, decoded, rows_of, touched_keys
+from partbuild.state.store.records import KIND_NAMES, RecordStore, Rows, decoded
 from partbuild.state.store.row_stream import Row, engine_chunks
 
 
 def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
-    """A `Write` projecting the fold's changes, counts and rows into `scratch` up to seq `upto` (the rows alone
-    after it); whether a span holds a retention is read from the real log (`real`'s database)."""
+    """A `Write` projecting the fold's changes and the counts they make into `scratch` up to seq `upto`, in line,
+    and handing back the span's rows (the grid cells with them) for the scratch rows' writer; the rows alone
+    after `upto`. Whether a span holds a retention is read from the real log (`real`'s database)."""
 
     dump = dump_rows()
 
     def write(working: WorkingSet, first: int, last: int) -> Rows | None:
+        rows = dump(working, first, last)
         if last > upto:
-            return dump(working, first, last)
+            return rows
         state = working.state
         touched = state.touched
         assert touched is not None
-        rows = rows_of(state, touched_keys(state, touched), first)
         changes = changes_of(state, first, last, touched)
         deltas = dropped_deltas_between(state, first, last, touched.dropped_from)
 
@@ -60,11 +62,10 @@ def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
             return {uuid for uuid in ids if not working.holds(INSTANCE, uuid)}
 
         retention = real.retention_between(first, last)
-        written = scratch.write(
-            first, last, changes, dropped, deltas, RecordPass(rows, whole=True), retention=retention
+        assert scratch.write(first, last, changes, dropped, deltas, retention=retention), (
+            f"the scratch store's watermark is not at {first}"
         )
-        assert written, f"the scratch store's watermark is not at {first}"
-        return None  # written with the changes, in their transaction
+        return rows
 
     return write
 
@@ -78,28 +79,38 @@ def bounded_verify(
     rejected_limit: int = 20,
     progress: Callable[[int], None] | None = None,
     every: int = DEFAULT_EVERY,
+    in_child: bool = False,
 ) -> AuditReport:
     """`bounded_audit` with the store checked (at the head: `as_of` None), the report's `problems` saying where
     the real store differs from the one the replay rebuilt. `every`: events between two writes of the scratch
-    store."""
+    store; `in_child`: its rows written from a process of their own (`RowWriter`), into a database of their
+    own (no two writers of one SQLite file)."""
     head = log.head()
     target = audit_target(head, as_of)
     mark = store.watermark() if target == head else 0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="partbuild-verify-", dir=scratch_dir) as folder:
-        engine = open_migrated_engine(f"sqlite:///{Path(folder) / 'scratch.db'}", True)
+        engines = [open_migrated_engine(f"sqlite:///{Path(folder) / name}", True) for name in ("changes.db", "rows.db")]
         try:
-            scratch = ChangeStore(engine)
+            scratch, rows = ChangeStore(engines[0]), RecordStore(engines[1])
             write = project_into(scratch, store, min(mark, target))
             working = replay_in_working_set(
-                log, scratch.records, upto_seq=target, every=every, write=write, stop_at=mark or None, progress=progress
+                log,
+                rows,
+                upto_seq=target,
+                every=every,
+                write=write,
+                stop_at=mark or None,
+                progress=progress,
+                in_child=in_child,
             )
-            digest = working_set_digest(working, scratch.records)
+            digest = working_set_digest(working, rows)
             problems = _gaps(working, target)
             if target == head and not problems:
-                problems = store_differences(store, scratch, mark, whole=store.records.watermark() == head)
+                problems = store_differences(store, scratch, rows, mark, whole=store.records.watermark() == head)
         finally:
-            engine.dispose()
+            for engine in engines:
+                engine.dispose()
     state = working.state
     report = AuditReport.of_state(state, head, digest, rejected_limit, 0, state.head_seq, time.perf_counter() - started)
     report.problems, report.verified = problems, not problems
@@ -111,14 +122,18 @@ def _gaps(working: WorkingSet, target: int) -> list[str]:
     return [] if state.head_seq == target else [f"the replay ended at seq {state.head_seq}, not {target}"]
 
 
-def store_differences(real: ChangeStore, scratch: ChangeStore, upto: int, *, whole: bool) -> list[str]:
-    """Where `real` differs from `scratch` (rebuilt from the log): the changes and counts up to seq `upto`, and
-    the records and what goes with them when `whole` (the real ones are whole at the log's head); [] if none."""
-    real_engine, scratch_engine = real.records.engine, scratch.records.engine
+def store_differences(
+    real: ChangeStore, scratch: ChangeStore, rows: RecordStore, upto: int, *, whole: bool
+) -> list[str]:
+    """Where `real` differs from the store rebuilt from the log (its changes and counts in `scratch`, its records'
+    rows in `rows`): the changes and counts up to seq `upto`, and the records and what goes with them when
+    `whole` (the real ones are whole at the log's head); [] if none."""
+    real_engine = real.records.engine
     for table in _tables(upto, whole):
+        replayed_engine = rows.engine if table.of_records else scratch.records.engine
         with (
             closing(engine_chunks(real_engine, table.query)) as stored,
-            closing(engine_chunks(scratch_engine, table.query)) as replayed,
+            closing(engine_chunks(replayed_engine, table.query)) as replayed,
         ):
             found = _first_difference(stored, replayed, table)
         if found is not None:
@@ -136,6 +151,7 @@ class _Table(NamedTuple):
     values: Callable[[Row], Row] = lambda row: row
     said: Callable[[Row], str] = repr
     view: Callable[[Row], Row] | None = None  # what of each row two chunks are first compared by (None: all)
+    of_records: bool = False  # one of the records' tables (the rows a bounded replay writes apart)
 
 
 # A record's row without the seq it was written at: the two stores wrote theirs at other seqs.
@@ -150,10 +166,12 @@ def _tables(upto: int, whole: bool) -> list[_Table]:
     ]
     if whole:
         tables += [
-            _in_key_order("records", records_table, columns=_RECORD_COLUMNS, values=_record_values, said=_record),
-            _in_key_order("heartbeats", state_heartbeats),
-            _in_key_order("wants by ref", state_want_refs),
-            _in_key_order("grid cells", state_cells, values=_cell_values, view=_cell_values),
+            _in_key_order(
+                "records", records_table, columns=_RECORD_COLUMNS, values=_record_values, said=_record, of_records=True
+            ),
+            _in_key_order("heartbeats", state_heartbeats, of_records=True),
+            _in_key_order("wants by ref", state_want_refs, of_records=True),
+            _in_key_order("grid cells", state_cells, values=_cell_values, view=_cell_values, of_records=True),
         ]
     return tables
 

@@ -193,20 +193,6 @@ def test_help_lists_the_commands_as_an_eager_group_would(capsys: pytest.CaptureF
     assert code == 0 and out.strip() == help_of(eager).strip()
 
 
-def test_a_bounded_replay_verifies_the_state_store_it_rebuilds(capsys: pytest.CaptureFixture[str], db: str) -> None:
-    assert run_cli(capsys, "demo", "--db", db, "--weeks", "2", "--sites", "1")[0] == 0
-    assert run_cli(capsys, "db", "upgrade", "--db", db)[0] == 0  # the store projected
-    code, out, err = run_cli(capsys, "replay", "--db", db, "--bounded", "--verify", "--json")
-    assert code == 0, err
-    report = json.loads(out)
-    assert report["verified"] is True and report["problems"] == []
-    with Database.open(db) as database, database.log._engine.begin() as conn:
-        head = database.log.head()
-        conn.execute(sa.delete(state_changes).where(state_changes.c.seq == head))
-    code, _, err = run_cli(capsys, "replay", "--db", db, "--bounded", "--verify")
-    assert code == 1 and "verification failed: the state store's changes differ from the replay's: no row of" in err
-
-
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

@@ -25,7 +25,7 @@ from partbuild.state.fold.transitions import is_live
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.replay import load_state
-from partbuild.state.schema import state_records
+from partbuild.state.schema import state_changes, state_records
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import replay_in_working_set
 from partbuild.state.store.cold_rows import StoreRows
@@ -69,6 +69,20 @@ def test_a_bounded_replay_reports_what_a_replay_does(
     assert code == 0 and json.loads(out)["state_seq"] == 10
     code, _, err = run_cli(capsys, "replay", "--db", sqlite_url, "--bounded", "--as-of", "999999")
     assert code == 2 and "after the log head" in err
+
+
+def test_a_bounded_replay_verifies_the_state_store_it_rebuilds(capsys: pytest.CaptureFixture[str], db: str) -> None:
+    assert run_cli(capsys, "demo", "--db", db, "--weeks", "2", "--sites", "1")[0] == 0
+    assert run_cli(capsys, "db", "upgrade", "--db", db)[0] == 0  # the store projected
+    code, out, err = run_cli(capsys, "replay", "--db", db, "--bounded", "--verify", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verified"] is True and report["problems"] == []
+    with Database.open(db) as database, database.log._engine.begin() as conn:
+        head = database.log.head()
+        conn.execute(sa.delete(state_changes).where(state_changes.c.seq == head))
+    code, _, err = run_cli(capsys, "replay", "--db", db, "--bounded", "--verify")
+    assert code == 1 and "verification failed: the state store's changes differ from the replay's: no row of" in err
 
 
 def test_a_replay_writing_from_a_child_digests_as_a_full_replay(database: Database, tmp_path: Path) -> None:
