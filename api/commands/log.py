@@ -148,10 +148,19 @@ def _replay_bounded(
         try:
             with render.progress("replaying", 0, head if as_of is None else min(as_of, head)) as progress:
                 # The scratch rows written from a child process, while this one folds (state/store/scratch_writer.py).
-                how = {"as_of": as_of, "rejected_limit": rejected_limit, "progress": progress, "in_child": True}
                 if verify:
-                    return bounded_verify(db.log, db.changes, scratch_dir, **how)
-                return bounded_audit(db.log, scratch_dir, **how)
+                    return bounded_verify(
+                        db.log,
+                        db.changes,
+                        scratch_dir,
+                        as_of=as_of,
+                        rejected_limit=rejected_limit,
+                        progress=progress,
+                        in_child=True,
+                    )
+                return bounded_audit(
+                    db.log, scratch_dir, as_of=as_of, rejected_limit=rejected_limit, progress=progress, in_child=True
+                )
         except AuditInputError as exc:
             raise click.BadParameter(str(exc).removeprefix("--as-of "), param_hint="'--as-of'") from None
 

@@ -4,9 +4,9 @@ A span's rows are made in the folding process (they read the state); writing the
 bounded replay's time besides the fold) is work a second core can do. Not on a thread: the driver lets go of
 the GIL at each row's step and then waits for the folding thread's switch interval to get it back, so a
 writing thread wrote next to nothing until the fold stopped to wait for it (measured in line: 23.6 s, on a
-thread 26.7 s, for 250k events). The child is this module run by the same interpreter, fed pickled `Rows` on
-its standard input, answering each span on its standard output (no multiprocessing: its spawn runs the
-caller's main module again, which a script of a user's need not allow).
+thread 26.7 s, for 250k events). The child is this module run by the same interpreter, fed its database's URL
+then pickled `Rows` on its standard input, answering each span on its standard output (no multiprocessing:
+its spawn runs the caller's main module again, which a script of a user's need not allow).
 
 Spans are written one at a time, in order, and every read of the rows waits for what was handed over before it
 (`wait`): a record evicted before its row is in is read back once the row is there, never found missing.
@@ -38,9 +38,10 @@ class RowWriter:
         self._child: subprocess.Popen[bytes] | None = None
         self._pending = False
         if in_child:
-            url = records.engine.url.render_as_string(hide_password=False)
-            command = [sys.executable, "-m", __name__, url]
+            command = [sys.executable, "-m", __name__]
             self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            # On its standard input, not its command line: a database URL may hold a password (`ps` shows argv).
+            _send(self._child, records.engine.url.render_as_string(hide_password=False))
 
     def submit(self, rows: Rows) -> None:
         """Write `rows` after every span handed over before (in line: now)."""
@@ -90,7 +91,7 @@ class RowWriter:
         self.close()
 
 
-def _send(child: subprocess.Popen[bytes], message: Rows | None) -> None:
+def _send(child: subprocess.Popen[bytes], message: Rows | str | None) -> None:
     assert child.stdin is not None
     try:
         pickle.dump(message, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
@@ -99,10 +100,10 @@ def _send(child: subprocess.Popen[bytes], message: Rows | None) -> None:
         raise ScratchWriteFailed(f"the scratch rows' writer exited ({child.wait()})") from None
 
 
-def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """The child: write each `Rows` read from `requests` into the store at `url`, answering None or what went
-    wrong, until a None (or the end) comes."""
-    store = RecordStore(create_engine_for(url))
+def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child: write each `Rows` read from `requests` into the store at the URL read first, answering None or
+    what went wrong, until a None (or the end) comes."""
+    store = RecordStore(create_engine_for(pickle.load(requests)))
     try:
         while True:
             try:
@@ -123,4 +124,4 @@ def serve(url: str, requests: IO[bytes], answers: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -140,3 +140,16 @@ def test_a_child_gone_is_said(scratch: RecordStore) -> None:
     with pytest.raises(ScratchWriteFailed, match=r"the scratch rows' writer exited \(-9\)"):
         writer.submit(_rows("a"))
     writer.close()  # nothing more to say
+
+
+def test_the_child_is_told_its_database_on_its_standard_input_not_its_command_line(scratch: RecordStore) -> None:
+    with RowWriter(scratch, in_child=True) as writer:
+        assert writer._child is not None
+        with open(f"/proc/{writer._child.pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+        assert scratch.engine.url.database is not None
+        assert not any(scratch.engine.url.database.encode() in arg for arg in argv)  # `ps` would show a password
+        writer.submit(_rows("a"))
+        writer.wait()
+    with scratch.engine.connect() as conn:
+        assert scratch.rows(conn, [(REF, "a")])  # and it wrote there
