@@ -100,6 +100,19 @@ class ChangeStore:
                 write_pass(conn, first, last, records)
         return True
 
+    def write_rows(
+        self, first: int, last: int, change_rows: Sequence[tuple[object, ...]], counts: Sequence[CountRow]
+    ) -> bool:
+        """`write` of rows made elsewhere (`change_row`s and `count_rows`, by a bounded replay whose child
+        process writes them: state/store/scratch_writer.py), for a span that holds no retention; False, writing
+        nothing, when the watermark is not at `first`."""
+        with begin_write(self._engine, bounded=True) as conn:
+            if not _move_watermark(conn, first, last):
+                return False
+            bulk_insert(conn, table, change_rows)
+            bulk_insert(conn, state_counts, counts)
+        return True
+
     def count_rows(self, first: int, last: int) -> list[CountRow]:
         """The count rows written for (`first`, `last`], in seq, kind, state order."""
         query = (

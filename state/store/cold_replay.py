@@ -27,28 +27,29 @@ from partbuild.state.log.audit import AuditReport, audit_target
 from partbuild.state.log.replay import fold_page
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import open_migrated_engine
+from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import StoreRows
-from partbuild.state.store.records import RecordStore, Rows, rows_of, touched_keys
-from partbuild.state.store.scratch_writer import RowWriter
+from partbuild.state.store.records import RecordStore, rows_of, touched_keys
+from partbuild.state.store.scratch_writer import RowWriter, Span
 
 DEFAULT_EVERY = 20_000  # events folded between two writes of the scratch rows (and evictions)
 PAGE = 20_000  # events read from the log at a time, at most
 
 
-# What the fold touched in (first, last] (the state's `touched`, tracked since `first`) made into the rows the
-# scratch store's `RowWriter` writes (None: the write wrote what it had itself).
-Write = Callable[[WorkingSet, int, int], Rows | None]
+# What the fold touched in (first, last] (the state's `touched`, tracked since `first`) made into what the
+# scratch stores' `RowWriter` writes (None: nothing).
+Write = Callable[[WorkingSet, int, int], Span | None]
 
 
-def dump_rows(*, cells: bool = True) -> Write:
+def dump_rows(*, cells: bool = True) -> Callable[[WorkingSet, int, int], Span]:
     """A `Write` of the rows alone (the records' table and what goes with it; the grid cells unless `cells` is
     False: a store only the replay reads)."""
 
-    def write(working: WorkingSet, first: int, _last: int) -> Rows:
+    def write(working: WorkingSet, first: int, _last: int) -> Span:
         state = working.state
         assert state.touched is not None
-        return rows_of(state, touched_keys(state, state.touched), first, cells=cells)
+        return Span(rows_of(state, touched_keys(state, state.touched), first, cells=cells))
 
     return write
 
@@ -62,15 +63,17 @@ def replay_in_working_set(
     progress: Callable[[int], None] | None = None,
     write: Write | None = None,
     stop_at: int | None = None,
+    changes: ChangeStore | None = None,
     in_child: bool = False,
 ) -> WorkingSet:
     """The state as of `upto_seq` (default: the head), folded from seq 0 in a working set over `records` (a
     scratch store: empty, of this database or another). `write`: what is written every `every` events (default:
-    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is);
-    `in_child`: the rows written from a process of its own (`RowWriter`). Every row is in when it returns."""
+    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is); `changes`:
+    the scratch store the spans' changes go to, if any; `in_child`: what the spans write written from a process
+    of its own (`RowWriter`). Every row is in when it returns."""
     state = BuildState()
     state.touched = Touched(0)
-    writer = RowWriter(records, in_child=in_child)
+    writer = RowWriter(records, changes, in_child=in_child)
     working = WorkingSet(state, StoreRows(records, lambda: state.head_seq, before_read=writer.wait))
     write = write or dump_rows()
     target = log.head() if upto_seq is None else upto_seq
@@ -88,17 +91,17 @@ def replay_in_working_set(
 
 
 def write_and_evict(working: WorkingSet, write: Write, written: int, writer: RowWriter) -> int:
-    """Hand the rows of what the fold touched since seq `written` to `writer` (`write`), after evicting every
-    record the rows written before hold (not touched since `written`: once the last span's rows are in, with
-    this span's still being written, so a read back never waits); returns the seq the rows go up to (the
-    state's head)."""
+    """Hand what the fold touched since seq `written` to `writer` (`write`, once the span before is in: a write
+    may read the scratch stores), after evicting every record the spans before wrote (not touched since
+    `written`; this span's records stay while its rows are written, so a read back never waits); returns the
+    seq the rows go up to (the state's head)."""
     state = working.state
-    rows = write(working, written, state.head_seq) if state.head_seq > written else None
     writer.wait()
+    span = write(working, written, state.head_seq) if state.head_seq > written else None
     working.evict(working.evictable(projected=written))
     state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
-    if rows is not None:
-        writer.submit(rows)
+    if span is not None:
+        writer.submit(*span)
     return state.head_seq
 
 

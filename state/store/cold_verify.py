@@ -2,16 +2,17 @@
 memory, then compared with the real one table by table in key order.
 
 The replay is `replay_in_working_set`'s (state/store/cold_replay.py); every 20,000 events it projects what
-the fold touched into a scratch store as a live process's projector does (the changes, the counts they make
-and the deletions of a retention, `ChangeStore.write`, up to the real store's watermark: a write falls on it)
-and hands the records' rows to its rows' writer (a database of their own: `partbuild replay --bounded
---verify` writes them from a child process while the fold goes on). The two stores are then read side by side in
-key order, a chunk of rows at a time from each (state/store/row_stream.py): the changes and the counts up to
-that watermark, and, when the real store's records are whole at the log's head, the records (their values,
-not the bytes they were pickled to, nor the seq they were written at), the heartbeats, the wants by ref and
-the grid cells (the seq each was written at aside). Two chunks that are equal are passed over at once (equal
-rows hold equal values); only where they are not are their rows compared one by one, and a record's row
-decoded. Nothing is held but the working set and a chunk of each side: memory does not grow with the store.
+the fold touched as a live process's projector does: the changes and the counts they make into a scratch
+store, up to the real store's watermark (a write falls on it), and the records' rows into another. The
+writer of the spans (`partbuild replay --bounded --verify`'s: a child process, while the fold goes on) writes
+both; a span that holds a retention is written in line, with the deletions it makes (`ChangeStore.write`).
+The two stores are then read side by side in key order, a chunk of rows at a time from each
+(state/store/row_stream.py): the changes and the counts up to that watermark, and, when the real store's records
+are whole at the log's head, the records (their values, not the bytes they were pickled to, nor the seq they
+were written at), the heartbeats, the wants by ref and the grid cells (the seq each was written at aside). Two
+chunks that are equal are passed over at once (equal rows hold equal values); only where they are not are their
+rows compared one by one, and a record's row decoded. Nothing is held but the working set and a chunk of each
+side: memory does not grow with the store.
 """
 
 from __future__ import annotations
@@ -34,38 +35,46 @@ from partbuild.state.migrate import open_migrated_engine
 from partbuild.state.queries.changes import changes_of
 from partbuild.state.schema import state_cells, state_changes, state_counts, state_heartbeats, state_want_refs
 from partbuild.state.schema import state_records as records_table
-from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.changes import ChangeStore, change_row
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, dump_rows, replay_in_working_set
-from partbuild.state.store.records import KIND_NAMES, RecordStore, Rows, decoded
+from partbuild.state.store.counts import Counts, count_rows
+from partbuild.state.store.records import KIND_NAMES, RecordStore, decoded
 from partbuild.state.store.row_stream import Row, engine_chunks
+from partbuild.state.store.scratch_writer import ChangeRows, Span
 
 
 def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
-    """A `Write` projecting the fold's changes and the counts they make into `scratch` up to seq `upto`, in line,
-    and handing back the span's rows (the grid cells with them) for the scratch rows' writer; the rows alone
-    after `upto`. Whether a span holds a retention is read from the real log (`real`'s database)."""
+    """A `Write` projecting the fold's changes and the counts they make into `scratch` up to seq `upto`, and the
+    rows (the grid cells with them) into the scratch rows; the rows alone after `upto`. The change and count rows
+    go to the writer with the rows (the counts kept here from span to span); a span that holds a retention
+    (read from the real log, `real`'s database) is written in line, its dropped instances the fold's to say."""
 
     dump = dump_rows()
+    counts: Counts = {}  # the scratch store's counts at the span's first seq
 
-    def write(working: WorkingSet, first: int, last: int) -> Rows | None:
-        rows = dump(working, first, last)
+    def write(working: WorkingSet, first: int, last: int) -> Span:
+        span = dump(working, first, last)
         if last > upto:
-            return rows
+            return span
         state = working.state
         touched = state.touched
         assert touched is not None
         changes = changes_of(state, first, last, touched)
         deltas = dropped_deltas_between(state, first, last, touched.dropped_from)
+        rows = count_rows(counts, changes, deltas)
+        counts.update(((kind, state_code), total) for kind, state_code, _, total in rows)
+        if not real.retention_between(first, last):
+            return Span(span.rows, ChangeRows(first, last, [change_row(change) for change in changes], rows))
 
         def dropped(ids: Any) -> set[str]:  # not held nor cold: the fold dropped them (nothing read back)
             return {uuid for uuid in ids if not working.holds(INSTANCE, uuid)}
 
-        retention = real.retention_between(first, last)
-        assert scratch.write(first, last, changes, dropped, deltas, retention=retention), (
+        # In line (the writer has written every span before: `write_and_evict` waits first).
+        assert scratch.write(first, last, changes, dropped, deltas, retention=True), (
             f"the scratch store's watermark is not at {first}"
         )
-        return rows
+        return span
 
     return write
 
@@ -102,6 +111,7 @@ def bounded_verify(
                 write=write,
                 stop_at=mark or None,
                 progress=progress,
+                changes=scratch,
                 in_child=in_child,
             )
             digest = working_set_digest(working, rows)

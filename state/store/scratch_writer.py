@@ -18,10 +18,13 @@ import contextlib
 import pickle
 import subprocess
 import sys
+from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from partbuild.state.db import create_engine_for
+from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.counts import CountRow
 from partbuild.state.store.records import RecordStore, Rows
 
 
@@ -29,27 +32,46 @@ class ScratchWriteFailed(RuntimeError):
     """The child could not write a span's rows (its error said), or it went away."""
 
 
-class RowWriter:
-    """Writes `Rows` into `records`: in line (`in_child` False: what a test or a small replay needs), or from a
-    child process, each span while the next is folded."""
+@dataclass(frozen=True)
+class ChangeRows:
+    """A span's change rows (`change_row`s) and the count rows they make, for a scratch `ChangeStore` (a span
+    that holds no retention: one that does is written in line, its dropped instances known to the fold alone)."""
 
-    def __init__(self, records: RecordStore, *, in_child: bool = False) -> None:
-        self.records = records
+    first: int
+    last: int
+    changes: list[tuple[object, ...]]
+    counts: list[CountRow]
+
+
+class Span(NamedTuple):
+    """What a span writes to the scratch stores: the records' rows, and the changes with their counts."""
+
+    rows: Rows
+    changes: ChangeRows | None = None
+
+
+class RowWriter:
+    """Writes spans into `records` (and `changes`, a `ChangeStore` of another database, when given): in line
+    (`in_child` False: what a test or a small replay needs), or from a child process, each span while the next
+    is folded."""
+
+    def __init__(self, records: RecordStore, changes: ChangeStore | None = None, *, in_child: bool = False) -> None:
+        self.records, self.changes = records, changes
         self._child: subprocess.Popen[bytes] | None = None
         self._pending = False
         if in_child:
             command = [sys.executable, "-m", __name__]
             self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             # On its standard input, not its command line: a database URL may hold a password (`ps` shows argv).
-            _send(self._child, records.engine.url.render_as_string(hide_password=False))
+            _send(self._child, (_url(records.engine), _url(changes.records.engine) if changes is not None else None))
 
-    def submit(self, rows: Rows) -> None:
-        """Write `rows` after every span handed over before (in line: now)."""
+    def submit(self, rows: Rows, changes: ChangeRows | None = None) -> None:
+        """Write `rows` (and `changes`) after every span handed over before (in line: now)."""
         self.wait()
         if self._child is None:
-            self.records.dump(rows)
+            _write(self.records, self.changes, Span(rows, changes))
             return
-        _send(self._child, rows)
+        _send(self._child, Span(rows, changes))
         self._pending = True
 
     def wait(self) -> None:
@@ -91,7 +113,11 @@ class RowWriter:
         self.close()
 
 
-def _send(child: subprocess.Popen[bytes], message: Rows | str | None) -> None:
+def _url(engine: Any) -> str:
+    return str(engine.url.render_as_string(hide_password=False))
+
+
+def _send(child: subprocess.Popen[bytes], message: object) -> None:
     assert child.stdin is not None
     try:
         pickle.dump(message, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
@@ -100,27 +126,42 @@ def _send(child: subprocess.Popen[bytes], message: Rows | str | None) -> None:
         raise ScratchWriteFailed(f"the scratch rows' writer exited ({child.wait()})") from None
 
 
+def _write(records: RecordStore, changes: ChangeStore | None, span: Span) -> None:
+    records.dump(span.rows)
+    moved = span.changes
+    if moved is None:
+        return
+    if changes is None:
+        raise ScratchWriteFailed("a span's changes came to a writer of rows alone")
+    if not changes.write_rows(moved.first, moved.last, moved.changes, moved.counts):
+        raise ScratchWriteFailed(f"the scratch store's watermark is not at {moved.first}")
+
+
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
-    """The child: write each `Rows` read from `requests` into the store at the URL read first, answering None or
-    what went wrong, until a None (or the end) comes."""
-    store = RecordStore(create_engine_for(pickle.load(requests)))
+    """The child: write each `Span` read from `requests` into the stores at the URLs read first, answering None
+    or what went wrong, until a None (or the end) comes."""
+    records_url, changes_url = pickle.load(requests)
+    records = RecordStore(create_engine_for(records_url))
+    changes = ChangeStore(create_engine_for(changes_url)) if changes_url is not None else None
+    engines = [records.engine, *([changes.records.engine] if changes is not None else [])]
     try:
         while True:
             try:
-                rows: Any = pickle.load(requests)
+                span: Any = pickle.load(requests)
             except EOFError:
                 return
-            if rows is None:
+            if span is None:
                 return
             try:
-                store.dump(rows)
+                _write(records, changes, span)
                 failure = None
             except Exception as exc:  # said to the replay, which stops there
                 failure = f"{type(exc).__name__}: {exc}"
             pickle.dump(failure, answers)
             answers.flush()
     finally:
-        store.engine.dispose()
+        for engine in engines:
+            engine.dispose()
 
 
 if __name__ == "__main__":

@@ -25,14 +25,17 @@ from partbuild.state.fold.transitions import is_live
 from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.replay import load_state
-from partbuild.state.schema import state_changes, state_records
+from partbuild.state.schema import state_changes, state_counts, state_records
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import replay_in_working_set
 from partbuild.state.store.cold_rows import StoreRows
+from partbuild.state.store.cold_verify import bounded_verify
 from partbuild.state.store.records import REF, RecordStore, Rows
 from partbuild.state.store.scratch_writer import RowWriter, ScratchWriteFailed
 
 from clikit import run_cli
+from golden_log import read_events
+from storekit import projected_while_growing
 
 pytestmark = pytest.mark.process
 
@@ -153,3 +156,20 @@ def test_the_child_is_told_its_database_on_its_standard_input_not_its_command_li
         writer.wait()
     with scratch.engine.connect() as conn:
         assert scratch.rows(conn, [(REF, "a")])  # and it wrote there
+
+
+@pytest.mark.parametrize("name", ["v1", "cancel_retention", "outcomes"])
+def test_a_bounded_verify_writing_from_a_child_agrees_with_the_store_projected(database: Database, name: str) -> None:
+    """The spans' rows, changes and counts from the child (a retention's span in line: "v1", "cancel_retention")."""
+    events = read_events(name)
+    projected_while_growing(database, events)
+    report = bounded_verify(database.log, database.changes, every=5, in_child=True)
+    assert report.problems == [] and report.verified and report.state_seq == len(events)
+    with database.changes.records.engine.begin() as conn:  # the last count row tampered with: said
+        kind, state, seq = conn.execute(
+            sa.select(state_counts.c.kind, state_counts.c.state, state_counts.c.seq).order_by(state_counts.c.seq.desc())
+        ).first() or pytest.fail("no count rows")
+        key = (state_counts.c.kind == kind, state_counts.c.state == state, state_counts.c.seq == seq)
+        conn.execute(sa.update(state_counts).where(*key).values(total=999))
+    touched = bounded_verify(database.log, database.changes, every=5, in_child=True)
+    assert touched.problems and touched.problems[0].startswith("the state store's counts differ from the replay's")
