@@ -3,10 +3,11 @@ code against another's in the same run: wall time, events per second, the peak r
 and the processes it starts.
 
 Builds (or reuses, `--db FILE`) the SQLite W1 log of `--instances`; `--verify` first projects its state store
-(`partbuild db upgrade`, once) and runs the verifying modes too. Each side runs each mode in a process of its
-own (the CLI run by `python -c` with the side's PYTHONPATH), alternating sides, `--rounds` times. `--other
-NAME=PYTHONPATH` (e.g. `main=/tmp/main/typecheck`, a clone of main with `typecheck/` as this repo's) adds a
-side. `--replay-verify` adds `replay --verify` (the whole state in memory) for this code, once.
+(`partbuild db upgrade`, once) and runs the verifying modes too (alone with `--no-audit`). Each side runs
+each mode in a process of its own (the CLI run by `python -c` with the side's PYTHONPATH), alternating sides,
+`--rounds` times. `--other NAME=PYTHONPATH` (e.g. `main=/tmp/main/typecheck`, a clone of main with
+`typecheck/` as this repo's) adds a side. `--replay-verify` adds `replay --verify` (the whole state in
+memory) for this code, once.
 
     .venv/bin/python bench/bounded_replay.py [--db FILE] [--instances 1000000] [--verify] [--other main=PATH]
 
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true", help="project the store and run the verifying modes too")
     parser.add_argument("--replay-verify", action="store_true", help="`replay --verify` (whole state) once too")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-audit", action="store_true", help="with --verify: the verifying modes alone")
     parser.add_argument("--scratch-dir", default=None, help="where the bounded replays' scratch databases go")
     parser.add_argument("--other", action="append", default=[], help="NAME=PYTHONPATH of other code to compare")
     args = parser.parse_args()
@@ -93,7 +95,7 @@ def main() -> None:
     sides = [("this", this), *(tuple(other.split("=", 1)) for other in args.other)]
     with tempfile.TemporaryDirectory() as tmp, w1_log(args.db, tmp, "bounded.db", args.instances) as (url, log):
         events = log.head()
-        modes = ["bounded"]
+        modes = [] if args.no_audit and args.verify else ["bounded"]
         if args.verify:
             started = time.perf_counter()
             subprocess.run([sys.executable, "-c", CLI, "db", "upgrade", "--db", url], check=True)
