@@ -15,6 +15,7 @@ from such a replay.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,7 +28,6 @@ from partbuild.state.log.audit import AuditReport, audit_target
 from partbuild.state.log.replay import fold_page
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import open_migrated_engine
-from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import StoreRows
 from partbuild.state.store.records import RecordStore, rows_of, touched_keys
@@ -63,22 +63,22 @@ def replay_in_working_set(
     progress: Callable[[int], None] | None = None,
     write: Write | None = None,
     stop_at: int | None = None,
-    changes: ChangeStore | None = None,
-    in_child: bool = False,
+    writer: RowWriter | None = None,
 ) -> WorkingSet:
     """The state as of `upto_seq` (default: the head), folded from seq 0 in a working set over `records` (a
     scratch store: empty, of this database or another). `write`: what is written every `every` events (default:
-    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is); `changes`:
-    the scratch store the spans' changes go to, if any; `in_child`: what the spans write written from a process
-    of its own (`RowWriter`). Every row is in when it returns."""
+    the rows, `dump_rows`); `stop_at`: a seq a write falls on (where another store's watermark is); `writer`:
+    what writes the spans (default: in line into `records`; the caller's stays open). Every row is in when it
+    returns."""
     state = BuildState()
     state.touched = Touched(0)
-    writer = RowWriter(records, changes, in_child=in_child)
+    ours = writer is None
+    writer = writer or RowWriter(records)
     working = WorkingSet(state, StoreRows(records, lambda: state.head_seq, before_read=writer.wait))
     write = write or dump_rows()
     target = log.head() if upto_seq is None else upto_seq
     written = 0
-    with writer:
+    with writer if ours else contextlib.nullcontext(writer):
         for end in sorted({*([stop_at] if stop_at is not None and 0 < stop_at < target else []), target}):
             for page in log.iter_payload_pages(after_seq=state.head_seq, upto_seq=end, page_size=min(every, PAGE)):
                 fold_page(state, page)
@@ -87,17 +87,18 @@ def replay_in_working_set(
                     if progress is not None:
                         progress(state.head_seq)
             written = write_and_evict(working, write, written, writer)
+        writer.wait()
     return working
 
 
 def write_and_evict(working: WorkingSet, write: Write, written: int, writer: RowWriter) -> int:
-    """Hand what the fold touched since seq `written` to `writer` (`write`, once the span before is in: a write
-    may read the scratch stores), after evicting every record the spans before wrote (not touched since
-    `written`; this span's records stay while its rows are written, so a read back never waits); returns the
-    seq the rows go up to (the state's head)."""
+    """Hand what the fold touched since seq `written` to `writer` (`write`), after evicting, once the span
+    before is in, every record the spans before wrote (not touched since `written`; this span's records stay
+    while its rows are written, so a read back never waits); returns the seq the rows go up to (the state's
+    head)."""
     state = working.state
-    writer.wait()
     span = write(working, written, state.head_seq) if state.head_seq > written else None
+    writer.wait()
     working.evict(working.evictable(projected=written))
     state.touched = Touched(state.head_seq, len(state.dropped_changes))  # no chain kept: no reader asks
     if span is not None:
@@ -126,9 +127,10 @@ def bounded_audit(
         try:
             records = RecordStore(engine)
             write = dump_rows(cells=False)  # no grid reads them
-            working = replay_in_working_set(
-                log, records, upto_seq=target, progress=progress, write=write, in_child=in_child
-            )
+            with RowWriter(records, in_child=in_child) as writer:
+                working = replay_in_working_set(
+                    log, records, upto_seq=target, progress=progress, write=write, writer=writer
+                )
             digest = working_set_digest(working, records)
         finally:
             engine.dispose()

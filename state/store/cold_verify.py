@@ -41,14 +41,15 @@ from partbuild.state.store.cold_replay import DEFAULT_EVERY, Write, dump_rows, r
 from partbuild.state.store.counts import Counts, count_rows
 from partbuild.state.store.records import KIND_NAMES, RecordStore, decoded
 from partbuild.state.store.row_stream import Row, engine_chunks
-from partbuild.state.store.scratch_writer import ChangeRows, Span
+from partbuild.state.store.scratch_writer import ChangeRows, RowWriter, Span
 
 
-def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
+def project_into(scratch: ChangeStore, real: ChangeStore, upto: int, settle: Callable[[], None]) -> Write:
     """A `Write` projecting the fold's changes and the counts they make into `scratch` up to seq `upto`, and the
     rows (the grid cells with them) into the scratch rows; the rows alone after `upto`. The change and count rows
     go to the writer with the rows (the counts kept here from span to span); a span that holds a retention
-    (read from the real log, `real`'s database) is written in line, its dropped instances the fold's to say."""
+    (read from the real log, `real`'s database) is written in line once the writer has written every span
+    before (`settle`), its dropped instances the fold's to say."""
 
     dump = dump_rows()
     counts: Counts = {}  # the scratch store's counts at the span's first seq
@@ -70,7 +71,7 @@ def project_into(scratch: ChangeStore, real: ChangeStore, upto: int) -> Write:
         def dropped(ids: Any) -> set[str]:  # not held nor cold: the fold dropped them (nothing read back)
             return {uuid for uuid in ids if not working.holds(INSTANCE, uuid)}
 
-        # In line (the writer has written every span before: `write_and_evict` waits first).
+        settle()
         assert scratch.write(first, last, changes, dropped, deltas, retention=True), (
             f"the scratch store's watermark is not at {first}"
         )
@@ -92,8 +93,8 @@ def bounded_verify(
 ) -> AuditReport:
     """`bounded_audit` with the store checked (at the head: `as_of` None), the report's `problems` saying where
     the real store differs from the one the replay rebuilt. `every`: events between two writes of the scratch
-    store; `in_child`: its rows written from a process of their own (`RowWriter`), into a database of their
-    own (no two writers of one SQLite file)."""
+    store; `in_child`: what each span writes (the records' rows into one scratch database, the changes and
+    counts into another) written from a process of its own (`RowWriter`) while the fold goes on."""
     head = log.head()
     target = audit_target(head, as_of)
     mark = store.watermark() if target == head else 0
@@ -102,18 +103,18 @@ def bounded_verify(
         engines = [open_migrated_engine(f"sqlite:///{Path(folder) / name}", True) for name in ("changes.db", "rows.db")]
         try:
             scratch, rows = ChangeStore(engines[0]), RecordStore(engines[1])
-            write = project_into(scratch, store, min(mark, target))
-            working = replay_in_working_set(
-                log,
-                rows,
-                upto_seq=target,
-                every=every,
-                write=write,
-                stop_at=mark or None,
-                progress=progress,
-                changes=scratch,
-                in_child=in_child,
-            )
+            with RowWriter(rows, scratch, in_child=in_child) as writer:
+                write = project_into(scratch, store, min(mark, target), writer.wait)
+                working = replay_in_working_set(
+                    log,
+                    rows,
+                    upto_seq=target,
+                    every=every,
+                    write=write,
+                    stop_at=mark or None,
+                    progress=progress,
+                    writer=writer,
+                )
             digest = working_set_digest(working, rows)
             problems = _gaps(working, target)
             if target == head and not problems:

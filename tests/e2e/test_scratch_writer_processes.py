@@ -98,7 +98,8 @@ def test_a_replay_writing_from_a_child_digests_as_a_full_replay(database: Databa
     database.log.append([envelope(taint, source=manual("auditor")) for taint in taints])
     with Database.open(f"sqlite:///{tmp_path}/scratch.db", auto_upgrade=True) as scratch:
         records = scratch.changes.records
-        working = replay_in_working_set(database.log, records, every=250, in_child=True)
+        with RowWriter(records, in_child=True) as writer:
+            working = replay_in_working_set(database.log, records, every=250, writer=writer)
         full = load_state(database.log)[0]
         assert len(dict.keys(working.state.instances)) < len(full.instances) // 5  # the rest cold
         assert working.faults.read_back["instance"] >= len(old_refs)  # read back from the child's rows
