@@ -72,9 +72,8 @@ def project_into(scratch: ChangeStore, real: ChangeStore, upto: int, settle: Cal
             return {uuid for uuid in ids if not working.holds(INSTANCE, uuid)}
 
         settle()
-        assert scratch.write(first, last, changes, dropped, deltas, retention=True), (
-            f"the scratch store's watermark is not at {first}"
-        )
+        if not scratch.write(first, last, changes, dropped, deltas, retention=True):
+            raise RuntimeError(f"the scratch store's watermark is not at {first}")
         return span
 
     return write
