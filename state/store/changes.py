@@ -35,6 +35,7 @@ from partbuild.state.schema import events, state_counts, state_projections
 from partbuild.state.schema import state_changes as table
 from partbuild.state.store.counts import CountRow, count_rows, counts_at, counts_by_name
 from partbuild.state.store.records import RecordPass, RecordStore, write_pass
+from partbuild.state.store.row_stream import row_chunks
 
 PROJECTION: Final = "changes"
 INSTANCE_RETENTION: Final = "instance_retention"  # the event type column's value
@@ -200,22 +201,26 @@ def _retention_between(conn: Connection, first: int, last: int) -> bool:
 def _delete_dropped(conn: Connection, dropped: Callable[[Iterable[str]], set[str]]) -> None:
     """Delete the rows of the instances the state dropped: their creations, states and canonical moves.
 
-    The dropped UUIDs go to a temporary table of this connection, and one DELETE joins it: one pass over the
-    rows however many were dropped (a DELETE per chunk of ids would pass over them once per chunk).
+    The created instances are read a chunk at a time (10M of them as one list: about a gigabyte) and the dropped
+    ones go to a temporary table of this connection; one DELETE joins it: one pass over the rows however many
+    were dropped (a DELETE per chunk of ids would pass over them once per chunk).
     """
-    created = conn.execute(sa.select(table.c.id).where(table.c.kind == _RANK[INSTANCE_CREATED])).scalars().all()
-    gone = dropped(created)
-    if not gone:
-        return
-    _gone.create(conn)
+    created = sa.select(table.c.id).where(table.c.kind == _RANK[INSTANCE_CREATED])
+    _gone.create(conn)  # before the walk: SQLite refuses a schema change while a statement reads
     try:
-        conn.execute(_gone.insert(), [{"uuid": uuid} for uuid in gone])
-        uuids = sa.select(_gone.c.uuid)
-        instance_rows = sa.and_(
-            table.c.kind.in_([_RANK[INSTANCE_CREATED], _RANK[INSTANCE_STATE]]), table.c.id.in_(uuids)
-        )
-        moves = sa.and_(table.c.kind == _RANK[CANONICAL_MOVED], table.c.to_uuid.in_(uuids))
-        conn.execute(sa.delete(table).where(sa.or_(instance_rows, moves)))
+        any_gone = False
+        for chunk in row_chunks(conn, created):
+            gone = dropped([uuid for (uuid,) in chunk])
+            if gone:
+                conn.execute(_gone.insert(), [{"uuid": uuid} for uuid in gone])
+                any_gone = True
+        if any_gone:
+            uuids = sa.select(_gone.c.uuid)
+            instance_rows = sa.and_(
+                table.c.kind.in_([_RANK[INSTANCE_CREATED], _RANK[INSTANCE_STATE]]), table.c.id.in_(uuids)
+            )
+            moves = sa.and_(table.c.kind == _RANK[CANONICAL_MOVED], table.c.to_uuid.in_(uuids))
+            conn.execute(sa.delete(table).where(sa.or_(instance_rows, moves)))
     finally:
         _gone.drop(conn)
 

@@ -19,6 +19,7 @@ from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import decode_state, encode_state
 from partbuild.state.queries.changes import INSTANCE_CREATED, INSTANCE_STATE, Change, changes_between, changes_page
 from partbuild.state.schema import state_changes, state_projections
+from partbuild.state.store import row_stream
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
@@ -53,8 +54,14 @@ def test_projected_while_the_log_grows_the_store_pages_as_the_live_state_does(da
             assert _paged(store.page, first, last, limit) == live_pages, (first, last, limit)
 
 
-def test_retention_deletes_the_changes_of_the_instances_it_dropped(database: Database) -> None:
-    """The v1 log ends with a retention: projected before it, the store held the instances it drops."""
+@pytest.mark.parametrize("chunk", [None, 7], ids=["one chunk", "chunks of 7"])
+def test_retention_deletes_the_changes_of_the_instances_it_dropped(
+    database: Database, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The v1 log ends with a retention: projected before it, the store held the instances it drops. The
+    created instances are read a chunk at a time: with chunks of 7, what one chunk drops is deleted too."""
+    if chunk is not None:
+        monkeypatch.setattr(row_stream, "CHUNK", chunk)
     events = read_events("v1")
     retention = next(n for n, event in enumerate(events) if event.WhichOneof("payload") == "instance_retention")
     live = LiveState(database.log)
