@@ -151,6 +151,7 @@ class PartitionsService(ServiceBase):
             metadata=request.metadata,
             version=request.version.value if request.version else "",
             version_strong=request.version.strong if request.version else False,
+            judge_gone_by_version=request.version is not None,  # (a rule of versions)
         )
         # The fold's own rules decide the rest: being built, already Live with this version...
         return WrittenOut(seq=self._write(self._checked(observed, user))[0])

@@ -495,6 +495,7 @@ class SourceScanner:
             bytes=found.bytes,
             version=found.version,
             version_strong=found.strong,
+            judge_gone_by_version=True,  # a day listed while it was rewritten comes back as new data
         )
         observed.metadata["files"] = str(found.items)
         event = envelope(observed, source=SCANNER, timestamp_ms=now)

@@ -12,6 +12,7 @@ from partbuild.state.fold.history import ENTRY_BITS, entry, keep_dropped
 from partbuild.state.fold.records import BUILDABLE_INSTANCE_STATES, Instance
 from partbuild.state.fold.transitions import (
     BUILDING,
+    GONE,
     LIVE,
     MISSING,
     UP_FOR_RETRY,
@@ -21,6 +22,7 @@ from partbuild.state.fold.transitions import (
     move_instance_and_waiters,
     new_canonical,
     serves_stale,
+    set_note,
     wait_for_upstream,
     withdraw,
 )
@@ -148,7 +150,9 @@ def check_partition_observed(
         return f"partition {short(ref)} is being built by a job run; it cannot also be observed"
     if current_state in (MISSING, UP_FOR_RETRY):
         return ref, msg, current, current, []
-    if current_state != LIVE:  # failed: a new instance replaces it; nothing was built from it
+    if current_state == GONE and msg.judge_gone_by_version and msg.version and current.version is not None:
+        return _back_from_gone(ref, msg, current, state)
+    if current_state != LIVE:  # failed (or gone, by the older rule): a new instance replaces it, nothing tainted
         return ref, msg, current, None, []
     if not msg.version:  # as before versions: a new location is a new instance, nothing is tainted
         if current.location == msg.location:
@@ -170,6 +174,20 @@ def _observed_again(ref: str, msg: pb.PartitionObserved, current: Instance, stat
         if msg.version_strong and current.version[1]:  # the same bytes moved: nothing built from them changes
             return ref, msg, current, None, []
     return ref, msg, current, None, _built_from(state, current)
+
+
+def _back_from_gone(ref: str, msg: pb.PartitionObserved, gone: Instance, state: BuildState) -> ObservedPlan:
+    """A gone partition found again. The version it had, where it was: the same instance is Live again
+    (the directory was listed while it was rewritten, or unlisted for a while), and what it fed still holds.
+    The same strong version elsewhere: a new instance of the same bytes, nothing tainted. Another version:
+    a new instance, and what the gone one fed is out of date."""
+    assert gone.version is not None
+    if gone.version[0] == msg.version:
+        if gone.location == msg.location:
+            return ref, msg, gone, gone, []
+        if msg.version_strong and gone.version[1]:
+            return ref, msg, gone, None, []
+    return ref, msg, gone, None, _built_from(state, gone)
 
 
 def _built_from(state: BuildState, current: Instance) -> list[Instance]:
@@ -202,6 +220,8 @@ def apply_partition_observed(state: BuildState, seq: int, plan: ObservedPlan, ev
             state.touched.instances.add(reused.uuid)
         return
     instance = reused if reused is not None else new_canonical(state, seq, ref, current)
+    if instance.state == GONE:  # found again as it was (`_back_from_gone`): no longer gone
+        set_note(state, instance, f"found again with the version it had (seq {seq})", seq)
     instance.location = msg.location
     instance.row_count = msg.row_count
     instance.byte_count = msg.bytes

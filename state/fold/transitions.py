@@ -37,6 +37,7 @@ LIVE = InstanceState.LIVE
 FAILED = InstanceState.FAILED
 UPSTREAM_FAILED = InstanceState.UPSTREAM_FAILED
 TAINTED = InstanceState.TAINTED
+GONE = InstanceState.GONE
 CANCELED = InstanceState.CANCELED
 TALLY_SIZE = len(InstanceState)
 _SUCCESSFUL = WantState.SUCCESSFUL

@@ -36,3 +36,7 @@ def test_events_are_the_raw_log_paged_by_seq(db_api_server: ApiServer) -> None:
     }
     # A page says the head it was read as of; a full one hands on.
     assert ok(client.get(f"{API}/events", params={"limit": 2}))["as_of_seq"] == head
+    # An observation with a version is judged by it when the partition was gone (fold/instances.py).
+    versioned = observe(client, "e/src", "/data/e2", version={"value": "v2", "strong": True})
+    (event,) = ok(client.get(f"{API}/events", params={"after_seq": versioned - 1}))["items"]
+    assert event["event"]["partition_observed"]["judge_gone_by_version"] is True

@@ -23,6 +23,7 @@ from partbuild.state.log.events import envelope, from_job_run, manual, system
 from partbuild.state.rules.ids import instance_uuid
 
 from golden_automation import code_change_events, code_version_events, reaction_events, schedule_events
+from golden_gone_judged import gone_judged_events
 from golden_outcomes import outcome_events
 from golden_reaction_notes import reaction_note_events
 
@@ -647,6 +648,12 @@ GOLDEN_LOGS = (
         "golden_log_reaction_notes.bin",
         reaction_note_events,
         "4725fd8bd80c48cde3e5a81f394cc88a091c08700fa4c86785c5cfe714ea7ee2",
+    ),
+    GoldenLog(
+        "gone_judged",  # data back after it was gone, judged by its version, 2026-11-30
+        "golden_log_gone_judged.bin",
+        gone_judged_events,
+        "96a00c80395f1d80d9f3caa98dd8613e95e9f880de970a06cd0a2a70fbbc4678",
     ),
 )
 BY_NAME = {log.name: log for log in GOLDEN_LOGS}

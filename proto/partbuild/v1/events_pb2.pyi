@@ -377,7 +377,7 @@ class PartitionTaint(_message.Message):
     def __init__(self, partition_ref: _Optional[str] = ..., reason: _Optional[str] = ..., only_this_ref: _Optional[bool] = ..., instance_uuid: _Optional[str] = ..., keep_serving: _Optional[bool] = ...) -> None: ...
 
 class PartitionObserved(_message.Message):
-    __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata", "version", "version_strong")
+    __slots__ = ("partition_ref", "location", "row_count", "bytes", "metadata", "version", "version_strong", "judge_gone_by_version")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -392,6 +392,7 @@ class PartitionObserved(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     VERSION_STRONG_FIELD_NUMBER: _ClassVar[int]
+    JUDGE_GONE_BY_VERSION_FIELD_NUMBER: _ClassVar[int]
     partition_ref: str
     location: str
     row_count: int
@@ -399,7 +400,8 @@ class PartitionObserved(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     version: str
     version_strong: bool
-    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., version_strong: _Optional[bool] = ...) -> None: ...
+    judge_gone_by_version: bool
+    def __init__(self, partition_ref: _Optional[str] = ..., location: _Optional[str] = ..., row_count: _Optional[int] = ..., bytes: _Optional[int] = ..., metadata: _Optional[_Mapping[str, str]] = ..., version: _Optional[str] = ..., version_strong: _Optional[bool] = ..., judge_gone_by_version: _Optional[bool] = ...) -> None: ...
 
 class InstancesWaitUpstream(_message.Message):
     __slots__ = ("waits", "fence")

@@ -215,6 +215,32 @@ def test_a_rewritten_partition_is_a_new_instance_that_taints_and_re_wants_what_a
     assert len(events(log, "want_create")) == 3 and live.state.rejections == []
 
 
+def test_a_day_overwritten_while_a_pass_saw_it_gone_taints_and_re_wants_what_it_fed(log: EventLog, root: Path) -> None:
+    """A Spark overwrite deletes the directory, then writes it: a pass between the two says it is gone."""
+    import shutil
+
+    for day in (1, 2):
+        write_day(root, day)
+    scan, live = scanner(log, source(root, rewant_tainted=True))
+    drain(scan, live)
+    dailies = {day: _build_daily(log, live, day) for day in (1, 2)}
+    old_raw = {day: live.state.canonical[raw_ref(day)] for day in (1, 2)}
+    for day in (1, 2):
+        shutil.rmtree(root / f"date=2026-01-{day:02d}")
+    new_pass(log, live)
+    drain(scan, live)
+    assert all(live.state.instances[old_raw[day]].state == I.GONE for day in (1, 2))
+    write_day(root, 1, b"other rows")  # day 1 written again, with other data; day 2 not yet
+    new_pass(log, live)
+    drain(scan, live)
+    state = live.state
+    assert state.canonical[raw_ref(1)] != old_raw[1] and state.instances[dailies[1]].state == I.TAINTED
+    assert state.instances[old_raw[2]].state == I.GONE and state.instances[dailies[2]].state == I.LIVE
+    (rewant,) = events(log, "want_create")[2:]
+    assert list(rewant.want_create.partition_refs) == ["daily/date=2026-01-01"]
+    assert state.rejections == []
+
+
 def test_a_restarted_scanner_resumes_from_the_recorded_cursor(log: EventLog, root: Path) -> None:
     for day in range(1, 9):
         write_day(root, day)

@@ -331,3 +331,25 @@ def test_the_outcomes_golden_log_fails_partitions_alone_and_keeps_readers_on_the
     assert state.served_instance("d/1") is None  # withdrawn by a person while it was stale
     y1 = state.instances[state.instances[state.canonical["y/1"]].previous_uuid]
     assert y1.state == InstanceState.TAINTED  # its job withdraws on upstream change: no stale period
+
+
+def test_the_gone_judged_golden_log_gives_back_the_same_instance_and_taints_only_for_new_data() -> None:
+    """Day 1 back with its version: the same instance Live again, its waiting want satisfied; day 2 with another:
+    its daily stale until rebuilt; day 3's same strong bytes elsewhere: nothing tainted; retention after."""
+    from golden_gone_judged import gone_judged_events
+
+    events = gone_judged_events()
+    state = replayed(read("gone_judged"))
+    assert [(r.seq, r.event_type) for r in state.rejections] == [(18, "partition_gone")]
+    raw1 = state.instances[state.canonical["raw/date=2026-01-01"]]
+    assert raw1.created_seq == 2 and raw1.state == InstanceState.LIVE  # the instance observed first
+    assert raw1.note == "found again with the version it had (seq 20)"
+    assert state.wants["again"].state == WantState.SUCCESSFUL
+    dailies = {day: state.instances[state.canonical[f"daily/date=2026-01-0{day}"]] for day in (1, 2, 3)}
+    assert [daily.created_seq for daily in dailies.values()] == [5, 21, 11]  # only day 2's was rebuilt
+    assert dailies[2].inputs == (state.canonical["raw/date=2026-01-02"],) and dailies[2].created_seq == 21
+    assert all(daily.state == InstanceState.LIVE and not daily.note for daily in dailies.values())
+    assert state.serving == {}
+    assert state.instances[state.canonical["raw/date=2026-01-03"]].location.startswith("/moved/")
+    assert len(state.instances) == 6  # day 2's and 3's first raw instances and the stale daily dropped
+    assert [e.SerializeToString() for e in events] == read("gone_judged")  # the file is what the generator writes
