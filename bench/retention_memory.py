@@ -13,8 +13,9 @@ dropped instances' counts keep. Target: memory drops.
 With `--db URL` (a SQLite file, or a PostgreSQL schema at head), the same events are appended to that log
 and projected into its state store (`Projector`) before and after the retention: the rows of each store
 table and the bytes they take (SQLite: the pages in use; PostgreSQL: the tables with their indexes, after
-`VACUUM` makes the deleted rows' space reusable, and after `VACUUM FULL` gives it back to the disk).
-Target: the store's rows and bytes drop.
+`VACUUM` makes the deleted rows' space reusable, and after `VACUUM FULL` gives it back to the disk), and
+what the projector's pass over the retention allocates at its peak (tracemalloc). Target: the store's rows
+and bytes drop.
 
     .venv/bin/python bench/retention_memory.py [--refs 100000] [--db URL]
 """
@@ -114,11 +115,17 @@ def store_leg(url: str, refs: int) -> None:
         before = store_sizes(db.changes.records.engine)
         db.log.append([retention_after(db.log.head())], expected_head=db.log.head())
         live.catch_up()
+        tracemalloc.start()  # the pass that deletes the dropped rows: what it allocates at its peak
         started = time.perf_counter()
         projector.project()
         seconds = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
         after = store_sizes(db.changes.records.engine)
-    print(f"the store ({db_kind(url)}), projected before and after the retention ({seconds:.1f} s to project it):")
+    print(
+        f"the store ({db_kind(url)}), projected before and after the retention ({seconds:.1f} s to project it, "
+        f"{peak / 2**20:.1f} MiB allocated at the pass's peak):"
+    )
     for name in (*STORE_TABLES, "bytes", *(key for key in after if key.startswith("bytes "))):  # SQLite: the file
         print(f"  {name:28s} {before[name]:>14,} -> {after[name]:>14,}")
     dropped = all(after[name] < before[name] for name in ("state_records", "bytes"))
