@@ -9,7 +9,9 @@ then pickled `Rows` on its standard input, answering each span on its standard o
 its spawn runs the caller's main module again, which a script of a user's need not allow).
 
 Spans are written one at a time, in order, and every read of the rows waits for what was handed over before it
-(`wait`): a record evicted before its row is in is read back once the row is there, never found missing.
+(`wait`): a record evicted before its row is in is read back once the row is there, never found missing. Once
+the last span is in, a verifying replay hands the child the comparison of the two stores (`compare`), made there
+while the replay's digest is made here (state/store/store_compare.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from partbuild.state.db import create_engine_for
 from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.counts import CountRow
 from partbuild.state.store.records import RecordStore, Rows
+from partbuild.state.store.store_compare import store_differences
 
 
 class ScratchWriteFailed(RuntimeError):
@@ -50,6 +53,21 @@ class Span(NamedTuple):
     changes: ChangeRows | None = None
 
 
+class _Compare(NamedTuple):
+    """A request to the child: compare the store at `real_url` with the scratch ones (`store_differences`)."""
+
+    real_url: str
+    upto: int
+    whole: bool
+
+
+class _Compared(NamedTuple):
+    """The child's answer to a `_Compare`: the differences found, or what went wrong."""
+
+    problems: list[str]
+    failure: str | None = None
+
+
 class RowWriter:
     """Writes spans into `records` (and `changes`, a `ChangeStore` of another database, when given): in line
     (`in_child` False: what a test or a small replay needs), or from a child process, each span while the next
@@ -59,6 +77,8 @@ class RowWriter:
         self.records, self.changes = records, changes
         self._child: subprocess.Popen[bytes] | None = None
         self._pending = False
+        self._compared: list[str] | None = None  # in line: the comparison's answer
+        self._comparing = False  # in a child: a comparison handed over, its answer not yet read
         if in_child:
             command = [sys.executable, "-m", __name__]
             self._child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -79,13 +99,42 @@ class RowWriter:
         if self._child is None or not self._pending:
             return
         self._pending = False
-        assert self._child.stdout is not None
-        try:
-            failure = pickle.load(self._child.stdout)
-        except EOFError:
-            raise ScratchWriteFailed(f"the scratch rows' writer exited ({self._child.wait()})") from None
+        failure = self._answer()
         if failure is not None:
             raise ScratchWriteFailed(f"writing the scratch rows failed: {failure}")
+
+    def compare(self, real: ChangeStore, upto: int, *, whole: bool) -> None:
+        """Compare `real` with the scratch stores once every span handed over is written (`store_differences`;
+        in a child, while the caller goes on); `differences` says what was found."""
+        if self.changes is None:
+            raise ValueError("a writer of rows alone has no scratch changes to compare")
+        self.wait()
+        if self._child is None:
+            self._compared = store_differences(real, self.changes, self.records, upto, whole=whole)
+            return
+        _send(self._child, _Compare(_url(real.records.engine), upto, whole))
+        self._comparing = True
+
+    def differences(self) -> list[str]:
+        """What `compare` found ([] if the stores agree), waiting for the child's answer."""
+        if self._child is None or not self._comparing:
+            if self._compared is None:
+                raise RuntimeError("no comparison was handed over")
+            return self._compared
+        self._comparing = False
+        answer = self._answer()
+        if not isinstance(answer, _Compared) or answer.failure is not None:
+            failure = answer.failure if isinstance(answer, _Compared) else repr(answer)
+            raise ScratchWriteFailed(f"comparing the stores failed: {failure}")
+        self._compared = answer.problems
+        return answer.problems
+
+    def _answer(self) -> Any:
+        assert self._child is not None and self._child.stdout is not None
+        try:
+            return pickle.load(self._child.stdout)
+        except EOFError:
+            raise ScratchWriteFailed(f"the scratch rows' writer exited ({self._child.wait()})") from None
 
     def close(self) -> None:
         """Wait for the writes, then let the child go (it closes its connections first)."""
@@ -94,6 +143,8 @@ class RowWriter:
             return
         try:
             self.wait()
+            if self._comparing:  # an answer never asked for: read, so the child is not left writing it
+                self.differences()
         finally:
             self._child = None
             with contextlib.suppress(ScratchWriteFailed, OSError):  # gone already: said by `wait` or `submit`
@@ -139,7 +190,7 @@ def _write(records: RecordStore, changes: ChangeStore | None, span: Span) -> Non
 
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """The child: write each `Span` read from `requests` into the stores at the URLs read first, answering None
-    or what went wrong, until a None (or the end) comes."""
+    or what went wrong, and compare the stores when asked (`_Compare`), until a None (or the end) comes."""
     records_url, changes_url = pickle.load(requests)
     records = RecordStore(create_engine_for(records_url))
     changes = ChangeStore(create_engine_for(changes_url)) if changes_url is not None else None
@@ -147,22 +198,47 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     try:
         while True:
             try:
-                span: Any = pickle.load(requests)
+                message: Any = pickle.load(requests)
             except EOFError:
                 return
-            if span is None:
+            if message is None:
                 return
-            try:
-                _write(records, changes, span)
-                failure = None
-            except Exception as exc:  # said to the replay, which stops there
-                failure = f"{type(exc).__name__}: {exc}"
-            pickle.dump(failure, answers)
+            answer = (
+                _compared(message, records, changes)
+                if isinstance(message, _Compare)
+                else _written(message, records, changes)
+            )
+            pickle.dump(answer, answers)
             answers.flush()
     finally:
         for engine in engines:
             engine.dispose()
 
 
+def _written(span: Span, records: RecordStore, changes: ChangeStore | None) -> str | None:
+    """The child's answer to a span: None once written, else what went wrong (the replay stops there)."""
+    try:
+        _write(records, changes, span)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _compared(request: _Compare, records: RecordStore, changes: ChangeStore | None) -> _Compared:
+    """The child's answer to a `_Compare`."""
+    if changes is None:
+        return _Compared([], "a writer of rows alone has no scratch changes to compare")
+    real = ChangeStore(create_engine_for(request.real_url))
+    try:
+        return _Compared(store_differences(real, changes, records, request.upto, whole=request.whole))
+    except Exception as exc:  # (the URL is not said: it may hold a password)
+        return _Compared([], f"{type(exc).__name__}: {exc}")
+    finally:
+        real.records.engine.dispose()
+
+
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    # The module by its name, not this `__main__` copy: the requests unpickle as its classes (`_Compare`).
+    from partbuild.state.store import scratch_writer
+
+    scratch_writer.serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -26,6 +26,7 @@ from partbuild.state.log.digest import state_digest
 from partbuild.state.log.events import envelope, manual
 from partbuild.state.log.replay import load_state
 from partbuild.state.schema import state_changes, state_counts, state_records
+from partbuild.state.store.changes import ChangeStore
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_replay import replay_in_working_set
 from partbuild.state.store.cold_rows import StoreRows
@@ -157,6 +158,21 @@ def test_the_child_is_told_its_database_on_its_standard_input_not_its_command_li
         writer.wait()
     with scratch.engine.connect() as conn:
         assert scratch.rows(conn, [(REF, "a")])  # and it wrote there
+
+
+def test_a_comparison_the_child_cannot_make_is_said_without_the_url(scratch: RecordStore, tmp_path: Path) -> None:
+    """The real store's URL goes to the child on its standard input, and a failure to read it never says it."""
+    secret = "hunter2-not-said"
+    real = ChangeStore(sa.create_engine(f"postgresql+psycopg://reader:{secret}@127.0.0.1:9/nowhere"))
+    with RowWriter(scratch, ChangeStore(scratch.engine), in_child=True) as writer:
+        writer.compare(real, 10, whole=True)
+        with pytest.raises(ScratchWriteFailed, match="comparing the stores failed: OperationalError") as failed:
+            writer.differences()
+        assert secret not in str(failed.value)
+        writer.submit(_rows("a"))  # the child goes on
+        writer.wait()
+    with pytest.raises(RuntimeError, match="no comparison was handed over"):
+        RowWriter(scratch).differences()
 
 
 @pytest.mark.parametrize("name", ["v1", "cancel_retention", "outcomes"])
