@@ -143,8 +143,9 @@ class RowWriter:
             return
         try:
             self.wait()
-            if self._comparing:  # an answer never asked for: read, so the child is not left writing it
-                self.differences()
+            if self._comparing:  # an answer never asked for (the caller failed first): read, and not said
+                with contextlib.suppress(ScratchWriteFailed):
+                    self.differences()
         finally:
             self._child = None
             with contextlib.suppress(ScratchWriteFailed, OSError):  # gone already: said by `wait` or `submit`

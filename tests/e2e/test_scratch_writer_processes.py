@@ -173,6 +173,10 @@ def test_a_comparison_the_child_cannot_make_is_said_without_the_url(scratch: Rec
         writer.wait()
     with pytest.raises(RuntimeError, match="no comparison was handed over"):
         RowWriter(scratch).differences()
+    with RowWriter(scratch, ChangeStore(scratch.engine), in_child=True) as unasked:  # (its caller failed first)
+        unasked.compare(real, 10, whole=True)
+        child = unasked._child
+    assert child is not None and child.returncode == 0  # the answer read and let go, the child gone
 
 
 @pytest.mark.parametrize("name", ["v1", "cancel_retention", "outcomes"])
