@@ -4,9 +4,11 @@ or as of any seq up to its watermark.
 `StoredRecords` answers from the rows of state/store/records.py, no live state: the tables a read of the past
 looks up are mappings that read a row the first time a key is asked for, all in one snapshot of the
 database, and the record as of N is rebuilt by the very functions that rebuild it from the live state
-(state/fold/past.py). It answers only while the rows are whole at the changes' watermark (`open_stored`
-returns None otherwise): then every record that existed at that seq is in a row written at or before it,
-and none is missing that a row names.
+(state/fold/past.py). It answers as of the rows' own watermark, where they are whole (`open_stored`; None
+before they ever were): every record that existed at that seq is in its row as of it or later, and none is
+missing that a row names. The changes' watermark may run ahead of it for a while (a projecting server that
+began tracking past it writes the spans before, scanned, then its records: state/store/projector.py); reads
+are then as of the rows' watermark, never refused.
 
 `stored_state(stored, seq, ...)` is the whole state as of `seq`: a `PastState` over `StoredRecords`, which
 holds every table it reads (walking a table reads all its rows, in creation order: by created seq, then key,
@@ -435,15 +437,15 @@ _WATERMARKS: Final = DriverQuery(
 
 @contextmanager
 def open_stored(records: RecordStore, kept: StoredRecords | None = None) -> Iterator[StoredRecords | None]:
-    """The store's records in one snapshot of the database, or None while they are not whole at the changes'
-    watermark (being written for the first time, or behind it). `kept`: records of an earlier read, used
-    again (with what they decoded) when the watermark is still theirs: rows change only as it moves."""
+    """The store's records in one snapshot of the database, as of the rows' watermark (where they are whole; the
+    changes' may be ahead of it), or None while they never were (being written for the first time). `kept`:
+    records of an earlier read, used again (with what they decoded) when the watermark is still theirs."""
     with begin_snapshot(records.engine) as conn:
         marks: dict[str, int] = {
             name: seq for name, seq in _WATERMARKS.all(conn, {"changes": CHANGES, "records": RECORDS})
         }
-        head = marks.get(CHANGES, 0)
-        if not head or marks.get(RECORDS, 0) != head:
+        head = min(marks.get(CHANGES, 0), marks.get(RECORDS, 0))
+        if not head:
             yield None
         elif kept is not None and kept.head_seq == head:
             with kept.bound(conn):

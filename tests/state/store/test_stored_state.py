@@ -19,6 +19,7 @@ from partbuild.state.fold.past import HistoryDropped, PastState
 from partbuild.state.fold.records import JobRun, Want, _Record
 from partbuild.state.fold.view import StateView
 from partbuild.state.log.live import LiveState
+from partbuild.state.store.projector import Projector
 from partbuild.state.store.stored import open_stored, stored_state
 
 from golden_log import GOLDEN_LOGS, read_events
@@ -166,3 +167,32 @@ def test_a_stored_state_reads_nothing_of_a_live_state(database: Database) -> Non
         state = stored_state(stored, head, database.log, database.changes.counts)
         assert isinstance(state, PastState) and state.live is stored
         assert differences(view(state), view(live.state)) == []
+
+
+@pytest.mark.parametrize("name", ["v1", "outcomes"])
+def test_while_the_changes_run_ahead_of_the_rows_reads_are_as_of_the_rows_watermark(
+    database: Database, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A projecting server that began tracking past the changes' watermark writes the spans before, scanned,
+    without rows, then dumps its records: in between, the store answers as of the rows' watermark, as a replay
+    to that seq would (before, it answered nothing: a read replica said 503 "not whole yet")."""
+    events = read_events(name)
+    middle = len(events) // 2
+    projected_while_growing(database, events[:middle])
+    database.log.append(events[middle:])
+    late = LiveState(database.log)  # folded to the head before its projector's first pass
+    projector = Projector(late, database.changes)
+    monkeypatch.setattr(projector, "_dump", lambda: None)  # stopped before its records are written
+    projector.project()
+    assert database.changes.watermark() == len(events) and database.changes.records.watermark() == middle
+    replayed = BuildState()
+    for seq, event in enumerate(events[:middle], 1):
+        replayed.apply(seq, event)
+    with open_stored(database.changes.records) as stored:
+        assert stored is not None and stored.head_seq == middle
+        from_rows = view(stored_state(stored, middle, database.log, database.changes.counts))
+        assert differences(from_rows, view(replayed)) == []
+    monkeypatch.undo()
+    projector.project()  # the records dumped: whole at the head again
+    with open_stored(database.changes.records) as stored:
+        assert stored is not None and stored.head_seq == len(events)
