@@ -22,6 +22,7 @@ from partbuild.state.ops.content_digests import ContentDigestStore
 from partbuild.state.ops.deliveries import DeliveryStore
 from partbuild.state.ops.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.ops.members import MemberStore
+from partbuild.state.ops.projectors import ProjectorRegistry
 from partbuild.state.ops.run_logs import RunLogStore
 from partbuild.state.ops.tokens import TokenStore
 from partbuild.state.store.changes import ChangeStore
@@ -29,7 +30,7 @@ from partbuild.state.store.changes import ChangeStore
 
 class Database(EngineHandle):
     """The handle of one database: `log`, and the operational `members`, `deliveries`, `tokens`,
-    `content_digests`, `run_logs`, leader locks.
+    `content_digests`, `run_logs`, `projectors`, leader locks.
 
     `Database.open(url)` owns its engine; the log it hands out shares it and is closed with it.
     """
@@ -43,6 +44,7 @@ class Database(EngineHandle):
         self.tokens = TokenStore(engine)
         self.content_digests = ContentDigestStore(engine)
         self.run_logs = RunLogStore(engine)
+        self.projectors = ProjectorRegistry(engine)  # which processes project the state store now
         self.changes = ChangeStore(engine)  # the state store's (state/store/), derived from the log
 
     def schema_revision(self) -> str | None:

@@ -72,6 +72,18 @@ group_members = sa.Table(
     sa.Column("info", sa.Text(), nullable=False),
 )
 
+# ----------------------------------------------------------------- processes projecting the state store
+# One row per process projecting the database's state store (`serve`, `up`), beaten while it runs
+# (state/ops/projectors.py): a working set must be the only one, and the others and it refuse to start beside
+# each other. A row not beaten for a while is a process gone.
+state_projectors = sa.Table(
+    "state_projectors",
+    metadata,
+    sa.Column("holder", sa.String(200), primary_key=True),
+    sa.Column("working_set", sa.Boolean(), nullable=False),
+    sa.Column("beat_ms", sa.BigInteger(), nullable=False),
+)
+
 # ----------------------------------------------------------------- webhook deliveries
 # Where each subscription's deliveries stand. `subscription` is the subscription's key
 # (`name@created_seq`, so a name made again starts clean). The rows change with every

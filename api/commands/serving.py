@@ -29,9 +29,11 @@ from partbuild.api.commands.signals import on_stop_signal
 from partbuild.api.commands.tokens import insecure_option, refuse_open_access
 from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
+from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
-from partbuild.state.store.projector import Projector
+from partbuild.state.ops.projectors import BEAT_EVERY_S, beside_problem, new_holder
+from partbuild.state.store.projector import Beat, Projector
 
 if TYPE_CHECKING:
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
@@ -180,6 +182,8 @@ def serve(
             )
         if replica:
             _refuse_an_unprojected_store(db)
+        elif not standby:
+            _refuse_beside_others(db, working_set=working_set)
         live = _live_state(db, 0, True) if working_set else None
         # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
@@ -289,6 +293,7 @@ def up(
     early = _EarlyStop()
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
+        _refuse_beside_others(db, working_set=working_set)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
         live = _live_state(db, snapshot_every, working_set)
         settings = LoopSettings(retention=_retention(retain_days))
@@ -336,15 +341,31 @@ def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveSta
 
 
 def _projector(live: LiveState, db: Database, checkpoint_every: int) -> Projector:
-    """The state store's projector of `live`, started; a working set's evictions (and its checkpoints, every
-    `checkpoint_every` events) follow each of its passes, which come more often (its reads wait for them)."""
+    """The state store's projector of `live`, started, this process said to project while it runs
+    (state/ops/projectors.py); a working set's evictions (and its checkpoints, every `checkpoint_every`
+    events) follow each of its passes, which come more often (its reads wait for them)."""
     projector = Projector(live, db.changes)
+    holder, working_set = new_holder(), live.working is not None
+    beat = Beat(
+        lambda: db.projectors.beat(holder, working_set=working_set, now_ms=wall_clock_ms()),
+        BEAT_EVERY_S,
+        end=lambda: db.projectors.leave(holder),
+    )
     if live.working is None:
-        return projector.start()
+        return projector.start(beat=beat)
     from partbuild.state.store.checkpoints import keep_working_set
 
     keep_working_set(live, projector, live.working, checkpoint_every=checkpoint_every)
-    return projector.start(WORKING_SET_GAP_S)
+    return projector.start(WORKING_SET_GAP_S, beat=beat)
+
+
+def _refuse_beside_others(db: Database, *, working_set: bool) -> None:
+    """A working set beside another process projecting the state store, or a projecting process beside a
+    working set, is refused before anything starts: exit 2, one line (state/ops/projectors.py)."""
+    now = wall_clock_ms()
+    problem = beside_problem(db.projectors.others("", now), working_set=working_set, now_ms=now)
+    if problem is not None:
+        raise BadInput(problem)
 
 
 def _followers(

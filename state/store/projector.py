@@ -15,7 +15,9 @@ set lets one of them write each span, and the others go on from where it got.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from partbuild.state.fold.build_state import BuildState
@@ -35,6 +37,31 @@ DUMP_CHUNK = 20_000  # records encoded under one hold of the read lock when a pr
 MAX_RETRY_GAP_S = 60.0  # the longest wait between failing passes
 
 
+class Beat:
+    """A projecting process's call that says it is alive (`say`: at most once every `every_s`): a failure is
+    logged once per streak, never raised (the beat is for other processes' starts; the projection goes on)."""
+
+    def __init__(self, call: Callable[[], None], every_s: float, end: Callable[[], None] | None = None) -> None:
+        """`end`: called when the projector stops (the process no longer projects)."""
+        self.call, self.every_s, self.end = call, every_s, end
+        self._failing = False
+        self._said = -math.inf  # (monotonic) the first `say` calls at once
+
+    def say(self) -> None:
+        now = time.monotonic()
+        if now - self._said < self.every_s:
+            return
+        self._said = now
+        try:
+            self.call()
+        except Exception:
+            if not self._failing:
+                logger.warning("could not say this process projects the state store; retrying", exc_info=True)
+            self._failing = True
+        else:
+            self._failing = False
+
+
 class Projector:
     """Projects `live`'s changes into `store`, now (`project`) or in the background (`start`)."""
 
@@ -45,6 +72,7 @@ class Projector:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._beat: Beat | None = None
         # Whether this process wrote every record it held since its fold began tracking (`_dump`): its passes
         # then make the records whole, wherever the records' watermark was.
         self._whole = False
@@ -141,8 +169,9 @@ class Projector:
             held = state.instances
             return {uuid for uuid in uuids if uuid not in held}
 
-    def start(self, gap_s: float = 1.0) -> Projector:
-        """Project in a thread whenever the live state has folded, at most once every `gap_s`.
+    def start(self, gap_s: float = 1.0, beat: Beat | None = None) -> Projector:
+        """Project in a thread whenever the live state has folded, at most once every `gap_s`; `beat`: this
+        process said to be projecting after the first pass, then every `beat.every_s` (state/ops/projectors.py).
 
         The gap bounds what the passes cost (each scans the records changed since the watermark under the
         read lock) while the log moves fast; reads of the newest seqs meanwhile come from the live state.
@@ -150,13 +179,22 @@ class Projector:
         if self._thread is None:
             self._stop.clear()
             self._wake.set()  # what the live state loaded
-            self._thread = threading.Thread(target=self._run, args=(gap_s,), name="partbuild-project", daemon=True)
+            self._beat = beat
+            args = (gap_s, beat)
+            self._thread = threading.Thread(target=self._run, args=args, name="partbuild-project", daemon=True)
             self._thread.start()
         return self
 
-    def _run(self, gap_s: float) -> None:
+    def _run(self, gap_s: float, beat: Beat | None) -> None:
         failures = 0
-        while self._wake.wait() and not self._stop.is_set():
+        while True:
+            woke = self._wake.wait(beat.every_s if beat is not None else None)
+            if self._stop.is_set():
+                return
+            if not woke:  # idle: only the beat
+                if beat is not None:
+                    beat.say()
+                continue
             self._wake.clear()  # before the pass: a fold during it wakes the next one
             try:
                 self.project()
@@ -170,6 +208,8 @@ class Projector:
                 if failures:
                     logger.info("projecting the state's changes works again after %d failed passes", failures)
                 failures = 0
+            if beat is not None:  # (after the pass: the first one is not kept waiting by it)
+                beat.say()
             self._stop.wait(min(gap_s * 2**failures, MAX_RETRY_GAP_S) if failures else gap_s)
 
     def stop(self) -> None:
@@ -179,3 +219,9 @@ class Projector:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        beat, self._beat = self._beat, None
+        if beat is not None and beat.end is not None:
+            try:
+                beat.end()
+            except Exception:  # (its row goes stale in STALE_MS anyway)
+                logger.warning("could not say this process stopped projecting the state store", exc_info=True)

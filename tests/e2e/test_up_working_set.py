@@ -142,3 +142,36 @@ def test_a_working_set_is_refused_on_a_read_replica(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stdout + done.stderr
     assert "--working-set folds the log and projects its store: not on a read replica" in done.stderr
+
+
+def test_a_working_set_and_a_folding_server_refuse_to_start_beside_each_other(db: str, tmp_path: Path) -> None:
+    """`up --working-set` beside a `serve` that projects the store (or the other way round) would stop its fold
+    at the first row written ahead of it: each refuses to start, in one line, exit 2; a read replica may."""
+
+    def refused(*command: str) -> str:
+        done = subprocess.run([partbuild_exe(), *command, "--port", str(free_port())], capture_output=True, timeout=120)
+        assert done.returncode == 2, done
+        lines = done.stderr.decode().strip().splitlines()
+        assert len(lines) == 1, lines
+        return lines[0]
+
+    (tmp_path / "graph.py").write_text(REPORT_GRAPH)
+    with ExitStack() as stack:
+        url_port = free_port()
+        serve = stack.enter_context(
+            started([partbuild_exe(), "serve", "--db", db, "--port", str(url_port)], tmp_path / "serve.log")
+        )
+        wait_healthy(f"http://127.0.0.1:{url_port}", serve, 60, tmp_path / "serve.log")
+        line = refused("up", "--db", db, "--graph", str(tmp_path / "graph.py"), "--working-set")
+        assert "another process projects this database's state store" in line and "--working-set" in line
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=60) == 0  # it leaves the table as it stops
+        up = Up(db, tmp_path, stack).start()
+        line = refused("serve", "--db", db)
+        assert "a working set projects this database's state store" in line and "serve --replica" in line
+        assert up.process is not None and up.process.poll() is None
+        up.process.send_signal(signal.SIGKILL)  # killed: its row stays, but its process is gone
+        up.process.wait(timeout=30)
+        up.start()  # started again at once, not refused by its own last row
+        up.process.send_signal(signal.SIGTERM)
+        assert up.process.wait(timeout=60) == 0
