@@ -43,7 +43,12 @@ class Projecting:
 
 def new_holder() -> str:
     """This process's name in the table: its host and pid (for people, and `_running_here`), and a token."""
-    return f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    holder = f"{_host()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    _MADE_HERE.add(holder)
+    return holder
+
+
+_MADE_HERE: set[str] = set()  # the holders this process made (one per projector it started)
 
 
 def _host() -> str:
@@ -58,6 +63,8 @@ def _running_here(holder: str) -> bool | None:
     pid = rest.partition(":")[0]
     if host != _host() or not pid.isdigit():
         return None
+    if int(pid) == os.getpid():  # of this pid but not made here: an earlier process's (a container restarted)
+        return holder in _MADE_HERE
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:

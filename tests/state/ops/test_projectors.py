@@ -39,8 +39,10 @@ def test_a_row_of_this_host_whose_process_died_is_ignored_at_once(database: Data
     """`up` killed, then started again at once, is not refused by its own last row."""
     host, _, token = new_holder().split(":")
     dead, alive = f"{host}:{_a_pid_not_running()}:{token}", new_holder()
-    database.projectors.beat(dead, working_set=True, now_ms=NOW)
-    database.projectors.beat(alive, working_set=False, now_ms=NOW)
+    earlier = f"{host}:{os.getpid()}:earlier"  # this pid's row, not this process's: a restarted container's
+    for holder in (dead, earlier, alive):
+        database.projectors.beat(holder, working_set=True, now_ms=NOW)
+    assert [other.holder for other in database.projectors.others(alive, NOW)] == []
     assert [other.holder for other in database.projectors.others("", NOW)] == [alive]
 
 
