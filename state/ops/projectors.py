@@ -9,9 +9,9 @@ standbys project nothing and are never here.
 
 Each process beats its row every `BEAT_EVERY_S` (its projector's thread) and deletes it when it stops. A row
 not beaten within `STALE_MS` is a process gone (killed): ignored, as is at once a row of this host whose
-process no longer runs. Two processes starting in the same instant
-may both find the other not there yet; the store's refusal of a row ahead of a fold still keeps the working
-set from deciding with the future (it stops, and its log says why).
+process no longer runs. Two processes starting in the same instant may both find the other not there yet; the
+store's refusal of a row ahead of a fold still keeps the working set from deciding with the future (it stops,
+and its log says why).
 """
 
 from __future__ import annotations

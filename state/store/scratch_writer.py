@@ -226,9 +226,8 @@ def _written(span: Span, records: RecordStore, changes: ChangeStore | None) -> s
 
 
 def _compared(request: _Compare, records: RecordStore, changes: ChangeStore | None) -> _Compared:
-    """The child's answer to a `_Compare`."""
-    if changes is None:
-        return _Compared([], "a writer of rows alone has no scratch changes to compare")
+    """The child's answer to a `_Compare` (never sent to a writer of rows alone: `RowWriter.compare` refuses)."""
+    assert changes is not None
     real = ChangeStore(create_engine_for(request.real_url))
     try:
         return _Compared(store_differences(real, changes, records, request.upto, whole=request.whole))
