@@ -74,15 +74,18 @@ group_members = sa.Table(
 
 # ----------------------------------------------------------------- processes projecting the state store
 # One row per process projecting the database's state store (`serve`, `up`), beaten while it runs
-# (state/ops/projectors.py): a working set must be the only one, and the others and it refuse to start beside
-# each other. A row not beaten for a while is a process gone.
+# (state/ops/projectors.py). `head`: a working set's, the least seq it may still read its cold records back as
+# of (the rows' writers keep their versions from there: state/store/row_versions.py). A row not beaten within
+# `PROJECTOR_STALE_MS` is a process gone: ignored by starts and by the versions kept.
 state_projectors = sa.Table(
     "state_projectors",
     metadata,
     sa.Column("holder", sa.String(200), primary_key=True),
     sa.Column("working_set", sa.Boolean(), nullable=False),
     sa.Column("beat_ms", sa.BigInteger(), nullable=False),
+    sa.Column("head", sa.BigInteger(), nullable=True),
 )
+PROJECTOR_STALE_MS = 30_000  # six beats missed (state/ops/projectors.py beats every 5 s)
 
 # ----------------------------------------------------------------- webhook deliveries
 # Where each subscription's deliveries stand. `subscription` is the subscription's key
@@ -299,17 +302,19 @@ state_records = sa.Table(
     sa.Index("ix_state_records_closed", "kind", "closed", "created", "id"),
 )
 
-# The rows of the records a working set reads back (kinds 0 - 3) as they were at its newest checkpoint (the seq
-# in `state_projections` under `records-before`), each copied here by the write that first changes or deletes it
-# after that seq, so a start after a crash loads the checkpoint and reads each record as of it
-# (state/store/rows_before.py). Empty while no working set has saved a checkpoint.
-state_records_before = sa.Table(
-    "state_records_before",
+# The rows of the records a working set reads back (kinds 0 - 3) as they were before a write replaced or deleted
+# them: a version holds a row (`seq`, `body`) until the seq of the write that replaced it (`until`). Copied while
+# a working set may read as of a seq before that write (its registered head, or the newest checkpoint: the seq in
+# `state_projections` under `versions-floor`), pruned once none can (state/store/row_versions.py).
+state_record_versions = sa.Table(
+    "state_record_versions",
     metadata,
     sa.Column("kind", sa.SmallInteger(), primary_key=True, autoincrement=False),
     sa.Column("id", ByteOrderText, primary_key=True),
+    sa.Column("until", sa.BigInteger(), primary_key=True, autoincrement=False),
     sa.Column("seq", sa.BigInteger(), nullable=False),
     sa.Column("body", sa.LargeBinary(), nullable=False),
+    sa.Index("ix_state_record_versions_until", "until"),
 )
 
 # A job run's heartbeats after the first (the first made it Running: its row says so), one row each: written

@@ -32,10 +32,13 @@ from partbuild.orchestrator.spark_conf import parse_setting
 from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
-from partbuild.state.ops.projectors import BEAT_EVERY_S, beside_problem, new_holder
+from partbuild.state.ops.projectors import BEAT_EVERY_S, new_holder
 from partbuild.state.store.projector import Beat, Projector
+from partbuild.state.store.row_versions import wait_for_writes
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
     from partbuild.state.database import Database
 
@@ -182,14 +185,13 @@ def serve(
             )
         if replica:
             _refuse_an_unprojected_store(db)
-        elif not standby:
-            _refuse_beside_others(db, working_set=working_set)
-        live = _live_state(db, 0, True) if working_set else None
+        registration = _Registration(db, working_set)
+        live = _live_state(db, 0, registration) if working_set else None
         # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
         # A replica folds nothing: it reads the store the others project.
         service = Service(db, graph=graph, live=live, snapshot_every=0 if standby else snapshot_every, replica=replica)
-        projector = None if standby or replica else _projector(service.live, db, snapshot_every)
+        projector = None if standby or replica else _projector(service.live, db, registration, snapshot_every)
         app = create_app(service)
         click.echo(f"partbuild API on {_url(sock)} (docs {_url(sock)}/docs), database {db_url}")
         if replica:
@@ -293,9 +295,9 @@ def up(
     early = _EarlyStop()
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
-        _refuse_beside_others(db, working_set=working_set)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
-        live = _live_state(db, snapshot_every, working_set)
+        registration = _Registration(db, working_set)
+        live = _live_state(db, snapshot_every, registration)
         settings = LoopSettings(retention=_retention(retain_days))
         background = Supervisor(
             lambda: Orchestrator(db, graph, warehouse=warehouse, spark=spark, live=live, settings=settings)
@@ -303,7 +305,7 @@ def up(
         early.watch(background.request_stop)
         service = Service(db, graph=graph, live=live, on_append=background.wake, health=lambda: background.health)
         app = create_app(service)
-        followers = _followers(live, db, selector, snapshot_every)
+        followers = _followers(live, db, registration, selector, snapshot_every)
         click.echo(f"partbuild up: API on {_url(sock)}, orchestrator on {spark.describe}, {db_url}")
         try:
             _serve_http(app, sock, on_stop=background.request_stop, stopping=early.stopping)
@@ -330,27 +332,65 @@ def _save_the_working_set(live: LiveState, followers: list[Projector | Deliverer
         save_working_set(live, projector)
 
 
-def _live_state(db: Database, snapshot_every: int, working_set: bool) -> LiveState:
+class _Registration:
+    """This process in the registry of those projecting the state store (state/ops/projectors.py). A working set
+    registers the least seq it will read back as of before its first read (`hold`: the writes of rows in
+    flight, which may not have seen it, are waited for) and beats it while it loads; then its projector beats
+    the head its fold had at the beat before, so a read in flight is never before the registered head."""
+
+    def __init__(self, db: Database, working_set: bool) -> None:
+        self.db, self.working_set, self.holder = db, working_set, new_holder()
+        self.head: int | None = None  # what the next beat registers
+        self._loaded = threading.Event()  # the projector beats from now on
+
+    def hold(self, seq: int) -> None:
+        self.head = seq
+        self._say(seq, then=wait_for_writes)
+        threading.Thread(target=self._beat_while_loading, name="partbuild-register", daemon=True).start()
+
+    def _beat_while_loading(self) -> None:
+        while not self._loaded.wait(BEAT_EVERY_S):
+            try:
+                self._say(self.head)
+            except Exception:  # (said again in a beat; a row gone stale makes a read refuse, never decide wrong)
+                logger.warning("could not say this process loads a working set", exc_info=True)
+
+    def beat(self, live: LiveState) -> None:
+        self._loaded.set()
+        head = self.head
+        if self.working_set:
+            self.head = live.state.head_seq
+        self._say(head)
+
+    def _say(self, head: int | None, then: Callable[[Connection], None] | None = None) -> None:
+        now = wall_clock_ms()
+        self.db.projectors.beat(self.holder, working_set=self.working_set, now_ms=now, head=head, then=then)
+
+    def leave(self) -> None:
+        self._loaded.set()
+        self.db.projectors.leave(self.holder)
+
+
+def _live_state(db: Database, snapshot_every: int, registration: _Registration) -> LiveState:
     """The one state of `up` (or of `serve --working-set`): all of it (snapshotted), or its working set
     (state/store/cold_start.py)."""
-    if not working_set:
+    if not registration.working_set:
         return LiveState(db.log, snapshot_every=snapshot_every)
     from partbuild.state.store.cold_start import load_working_set
 
-    return LiveState(db.log, load=lambda log, progress: load_working_set(log, db.changes, progress=progress))
+    return LiveState(
+        db.log,
+        load=lambda log, progress: load_working_set(log, db.changes, progress=progress, hold=registration.hold),
+    )
 
 
-def _projector(live: LiveState, db: Database, checkpoint_every: int) -> Projector:
+def _projector(live: LiveState, db: Database, registration: _Registration, checkpoint_every: int) -> Projector:
     """The state store's projector of `live`, started, this process said to project while it runs
     (state/ops/projectors.py); a working set's evictions (and its checkpoints, every `checkpoint_every`
     events) follow each of its passes, which come more often (its reads wait for them)."""
     projector = Projector(live, db.changes)
-    holder, working_set = new_holder(), live.working is not None
-    beat = Beat(
-        lambda: db.projectors.beat(holder, working_set=working_set, now_ms=wall_clock_ms()),
-        BEAT_EVERY_S,
-        end=lambda: db.projectors.leave(holder),
-    )
+    _say_who_else_projects(db, registration.holder)
+    beat = Beat(lambda: registration.beat(live), BEAT_EVERY_S, end=registration.leave)
     if live.working is None:
         return projector.start(beat=beat)
     from partbuild.state.store.checkpoints import keep_working_set
@@ -359,24 +399,23 @@ def _projector(live: LiveState, db: Database, checkpoint_every: int) -> Projecto
     return projector.start(WORKING_SET_GAP_S, beat=beat)
 
 
-def _refuse_beside_others(db: Database, *, working_set: bool) -> None:
-    """A working set beside another process projecting the state store, or a projecting process beside a
-    working set, is refused before anything starts: exit 2, one line (state/ops/projectors.py)."""
-    now = wall_clock_ms()
-    problem = beside_problem(db.projectors.others("", now), working_set=working_set, now_ms=now)
-    if problem is not None:
-        raise BadInput(problem)
+def _say_who_else_projects(db: Database, holder: str) -> None:
+    """Log the other processes projecting the database (each writes the rows a span at a time, in turn)."""
+    others = db.projectors.others(holder, wall_clock_ms())
+    for other in others:
+        what = f"a working set from seq {other.head}" if other.working_set else "the whole state"
+        logger.info("another process projects this database's state store: %s (%s)", other.holder, what)
 
 
 def _followers(
-    live: LiveState, db: Database, selector: ShardSelector | None, checkpoint_every: int
+    live: LiveState, db: Database, registration: _Registration, selector: ShardSelector | None, checkpoint_every: int
 ) -> list[Projector | Deliverer]:
     """What follows the live state beside the API, started: the state store's projector (a working set's
     evictions after each of its passes), webhook delivery."""
     from partbuild.api.webhook_payloads import render as render_payload
     from partbuild.orchestrator.delivery.deliverer import Deliverer
 
-    followers: list[Projector | Deliverer] = [_projector(live, db, checkpoint_every)]
+    followers: list[Projector | Deliverer] = [_projector(live, db, registration, checkpoint_every)]
     if selector is not None:
         followers.append(Deliverer(live, db.deliveries, render_payload, selector=selector).start())
     return followers

@@ -227,7 +227,6 @@ class BuildState:
                     raise
                 plan = f"internal error while applying: {exc!r}"
             if type(plan) is not str:
-                self.head_seq = seq
                 if seq >= self.next_clock_mark:  # before the clock moves
                     mark_clock(self, seq)
                 # Inline, not a helper: this is the replay hot path (one call less per event).
@@ -246,6 +245,9 @@ class BuildState:
                     if isinstance(exc, Exception):
                         raise FoldError(seq, kind) from exc
                     raise
+                # Once applied: a working set reading a record back while this event applies reads it as it was
+                # before the event (state/store/cold_rows.py; another process's row as of `seq` holds the event).
+                self.head_seq = seq
                 return None
             reason = plan
         self.head_seq = seq

@@ -366,6 +366,13 @@ class WorkingSet:
         main = getattr(self.state, self.TABLES[kind][0])
         return dict.__contains__(main, key) or self.keys[kind].maybe(key)
 
+    def is_held(self, kind: str, key: str) -> bool:
+        """Whether the record is in memory now (a ref: any part of its row), without reading it back."""
+        state = self.state
+        if kind != REF:
+            return dict.__contains__(getattr(state, self.TABLES[kind][0]), key)
+        return any(dict.__contains__(getattr(state, name), key) for name in self.TABLES[REF])
+
     # ----------------------------------------------------------------- faults
 
     def _peek(self, kind: str, keys: list[str]) -> dict[str, Any]:

@@ -1,17 +1,14 @@
 """Which processes project a database's state store now: one row each, beaten while it runs.
 
-A working set (`up --working-set`) reads the records it evicted back from the store's rows as of its own fold's
-head, so it must be the only process projecting the database: a row another one wrote ahead of its fold cannot
-be read back (state/store/cold_rows.py refuses it, and the fold stops there). So `serve` and `up` look here
-before they start: a working set does not start beside another projecting process, nor does a projecting
-process start beside a working set; either says so in one line. Read replicas (`serve --replica`) and hot
-standbys project nothing and are never here.
+A working set (`up --working-set`) reads the records it evicted back from the store's rows as of its own
+fold's head, which other processes projecting the same database may have written past: its row holds that
+head (`head`: the least seq it may still read as of), and every write of the rows keeps the versions such a
+read needs (state/store/row_versions.py). Read replicas (`serve --replica`) and hot standbys project nothing
+and are never here.
 
 Each process beats its row every `BEAT_EVERY_S` (its projector's thread) and deletes it when it stops. A row
-not beaten within `STALE_MS` is a process gone (killed): ignored, as is at once a row of this host whose
-process no longer runs. Two processes starting in the same instant may both find the other not there yet; the
-store's refusal of a row ahead of a fold still keeps the working set from deciding with the future (it stops,
-and its log says why).
+not beaten within `PROJECTOR_STALE_MS` is a process gone (killed): the versions it needed are pruned, and if it
+was only paused, its next read that may have needed one refuses (`VersionsPruned`) instead of deciding on it.
 """
 
 from __future__ import annotations
@@ -19,17 +16,18 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.db import begin_write
+from partbuild.state.schema import PROJECTOR_STALE_MS as STALE_MS
 from partbuild.state.schema import state_projectors as table
 
 BEAT_EVERY_S: Final = 5.0
-STALE_MS: Final = 30_000  # six beats missed: the process is gone
 
 
 @dataclass(frozen=True)
@@ -39,6 +37,7 @@ class Projecting:
     holder: str  # host:pid:token
     working_set: bool
     beat_ms: int
+    head: int | None  # a working set's (the least seq it may read its cold records back as of)
 
 
 def new_holder() -> str:
@@ -80,14 +79,24 @@ class ProjectorRegistry:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def beat(self, holder: str, *, working_set: bool, now_ms: int) -> None:
-        """Say that `holder` projects the database, now."""
+    def beat(
+        self,
+        holder: str,
+        *,
+        working_set: bool,
+        now_ms: int,
+        head: int | None = None,
+        then: Callable[[Connection], None] | None = None,
+    ) -> None:
+        """Say that `holder` projects the database, now (a working set: from `head` on); `then`: called in the
+        same transaction after (a working set's first registration waits there for the writes in flight)."""
+        values = {"working_set": working_set, "beat_ms": now_ms, "head": head}
         with begin_write(self._engine) as conn:
-            moved = conn.execute(
-                sa.update(table).where(table.c.holder == holder).values(working_set=working_set, beat_ms=now_ms)
-            )
+            moved = conn.execute(sa.update(table).where(table.c.holder == holder).values(**values))
             if moved.rowcount != 1:
-                conn.execute(sa.insert(table).values(holder=holder, working_set=working_set, beat_ms=now_ms))
+                conn.execute(sa.insert(table).values(holder=holder, **values))
+            if then is not None:
+                then(conn)
 
     def leave(self, holder: str) -> None:
         """`holder` stopped projecting."""
@@ -97,32 +106,10 @@ class ProjectorRegistry:
     def others(self, holder: str, now_ms: int) -> list[Projecting]:
         """The processes other than `holder` that beat within `STALE_MS` of `now_ms`, longest known first."""
         query = (
-            sa.select(table.c.holder, table.c.working_set, table.c.beat_ms)
+            sa.select(table.c.holder, table.c.working_set, table.c.beat_ms, table.c.head)
             .where(table.c.holder != holder, table.c.beat_ms >= now_ms - STALE_MS)
             .order_by(table.c.beat_ms, table.c.holder)
         )
         with self._engine.connect() as conn:
-            found = [Projecting(str(row[0]), bool(row[1]), int(row[2])) for row in conn.execute(query)]
+            found = [Projecting(str(row[0]), bool(row[1]), int(row[2]), row[3]) for row in conn.execute(query)]
         return [other for other in found if _running_here(other.holder) is not False]
-
-
-def beside_problem(others: list[Projecting], *, working_set: bool, now_ms: int) -> str | None:
-    """Why a process (a working set, or not) must not start projecting beside `others`, in one line; or None."""
-    if working_set and others:
-        other = others[0]
-        return (
-            f"another process projects this database's state store ({other.holder}, heard from "
-            f"{_ago(other, now_ms)}): a working set must be the only one; run the others as read replicas "
-            "(`serve --replica`), or this one without --working-set"
-        )
-    holding = next((other for other in others if other.working_set), None)
-    if holding is not None:
-        return (
-            f"a working set projects this database's state store ({holding.holder}, heard from "
-            f"{_ago(holding, now_ms)}) and must be the only one: run this one as a read replica (`serve --replica`)"
-        )
-    return None
-
-
-def _ago(other: Projecting, now_ms: int) -> str:
-    return f"{max(0, now_ms - other.beat_ms) / 1000:.0f} s ago"

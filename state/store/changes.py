@@ -36,8 +36,9 @@ from partbuild.state.schema import state_changes as table
 from partbuild.state.store.counts import CountRow, count_rows, counts_at, counts_by_name
 from partbuild.state.store.records import RecordPass, RecordStore, write_pass
 from partbuild.state.store.row_stream import row_chunks
+from partbuild.state.store.row_versions import CHANGES_WATERMARK
 
-PROJECTION: Final = "changes"
+PROJECTION: Final = CHANGES_WATERMARK
 INSTANCE_RETENTION: Final = "instance_retention"  # the event type column's value
 _RANK = {kind: rank for rank, kind in enumerate(KINDS)}
 _STATES: dict[str, type[InstanceState] | type[WantState] | type[JobRunState]] = {

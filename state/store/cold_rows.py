@@ -1,14 +1,15 @@
 """The state store's rows as the source a working-set fold reads its cold records back from (state/fold/cold.py).
 
-A record is read back exactly as the fold held it when it went cold: its row was written at or after its last
-change and at or before the state's head (a working set evicts only what its own projection wrote). A row
-written after the state's head is another process's, ahead of this fold: reading it would decide with the
-future, so it is refused (`RowAhead`), never used.
+A record is read back exactly as the fold held it when it went cold: as its row was at the fold's head (the row,
+or the version of it kept when another process wrote it past that head: state/store/row_versions.py). A
+working set evicts only a record whose row at its head holds it (state/store/checkpoints.py), and the record
+has not changed in the fold since (it would have been read back), so the row as of any later head holds it
+too. A row written after the head with no version that held at it is refused (`RowAhead`), never used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.engine import Connection
@@ -20,7 +21,7 @@ from partbuild.state.fold.cold import WANT as COLD_WANT
 from partbuild.state.fold.cold import ColdInstance, ColdMain, ColdRef, ReadBackFailed
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, RecordStore, loads
-from partbuild.state.store.rows_before import row_before
+from partbuild.state.store.row_versions import check_not_pruned, versions_at
 
 if TYPE_CHECKING:
     from partbuild.state.fold.build_state import BuildState
@@ -33,20 +34,42 @@ _MANY: Final = 500  # rows read to a statement by `many`
 
 
 class RowAhead(ReadBackFailed):
-    """A cold record's row was written after the head of the fold reading it back."""
+    """A cold record's row was written after the head of the fold reading it back, and no version of it that
+    held at the head was kept."""
 
     def __init__(self, key: str, row_seq: int, head: int) -> None:
         super().__init__(
-            f"the state store's row of {key!r} is as of seq {row_seq}, after this fold's head {head}: another "
-            "process projected past it, so this working set cannot read its cold records back"
+            f"the state store's row of {key!r} is as of seq {row_seq}, after this fold's head {head}, and no "
+            "version of it as of the head was kept: this working set cannot read its cold records back"
         )
+
+
+def rows_as_of(
+    conn: Connection, records: RecordStore, kind: int, ids: Sequence[str], at: int
+) -> tuple[dict[str, tuple[int, bytes]], dict[str, int]]:
+    """(seq, body) of the rows of these ids of `kind` as they were at seq `at` (the row, or its version that
+    held then: a row written or deleted since), and the seq of the row of each id that has one only after
+    `at` (no version held then: the record was created after `at`, or its version was not kept)."""
+    main = records.rows(conn, [(kind, key) for key in ids])
+    found: dict[str, tuple[int, bytes]] = {}
+    ahead: dict[str, int] = {}
+    for (_, key), row in main.items():
+        if row[0] <= at:
+            found[key] = row
+        else:
+            ahead[key] = row[0]
+    if len(found) < len(ids):
+        kept = versions_at(conn, kind, [key for key in ids if key not in found], at)
+        found.update(kept)
+        ahead = {key: seq for key, seq in ahead.items() if key not in kept}
+    return found, ahead
 
 
 class AsOfCheckpoint:
     """A working set loaded from a checkpoint at seq `at` whose rows moved on since (a start after a crash): each
-    record cold in it is read back the first time as it was at `at` (its row, or the copy of it kept when the row
-    first moved past `at`: state/store/rows_before.py); once read back it is held, and goes cold again only
-    where its row holds it (`settled_by`), so later reads take the row."""
+    record cold in it is read back the first time as it was at `at` (its row, or the version of it kept for the
+    checkpoint: state/store/row_versions.py); once read back it is held, and goes cold again only where its
+    row holds it (`settled_by`), so later reads take the row."""
 
     def __init__(self, at: int) -> None:
         self.at = at
@@ -71,10 +94,10 @@ class StoreRows:
         checkpoint: AsOfCheckpoint | None = None,
         before_read: Callable[[], None] | None = None,
     ) -> None:
-        """`head`: the fold's head. `settled_by`: a seq up to which the rows are known to hold what this fold
-        evicts (a load from rows whole there, state/store/cold_start.py): a row as of a seq after the head but
-        not after it is read back too. `checkpoint`: the first reads of a start from a checkpoint.
-        `before_read`: called before each read (rows still being written elsewhere: wait for them)."""
+        """`head`: the fold's head. `settled_by`: a seq the rows are whole at, which a load settles the records
+        it evicts against (state/store/cold_start.py): until the head reaches it, records are read as of it.
+        `checkpoint`: the first reads of a start from a checkpoint. `before_read`: called before each read
+        (rows still being written elsewhere: wait for them)."""
         self.records = records
         self.head = head
         self.settled_by = settled_by
@@ -86,24 +109,29 @@ class StoreRows:
             self.before_read()
         return self.records.engine.connect()
 
-    def _row(self, conn: Connection, kind: int, key: str) -> Any:
+    def _read(
+        self, conn: Connection, kind: int, ids: Sequence[str], *, faulted: bool = False
+    ) -> tuple[dict[str, tuple[int, bytes]], int]:
+        """The rows of `ids` as of the seq they are read at (returned with them); a row ahead with no version is
+        refused (`RowAhead`); an id with no row then, where versions were pruned past that seq, too. `faulted`:
+        one record read back into the state (from a checkpoint, the first time as of it)."""
         checkpoint = self.checkpoint
-        if checkpoint is not None and checkpoint.first_read(kind, key):
-            return self._row_at_checkpoint(conn, kind, key, checkpoint.at)
-        found = self.records.rows(conn, [(kind, key)]).get((kind, key))
-        return None if found is None else self._checked(kind, key, *found)
+        if checkpoint is not None and faulted and checkpoint.first_read(kind, ids[0]):
+            at = checkpoint.at  # (a row ahead of it: a record created since)
+            found, _ = rows_as_of(conn, self.records, kind, ids, at)
+        else:
+            at = max(self.head(), self.settled_by)
+            found, ahead = rows_as_of(conn, self.records, kind, ids, at)
+            for key, seq in ahead.items():
+                raise RowAhead(key, seq, at)
+        if len(found) < len(ids):
+            check_not_pruned(conn, at, checkpoint=checkpoint is not None and at == checkpoint.at)
+        return found, at
 
-    def _checked(self, kind: int, key: str, seq: int, body: bytes) -> Any:
-        """A row's record decoded, unless the row is ahead of the fold (`RowAhead`)."""
-        if seq > (head := self.head()) and seq > self.settled_by:
-            raise RowAhead(key, seq, head)
-        return loads(kind, body)
-
-    def _row_at_checkpoint(self, conn: Connection, kind: int, key: str, at: int) -> Any:
-        found = row_before(conn, kind, key) or self.records.rows(conn, [(kind, key)]).get((kind, key))
-        if found is None or found[0] > at:
-            return None  # no row then: the record did not exist at the checkpoint (or only in memory)
-        return loads(kind, found[1])
+    def _row(self, conn: Connection, kind: int, key: str) -> tuple[Any, int]:
+        found, at = self._read(conn, kind, [key], faulted=True)
+        row = found.get(key)
+        return (None if row is None else loads(kind, row[1])), at
 
     def went_cold(self, kind: str, keys: list[str]) -> None:
         if self.checkpoint is not None:  # their rows hold them now: read back as the rows say from here on
@@ -115,31 +143,31 @@ class StoreRows:
         found: dict[str, Any] = {}
         with self._connect() as conn:
             for start in range(0, len(keys), _MANY):
-                rows = self.records.rows(conn, [(row_kind, key) for key in keys[start : start + _MANY]])
-                for (_, key), (seq, body) in rows.items():
-                    value = self._checked(row_kind, key, seq, body)[0]
+                rows, _ = self._read(conn, row_kind, keys[start : start + _MANY])
+                for key, (_, body) in rows.items():
+                    value = loads(row_kind, body)[0]
                     if value is not None:  # (a ref without a canonical pointer)
                         found[key] = value
         return found
 
     def instance(self, uuid: str) -> ColdInstance | None:
         with self._connect() as conn:
-            row = self._row(conn, INSTANCE, uuid)
+            row, _ = self._row(conn, INSTANCE, uuid)
         return None if row is None else ColdInstance(*row)
 
     def want(self, want_id: str) -> tuple[Want, str | None] | None:
         with self._connect() as conn:
-            row = self._row(conn, WANT, want_id)
+            row, _ = self._row(conn, WANT, want_id)
         return None if row is None else (row[0], row[1])
 
     def run(self, run_id: str) -> tuple[JobRun, bytearray] | None:
         with self._connect() as conn:
-            row = self._row(conn, RUN, run_id)
-            return None if row is None else (row[0], self.records.beats(conn, run_id))
+            row, at = self._row(conn, RUN, run_id)
+            return None if row is None else (row[0], self.records.beats(conn, run_id, upto=at))
 
     def ref(self, ref: str) -> ColdRef | None:
         with self._connect() as conn:
-            row = self._row(conn, REF, ref)
+            row, _ = self._row(conn, REF, ref)
             wants = self.records.wants_of_ref(conn, ref, self.head())
         if row is None and not wants:
             return None

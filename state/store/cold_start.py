@@ -15,12 +15,12 @@ the whole state: the projector's first pass writes every row, and eviction start
 database's rows are whole from its first pass).
 
 A start from a checkpoint (state/store/checkpoints.py) loads the working set saved at seq S and reads each
-record it left in the rows back the first time as of S (its row, or the copy kept when the row moved past S:
-state/store/rows_before.py), folding from S to W while settling as above; then it goes on as from W.
+record it left in the rows back the first time as of S (its row, or the version kept when the row moved past
+S: state/store/row_versions.py), folding from S to W while settling as above; then it goes on as from W.
 
-What it leaves: the working set's rule holds while this process is the only one folding and projecting its
-database (read replicas read it; another folding server may write rows ahead of this fold, which a read
-back refuses: `RowAhead`).
+Other processes may fold and project the same database meanwhile, writing rows past W: every read here is as
+of W (or S), from the versions those writes keep, which the load asks for before its first read (`hold`: its
+head registered, state/ops/projectors.py).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from partbuild.state.log.replay import fold_page
 from partbuild.state.log.snapshot import SnapshotError, decode_working_set, working_set_format
 from partbuild.state.log.store import EventLog
 from partbuild.state.store.changes import ChangeStore
-from partbuild.state.store.cold_rows import ROW_KIND, AsOfCheckpoint, StoreRows
-from partbuild.state.store.records import RecordStore, decoded, row_value
-from partbuild.state.store.rows_before import floor
+from partbuild.state.store.cold_rows import ROW_KIND, AsOfCheckpoint, StoreRows, rows_as_of
+from partbuild.state.store.records import RecordStore, decoded, records_watermark, row_value
+from partbuild.state.store.row_versions import floor
 
 logger = logging.getLogger("partbuild.state.store")
 
@@ -52,15 +52,25 @@ def rows_whole_at(store: ChangeStore) -> int:
 
 
 def load_working_set(
-    log: EventLog, store: ChangeStore, *, progress: Callable[[int], None] | None = None
+    log: EventLog,
+    store: ChangeStore,
+    *,
+    progress: Callable[[int], None] | None = None,
+    hold: Callable[[int], None] | None = None,
 ) -> tuple[BuildState, WorkingSet]:
-    """The state at the log's head, holding its working set only where the store's rows allow (module doc)."""
+    """The state at the log's head, holding its working set only where the store's rows allow (module doc).
+    `hold(seq)`: keep the rows' versions from `seq` on for this process, before its first read (another
+    process may write rows meanwhile); its reads are as of that seq or later."""
+    if hold is not None:
+        with store.records.engine.connect() as conn:
+            kept_for, written = floor(conn), records_watermark(conn)
+        hold(written if kept_for is None else min(kept_for, written))
     restored = _from_checkpoint(log, store)
     if restored is not None:
         state, working, whole_at = restored
         since = state.head_seq
         if since < whole_at:  # after a crash: the rows moved on since the checkpoint; the tail they hold, settled
-            settler = _Settler(working, store.records)
+            settler = _Settler(working, store.records, whole_at)
             state.touched = Touched(since, len(state.dropped_changes))
             _fold(state, log, since, whole_at, progress, settler.settle)
             settler.settle()
@@ -73,7 +83,7 @@ def load_working_set(
     whole_at = rows_whole_at(store)
     working = WorkingSet(state, StoreRows(store.records, lambda: state.head_seq, settled_by=whole_at))
     if whole_at:
-        settler = _Settler(working, store.records)
+        settler = _Settler(working, store.records, whole_at)
         state.touched = Touched(0)
         _fold(state, log, None, whole_at, progress, settler.settle)
         settler.settle()
@@ -108,8 +118,8 @@ def _say_held(working: WorkingSet, how: str) -> None:
 
 def _from_checkpoint(log: EventLog, store: ChangeStore) -> tuple[BuildState, WorkingSet, int] | None:
     """The working set saved at the newest checkpoint (or clean stop), with the seq the rows are whole at, if the
-    rows still hold its records as of its seq: nobody projected past it, or the rows it held were kept as they
-    were when first changed since (state/store/rows_before.py). Else None."""
+    rows still hold its records as of its seq: nobody projected past it, or the versions of the rows it held
+    were kept (state/store/row_versions.py). Else None."""
     records = store.records
     whole_at = rows_whole_at(store)
     with records.engine.connect() as conn:
@@ -148,11 +158,13 @@ def _fold(
 
 
 class _Settler:
-    """Evicts, as a replay goes, each record the replay has brought to what its row holds (module doc)."""
+    """Evicts, as a replay goes, each record the replay has brought to what its row holds as of `whole_at`, the
+    seq the rows are whole at (module doc)."""
 
-    def __init__(self, working: WorkingSet, records: RecordStore) -> None:
+    def __init__(self, working: WorkingSet, records: RecordStore, whole_at: int) -> None:
         self.working = working
         self.records = records
+        self.whole_at = whole_at
 
     def settle(self) -> None:
         working = self.working
@@ -164,26 +176,19 @@ class _Settler:
         ready: dict[str, list[str]] = {}
         with self.records.engine.connect() as conn:
             for kind, keys in touched_by_kind.items():
-                held = working.may_go(kind, [key for key in keys if _held(working, kind, key)], for_decisions=True)
-                rows = self.records.rows(conn, [(ROW_KIND[kind], key) for key in held])
-                ready[kind] = [
-                    key for key in held if self._reached(ROW_KIND[kind], key, rows.get((ROW_KIND[kind], key)))
-                ]
+                held = working.may_go(kind, [key for key in keys if working.is_held(kind, key)], for_decisions=True)
+                row_kind = ROW_KIND[kind]
+                rows, _ = rows_as_of(conn, self.records, row_kind, held, max(state.head_seq, self.whole_at))
+                ready[kind] = [key for key in held if self._reached(row_kind, key, rows.get(key))]
         working.evict(ready)
 
     def _reached(self, kind: int, key: str, row: tuple[int, bytes] | None) -> bool:
-        """Whether the record is as its row holds it: the row was written by the replay's head (at or after the
-        record's last change), or holds what the record is now (its last change is behind: a record's parts
-        only grow, each change with a seq, so it never comes back to what it was; a record is touched again
-        whenever it changes, so one that is not yet as its row is looked at again)."""
+        """Whether the record is as its row at `whole_at` holds it: that row was written by the replay's head
+        (at or after the record's last change: the rows are whole there), or holds what the record is now (its
+        last change is behind: a record's parts only grow, each change with a seq, so it never comes back to what
+        it was; a record is touched again whenever it changes, so one that is not yet as its row is looked at
+        again)."""
         if row is None:
             return False  # dropped later (retention), or named by no row: held until the fold drops it
         seq, body = row
         return seq <= self.working.state.head_seq or decoded(body) == row_value(self.working.state, kind, key)
-
-
-def _held(working: WorkingSet, kind: str, key: str) -> bool:
-    state = working.state
-    if kind != REF:
-        return dict.__contains__(getattr(state, WorkingSet.TABLES[kind][0]), key)
-    return any(dict.__contains__(getattr(state, name), key) for name in WorkingSet.TABLES[REF])

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import pickle
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,7 +56,7 @@ from partbuild.state.schema import state_cells, state_heartbeats, state_projecti
 from partbuild.state.schema import state_records as table
 from partbuild.state.store.cells import CellRow, cell_row, write_cells
 from partbuild.state.store.driver import DriverQuery, KeyedQueries
-from partbuild.state.store.rows_before import clear_floor, keep_rows_before
+from partbuild.state.store.row_versions import clear_floor, keep_versions, lock_for_rows, prune_versions
 from partbuild.state.store.run_versions import run_of_key, run_version_keys, version_value
 
 if TYPE_CHECKING:
@@ -270,6 +269,7 @@ class Rows:
     want_refs: Sequence[WantRef] = ()
     cells: Sequence[CellRow] = ()  # the grid cells of the refs whose rows or instances' rows these are
     cells_gone: Sequence[str] = ()  # refs among those with no cell
+    at: int = 0  # the head the rows are as of: the seq a deletion of `gone` is at
 
 
 def rows_of(
@@ -301,7 +301,7 @@ def rows_of(
         elif kind == INSTANCE and instance_cells and cells:
             cell_refs[state.instances[key].ref] = None
     cell_rows, cells_gone = _cells_of(state, cell_refs)
-    return Rows(rows, gone, beats, want_refs, cell_rows, cells_gone)
+    return Rows(rows, gone, beats, want_refs, cell_rows, cells_gone, seq)
 
 
 def _cells_of(state: BuildState, refs: Iterable[str]) -> tuple[list[CellRow], list[str]]:
@@ -444,9 +444,9 @@ class RecordPass:
 
 def write_rows(conn: Connection, rows: Rows) -> None:
     """Write these rows (keeping a newer one already there) and heartbeats (each once), and delete the rows
-    of records that are gone, in the caller's transaction (a working set's checkpoint keeps the rows it changes
-    first: state/store/rows_before.py)."""
-    keep_rows_before(conn, itertools.chain(((row[0], row[1]) for row in rows.rows), rows.gone))
+    of records that are gone, in the caller's transaction (the rows replaced or deleted are first copied where
+    a working set may read as of a seq before them: state/store/row_versions.py)."""
+    keep_versions(conn, [(row[0], row[1], row[2]) for row in rows.rows], rows.gone, rows.at)
     write_newer_rows(conn, table, rows.rows, "seq")
     delete_keys(conn, table, rows.gone)
     if rows.beats:
@@ -470,6 +470,7 @@ def write_pass(conn: Connection, first: int, last: int, records: RecordPass) -> 
     write_rows(conn, records.rows)
     if records.whole or records_watermark(conn) == first:
         move_records_watermark(conn, last)
+    prune_versions(conn, last)
 
 
 def records_watermark(conn: Connection) -> int:
@@ -585,6 +586,7 @@ class RecordStore:
     def dump(self, rows: Rows) -> None:
         """Write a chunk of rows outside any pass (`dump`): no watermark moves."""
         with begin_write(self.engine, bounded=True) as conn:
+            lock_for_rows(conn)
             if take_rows(conn):
                 write_rows(conn, rows)
 
@@ -691,9 +693,14 @@ class RecordStore:
             for row in conn.execution_options(yield_per=5000).execute(query):
                 yield row.ref, row.created, row.want_id
 
-    def beats(self, conn: Connection, run_id: str) -> bytearray:
-        """A run's heartbeats after its first, as `BuildState.run_heartbeats` packs them, in `conn`'s transaction."""
-        return self.beats_of_runs(conn, [run_id])[run_id]
+    def beats(self, conn: Connection, run_id: str, upto: int | None = None) -> bytearray:
+        """A run's heartbeats after its first (by seq `upto`, if given), as `BuildState.run_heartbeats` packs
+        them, in `conn`'s transaction."""
+        packed = self.beats_of_runs(conn, [run_id])[run_id]
+        if upto is None or not packed:
+            return packed
+        seqs = memoryview(packed).cast("q")[0::2]
+        return packed[: bisect_right(seqs, upto) * HEARTBEAT_PAIR.size]
 
     def beats_of_runs(self, conn: Connection, run_ids: Sequence[str]) -> dict[str, bytearray]:
         """`beats` of each of these runs (empty: none), 500 runs a statement, in `conn`'s transaction."""

@@ -144,34 +144,37 @@ def test_a_working_set_is_refused_on_a_read_replica(tmp_path: Path) -> None:
     assert "--working-set folds the log and projects its store: not on a read replica" in done.stderr
 
 
-def test_a_working_set_and_a_folding_server_refuse_to_start_beside_each_other(db: str, tmp_path: Path) -> None:
-    """`up --working-set` beside a `serve` that projects the store (or the other way round) would stop its fold
-    at the first row written ahead of it: each refuses to start, in one line, exit 2; a read replica may."""
-
-    def refused(*command: str) -> str:
-        done = subprocess.run([partbuild_exe(), *command, "--port", str(free_port())], capture_output=True, timeout=120)
-        assert done.returncode == 2, done
-        lines = done.stderr.decode().strip().splitlines()
-        assert len(lines) == 1, lines
-        return lines[0]
-
-    (tmp_path / "graph.py").write_text(REPORT_GRAPH)
+def test_up_holding_its_working_set_beside_a_folding_server_builds_what_it_is_asked_there(
+    db: str, tmp_path: Path
+) -> None:
+    """`up --working-set` beside a `serve` that folds the log and projects the store too: wants written on the
+    server are built by `up`, whose fold reads its cold records back as of its own head while the server writes
+    the rows past it; killed and started again beside it, nothing is lost; the audit finds the store whole."""
     with ExitStack() as stack:
-        url_port = free_port()
-        serve = stack.enter_context(
-            started([partbuild_exe(), "serve", "--db", db, "--port", str(url_port)], tmp_path / "serve.log")
-        )
-        wait_healthy(f"http://127.0.0.1:{url_port}", serve, 60, tmp_path / "serve.log")
-        line = refused("up", "--db", db, "--graph", str(tmp_path / "graph.py"), "--working-set")
-        assert "another process projects this database's state store" in line and "--working-set" in line
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=60) == 0  # it leaves the table as it stops
-        up = Up(db, tmp_path, stack).start()
-        line = refused("serve", "--db", db)
-        assert "a working set projects this database's state store" in line and "serve --replica" in line
-        assert up.process is not None and up.process.poll() is None
-        up.process.send_signal(signal.SIGKILL)  # killed: its row stays, but its process is gone
+        port = free_port()
+        serve_log = tmp_path / "serve.log"
+        serving = stack.enter_context(started([partbuild_exe(), "serve", "--db", db, "--port", str(port)], serve_log))
+        server = ApiProcess()
+        server.url = f"http://127.0.0.1:{port}"
+        wait_healthy(server.url, serving, 60, serve_log)
+        up = Up(db, tmp_path, stack, "--snapshot-every", "20").start()
+        assert "another process projects this database's state store" in up.log.read_text()
+        seq = server.want([f"report/{n}" for n in range(10)], "first")
+        wait_for("built", lambda: server.get("/wants/first", min_seq=seq)["state"] == "successful", 120)
+        seq = server.want([f"report/{n}" for n in range(5, 14)], "second")  # 5 Live already: read back to decide
+        wait_for("built again", lambda: server.get("/wants/second", min_seq=seq)["state"] == "successful", 120)
+        assert up.process is not None
+        up.process.send_signal(signal.SIGKILL)
         up.process.wait(timeout=30)
-        up.start()  # started again at once, not refused by its own last row
-        up.process.send_signal(signal.SIGTERM)
-        assert up.process.wait(timeout=60) == 0
+        seq = server.want([f"report/{n}" for n in range(12, 16)], "third")  # while it is down
+        up.start()
+        wait_for("built after", lambda: server.get("/wants/third", min_seq=seq)["state"] == "successful", 120)
+        head = server.get("/counts")["seq"]
+        assert up.get("/counts", min_seq=head)["instances"]["live"] == 16 == server.get("/counts")["instances"]["live"]
+        assert up.get("/partitions/canonical/report/3", min_seq=head) == server.get("/partitions/canonical/report/3")
+        for process, log in ((up.process, up.log), (serving, serve_log)):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+            assert "cannot read its cold records back" not in log.read_text()
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -306,7 +306,7 @@ def test_a_log_at_revision_0001_keeps_working_and_upgrades_with_its_events(db_ur
         assert [e.event_id for e in old.read(0, 10)] == ["evt-0", "evt-1", "evt-2"]
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "i37_9_projectors"
+        assert current_revision(engine) == head_revision() == "i37_10_record_versions"
         assert {
             "delivery_offsets",
             "delivery_messages",
@@ -339,7 +339,7 @@ def test_tables_live_in_the_backend_the_url_names(event_log: EventLog, db_url: s
     expected = {"alembic_version", "events", "log_head", "snapshots", "group_members", "delivery_secrets", *deliveries}
     expected |= {"api_tokens", "session_keys", "source_file_digests", "source_partition_digests", "run_log_lines"}
     expected |= {"state_changes", "state_projections", "state_counts", "state_records", "state_heartbeats"}
-    expected |= {"state_want_refs", "state_cells", "state_records_before", "state_projectors"}
+    expected |= {"state_want_refs", "state_cells", "state_record_versions", "state_projectors"}
     with event_log._engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             names = conn.execute(sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars()

@@ -1,6 +1,7 @@
 """Which processes project the state store (state/ops/projectors.py), on both backends: a beat is seen by the
-others until it goes stale or its process leaves (or, on this host, dies); a working set and another projecting
-process refuse to start beside each other; a projector beats while it runs, idle or not, and leaves at its stop."""
+others until it goes stale or its process leaves (or, on this host, dies); a working set's head is kept with
+its beat, in the transaction of what it asks to run after; a projector beats while it runs, idle or not, and
+leaves at its stop."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import threading
 import time
 
 import pytest
+import sqlalchemy as sa
 
 from partbuild.state.database import Database
 from partbuild.state.log.live import LiveState
-from partbuild.state.ops.projectors import STALE_MS, Projecting, beside_problem, new_holder
+from partbuild.state.ops.projectors import STALE_MS, Projecting, new_holder
+from partbuild.state.schema import state_projectors
 from partbuild.state.store.projector import Beat, Projector
 
 NOW = 1_900_000_000_000
@@ -25,8 +28,8 @@ def test_a_beat_is_seen_by_the_others_until_it_is_stale_or_its_process_leaves(da
     here, elsewhere = new_holder(), "other-host:4242:abc"
     registry.beat(here, working_set=True, now_ms=NOW)
     registry.beat(elsewhere, working_set=False, now_ms=NOW - 1_000)
-    assert registry.others(here, NOW) == [Projecting(elsewhere, False, NOW - 1_000)]
-    assert registry.others(elsewhere, NOW) == [Projecting(here, True, NOW)]  # (this process: it runs)
+    assert registry.others(here, NOW) == [Projecting(elsewhere, False, NOW - 1_000, None)]
+    assert registry.others(elsewhere, NOW) == [Projecting(here, True, NOW, None)]  # (this process: it runs)
     registry.beat(here, working_set=True, now_ms=NOW + 5_000)  # the same row, moved
     assert [other.beat_ms for other in registry.others(elsewhere, NOW + 5_000)] == [NOW + 5_000]
     assert registry.others(here, NOW - 1_000 + STALE_MS) != []
@@ -46,17 +49,20 @@ def test_a_row_of_this_host_whose_process_died_is_ignored_at_once(database: Data
     assert [other.holder for other in database.projectors.others("", NOW)] == [alive]
 
 
-def test_a_working_set_and_another_projecting_process_refuse_to_start_beside_each_other() -> None:
-    other = Projecting("h:1:x", working_set=False, beat_ms=NOW - 3_000)
-    holding = Projecting("h:2:y", working_set=True, beat_ms=NOW - 1_000)
-    alone = beside_problem([other], working_set=True, now_ms=NOW)
-    assert alone is not None and "another process projects" in alone and "h:1:x, heard from 3 s ago" in alone
-    assert "\n" not in alone and "--working-set" in alone
-    beside = beside_problem([other, holding], working_set=False, now_ms=NOW)
-    assert beside is not None and "a working set projects" in beside and "h:2:y" in beside
-    assert "serve --replica" in beside
-    assert beside_problem([other], working_set=False, now_ms=NOW) is None  # any number of whole states
-    assert beside_problem([], working_set=True, now_ms=NOW) is None
+def test_a_working_set_s_head_moves_with_its_beat_in_the_transaction_of_what_runs_after(database: Database) -> None:
+    registry, holder = database.projectors, new_holder()
+    seen: list[int | None] = []
+
+    def then(conn: sa.Connection) -> None:  # sees the row it was asked after, uncommitted yet
+        seen.append(conn.execute(sa.select(state_projectors.c.head)).scalar_one())
+        raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError, match="rolled back"):
+        registry.beat(holder, working_set=True, now_ms=NOW, head=40, then=then)
+    assert seen == [40] and registry.others("", NOW) == []  # the beat went with what failed after it
+    registry.beat(holder, working_set=True, now_ms=NOW, head=40)
+    registry.beat(holder, working_set=True, now_ms=NOW + 5_000, head=95)
+    assert registry.others("", NOW + 5_000) == [Projecting(holder, True, NOW + 5_000, 95)]
 
 
 def test_a_projector_beats_while_it_runs_idle_or_not_and_ends_at_its_stop(database: Database) -> None:

@@ -24,7 +24,7 @@ from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_start import load_working_set, rows_whole_at
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.records import body_of
-from partbuild.state.store.rows_before import clear_floor
+from partbuild.state.store.row_versions import clear_floor
 
 from golden_log import GOLDEN_LOGS, read_events
 from workingsetkit import assert_same, projected_then_appended, rejections, replayed, w1_events, working_live
@@ -267,25 +267,6 @@ def test_a_saved_working_set_is_not_used_once_the_store_moved_past_it_keeping_no
     assert again.head_seq == len(events)
     Projector(again, database.changes).project()
     assert working_set_digest(restored, database.changes.records) == state_digest(replayed(events))
-
-
-def test_a_working_set_beside_another_folding_process_says_so(
-    database: Database, caplog: pytest.LogCaptureFixture
-) -> None:
-    events = w1_events(1_200)
-    projected_then_appended(database, events[:800], 800)
-    live, working = working_live(database)
-    projector = Projector(live, database.changes)
-    keep_working_set(live, projector, working)
-    assert projector.project() == 800 and projector.spans_lost == 0
-    database.log.append(events[800:])
-    live.catch_up()
-    other = LiveState(database.log, use_snapshots=False)  # a folding `serve` beside it, projecting first
-    assert Projector(other, database.changes).project() == len(events)
-    with caplog.at_level("ERROR", "partbuild.state.store"):
-        assert projector.project() == len(events)
-    assert projector.spans_lost == 1
-    assert "another process folds and projects this database" in caplog.text
 
 
 def test_a_saved_working_set_that_cannot_be_read_is_replayed_over(

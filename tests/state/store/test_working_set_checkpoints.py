@@ -1,4 +1,4 @@
-"""Checkpoints of a working set (state/store/checkpoints.py, state/store/rows_before.py): a start after a crash
+"""Checkpoints of a working set (state/store/checkpoints.py, state/store/row_versions.py): a start after a crash
 loads the newest one and reads each record it left in the rows back as of it, however far the rows moved since,
 and decides as a replay of the whole log would (same rejections, digest and tables once read back)."""
 
@@ -11,12 +11,11 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.snapshot import working_set_format
-from partbuild.state.schema import state_records, state_records_before
+from partbuild.state.schema import state_record_versions
 from partbuild.state.store.checkpoints import checkpoint, keep_working_set
 from partbuild.state.store.cold_start import rows_whole_at
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.records import INSTANCE
-from partbuild.state.store.rows_before import floor, keep_rows_before, row_before, set_floor
+from partbuild.state.store.row_versions import floor
 
 from golden_log import GOLDEN_LOGS, read_events
 from workingsetkit import assert_same, projected_then_appended, rejections, replayed, w1_events, working_live
@@ -43,11 +42,10 @@ def _grow(database: Database, live: LiveState, projector: Projector, events: lis
 
 
 def _copies(database: Database) -> list[tuple[int, str, int]]:
+    """(kind, id, seq) of the rows' versions kept (with no working set live: the floor's alone)."""
+    versions = state_record_versions.c
     with database.changes.records.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(state_records_before.c.kind, state_records_before.c.id, state_records_before.c.seq)
-        )
-        return [tuple(row) for row in rows]
+        return [tuple(row) for row in conn.execute(sa.select(versions.kind, versions.id, versions.seq))]
 
 
 @pytest.mark.usefixtures("settle_often")
@@ -108,23 +106,3 @@ def test_a_checkpoint_the_rows_never_reached_is_passed_over_for_a_replay(
     assert f"not starting from the working set saved at seq {len(events)}" in caplog.text
     Projector(again, database.changes).project()
     assert_same(database, replayed(events), restored)
-
-
-def test_rows_are_copied_once_as_they_were_at_the_floor_and_the_next_floor_clears_them(database: Database) -> None:
-    records = database.changes.records
-
-    def row(key: str, seq: int, body: bytes) -> dict[str, object]:
-        return {"kind": INSTANCE, "id": key, "seq": seq, "body": body, "created": 1, "closed": None}
-
-    with records.engine.begin() as conn:
-        keep_rows_before(conn, [(INSTANCE, "a")])  # no floor: nothing kept, nothing read
-        conn.execute(sa.insert(state_records), [row("a", 5, b"a5"), row("b", 9, b"b9")])
-        set_floor(conn, 7)
-        keep_rows_before(conn, [(INSTANCE, "a"), (INSTANCE, "b"), (INSTANCE, "c"), (9, "a")])
-        assert row_before(conn, INSTANCE, "a") == (5, b"a5")  # as of the floor: kept
-        assert row_before(conn, INSTANCE, "b") is None  # written after the floor: not the checkpoint's
-        conn.execute(sa.update(state_records).where(state_records.c.id == "a").values(seq=8, body=b"a8"))
-        keep_rows_before(conn, [(INSTANCE, "a")])
-        assert row_before(conn, INSTANCE, "a") == (5, b"a5")  # the first copy stays
-        set_floor(conn, 12)
-        assert row_before(conn, INSTANCE, "a") is None and floor(conn) == 12

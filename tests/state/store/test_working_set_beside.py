@@ -1,0 +1,115 @@
+"""A working set beside other processes folding and projecting the same database (state/store/row_versions.py,
+state/store/checkpoints.py): the other one writes the rows past this fold's head; this one reads its cold
+records back as of its own head (from the versions those writes keep), evicts what its rows as of its head
+hold, and decides as a replay of the whole log would (same rejections, digest and tables once read back)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from partbuild.proto.v1 import events_pb2 as pb
+from partbuild.state.database import Database
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import INSTANCE
+from partbuild.state.log.live import LiveState
+from partbuild.state.schema import state_record_versions
+from partbuild.state.store.checkpoints import keep_working_set
+from partbuild.state.store.cold_rows import RowAhead
+from partbuild.state.store.projector import Projector
+
+from golden_log import GOLDEN_LOGS, read_events
+from workingsetkit import Registered, assert_same, projected_then_appended, rejections, replayed, w1_events
+
+NEVER = 10**9
+
+
+def _versions(database: Database) -> int:
+    with database.changes.records.engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(state_record_versions)).scalar_one()
+
+
+class _Ahead:
+    """The process ahead: a whole state, or another working set, projecting first."""
+
+    def __init__(self, database: Database, kind: str) -> None:
+        if kind == "whole state":
+            self.live, self.registered = LiveState(database.log, use_snapshots=False), None
+        else:
+            self.registered = Registered(database)
+            self.live = self.registered.live
+        self.projector = Projector(self.live, database.changes, span=50)
+        if self.registered is not None:
+            keep_working_set(self.live, self.projector, self.registered.working, checkpoint_every=NEVER)
+
+    def fold_and_project(self) -> None:
+        self.live.catch_up()
+        assert self.projector.project() == self.live.head_seq
+        if self.registered is not None:
+            self.registered.beat()
+
+
+@pytest.mark.usefixtures("settle_often")
+@pytest.mark.parametrize("passes", ["around its head", "at each seq it folds to"])
+@pytest.mark.parametrize("ahead", ["whole state", "working set"])
+@pytest.mark.parametrize("name", [log.name for log in GOLDEN_LOGS] + ["w1"])
+def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
+    database: Database, name: str, ahead: str, passes: str
+) -> None:
+    """The other process's passes end around the head of the one behind (it checks what it changed against
+    its rows as of its head), or at each seq it folds to (it reads back while applying the event a pass ended
+    at: as of the seq before)."""
+    events = w1_events(2_400) if name == "w1" else read_events(name)
+    first, step = (800, 97) if name == "w1" else (max(1, len(events) // 3), 3 if passes == "around its head" else 1)
+    projected_then_appended(database, events[:first], first)
+    front = _Ahead(database, ahead)
+    behind = Registered(database)
+    projector = Projector(behind.live, database.changes, span=50)
+    keep_working_set(behind.live, projector, behind.working, checkpoint_every=NEVER)
+    plain, versions_seen = replayed(events[:first]), 0
+    for start in range(first, len(events), step):
+        middle = min(len(events), start + step // 2 if passes == "around its head" else start + step)
+        if middle > start:
+            database.log.append(events[start:middle])
+            _folded(plain, events[start:middle])
+        if passes == "at each seq it folds to":
+            front.fold_and_project()
+        behind.live.catch_up()  # reading back as of its head, the rows ahead of it
+        assert rejections(behind.live.state) == rejections(plain), f"up to seq {plain.head_seq}"
+        if middle < min(len(events), start + step):
+            database.log.append(events[middle : start + step])
+            _folded(plain, events[middle : start + step])
+        front.fold_and_project()  # the rows written past the head of the one behind
+        projector.project()  # behind them: it writes nothing, checks what it changed against its rows, evicts
+        behind.beat()
+        versions_seen = max(versions_seen, _versions(database))
+    behind.live.catch_up()
+    assert rejections(behind.live.state) == rejections(plain)
+    assert projector.project() == len(events)  # at the rows' watermark now: what changed since, drained
+    working = behind.working
+    if name == "w1":  # it evicted, read back and used the versions kept for it all along
+        assert working.faults.evicted[INSTANCE] > 1_000 and working.faults.read_back[INSTANCE] > 0
+        assert versions_seen > 0 and projector.spans_lost > 0
+        assert len(dict.keys(behind.live.state.instances)) < len(plain.instances) // 3
+    assert_same(database, plain, working)
+
+
+def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_used(database: Database) -> None:
+    events = w1_events(1_600)
+    projected_then_appended(database, events[:800], 800)
+    behind = Registered(database)
+    database.projectors.leave(behind.holder)  # (as if its registration went stale)
+    projector = Projector(behind.live, database.changes, span=50)
+    keep_working_set(behind.live, projector, behind.working, checkpoint_every=NEVER)
+    assert sum(behind.working.faults.evicted.values()) > 0
+    front = _Ahead(database, "whole state")
+    database.log.append(events[800:])
+    front.fold_and_project()  # rows rewritten past seq 800, no version kept: nobody asked
+    assert _versions(database) == 0
+    with pytest.raises(RowAhead, match="no version of it as of the head was kept"):
+        behind.live.catch_up()
+
+
+def _folded(plain: BuildState, events: list[pb.Event]) -> None:
+    for event in events:
+        plain.apply(plain.head_seq + 1, event)
