@@ -53,7 +53,7 @@ working_set_option = click.option(
     is_flag=True,
     help="Hold only what decisions need: the rest in the state store's rows, reads answered from the store "
     "(memory bounded by the working set, not the history; its snapshots are the working set, saved every "
-    "--snapshot-every events and at a clean stop). The only process projecting this database.",
+    "--snapshot-every events and at a clean stop). Other processes may fold and project the same database.",
 )
 snapshot_every_option = click.option(
     "--snapshot-every",
@@ -530,6 +530,7 @@ def _exit_3_if_declared_dead() -> Iterator[None]:
 @retain_days_option
 @bucketing_options
 @group_options
+@working_set_option
 def run(
     db_url: str,
     graph_path: str,
@@ -549,6 +550,7 @@ def run(
     group_name: str | None,
     group_buckets: int,
     member_timeout: float,
+    working_set: bool,
 ) -> None:
     """Run the orchestrator: turn wants into job runs on Spark until stopped (SIGTERM/SIGINT).
 
@@ -572,9 +574,14 @@ def run(
             bucketing=bucketing,
             group=group,
         )
+        registration = _Registration(db, working_set)
+        live = _live_state(db, snapshot_every, registration) if working_set else None
+        snapshots = None if live is not None else db.log.snapshots
         orchestrator = Orchestrator(
-            db, graph, warehouse=warehouse, spark=spark, snapshots=db.log.snapshots, settings=settings
+            db, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, live=live, settings=settings
         )
+        # A working set keeps its rows projected, evicting after each pass (another process may too).
+        projector = None if live is None else _projector(live, db, registration, snapshot_every)
 
         def request_stop(signum: signal.Signals) -> None:
             logger.info("%s: finishing the runs in flight", signum.name)
@@ -582,10 +589,16 @@ def run(
             orchestrator.wake()
 
         on_stop_signal(request_stop)
-        if until_idle:
-            _run_until_idle(orchestrator, timeout, stop)
-        else:
-            orchestrator.run(stop)
+        try:
+            if until_idle:
+                _run_until_idle(orchestrator, timeout, stop)
+            else:
+                orchestrator.run(stop)
+        finally:
+            if projector is not None and live is not None:  # after the runs in flight: their outcomes folded
+                projector.stop()
+                _save_the_working_set(live, [projector])
+                live.close()
 
 
 def _lazy_spark(graph: Any, db: Any, master: str | None, conf: dict[str, str], *, shared: bool) -> Any:

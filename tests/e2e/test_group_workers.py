@@ -12,6 +12,7 @@ buckets across each rebalance, and `partbuild group verify` exits 0.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,7 @@ from groupworkerkit import (
     victim_with_a_run,
     wait_for,
 )
+from upkit import partbuild_exe
 from w1kit import finished, want_weeklies
 from w1workerkit import Processes, output, processes
 
@@ -46,14 +48,22 @@ pytestmark = pytest.mark.process
 # both, since its lock is a different mechanism on each (an advisory lock; a file lock).
 @pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_three_workers_build_everything(db: str, clicks_root: Path, tmp_path: Path, spark: Any) -> None:
+    """Two of them hold their working sets (`--working-set`), beside the third holding its whole state: each
+    projects the store and reads its cold records back as of its own fold's head."""
     names = ["a", "b", "c"]
     with processes() as procs:
-        tail = form_group(db, clicks_root, tmp_path, procs, names)
+        options = {"a": ("--working-set",), "b": ("--working-set",)}
+        tail = form_group(db, clicks_root, tmp_path, procs, names, options)
         want_weeklies(db)
         state = finish(tail, procs, names, tmp_path, disturbed=False)
     builders = {e.source.system.worker for e in tail.accepted("job_run_buffer").values()}
     assert len(builders) >= 2, f"one worker built everything: {builders}"
     assert not state.rejections, state.rejections
+    for name in ("a", "b"):  # they evicted, and saved their working sets at their clean stops
+        log = output(tmp_path, name)
+        assert "holding a working set at seq" in log and "saved the working set at seq" in log, log[-3000:]
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 # A member's loss: the paused worker below is one (declared dead by timeout, its run failed as stale and

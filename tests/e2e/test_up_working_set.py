@@ -178,3 +178,25 @@ def test_up_holding_its_working_set_beside_a_folding_server_builds_what_it_is_as
             assert "cannot read its cold records back" not in log.read_text()
     audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_run_holding_its_working_set_builds_until_idle_and_starts_again_from_its_checkpoint(
+    db: str, tmp_path: Path
+) -> None:
+    """`partbuild run --working-set` (a group worker's way): it projects its own rows, evicts after each pass and
+    saves its working set at its stop; the next run loads it and folds only the tail."""
+    (tmp_path / "graph.py").write_text(REPORT_GRAPH)
+    command = [partbuild_exe(), "run", "--db", db, "--graph", str(tmp_path / "graph.py")]
+    command += ["--warehouse", str(tmp_path / "wh"), "--working-set", "--until-idle", "--timeout", "120"]
+    for start, refs in enumerate(([f"report/{n}" for n in range(10)], [f"report/{n}" for n in range(6, 14)])):
+        wanted = subprocess.run([partbuild_exe(), "want", "--db", db, *refs], capture_output=True, text=True)
+        assert wanted.returncode == 0, wanted.stderr
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        said = done.stdout + done.stderr
+        assert done.returncode == 0, said
+        loaded = HELD.search(said)
+        assert loaded is not None and "saved the working set at seq" in said, said
+        assert ("from its checkpoint at seq" in loaded.group(2)) == (start == 1), loaded.group(0)
+        assert f"wants successful {start + 1}" in said, said  # (the summary line)
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr

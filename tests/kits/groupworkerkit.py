@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from partbuild.proto.v1 import events_pb2 as pb
@@ -75,9 +75,9 @@ def task_of(tail: Tail, pid: int) -> str | None:
     return next((task for task in group.members if task.split(":")[1] == str(pid)), None)
 
 
-def start_member(db: str, clicks_root: Path, tmp_path: Path, name: str) -> subprocess.Popen[bytes]:
-    """`partbuild run --group` without --until-idle; output in `<name>.log`."""
-    options = ("--group", GROUP, "--buckets", str(BUCKETS), "--member-timeout", str(MEMBER_TIMEOUT_S))
+def start_member(db: str, clicks_root: Path, tmp_path: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
+    """`partbuild run --group` without --until-idle (`extra`: more options); output in `<name>.log`."""
+    options = ("--group", GROUP, "--buckets", str(BUCKETS), "--member-timeout", str(MEMBER_TIMEOUT_S), *extra)
     return start_orchestrator(db, clicks_root, tmp_path, name, *options)
 
 
@@ -148,10 +148,18 @@ def group_verify(db: str) -> str:
     return done.stdout.strip()
 
 
-def form_group(db: str, clicks_root: Path, tmp_path: Path, procs: Processes, names: list[str]) -> Tail:
-    """Start `names` as group workers; wait until they form one balanced epoch. Returns the log's tail."""
+def form_group(
+    db: str,
+    clicks_root: Path,
+    tmp_path: Path,
+    procs: Processes,
+    names: list[str],
+    options: Mapping[str, tuple[str, ...]] | None = None,
+) -> Tail:
+    """Start `names` as group workers (each with its `options`, if any); wait until they form one balanced
+    epoch. Returns the log's tail."""
     for name in names:
-        procs[name] = start_member(db, clicks_root, tmp_path, name)
+        procs[name] = start_member(db, clicks_root, tmp_path, name, *(options or {}).get(name, ()))
     tail = Tail(db)
     waited = wait_for(tail, "balanced", balanced(tail, [procs[n].pid for n in names]), procs, names, tmp_path)
     print(f"{len(names)} workers formed a balanced group in {waited:.1f} s")
