@@ -29,7 +29,9 @@ class Metrics:
     """One registry per service: append and catch-up latencies, state gauges read at scrape time."""
 
     def __init__(self, live: LiveState | None, db: Database, *, store: StoreReader | None = None) -> None:
-        """The gauges of `live`; a read replica, which has none, those of the state store `store` reads."""
+        """The gauges of `live`; where reads come from the state store `store` reads (a read replica, which has
+        no live state; a working set, whose live state holds its small records but not every instance), the
+        counts are the store's and the small records' gauges the live state's."""
         self.registry = CollectorRegistry()
         self.append_seconds = Histogram(
             "partbuild_append_seconds", "Time to append a batch of events to the log", registry=self.registry
@@ -37,15 +39,17 @@ class Metrics:
         self.catch_up_seconds = Histogram(
             "partbuild_catch_up_seconds", "Time to fold newly appended events (replay latency)", registry=self.registry
         )
-        if live is None:
-            assert store is not None, "a service serves a live state or the state store"
+        if store is not None:
             self.registry.register(_StoreCollector(store))
+        else:
+            assert live is not None, "a service serves a live state or the state store"
+            self.registry.register(_StateCollector(live))
+            self.registry.register(_CheckCollector(live))  # (it walks every run: not a working set's)
+        if live is None:
             return
-        self.registry.register(_StateCollector(live))
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
         self.registry.register(_SubscriptionCollector(live, db))
-        self.registry.register(_CheckCollector(live))
         self.registry.register(_AutomationCollector(live))
 
 

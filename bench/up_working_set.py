@@ -53,7 +53,7 @@ from partbuild.state.store.records import REF, RUN, WANT
 MIB = 1 << 20
 TARGET_BYTES_PER_INSTANCE = (2 << 30) / 10_000_000
 EXECUTABLE = Path(sys.executable).parent / "partbuild"
-MODES = {"whole": [], "working set": ["--working-set"]}
+MODES = {"whole": ["--whole-state"], "working set": ["--working-set"]}
 
 
 @dataclass

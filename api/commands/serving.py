@@ -55,6 +55,15 @@ working_set_option = click.option(
     "(memory bounded by the working set, not the history; its snapshots are the working set, saved every "
     "--snapshot-every events and at a clean stop). Other processes may fold and project the same database.",
 )
+up_working_set_option = click.option(
+    "--working-set/--whole-state",
+    default=True,
+    show_default=True,
+    help="Hold only what decisions need, the rest in the state store's rows, reads answered from the store "
+    "(memory bounded by the working set, not the history; its snapshots are the working set, saved every "
+    "--snapshot-every events and at a clean stop); or the whole state in memory, snapshotted (--whole-state). "
+    "Other processes may fold and project the same database either way.",
+)
 snapshot_every_option = click.option(
     "--snapshot-every",
     type=click.IntRange(min=0),
@@ -257,7 +266,7 @@ class _EarlyStop:
     show_default=True,
     help="Which shards of every webhook subscription this process delivers: all, none, a list (0,2), a part (k/n).",
 )
-@working_set_option
+@up_working_set_option
 def up(
     db_url: str,
     graph_path: str,
@@ -388,7 +397,7 @@ def _projector(live: LiveState, db: Database, registration: _Registration, check
     """The state store's projector of `live`, started, this process said to project while it runs
     (state/ops/projectors.py); a working set's evictions (and its checkpoints, every `checkpoint_every`
     events) follow each of its passes, which come more often (its reads wait for them)."""
-    projector = Projector(live, db.changes)
+    projector = Projector(live, db.changes, writer=registration.holder if live.working is not None else None)
     _say_who_else_projects(db, registration.holder)
     beat = Beat(lambda: registration.beat(live), BEAT_EVERY_S, end=registration.leave)
     if live.working is None:
@@ -562,26 +571,23 @@ def run(
     bucketing = None if group is not None else bucketing_config(bucket_total, bucket_id, round_robin, bucket_ranges)
     graph = read_graph(graph_path)
     stop = threading.Event()
-    with open_database(db_url, must_exist=False) as db, _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
+    with (
+        open_database(db_url, must_exist=False) as db,
+        _worker_exits(),
+        _held_working_set(db, working_set, snapshot_every) as live,
+    ):
         spark = _lazy_spark(graph, db, master, dict(spark_conf), shared=group is not None or bucketing is not None)
         from partbuild.orchestrator.loop import LoopSettings, Orchestrator  # after: a JVM starting early starts
 
+        beats = {"heartbeat_interval_s": heartbeat_interval, "heartbeat_timeout_s": heartbeat_timeout}
+        retention = _retention(retain_days)
         settings = LoopSettings(
-            heartbeat_interval_s=heartbeat_interval,
-            heartbeat_timeout_s=heartbeat_timeout,
-            snapshot_every=snapshot_every,
-            retention=_retention(retain_days),
-            bucketing=bucketing,
-            group=group,
+            snapshot_every=snapshot_every, retention=retention, bucketing=bucketing, group=group, **beats
         )
-        registration = _Registration(db, working_set)
-        live = _live_state(db, snapshot_every, registration) if working_set else None
-        snapshots = None if live is not None else db.log.snapshots
+        snapshots = None if live is not None else db.log.snapshots  # (a working set saves its own)
         orchestrator = Orchestrator(
             db, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, live=live, settings=settings
         )
-        # A working set keeps its rows projected, evicting after each pass (another process may too).
-        projector = None if live is None else _projector(live, db, registration, snapshot_every)
 
         def request_stop(signum: signal.Signals) -> None:
             logger.info("%s: finishing the runs in flight", signum.name)
@@ -589,16 +595,36 @@ def run(
             orchestrator.wake()
 
         on_stop_signal(request_stop)
-        try:
-            if until_idle:
-                _run_until_idle(orchestrator, timeout, stop)
-            else:
-                orchestrator.run(stop)
-        finally:
-            if projector is not None and live is not None:  # after the runs in flight: their outcomes folded
-                projector.stop()
-                _save_the_working_set(live, [projector])
-                live.close()
+        if until_idle:
+            _run_until_idle(orchestrator, timeout, stop)
+        else:
+            orchestrator.run(stop)
+
+
+@contextmanager
+def _worker_exits() -> Iterator[None]:
+    """A worker's exit codes: 2 when its bucket is refused, 3 when its group declares it dead."""
+    with _exit_2_if_the_bucket_is_rejected(), _exit_3_if_declared_dead():
+        yield
+
+
+@contextmanager
+def _held_working_set(db: Database, working_set: bool, checkpoint_every: int) -> Iterator[LiveState | None]:
+    """`run --working-set`'s live state, its projector started (it evicts after each pass; other processes may
+    project too); at the end (after the runs in flight, their outcomes folded) the projector stopped, the
+    working set saved, the state closed. None without --working-set."""
+    if not working_set:
+        yield None
+        return
+    registration = _Registration(db, True)
+    live = _live_state(db, checkpoint_every, registration)
+    projector = _projector(live, db, registration, checkpoint_every)
+    try:
+        yield live
+    finally:
+        projector.stop()
+        _save_the_working_set(live, [projector])
+        live.close()
 
 
 def _lazy_spark(graph: Any, db: Any, master: str | None, conf: dict[str, str], *, shared: bool) -> Any:

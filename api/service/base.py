@@ -77,6 +77,7 @@ class ServiceBase:
         self.graph = graph
         self.clock = clock
         self.on_append = on_append or (lambda: None)
+        self._written = 0  # the last seq this service appended (read-your-writes for a working set's reads)
         self._owns_live = live is None
         self._write_lock = threading.Lock()  # in-process writers take turns
         # The served graph's code version of each job: instances built by another are stale.
@@ -115,7 +116,7 @@ class ServiceBase:
         reader = StoreReader(db.log, db.changes)
         engine = db.changes.records.engine
         self.reads = reader
-        self.metrics = Metrics(None, db, store=reader)
+        self.metrics = Metrics(self._live, db, store=reader)
         self.listing = StoredListing(engine, lambda: reader.head_seq)
         self.stale_index = StoredStaleIndex()
 
@@ -180,6 +181,7 @@ class ServiceBase:
                 except (AppendConflict, WriteLockLost):  # nothing was written: build again on the newer state
                     continue
                 self.metrics.append_seconds.observe(time.perf_counter() - started)
+                self._written = max(self._written, result.last_seq)
                 self.live.catch_up()
                 self.on_append()
                 with self.live.read() as state:
@@ -240,6 +242,8 @@ class ServiceBase:
         """
         if as_of_seq is not None and as_of_seq < 0:
             raise InvalidInput("as_of_seq must not be negative")
+        if self.reads is not self._live and self._written:  # a working set's reads come from the store
+            min_seq = max(min_seq or 0, self._written)  # they see what it wrote, as a whole state's do
         try:
             self.reads.read_at_least(min_seq)
             if as_of_seq is None:

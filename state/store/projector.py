@@ -65,10 +65,15 @@ class Beat:
 class Projector:
     """Projects `live`'s changes into `store`, now (`project`) or in the background (`start`)."""
 
-    def __init__(self, live: LiveState, store: ChangeStore, *, span: int = DEFAULT_SPAN) -> None:
+    def __init__(
+        self, live: LiveState, store: ChangeStore, *, span: int = DEFAULT_SPAN, writer: str | None = None
+    ) -> None:
+        """`writer`: this process's holder in `state_projectors` when it holds a working set (the versions of
+        the rows it replaces are kept for the others only: state/store/row_versions.py)."""
         self.live = live
         self.store = store
         self.span = span
+        self.writer = writer
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,7 +108,8 @@ class Projector:
                     state.touched = touched.after(head, len(state.dropped_changes))
                     changes = changes_of(state, mark, last, drained)
                     dropped = dropped_deltas_between(state, mark, last, drained.dropped_from)
-                    records = RecordPass(rows_of(state, touched_keys(state, drained), mark), whole=self._whole)
+                    rows = rows_of(state, touched_keys(state, drained), mark)
+                    records = RecordPass(rows, whole=self._whole, writer=self.writer)
                 else:  # up to the seq tracking began (first, or behind another projector's mark): scan
                     last = min(head, touched.since, mark + self.span)
                     changes = self._scan_of(state, touched.since).changes(state, mark, last)
@@ -158,7 +164,7 @@ class Projector:
                 if state.touched is None:
                     return  # tracking stopped: what changed during the dump is not known
                 rows = rows_of(state, keys[start : start + DUMP_CHUNK], instance_cells=False)
-            self.store.records.dump(rows)
+            self.store.records.dump(rows, self.writer)
         self._whole = True
         # Every row was just written: a planner that has never seen the tables would read pages of them
         # badly (it guesses a handful of rows, and sorts where an index gives the order).

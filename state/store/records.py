@@ -440,13 +440,14 @@ class RecordPass:
 
     rows: Rows
     whole: bool
+    writer: str | None = None  # the working set writing them, if any (state/store/row_versions.py)
 
 
-def write_rows(conn: Connection, rows: Rows) -> None:
+def write_rows(conn: Connection, rows: Rows, writer: str | None = None) -> None:
     """Write these rows (keeping a newer one already there) and heartbeats (each once), and delete the rows
     of records that are gone, in the caller's transaction (the rows replaced or deleted are first copied where
-    a working set may read as of a seq before them: state/store/row_versions.py)."""
-    keep_versions(conn, [(row[0], row[1], row[2]) for row in rows.rows], rows.gone, rows.at)
+    a working set other than `writer` may read as of a seq before them: state/store/row_versions.py)."""
+    keep_versions(conn, [(row[0], row[1], row[2]) for row in rows.rows], rows.gone, rows.at, writer=writer)
     write_newer_rows(conn, table, rows.rows, "seq")
     delete_keys(conn, table, rows.gone)
     if rows.beats:
@@ -467,7 +468,7 @@ def write_pass(conn: Connection, first: int, last: int, records: RecordPass) -> 
     Nothing, when a newer format owns the rows."""
     if not take_rows(conn):
         return
-    write_rows(conn, records.rows)
+    write_rows(conn, records.rows, records.writer)
     if records.whole or records_watermark(conn) == first:
         move_records_watermark(conn, last)
     prune_versions(conn, last)
@@ -583,12 +584,12 @@ class RecordStore:
         with self.engine.connect() as conn:
             return newer_format(conn)
 
-    def dump(self, rows: Rows) -> None:
-        """Write a chunk of rows outside any pass (`dump`): no watermark moves."""
+    def dump(self, rows: Rows, writer: str | None = None) -> None:
+        """Write a chunk of rows outside any pass (`dump`): no watermark moves (`writer`: as `write_rows`')."""
         with begin_write(self.engine, bounded=True) as conn:
             lock_for_rows(conn)
             if take_rows(conn):
-                write_rows(conn, rows)
+                write_rows(conn, rows, writer)
 
     def analyze(self) -> None:
         """Have PostgreSQL's planner read the tables' statistics again (after every row was written: its

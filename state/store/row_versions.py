@@ -82,14 +82,16 @@ def pruned_bound(conn: Connection) -> int:
     return _named_seq(conn, PRUNED) or 0
 
 
-def least_head(conn: Connection, now_ms: int | None = None) -> int | None:
+def least_head(conn: Connection, now_ms: int | None = None, *, besides: str | None = None) -> int | None:
     """The least head a live working set registered (None: none did), in the caller's transaction; `now_ms`:
-    the wall clock's (milliseconds) by default."""
+    the wall clock's (milliseconds) by default; `besides`: a holder left out."""
     now_ms = wall_clock_ms() if now_ms is None else now_ms
     live = state_projectors.c
     query = sa.select(sa.func.min(live.head)).where(
         live.working_set.is_(True), live.head.is_not(None), live.beat_ms >= now_ms - PROJECTOR_STALE_MS
     )
+    if besides is not None:
+        query = query.where(live.holder != besides)
     found = conn.execute(query).scalar_one_or_none()
     return None if found is None else int(found)
 
@@ -121,9 +123,12 @@ def keep_versions(
     gone: Iterable[tuple[int, str]],
     gone_at: int,
     now_ms: int | None = None,
+    writer: str | None = None,
 ) -> None:
     """Copy the rows these writes replace (`rows`: kind, id and the seq written) or delete (`gone`, at seq
     `gone_at`) where a reader may ask for them (module doc), in the caller's transaction, before it writes.
+    `writer`: the registered holder writing, if any, whose own head does not count (it reads as of its head,
+    never before what it writes itself; a working set alone keeps no versions but its checkpoint's).
     On PostgreSQL the caller holds the changes' watermark row (its compare and set, or `lock_for_rows`), so a
     working set registering meanwhile waits for this transaction (`wait_for_writes`) before its first read."""
     writes: dict[tuple[int, int], list[str]] = {}
@@ -135,7 +140,7 @@ def keep_versions(
             writes.setdefault((kind, gone_at), []).append(key)
     if not writes:
         return
-    least, kept_for = least_head(conn, now_ms), floor(conn)
+    least, kept_for = least_head(conn, now_ms, besides=writer), floor(conn)
     columns = [state_records.c.kind, state_records.c.id, state_records.c.seq, state_records.c.body]
     for (kind, seq), ids in writes.items():
         if least is not None and seq > least:

@@ -67,3 +67,50 @@ def _ok(client: TestClient, path: str, seq: int) -> object:
     answer = client.get(f"/api/v1{path}", params={"as_of_seq": seq})
     assert answer.status_code == 200, (path, answer.text)
     return answer.json()
+
+
+def test_a_working_set_s_service_answers_a_read_after_its_write_without_min_seq(
+    working: tuple[Database, Service],
+) -> None:
+    """As a whole state's does: what it wrote is there at once (the read waits for its projector's pass)."""
+    _, service = working
+    refs = ["agg/daily_clicks/site=s2/date=2026-03-01"]
+    with TestClient(create_app(service)) as client:
+        for n in range(5):
+            written = client.post("/api/v1/wants", json={"refs": refs, "want_id": f"at-once-{n}"})
+            assert written.status_code == 201, written.text
+            answer = client.get(f"/api/v1/wants/at-once-{n}")
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["refs"] == refs
+
+
+def test_a_working_set_s_metrics_count_from_the_store_and_gauge_its_small_records(
+    working: tuple[Database, Service],
+) -> None:
+    """The same gauges as a whole state's over the same log (the counts from the store, the groups', sources',
+    subscriptions' and schedules' from the small records it holds), but the check results' counter (it walks
+    every job run)."""
+    db, service = working
+    with TestClient(create_app(service)) as client:
+        seq = client.post("/api/v1/wants", json={"refs": ["report/1"], "want_id": "m"}).json()["seq"]
+        client.get("/api/v1/wants/m", params={"min_seq": seq})
+        ours = _gauges(client.get("/metrics").text)
+    with TestClient(create_app(Service(db))) as client:
+        theirs = _gauges(client.get("/metrics").text)
+    assert {name for name in theirs if "check_results" not in name} == set(ours)
+    for name in ("partbuild_wants", "partbuild_job_runs", "partbuild_instances", "partbuild_log_head_seq"):
+        assert ours[name] == theirs[name] and ours[name], name
+    assert "partbuild_schedule_last_tick_failed" in ours
+
+
+def _gauges(text: str) -> dict[str, list[str]]:
+    """The samples of each metric family but the latencies' histograms, by family."""
+    families: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE ") and not line.endswith(" histogram"):
+            families[line.split()[2]] = []
+        elif line and not line.startswith("#"):
+            name = line.split("{")[0].split(" ")[0]
+            if name in families:
+                families[name].append(line)
+    return families

@@ -95,6 +95,16 @@ def test_a_live_working_set_s_head_keeps_every_row_replaced_after_it_and_a_stale
     assert reads == {8: None, 10: (9, b"a@9"), 11: (11, b"a@11"), 14: (11, b"a@11"), 19: (15, b"a@15"), 20: None}
 
 
+def test_a_working_set_s_own_writes_keep_no_versions_for_itself_only_for_the_others(conn: Connection) -> None:
+    _register(conn, "h:1:me", 10)
+    _write(conn, "a", 4)
+    keep_versions(conn, [(INSTANCE, "a", 12)], [], 12, now_ms=NOW, writer="h:1:me")  # alone: it reads at >= 12
+    assert _kept(conn) == []
+    _register(conn, "h:2:behind", 8)
+    keep_versions(conn, [(INSTANCE, "a", 12)], [], 12, now_ms=NOW, writer="h:1:me")
+    assert _kept(conn) == [("a", 4, 12)]
+
+
 def test_pruning_drops_what_no_reader_asks_for_and_a_read_before_its_bound_that_finds_nothing_refuses(
     conn: Connection,
 ) -> None:

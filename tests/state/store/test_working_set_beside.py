@@ -38,7 +38,8 @@ class _Ahead:
         else:
             self.registered = Registered(database)
             self.live = self.registered.live
-        self.projector = Projector(self.live, database.changes, span=50)
+        writer = None if self.registered is None else self.registered.holder
+        self.projector = Projector(self.live, database.changes, span=50, writer=writer)
         if self.registered is not None:
             keep_working_set(self.live, self.projector, self.registered.working, checkpoint_every=NEVER)
 
@@ -64,7 +65,7 @@ def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
     projected_then_appended(database, events[:first], first)
     front = _Ahead(database, ahead)
     behind = Registered(database)
-    projector = Projector(behind.live, database.changes, span=50)
+    projector = Projector(behind.live, database.changes, span=50, writer=behind.holder)
     keep_working_set(behind.live, projector, behind.working, checkpoint_every=NEVER)
     plain, versions_seen = replayed(events[:first]), 0
     for start in range(first, len(events), step):
