@@ -1,4 +1,5 @@
-"""`partbuild up --working-set` against `partbuild up`, as real processes on one W1 log, in one run (issue 37).
+"""`partbuild up` holding its working set (the default, `--working-set`) against `partbuild up --whole-state`, as
+real processes on one W1 log, in one run (issue 37).
 
 Builds (or reuses, `--db FILE`) a SQLite W1 log of `--instances` and projects its state store once (what `db
 upgrade` or a first `up` does). Then, for each mode, on a byte-for-byte copy of that file: `up` started twice
