@@ -53,6 +53,12 @@ class ReadBackFailed(RuntimeError):
     never taken for a rejection."""
 
 
+class ReadBackRefused(ReadBackFailed):
+    """The store cannot give this fold a record as it was at its head, and never will (a row written past the
+    head with no version kept of it then; versions pruned past it): folding again does not help, the process
+    must start again (state/store/row_versions.py)."""
+
+
 @dataclass(frozen=True)
 class ColdInstance:
     instance: Instance

@@ -28,7 +28,7 @@ import fasteners
 
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.fold.build_state import BuildState, FoldError
-from partbuild.state.fold.cold import WorkingSet
+from partbuild.state.fold.cold import ReadBackRefused, WorkingSet
 from partbuild.state.fold.history import clock_mark
 from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import Rejection
@@ -188,6 +188,9 @@ class LiveState:
             self.catch_up()
         except FoldError:  # a bug in the fold: the state is half-applied and refuses events; say so once
             logger.exception("the state is broken at seq %d; reads answer as of then", self._state.head_seq)
+            return False
+        except ReadBackRefused as exc:  # a working set that cannot go on: said once, not every tick
+            logger.error("the working set stops folding at seq %d: %s; start it again", self._state.head_seq, exc)
             return False
         except Exception:  # a database hiccup must not kill the reader; the next tick retries
             logger.warning("catching up with the log failed; retrying", exc_info=True)

@@ -18,7 +18,7 @@ from partbuild.state.fold.cold import INSTANCE as COLD_INSTANCE
 from partbuild.state.fold.cold import REF as COLD_REF
 from partbuild.state.fold.cold import RUN as COLD_RUN
 from partbuild.state.fold.cold import WANT as COLD_WANT
-from partbuild.state.fold.cold import ColdInstance, ColdMain, ColdRef, ReadBackFailed
+from partbuild.state.fold.cold import ColdInstance, ColdMain, ColdRef, ReadBackRefused
 from partbuild.state.fold.records import JobRun, Want
 from partbuild.state.store.records import INSTANCE, REF, RUN, WANT, RecordStore, loads
 from partbuild.state.store.row_versions import check_not_pruned, versions_at
@@ -33,7 +33,7 @@ ROW_KIND: Final = {COLD_INSTANCE: INSTANCE, COLD_WANT: WANT, COLD_RUN: RUN, COLD
 _MANY: Final = 500  # rows read to a statement by `many`
 
 
-class RowAhead(ReadBackFailed):
+class RowAhead(ReadBackRefused):
     """A cold record's row was written after the head of the fold reading it back, and no version of it that
     held at the head was kept."""
 

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from partbuild.state.db import insert_ignoring_conflicts
-from partbuild.state.fold.cold import ReadBackFailed
+from partbuild.state.fold.cold import ReadBackRefused
 from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.schema import (
     PROJECTOR_STALE_MS,
@@ -48,7 +48,7 @@ _CHUNK: Final = 500
 versions = state_record_versions
 
 
-class VersionsPruned(ReadBackFailed):
+class VersionsPruned(ReadBackRefused):
     """A record read back as of a seq before the bound its rows' versions were pruned to."""
 
     def __init__(self, at: int, bound: int) -> None:

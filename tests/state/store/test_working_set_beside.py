@@ -5,6 +5,8 @@ hold, and decides as a replay of the whole log would (same rejections, digest an
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import sqlalchemy as sa
 
@@ -95,7 +97,9 @@ def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
     assert_same(database, plain, working)
 
 
-def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_used(database: Database) -> None:
+def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_used(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
     events = w1_events(1_600)
     projected_then_appended(database, events[:800], 800)
     behind = Registered(database)
@@ -109,6 +113,14 @@ def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_us
     assert _versions(database) == 0
     with pytest.raises(RowAhead, match="no version of it as of the head was kept"):
         behind.live.catch_up()
+    head = behind.live.head_seq
+    with caplog.at_level("ERROR", "partbuild"):
+        behind.live.start_tailing(0.01)  # (as `up` tails the log): it stops, said once
+        time.sleep(0.3)
+        behind.live.stop_tailing()
+    said = [record.getMessage() for record in caplog.records if "stops folding" in record.getMessage()]
+    assert len(said) == 1 and f"at seq {head}" in said[0] and "start it again" in said[0], said
+    assert behind.live.head_seq == head
 
 
 def _folded(plain: BuildState, events: list[pb.Event]) -> None:
