@@ -122,7 +122,8 @@ class StoreRows:
         else:
             at = max(self.head(), self.settled_by)
             found, ahead = rows_as_of(conn, self.records, kind, ids, at)
-            for key, seq in ahead.items():
+            if ahead:
+                key, seq = next(iter(ahead.items()))
                 raise RowAhead(key, seq, at)
         if len(found) < len(ids):
             check_not_pruned(conn, at, checkpoint=checkpoint is not None and at == checkpoint.at)
