@@ -408,11 +408,15 @@ def _pg_type(column: sa.Column[Any]) -> str:
     )
 
 
-def upsert(conn: Connection, table: sa.Table, index_elements: list[str], update: list[str]) -> ConflictInsert:
-    """An INSERT into `table` whose rows conflicting on `index_elements` set the `update` columns instead."""
+def upsert(
+    conn: Connection, table: sa.Table, index_elements: list[str], update: list[str], *, only_up: str | None = None
+) -> ConflictInsert:
+    """An INSERT into `table` whose rows conflicting on `index_elements` set the `update` columns instead
+    (`only_up`: only where the row's value of that column is less than the new one's)."""
     statement = _conflict_insert(conn, table)
     changes = {name: statement.excluded[name] for name in update}
-    return statement.on_conflict_do_update(index_elements=index_elements, set_=changes)
+    where = None if only_up is None else table.c[only_up] < statement.excluded[only_up]
+    return statement.on_conflict_do_update(index_elements=index_elements, set_=changes, where=where)
 
 
 def _conflict_insert(conn: Connection, table: sa.Table) -> ConflictInsert:

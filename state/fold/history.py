@@ -222,7 +222,8 @@ def keep_versions(state: BuildState, seq: int, names: tuple[str, ...], only: Any
             versions = kept.get(key)
             if versions is None:
                 kept[key] = [(seq, copy)]
-            elif versions[-1][1] != copy:
+            elif versions[-1][1] != copy and pickle.loads(versions[-1][1]) != records[key]:
+                # (equal values may pickle apart: an equal set of strings iterates in another order)
                 versions.append((seq, copy))
             else:
                 continue

@@ -144,6 +144,15 @@ def decoded(body: bytes) -> tuple[Any, ...]:
     return value
 
 
+def comparable(kind: int, value: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """A row's value (`decoded`, or `row_value`'s) as two processes' are compared: a small record's versions
+    unpickled (each is kept pickled, and two processes pickle an equal set of strings in different orders:
+    their hash seeds differ)."""
+    if kind != VERSION or value is None:
+        return value
+    return tuple((seq, StateUnpickler(io.BytesIO(copy)).load()) for seq, copy in value)
+
+
 def loads(kind: int, body: bytes) -> Any:
     """A row's body, decoded: an instance row is (Instance, packed history, kept fields, check results), a want
     row (Want, cause), a run row (JobRun,), a ref row (canonical UUID, first created seq, kept fields, served

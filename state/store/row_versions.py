@@ -29,7 +29,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from partbuild.state.db import insert_ignoring_conflicts
+from partbuild.state.db import insert_ignoring_conflicts, upsert
 from partbuild.state.fold.cold import ReadBackRefused
 from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.schema import (
@@ -66,10 +66,10 @@ def _named_seq(conn: Connection, name: str) -> int | None:
     return found.scalar_one_or_none()
 
 
-def _set_named_seq(conn: Connection, name: str, seq: int) -> None:
-    moved = conn.execute(sa.update(state_projections).where(state_projections.c.name == name).values(seq=seq))
-    if moved.rowcount != 1:
-        conn.execute(sa.insert(state_projections).values(name=name, seq=seq))
+def _raise_named_seq(conn: Connection, name: str, seq: int) -> None:
+    """Set a named seq to `seq` unless it is there or past it already: one statement, so two working sets
+    saving their first checkpoints at once do not both insert it."""
+    conn.execute(upsert(conn, state_projections, ["name"], ["seq"], only_up="seq").values(name=name, seq=seq))
 
 
 def floor(conn: Connection) -> int | None:
@@ -100,11 +100,8 @@ def set_floor(conn: Connection, seq: int) -> None:
     """Keep the rows as of a checkpoint at `seq` from now on, in the caller's transaction (the floor only moves
     up: a working set behind another saves a checkpoint the next start does not load); the versions kept for
     the floor before are pruned where no live head needs them."""
-    before = floor(conn)
-    if before is not None and before >= seq:
-        return
-    _set_named_seq(conn, FLOOR, seq)
-    _delete_unread(conn, pruned_bound(conn), seq)
+    _raise_named_seq(conn, FLOOR, seq)
+    _delete_unread(conn, pruned_bound(conn), floor(conn))
 
 
 def clear_floor(conn: Connection) -> None:
@@ -165,7 +162,7 @@ def prune_versions(conn: Connection, written_to: int, now_ms: int | None = None)
     bound = least if least is not None else written_to
     if bound > pruned_bound(conn):
         _delete_unread(conn, bound, floor(conn))
-        _set_named_seq(conn, PRUNED, bound)
+        _raise_named_seq(conn, PRUNED, bound)
 
 
 def _delete_unread(conn: Connection, bound: int, kept_for: int | None) -> None:

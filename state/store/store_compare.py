@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from partbuild.state.schema import state_cells, state_changes, state_counts, state_heartbeats, state_want_refs
 from partbuild.state.schema import state_records as records_table
 from partbuild.state.store.changes import ChangeStore
-from partbuild.state.store.records import KIND_NAMES, RecordStore, decoded
+from partbuild.state.store.records import KIND_NAMES, RecordStore, comparable, decoded
 from partbuild.state.store.row_stream import Row, engine_chunks
 
 
@@ -119,7 +119,7 @@ def _record_values(row: Row) -> Row:
     """A record's row (`_RECORD_COLUMNS`) as what it holds: its key, values (decoded: two picklings of equal
     values may differ), created and ended seqs."""
     kind, key, body, created, closed = row
-    return (kind, key, decoded(body), created, closed)
+    return (kind, key, comparable(kind, decoded(body)), created, closed)
 
 
 def _cell_values(row: Row) -> Row:

@@ -53,6 +53,7 @@ from partbuild.state.store.records import (
     beats_of,
     body_of,
     closed_of,
+    comparable,
     created_of,
     decoded,
     kind_counts,
@@ -161,7 +162,7 @@ def record_problems(records: RecordStore, state: BuildState) -> list[str]:
                 if held is None:
                     return [f"the state store holds a row of {_named((kind, key))}, which the replay does not hold"]
                 # The values, not the bytes: two picklings of equal values may differ (equal bytes, equal values).
-                if body != held and decoded(body) != row_value(state, kind, key):
+                if body != held and comparable(kind, decoded(body)) != comparable(kind, row_value(state, kind, key)):
                     return [f"the state store's row of {_named((kind, key))} differs from the replay's record"]
                 if created != created_of(state, kind, key):
                     return [f"the state store's row of {_named((kind, key))} says it was created at seq {created}"]

@@ -13,6 +13,7 @@ from partbuild.state.fold.history import (
     field_at,
     heartbeat_at,
     keep_field,
+    keep_versions,
     run_entries,
     run_entry,
     versions_at,
@@ -122,3 +123,17 @@ def test_instances_retention_dropped_are_still_counted_as_of_the_seqs_they_were_
         for at, event in enumerate(s.events[:seq], 1):
             replayed.apply(at, event)
         assert PastState(s.state, seq, lambda: 0).counts() == replayed.counts(), seq
+
+
+def test_an_equal_value_that_pickles_apart_keeps_no_new_version() -> None:
+    """Two equal values may pickle to other bytes (an equal set of strings iterates in another order in another
+    process; a dict in another insertion order here): a version is kept when the value changed, not its bytes."""
+    state = BuildState()
+    state.groups = {"g": {"a": 1, "b": 2}}
+    keep_versions(state, 1, ("groups",))
+    state.groups["g"] = {"b": 2, "a": 1}  # equal, pickled apart
+    keep_versions(state, 2, ("groups",))
+    assert [seq for seq, _ in state.versions["groups"]["g"]] == [1]
+    state.groups["g"] = {"b": 2, "a": 3}
+    keep_versions(state, 3, ("groups",))
+    assert [seq for seq, _ in state.versions["groups"]["g"]] == [1, 3]

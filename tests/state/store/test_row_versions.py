@@ -5,6 +5,8 @@ a read past it that finds nothing refuses."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from partbuild.state.database import Database
+from partbuild.state.db import begin_write
 from partbuild.state.schema import PROJECTOR_STALE_MS, state_projectors, state_record_versions, state_records
 from partbuild.state.store.records import INSTANCE, VERSION
 from partbuild.state.store.row_versions import (
@@ -127,3 +130,31 @@ def test_pruning_drops_what_no_reader_asks_for_and_a_read_before_its_bound_that_
     assert _kept(conn) == []
     with pytest.raises(VersionsPruned):
         check_not_pruned(conn, 3, checkpoint=True)
+
+
+def test_two_working_sets_saving_their_first_checkpoints_at_once_both_succeed_the_floor_the_newest(
+    database: Database,
+) -> None:
+    """The second waits for the first's transaction (one upsert, not an update then an insert that fails)."""
+    engine = database.changes.records.engine
+    failed: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with begin_write(engine) as conn:
+                set_floor(conn, 20)
+        except BaseException as exc:  # (said to the test below)
+            failed.append(exc)
+
+    with begin_write(engine) as conn:
+        set_floor(conn, 10)
+        racing = threading.Thread(target=second)
+        racing.start()
+        time.sleep(0.3)  # the second is waiting on this transaction now
+    racing.join(timeout=60)
+    assert not racing.is_alive() and failed == []
+    with engine.connect() as conn:
+        assert floor(conn) == 20
+    with begin_write(engine) as conn:
+        set_floor(conn, 15)  # behind it: the floor stays
+        assert floor(conn) == 20

@@ -19,6 +19,7 @@ from partbuild.state.schema import state_record_versions
 from partbuild.state.store.checkpoints import keep_working_set
 from partbuild.state.store.cold_rows import RowAhead
 from partbuild.state.store.projector import Projector
+from partbuild.state.store.verify import store_problems
 
 from golden_log import GOLDEN_LOGS, read_events
 from workingsetkit import Registered, assert_same, projected_then_appended, rejections, replayed, w1_events
@@ -95,6 +96,7 @@ def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
         assert versions_seen > 0 and projector.spans_lost > 0
         assert len(dict.keys(behind.live.state.instances)) < len(plain.instances) // 3
     assert_same(database, plain, working)
+    assert store_problems(database.changes, plain) == []  # the rows the two wrote in turn: as a replay's
 
 
 def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_used(
