@@ -35,42 +35,35 @@ from _common import BATCH, INSTANCES_PER_WEEK, WEEKS_PER_SITE, machine
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.database import Database
+from partbuild.state.database import Database, Registration
 from partbuild.state.log.digest import state_digest
-from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
-from partbuild.state.ops.projectors import new_holder
 from partbuild.state.schema import state_record_versions
 from partbuild.state.store.checkpoints import keep_working_set
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_start import load_working_set
 from partbuild.state.store.projector import Projector
-from partbuild.state.store.row_versions import wait_for_writes
 
 TARGET_RATIO = 1.5
 NEVER = 10**9
 
 
 class Behind:
-    """A working set registered as `up` registers it: its head held before its first read, beaten one behind."""
+    """A working set registered as `up` registers it (`Registration`): its head held before its first read,
+    beaten one behind."""
 
     def __init__(self, db: Database) -> None:
-        self.db, self.holder, self.head = db, new_holder(), 0
-        self.live = LiveState(db.log, load=lambda log, _: load_working_set(log, db.changes, hold=self._hold))
+        self.registration = registration = Registration(db, working_set=True)
+        self.live = LiveState(db.log, load=lambda log, _: load_working_set(log, db.changes, hold=registration.hold))
         assert self.live.working is not None
-        self.projector = Projector(self.live, db.changes, writer=self.holder)
+        self.projector = Projector(self.live, db.changes, writer=registration.holder)
         keep_working_set(self.live, self.projector, self.live.working, checkpoint_every=NEVER)
-
-    def _hold(self, seq: int) -> None:
-        self.head = seq
-        self.db.projectors.beat(self.holder, working_set=True, now_ms=wall_clock_ms(), head=seq, then=wait_for_writes)
 
     def step(self) -> None:
         """A pass while the rows are ahead (it checks what it changed against its rows as of its head, then
         evicts), a beat, then a fold of what the process ahead has projected already (read back as of its head)."""
         self.projector.project()
-        head, self.head = self.head, self.live.state.head_seq
-        self.db.projectors.beat(self.holder, working_set=True, now_ms=wall_clock_ms(), head=head)
+        self.registration.beat(self.live)
         self.live.catch_up()
 
 

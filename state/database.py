@@ -13,19 +13,28 @@ kept here, in tables, so that reads cost their answer.
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.engine import EngineHandle
+from partbuild.state.log.events import wall_clock_ms
+from partbuild.state.log.live import LiveState
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import current_revision
 from partbuild.state.ops.content_digests import ContentDigestStore
 from partbuild.state.ops.deliveries import DeliveryStore
 from partbuild.state.ops.leader_lock import LeaderLock, open_leader_lock
 from partbuild.state.ops.members import MemberStore
-from partbuild.state.ops.projectors import ProjectorRegistry
+from partbuild.state.ops.projectors import BEAT_EVERY_S, ProjectorRegistry, new_holder
 from partbuild.state.ops.run_logs import RunLogStore
 from partbuild.state.ops.tokens import TokenStore
 from partbuild.state.store.changes import ChangeStore
+from partbuild.state.store.row_versions import wait_for_writes
+
+logger = logging.getLogger("partbuild")
 
 
 class Database(EngineHandle):
@@ -54,3 +63,42 @@ class Database(EngineHandle):
     def leader_lock(self, group: str, task_id: str | None = None) -> LeaderLock:
         """The leader lock of worker group `group` for `task_id`, not yet taken (`state.ops.leader_lock`)."""
         return open_leader_lock(self._engine, group, task_id)
+
+
+class Registration:
+    """A process in the registry of those projecting the state store (state/ops/projectors.py). A working set
+    registers the least seq it will read back as of before its first read (`hold`: the writes of rows in
+    flight, which may not have seen it, are waited for) and beats it while it loads; then its projector beats
+    the head its fold had at the beat before, so a read in flight is never before the registered head."""
+
+    def __init__(self, db: Database, working_set: bool) -> None:
+        self.db, self.working_set, self.holder = db, working_set, new_holder()
+        self.head: int | None = None  # what the next beat registers
+        self._loaded = threading.Event()  # the projector beats from now on
+
+    def hold(self, seq: int) -> None:
+        self.head = seq
+        self._say(seq, then=wait_for_writes)
+        threading.Thread(target=self._beat_while_loading, name="partbuild-register", daemon=True).start()
+
+    def _beat_while_loading(self) -> None:
+        while not self._loaded.wait(BEAT_EVERY_S):
+            try:
+                self._say(self.head)
+            except Exception:  # (said again in a beat; a row gone stale makes a read refuse, never decide wrong)
+                logger.warning("could not say this process loads a working set", exc_info=True)
+
+    def beat(self, live: LiveState) -> None:
+        self._loaded.set()
+        head = self.head
+        if self.working_set:
+            self.head = live.state.head_seq
+        self._say(head)
+
+    def _say(self, head: int | None, then: Callable[[Connection], None] | None = None) -> None:
+        now = wall_clock_ms()
+        self.db.projectors.beat(self.holder, working_set=self.working_set, now_ms=now, head=head, then=then)
+
+    def leave(self) -> None:
+        self._loaded.set()
+        self.db.projectors.leave(self.holder)

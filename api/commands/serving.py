@@ -29,16 +29,14 @@ from partbuild.api.commands.signals import on_stop_signal
 from partbuild.api.commands.tokens import insecure_option, refuse_open_access
 from partbuild.orchestrator.retention import RetentionPolicy
 from partbuild.orchestrator.spark_conf import parse_setting
+from partbuild.state.database import Registration
 from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import DEFAULT_SNAPSHOT_EVERY
-from partbuild.state.ops.projectors import BEAT_EVERY_S, new_holder
+from partbuild.state.ops.projectors import BEAT_EVERY_S
 from partbuild.state.store.projector import Beat, Projector
-from partbuild.state.store.row_versions import wait_for_writes
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection
-
     from partbuild.orchestrator.delivery.deliverer import Deliverer, ShardSelector
     from partbuild.state.database import Database
 
@@ -194,7 +192,7 @@ def serve(
             )
         if replica:
             _refuse_an_unprojected_store(db)
-        registration = _Registration(db, working_set)
+        registration = Registration(db, working_set)
         live = _live_state(db, 0, registration) if working_set else None
         # On a hot standby the primary's servers write the snapshots and project the state store (it arrives
         # by replication); this one only reads, and answers writes with a 503 that says where to send them.
@@ -305,7 +303,7 @@ def up(
     with sock, open_database(db_url, must_exist=False) as db:
         refuse_open_access(host, insecure, db)
         # One state for the API and the orchestrator: loaded once, checkpointed once (on start and on stop).
-        registration = _Registration(db, working_set)
+        registration = Registration(db, working_set)
         live = _live_state(db, snapshot_every, registration)
         settings = LoopSettings(retention=_retention(retain_days))
         background = Supervisor(
@@ -341,46 +339,7 @@ def _save_the_working_set(live: LiveState, followers: list[Projector | Deliverer
         save_working_set(live, projector)
 
 
-class _Registration:
-    """This process in the registry of those projecting the state store (state/ops/projectors.py). A working set
-    registers the least seq it will read back as of before its first read (`hold`: the writes of rows in
-    flight, which may not have seen it, are waited for) and beats it while it loads; then its projector beats
-    the head its fold had at the beat before, so a read in flight is never before the registered head."""
-
-    def __init__(self, db: Database, working_set: bool) -> None:
-        self.db, self.working_set, self.holder = db, working_set, new_holder()
-        self.head: int | None = None  # what the next beat registers
-        self._loaded = threading.Event()  # the projector beats from now on
-
-    def hold(self, seq: int) -> None:
-        self.head = seq
-        self._say(seq, then=wait_for_writes)
-        threading.Thread(target=self._beat_while_loading, name="partbuild-register", daemon=True).start()
-
-    def _beat_while_loading(self) -> None:
-        while not self._loaded.wait(BEAT_EVERY_S):
-            try:
-                self._say(self.head)
-            except Exception:  # (said again in a beat; a row gone stale makes a read refuse, never decide wrong)
-                logger.warning("could not say this process loads a working set", exc_info=True)
-
-    def beat(self, live: LiveState) -> None:
-        self._loaded.set()
-        head = self.head
-        if self.working_set:
-            self.head = live.state.head_seq
-        self._say(head)
-
-    def _say(self, head: int | None, then: Callable[[Connection], None] | None = None) -> None:
-        now = wall_clock_ms()
-        self.db.projectors.beat(self.holder, working_set=self.working_set, now_ms=now, head=head, then=then)
-
-    def leave(self) -> None:
-        self._loaded.set()
-        self.db.projectors.leave(self.holder)
-
-
-def _live_state(db: Database, snapshot_every: int, registration: _Registration) -> LiveState:
+def _live_state(db: Database, snapshot_every: int, registration: Registration) -> LiveState:
     """The one state of `up` (or of `serve --working-set`): all of it (snapshotted), or its working set
     (state/store/cold_start.py)."""
     if not registration.working_set:
@@ -393,7 +352,7 @@ def _live_state(db: Database, snapshot_every: int, registration: _Registration) 
     )
 
 
-def _projector(live: LiveState, db: Database, registration: _Registration, checkpoint_every: int) -> Projector:
+def _projector(live: LiveState, db: Database, registration: Registration, checkpoint_every: int) -> Projector:
     """The state store's projector of `live`, started, this process said to project while it runs
     (state/ops/projectors.py); a working set's evictions (and its checkpoints, every `checkpoint_every`
     events) follow each of its passes, which come more often (its reads wait for them)."""
@@ -417,7 +376,7 @@ def _say_who_else_projects(db: Database, holder: str) -> None:
 
 
 def _followers(
-    live: LiveState, db: Database, registration: _Registration, selector: ShardSelector | None, checkpoint_every: int
+    live: LiveState, db: Database, registration: Registration, selector: ShardSelector | None, checkpoint_every: int
 ) -> list[Projector | Deliverer]:
     """What follows the live state beside the API, started: the state store's projector (a working set's
     evictions after each of its passes), webhook delivery."""
@@ -616,7 +575,7 @@ def _held_working_set(db: Database, working_set: bool, checkpoint_every: int) ->
     if not working_set:
         yield None
         return
-    registration = _Registration(db, True)
+    registration = Registration(db, True)
     live = _live_state(db, checkpoint_every, registration)
     projector = _projector(live, db, registration, checkpoint_every)
     try:

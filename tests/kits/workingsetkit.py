@@ -8,13 +8,11 @@ from typing import Any
 
 from partbuild.examples.clicks.simulate import SimulationPlan, simulate
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.database import Database
+from partbuild.state.database import Database, Registration
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.log.digest import state_digest
-from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
-from partbuild.state.ops.projectors import new_holder
 from partbuild.state.store.cold_digest import working_set_digest
 from partbuild.state.store.cold_rows import StoreRows
 from partbuild.state.store.cold_start import load_working_set
@@ -23,7 +21,6 @@ from partbuild.state.store.records import INSTANCE as INSTANCE_ROW
 from partbuild.state.store.records import REF as REF_ROW
 from partbuild.state.store.records import RUN as RUN_ROW
 from partbuild.state.store.records import WANT as WANT_ROW
-from partbuild.state.store.row_versions import wait_for_writes
 
 # The tables a cold record's parts live in, compared whole once every record is read back.
 TABLES = (
@@ -125,24 +122,17 @@ def replayed(events: list[pb.Event]) -> BuildState:
 
 class Registered:
     """A working set's live state registered as one process projecting `database` (state/ops/projectors.py):
-    its head held before its first read, then beaten one beat behind, as `up --working-set` does."""
+    its head held before its first read, then beaten one beat behind, as `up` does (`Registration`)."""
 
     def __init__(self, database: Database) -> None:
-        self.database, self.holder = database, new_holder()
-        self.head: int | None = None
+        self.registration = registration = Registration(database, working_set=True)
+        self.holder = registration.holder
         self.live = LiveState(
-            database.log, load=lambda log, _: load_working_set(log, database.changes, hold=self._hold)
+            database.log, load=lambda log, _: load_working_set(log, database.changes, hold=registration.hold)
         )
         assert self.live.working is not None
         self.working: WorkingSet = self.live.working
 
-    def _hold(self, seq: int) -> None:
-        self.head = seq
-        self.database.projectors.beat(
-            self.holder, working_set=True, now_ms=wall_clock_ms(), head=seq, then=wait_for_writes
-        )
-
     def beat(self) -> None:
         """Register the head the fold had at the beat before."""
-        head, self.head = self.head, self.live.state.head_seq
-        self.database.projectors.beat(self.holder, working_set=True, now_ms=wall_clock_ms(), head=head)
+        self.registration.beat(self.live)
