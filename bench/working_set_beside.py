@@ -41,7 +41,6 @@ from partbuild.state.log.live import LiveState
 from partbuild.state.schema import state_record_versions
 from partbuild.state.store.checkpoints import keep_working_set
 from partbuild.state.store.cold_digest import working_set_digest
-from partbuild.state.store.cold_start import load_working_set
 from partbuild.state.store.projector import Projector
 
 TARGET_RATIO = 1.5
@@ -54,10 +53,10 @@ class Behind:
 
     def __init__(self, db: Database) -> None:
         self.registration = registration = Registration(db, working_set=True)
-        self.live = LiveState(db.log, load=lambda log, _: load_working_set(log, db.changes, hold=registration.hold))
+        self.live = LiveState(db.log, load=registration.load(db.changes))
         assert self.live.working is not None
         self.projector = Projector(self.live, db.changes, writer=registration.holder)
-        keep_working_set(self.live, self.projector, self.live.working, checkpoint_every=NEVER)
+        keep_working_set(self.live, self.projector, checkpoint_every=NEVER)
 
     def step(self) -> None:
         """A pass while the rows are ahead (it checks what it changed against its rows as of its head, then

@@ -39,6 +39,7 @@ from partbuild.orchestrator.decide import (
     plan_run,
     stale_runs,
 )
+from partbuild.orchestrator.errors import first_line
 from partbuild.orchestrator.executor import JobExecutor
 from partbuild.orchestrator.graph import Graph
 from partbuild.orchestrator.group.ownership import GroupOwnership
@@ -52,10 +53,12 @@ from partbuild.orchestrator.rechecks import ChecksRerunner
 from partbuild.orchestrator.retention import RetentionPolicy, retention_event
 from partbuild.orchestrator.run_logs import RUN_LOG_MAX_AGE_MS, RUN_LOG_PRUNE_EVERY_MS, RunLogWriter
 from partbuild.orchestrator.sources.scanner import SourceScanner
+from partbuild.orchestrator.supervisor import StateLoadedAgain
 from partbuild.orchestrator.ticks import Ticker
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import ReadBackRefused
 from partbuild.state.fold.records import InstanceState, JobRunState
 from partbuild.state.log.events import Clock, envelope, wall_clock_ms
 from partbuild.state.log.live import LiveState
@@ -119,6 +122,7 @@ class Orchestrator:
         # The process's one state: shared (`up`: its owner checkpoints it) or our own (snapshotted).
         self._owns_live = live is None
         self.live = live or LiveState(log, use_snapshots=snapshots is not None, snapshot_every=settings.snapshot_every)
+        self._loads = self.live.loads  # the state's load this orchestrator decides on (`step`)
         self._wake = threading.Event()
         # PostgreSQL pushes appends from any process; elsewhere the loop polls every poll_interval_s.
         self._listener = log.append_listener()
@@ -290,7 +294,21 @@ class Orchestrator:
             return instance.uuid, instance.location
 
     def step(self) -> bool:
-        """One round of read, decide, append, act. Returns whether anything happened."""
+        """One round of read, decide, append, act. Returns whether anything happened.
+
+        Raises `StateLoadedAgain` once the live state was loaded again (a working set that could not read a
+        record back, ever: `LiveState.load_again`, here when a decision's read was the one refused)."""
+        loads = self._loads
+        try:
+            busy = self._step()
+        except ReadBackRefused as exc:
+            self.live.load_again(exc, loads=loads)
+            raise StateLoadedAgain(f"the working set was loaded again: {first_line(str(exc))}") from exc
+        if self.live.loads != loads:
+            raise StateLoadedAgain("the working set was loaded again while this orchestrator folded")
+        return busy
+
+    def _step(self) -> bool:
         self._check_member()
         folded = self.catch_up()
         self._stop_runs_the_log_ended()

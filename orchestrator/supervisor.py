@@ -4,7 +4,9 @@ An exception out of the run loop (a bug, a database that went away, a Spark sess
 stop the API, nor leave it taking wants that nobody builds. The supervisor logs it, reports the
 orchestrator degraded (`health`: `/healthz` shows it) and starts a new orchestrator after a backoff
 (1 s, doubling to a minute), which resumes from the log like any restart: what the old one owed (retries,
-reactions, ticks) is in the log. A run that then lasts `HEALTHY_AFTER_S` resets the backoff.
+reactions, ticks) is in the log. A run that then lasts `HEALTHY_AFTER_S` resets the backoff. An orchestrator
+that stops because the working set it decides on was loaded again (`StateLoadedAgain`) did not fail: a new
+one starts at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ logger = logging.getLogger("partbuild")
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 60.0
 HEALTHY_AFTER_S = 60.0  # a run at least this long resets the backoff
+
+
+class StateLoadedAgain(RuntimeError):
+    """The live state was loaded again (a working set that could not fold on: `LiveState.load_again`): what an
+    orchestrator kept of the old one (its helpers' cursors, what they walk) is not of the new one, so it stops,
+    and a new one starts at once, as after a start."""
 
 
 class Runnable(Protocol):
@@ -82,6 +90,8 @@ class Supervisor:
                 self._current = self._make()
                 self._set("running")
                 self._current.run(self.stop)
+            except StateLoadedAgain as exc:  # not a failure: a new one starts at once, on the state loaded again
+                logger.warning("a new orchestrator starts: %s", exc)
             except Exception as exc:  # the API keeps serving; a new orchestrator resumes from the log
                 logger.exception("the orchestrator failed; a new one starts in %.0f s", backoff)
                 with self._lock:

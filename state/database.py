@@ -20,8 +20,11 @@ from collections.abc import Callable
 from sqlalchemy.engine import Connection, Engine
 
 from partbuild.state.engine import EngineHandle
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import WorkingSet
 from partbuild.state.log.events import wall_clock_ms
-from partbuild.state.log.live import LiveState
+from partbuild.state.log.live import LiveState, WorkingSetLoad
+from partbuild.state.log.replay import Progress
 from partbuild.state.log.store import EventLog
 from partbuild.state.migrate import current_revision
 from partbuild.state.ops.content_digests import ContentDigestStore
@@ -68,16 +71,34 @@ class Database(EngineHandle):
 class Registration:
     """A process in the registry of those projecting the state store (state/ops/projectors.py). A working set
     registers the least seq it will read back as of before its first read (`hold`: the writes of rows in
-    flight, which may not have seen it, are waited for) and beats it while it loads; then its projector beats
-    the head its fold had at the beat before, so a read in flight is never before the registered head."""
+    flight, which may not have seen it, are waited for) and beats it while it loads (`load`); then its
+    projector beats the head its fold had at the beat before, so a read in flight is never before the
+    registered head. A working set loaded again (`LiveState.load_again`) holds and beats the same way."""
 
     def __init__(self, db: Database, working_set: bool) -> None:
         self.db, self.working_set, self.holder = db, working_set, new_holder()
         self.head: int | None = None  # what the next beat registers
-        self._loaded = threading.Event()  # the projector beats from now on
+        self._loading = False  # a load in flight: the projector's beats wait for it
+        self._loaded = threading.Event()  # set by the projector's first beat after a load: it beats from now on
+
+    def load(self, store: ChangeStore) -> WorkingSetLoad:
+        """How `LiveState` loads this process's working set from `store`, held as above, at start and again."""
+        from partbuild.state.store.cold_start import load_working_set
+
+        def load(log: EventLog, progress: Progress | None) -> tuple[BuildState, WorkingSet]:
+            try:
+                return load_working_set(log, store, progress=progress, hold=self.hold)
+            finally:
+                # The projector's next beat says the hold and takes over (it then says the old state's head until
+                # the new one replaces it: the new one reads as of its own head, later).
+                self._loading = False
+
+        return load
 
     def hold(self, seq: int) -> None:
         self.head = seq
+        self._loading = True  # from now on, until the load returns, only the load's beats say it
+        self._loaded.clear()
         self._say(seq, then=wait_for_writes)
         threading.Thread(target=self._beat_while_loading, name="partbuild-register", daemon=True).start()
 
@@ -89,6 +110,8 @@ class Registration:
                 logger.warning("could not say this process loads a working set", exc_info=True)
 
     def beat(self, live: LiveState) -> None:
+        if self._loading:
+            return  # a load in flight: it says its hold
         self._loaded.set()
         head = self.head
         if self.working_set:

@@ -73,7 +73,7 @@ STATE_LAYERS = {
     "ops": {"rules", "log", *PLUMBING},
     "store": {"rules", "fold", "log", "queries", *PLUMBING},
     **{module: PLUMBING for module in PLUMBING},
-    "database": {"log", "ops", "store", *PLUMBING},
+    "database": {"fold", "log", "ops", "store", *PLUMBING},
 }
 
 

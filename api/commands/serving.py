@@ -344,12 +344,7 @@ def _live_state(db: Database, snapshot_every: int, registration: Registration) -
     (state/store/cold_start.py)."""
     if not registration.working_set:
         return LiveState(db.log, snapshot_every=snapshot_every)
-    from partbuild.state.store.cold_start import load_working_set
-
-    return LiveState(
-        db.log,
-        load=lambda log, progress: load_working_set(log, db.changes, progress=progress, hold=registration.hold),
-    )
+    return LiveState(db.log, load=registration.load(db.changes))
 
 
 def _projector(live: LiveState, db: Database, registration: Registration, checkpoint_every: int) -> Projector:
@@ -363,7 +358,7 @@ def _projector(live: LiveState, db: Database, registration: Registration, checkp
         return projector.start(beat=beat)
     from partbuild.state.store.checkpoints import keep_working_set
 
-    keep_working_set(live, projector, live.working, checkpoint_every=checkpoint_every)
+    keep_working_set(live, projector, checkpoint_every=checkpoint_every)
     return projector.start(WORKING_SET_GAP_S, beat=beat)
 
 
@@ -544,20 +539,42 @@ def run(
             snapshot_every=snapshot_every, retention=retention, bucketing=bucketing, group=group, **beats
         )
         snapshots = None if live is not None else db.log.snapshots  # (a working set saves its own)
-        orchestrator = Orchestrator(
-            db, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, live=live, settings=settings
+        _orchestrate(
+            lambda: Orchestrator(
+                db, graph, warehouse=warehouse, spark=spark, snapshots=snapshots, live=live, settings=settings
+            ),
+            until_idle,
+            timeout,
+            stop,
         )
 
-        def request_stop(signum: signal.Signals) -> None:
-            logger.info("%s: finishing the runs in flight", signum.name)
-            stop.set()
+
+def _orchestrate(make: Callable[[], Any], until_idle: bool, timeout: float, stop: threading.Event) -> None:
+    """`run`'s orchestrator until stopped (or idle); a new one at once when the working set it decided on was
+    loaded again (`StateLoadedAgain`: orchestrator/supervisor.py)."""
+    from partbuild.orchestrator.supervisor import StateLoadedAgain
+
+    current: list[Any] = []
+
+    def request_stop(signum: signal.Signals) -> None:
+        logger.info("%s: finishing the runs in flight", signum.name)
+        stop.set()
+        for orchestrator in current:
             orchestrator.wake()
 
-        on_stop_signal(request_stop)
-        if until_idle:
-            _run_until_idle(orchestrator, timeout, stop)
-        else:
-            orchestrator.run(stop)
+    on_stop_signal(request_stop)
+    while True:
+        current[:] = [make()]
+        try:
+            if until_idle:
+                _run_until_idle(current[-1], timeout, stop)
+            else:
+                current[-1].run(stop)
+            return
+        except StateLoadedAgain as exc:
+            if until_idle:
+                current[-1].close()  # (`run` closes itself)
+            logger.warning("a new orchestrator starts: %s", exc)
 
 
 @contextmanager

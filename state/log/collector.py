@@ -36,3 +36,9 @@ def settle_loaded_state() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def unsettle_loaded_state() -> None:
+    """Before dropping a state loaded and settled earlier (a working set loaded again): let the collector scan
+    what was frozen again, so the dropped state's cycles are freed by the next `settle_loaded_state`."""
+    gc.unfreeze()

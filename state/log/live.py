@@ -13,6 +13,12 @@ the write lock is taken.
 Reads of the past (`read_as_of`) are answered from the same state's histories
 (state/fold/past.py), under the same read lock: no past state is built, kept
 or replayed. A replay up to a seq is for audits only (`replay.state_as_of`).
+
+A state that holds its working set (state/fold/cold.py) may find a record it cannot read back as of its head,
+ever (`ReadBackRefused`: its registration went stale, so another process rewrote the row and kept no version
+for it). It then loads itself again from the store (`load_again`), as a start would, and folds on: the new
+state replaces the old one under the write lock, and `loads` counts the loads, so that what kept something
+of the old state (a projector's pass, an orchestrator's helpers) knows to start over.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from partbuild.state.fold.cold import ReadBackRefused, WorkingSet
 from partbuild.state.fold.history import clock_mark
 from partbuild.state.fold.past import PastState
 from partbuild.state.fold.records import Rejection
-from partbuild.state.log.collector import settle_loaded_state
+from partbuild.state.log.collector import settle_loaded_state, unsettle_loaded_state
 from partbuild.state.log.replay import LoadReport, Progress, checkpoint, fold_page, load_state
 from partbuild.state.log.store import EventLog
 from partbuild.state.log.tailing import Tailer
@@ -41,6 +47,8 @@ logger = logging.getLogger("partbuild.state")
 
 # Called under the write lock after events were folded: (state, events folded, seconds it took).
 FoldListener = Callable[[BuildState, int, float], None]
+# How a working set is loaded (state/store/cold_start.py): the log, a progress callback.
+WorkingSetLoad = Callable[[EventLog, Progress | None], tuple[BuildState, WorkingSet]]
 
 
 class SeqAfterHead(ValueError):
@@ -76,12 +84,13 @@ class LiveState:
         use_snapshots: bool = True,
         progress: Progress | None = None,
         strict: bool = False,
-        load: Callable[[EventLog, Progress | None], tuple[BuildState, WorkingSet]] | None = None,
+        load: WorkingSetLoad | None = None,
     ) -> None:
         """Load from the newest usable snapshot plus the tail (or, without `use_snapshots`, replay it all).
 
         With `snapshot_every` > 0, checkpoint now and on `close` when that many events past the newest.
-        `load`: how to load the state instead (a working set: state/store/cold_start.py), with no snapshots.
+        `load`: how to load the state instead (a working set: state/store/cold_start.py), with no snapshots;
+        called again when the working set cannot fold on (`load_again`).
         """
         self.log = log
         if load is not None:
@@ -90,6 +99,8 @@ class LiveState:
         self.snapshot_every = snapshot_every if use_snapshots else 0
         # A state that holds its working set: its records gone cold are read back from the store's rows.
         self.working: WorkingSet | None = None
+        self._load = load
+        self.loads = 1  # how many times the state was loaded: 1, then one more at each `load_again`
         if load is None:
             self._state, self.loaded = load_state(log, self.snapshots, progress=progress)
         else:
@@ -164,7 +175,37 @@ class LiveState:
         self._listeners.append(listener)
 
     def catch_up(self) -> int:
-        """Fold whatever was appended since the last catch-up; returns how many events."""
+        """Fold whatever was appended since the last catch-up; returns how many events. A working set that
+        cannot read a record back as of its head, ever, is loaded again first (`load_again`)."""
+        loads = self.loads
+        try:
+            return self._fold_new()
+        except ReadBackRefused as exc:
+            if self._load is None:
+                raise
+            self.load_again(exc, loads=loads)
+            return self._fold_new()
+
+    def load_again(self, why: ReadBackRefused, *, loads: int) -> None:
+        """Replace a working set that cannot fold on (`why`) with one loaded again from the store, unless it was
+        loaded again since the caller's look (`loads`, the count it saw). Not from under `read()`."""
+        assert self._load is not None, "only a working set is loaded again"
+        with self._fold_lock:
+            if self.loads != loads:
+                return  # another thread did, after the same refusal
+            head = self._state.head_seq
+            logger.warning("the working set cannot fold past seq %d (%s): loading it again from the store", head, why)
+            state, working = self._load(self.log, None)
+            unsettle_loaded_state()  # the old state's records may go: frozen, their cycles would stay
+            with self._lock.write_lock():
+                state.strict = self._state.strict
+                working.pins.update(self.working.pins if self.working is not None else {})
+                self._state, self.working = state, working
+                self.loads += 1
+            settle_loaded_state()
+            logger.warning("the working set was loaded again at seq %d (it had stopped at %d)", state.head_seq, head)
+
+    def _fold_new(self) -> int:
         with self._fold_lock:
             folded = 0
             started = time.perf_counter()
@@ -189,8 +230,8 @@ class LiveState:
         except FoldError:  # a bug in the fold: the state is half-applied and refuses events; say so once
             logger.exception("the state is broken at seq %d; reads answer as of then", self._state.head_seq)
             return False
-        except ReadBackRefused as exc:  # a working set that cannot go on: said once, not every tick
-            logger.error("the working set stops folding at seq %d: %s; start it again", self._state.head_seq, exc)
+        except ReadBackRefused as exc:  # a state that cannot go on, and cannot load again: said once
+            logger.error("the state stops folding at seq %d: %s; start it again", self._state.head_seq, exc)
             return False
         except Exception:  # a database hiccup must not kill the reader; the next tick retries
             logger.warning("catching up with the log failed; retrying", exc_info=True)

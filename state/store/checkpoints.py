@@ -20,7 +20,8 @@ import time
 from typing import Final
 
 from partbuild.state.db import begin_write
-from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT, WorkingSet
+from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import INSTANCE, REF, RUN, WANT
 from partbuild.state.log.live import LiveState
 from partbuild.state.log.replay import SNAPSHOTS_KEPT
 from partbuild.state.log.snapshot import WorkingSetSnapshot, working_set_format
@@ -39,9 +40,9 @@ def checkpoint(live: LiveState, projector: Projector, projected: int) -> int | N
     """Evict what the rows hold as of `projected` (their watermark), save the working set at the state's head,
     and keep the rows as they are now for it (called between two passes of `projector`: nothing writes rows
     meanwhile); the seq saved, or None."""
-    working = live.working
-    assert working is not None
     with live.hold() as state:
+        working = live.working
+        assert working is not None
         if state.touched is None or state.touched.since > projected:
             return None
         began = time.perf_counter()
@@ -78,12 +79,10 @@ def save_working_set(live: LiveState, projector: Projector) -> int | None:
         return None
 
 
-def keep_working_set(
-    live: LiveState, projector: Projector, working: WorkingSet, *, checkpoint_every: int = CHECKPOINT_EVERY
-) -> None:
-    """After each pass of `projector`, evict from `live` what its rows now hold (and decisions do not need), and
-    save a checkpoint every `checkpoint_every` events (0: never)."""
-    projector.after_pass.append(_Eviction(live, projector, working, checkpoint_every).after_pass)
+def keep_working_set(live: LiveState, projector: Projector, *, checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+    """After each pass of `projector`, evict from `live`'s working set what its rows now hold (and decisions do
+    not need), and save a checkpoint every `checkpoint_every` events (0: never)."""
+    projector.after_pass.append(_Eviction(live, projector, checkpoint_every).after_pass)
 
 
 _TOUCHED_KINDS: Final = {INSTANCE: "instances", WANT: "wants", RUN: "runs", REF: "refs"}
@@ -92,20 +91,34 @@ _TOUCHED_KINDS: Final = {INSTANCE: "instances", WANT: "wants", RUN: "runs", REF:
 class _Eviction:
     """What `keep_working_set` does after each pass (module doc)."""
 
-    def __init__(self, live: LiveState, projector: Projector, working: WorkingSet, checkpoint_every: int) -> None:
-        self.live, self.projector, self.working = live, projector, working
+    def __init__(self, live: LiveState, projector: Projector, checkpoint_every: int) -> None:
+        self.live, self.projector = live, projector
         self.checkpoint_every = checkpoint_every
+        self._start_over(live.state)
+
+    def _start_over(self, state: BuildState) -> None:
+        """Follow the live state's working set as loaded (at start, or again: `LiveState.load_again`)."""
+        working = self.live.working
+        assert working is not None and working.state is state, "a live state holding its working set"
+        self.working, self.loads = working, self.live.loads
         self.evicted_since = -1  # the `touched.since` of the last eviction: a pass that drained nothing, nothing new
-        self.saved = live.state.head_seq  # (the load's head: from a checkpoint, or no more than a span replayed)
+        self.saved = state.head_seq  # (the load's head: from a checkpoint, or no more than a span replayed)
         # The rows' watermarks seen, ascending: the rows are whole at each. A load that tracks from the start
         # (state/store/cold_start.py) tracks from a seq they are whole at.
-        touched = live.state.touched
+        touched = state.touched
         self.boundaries: list[int] = [] if touched is None else [touched.since]
         self.settled_since: int | None = None  # the `touched.since` a settle left: what it did not touch is as its row
+
+    def _swapped(self, state: BuildState) -> bool:
+        """Whether `state` (the live state, held) is not the one this eviction follows: loaded again since."""
+        return state is not self.working.state
 
     def after_pass(self, _mark: int) -> None:
         written = self.projector.store.records.watermark()  # (read before the head: the rows are whole there)
         with self.live.read() as state:
+            if self._swapped(state):
+                self._start_over(state)
+                return
             head, touched = state.head_seq, state.touched
         if touched is None:
             return
@@ -141,11 +154,12 @@ class _Eviction:
         else:
             with live.hold() as state:
                 touched = state.touched
-                if touched is None or touched.since > projected:
+                if touched is None or touched.since > projected or self._swapped(state):
                     return
                 working.evict(working.evictable(projected=projected, for_decisions=True))
-        touched = live.state.touched
-        self.evicted_since = -1 if touched is None else touched.since
+        with live.read() as state:
+            touched = state.touched
+            self.evicted_since = -1 if touched is None or self._swapped(state) else touched.since
 
     def settle(self, written: int) -> int | None:
         """The records changed since the last look, no longer tracked (evictable) where their rows as of the
@@ -156,7 +170,7 @@ class _Eviction:
         working, records = self.working, self.projector.store.records
         with self.live.hold() as state:
             drained, head = state.touched, state.head_seq
-            if drained is None or head > written:
+            if drained is None or head > written or self._swapped(state):
                 return None
             state.touched = after = drained.after(head, len(state.dropped_changes))
             self.settled_since = head
@@ -173,6 +187,8 @@ class _Eviction:
                 rows[kind], _ = rows_as_of(conn, records, ROW_KIND[kind], keys, head)
         with self.live.hold() as state:
             touched = state.touched
+            if self._swapped(state):
+                return None  # (the state it drained is gone: nothing to track again)
             assert touched is not None
             for kind, keys in checked.items():
                 again = getattr(touched, _TOUCHED_KINDS[kind])

@@ -86,6 +86,7 @@ class Projector:
         self.after_pass: list[Callable[[int], None]] = []
         self.spans_lost = 0  # spans another process wrote: another process folds and projects this database
         self._left_at: int | None = None  # the watermark after this projector's last pass
+        self._loads = live.loads  # the live state's load this projector's own records are of
         live.on_fold(lambda _state, _count, _seconds: self._wake.set())
 
     def project(self) -> int:
@@ -93,9 +94,14 @@ class Projector:
         mark = self.store.watermark()
         if self._left_at is not None and mark > self._left_at:
             self.spans_lost += 1  # moved since this projector's last pass: by another process
+        if self.live.loads != self._loads:
+            self._start_over()
+        loads = self._loads
         while mark < self.live.head_seq or (mark == self.live.head_seq and self._records_behind(mark)):
             drained = records = None
             with self.live.read() as state:
+                if self.live.loads != loads:
+                    break  # loaded again since this pass began: the next pass starts over
                 head = state.head_seq
                 touched = state.touched
                 if touched is None:  # from now on every record the fold changes is tracked
@@ -117,27 +123,34 @@ class Projector:
             try:
                 written = self.store.write(mark, last, changes, self._dropped, dropped, records)
             except BaseException:
-                self._give_back(drained)  # not written: still owed
+                self._give_back(drained, loads)  # not written: still owed
                 raise
             if written:
                 mark = last
                 if records is not None and not self._whole and self._records_behind(mark):
-                    self._dump()  # the records are not whole: make them so, for the next pass to say it
+                    self._dump(loads)  # the records are not whole: make them so, for the next pass to say it
                     if not self._whole:
                         break  # tracking stopped during the dump: the next call starts again
                 continue
             mark = self.store.watermark()  # another projector wrote this span: go on from where it got
             self.spans_lost += 1
-            self._give_back(drained)  # what it drained may still be owed past that mark
+            self._give_back(drained, loads)  # what it drained may still be owed past that mark
         self._left_at = mark
         for after in self.after_pass:
             after(mark)
         return mark
 
-    def _give_back(self, drained: Touched | None) -> None:
+    def _start_over(self) -> None:
+        """The live state was loaded again (`LiveState.load_again`): project it as a start's projector would
+        (it tracks what it touches from its load's head; what it holds was not written by this projector)."""
+        self._loads = self.live.loads
+        self._whole = False
+        self._scan = None
+
+    def _give_back(self, drained: Touched | None, loads: int) -> None:
         if drained is not None:
             with self.live.read() as state:
-                if state.touched is not None:
+                if state.touched is not None and self.live.loads == loads:  # (not into a state loaded since)
                     state.touched.absorb(drained)
 
     def _scan_of(self, state: BuildState, until: int) -> ChangeScan:
@@ -154,15 +167,17 @@ class Projector:
         records = self.store.records
         return records.watermark() != mark and not records.newer_format()
 
-    def _dump(self) -> None:
-        """Write the row of every record the live state holds, `DUMP_CHUNK` at a time; what changes meanwhile
-        is tracked, and written by the passes."""
+    def _dump(self, loads: int) -> None:
+        """Write the row of every record the live state (its load `loads`) holds, `DUMP_CHUNK` at a time; what
+        changes meanwhile is tracked, and written by the passes."""
         with self.live.read() as state:
+            if self.live.loads != loads:
+                return
             keys = all_keys(state)
         for start in range(0, len(keys), DUMP_CHUNK):
             with self.live.read() as state:
-                if state.touched is None:
-                    return  # tracking stopped: what changed during the dump is not known
+                if state.touched is None or self.live.loads != loads:
+                    return  # tracking stopped (or another state): what changed during the dump is not known
                 rows = rows_of(state, keys[start : start + DUMP_CHUNK], instance_cells=False)
             self.store.records.dump(rows, self.writer)
         self._whole = True

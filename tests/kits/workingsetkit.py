@@ -127,9 +127,7 @@ class Registered:
     def __init__(self, database: Database) -> None:
         self.registration = registration = Registration(database, working_set=True)
         self.holder = registration.holder
-        self.live = LiveState(
-            database.log, load=lambda log, _: load_working_set(log, database.changes, hold=registration.hold)
-        )
+        self.live = LiveState(database.log, load=registration.load(database.changes))
         assert self.live.working is not None
         self.working: WorkingSet = self.live.working
 

@@ -64,7 +64,7 @@ def test_a_working_set_loads_bounded_then_stays_bounded_keeping_what_decisions_n
     loaded = len(dict.keys(live.state.instances))
     assert sum(working.faults.evicted.values()) > 0 and loaded < len(full.instances) // 3
     projector = Projector(live, database.changes, span=50)
-    keep_working_set(live, projector, working)
+    keep_working_set(live, projector)
     plain = replayed(events[:2_000])
     for start in range(2_000, len(events), 250):
         chunk = events[start : start + 250]
@@ -223,7 +223,7 @@ def test_a_clean_stop_saves_the_working_set_and_the_next_start_folds_only_the_ta
     projected_then_appended(database, events[:1_600], 1_200)
     live, working = working_live(database)
     projector = Projector(live, database.changes)
-    keep_working_set(live, projector, working)
+    keep_working_set(live, projector)
     first = replayed(events[:1_600])
     for uuid in [uuid for uuid in first.instances if not dict.__contains__(live.state.instances, uuid)][::5]:
         assert live.state.instances[uuid].uuid == uuid  # read back: at the end of the dict's order

@@ -182,7 +182,7 @@ def test_while_the_changes_run_ahead_of_the_rows_reads_are_as_of_the_rows_waterm
     database.log.append(events[middle:])
     late = LiveState(database.log)  # folded to the head before its projector's first pass
     projector = Projector(late, database.changes)
-    monkeypatch.setattr(projector, "_dump", lambda: None)  # stopped before its records are written
+    monkeypatch.setattr(projector, "_dump", lambda _loads: None)  # stopped before its records are written
     projector.project()
     assert database.changes.watermark() == len(events) and database.changes.records.watermark() == middle
     replayed = BuildState()

@@ -5,8 +5,6 @@ hold, and decides as a replay of the whole log would (same rejections, digest an
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import sqlalchemy as sa
 
@@ -14,10 +12,10 @@ from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.cold import INSTANCE
+from partbuild.state.log.events import wall_clock_ms
 from partbuild.state.log.live import LiveState
 from partbuild.state.schema import state_record_versions
 from partbuild.state.store.checkpoints import keep_working_set
-from partbuild.state.store.cold_rows import RowAhead
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.verify import store_problems
 
@@ -44,7 +42,7 @@ class _Ahead:
         writer = None if self.registered is None else self.registered.holder
         self.projector = Projector(self.live, database.changes, span=50, writer=writer)
         if self.registered is not None:
-            keep_working_set(self.live, self.projector, self.registered.working, checkpoint_every=NEVER)
+            keep_working_set(self.live, self.projector, checkpoint_every=NEVER)
 
     def fold_and_project(self) -> None:
         self.live.catch_up()
@@ -69,7 +67,7 @@ def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
     front = _Ahead(database, ahead)
     behind = Registered(database)
     projector = Projector(behind.live, database.changes, span=50, writer=behind.holder)
-    keep_working_set(behind.live, projector, behind.working, checkpoint_every=NEVER)
+    keep_working_set(behind.live, projector, checkpoint_every=NEVER)
     plain, versions_seen = replayed(events[:first]), 0
     for start in range(first, len(events), step):
         middle = min(len(events), start + step // 2 if passes == "around its head" else start + step)
@@ -99,30 +97,46 @@ def test_a_working_set_behind_another_projecting_process_decides_as_a_replay(
     assert store_problems(database.changes, plain) == []  # the rows the two wrote in turn: as a replay's
 
 
-def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_not_used(
+def test_without_a_registered_head_a_row_written_past_the_fold_is_refused_then_the_working_set_loads_again(
     database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
-    events = w1_events(1_600)
+    """Its registration gone stale, the one behind finds a row rewritten past its head with no version kept: it
+    never uses it; it loads itself again from the rows (whole at the other's head) and folds on, then projects
+    and evicts as a start would, and decides as a replay."""
+    events = w1_events(2_000)
     projected_then_appended(database, events[:800], 800)
     behind = Registered(database)
     database.projectors.leave(behind.holder)  # (as if its registration went stale)
-    projector = Projector(behind.live, database.changes, span=50)
-    keep_working_set(behind.live, projector, behind.working, checkpoint_every=NEVER)
+    projector = Projector(behind.live, database.changes, span=50, writer=behind.holder)
+    keep_working_set(behind.live, projector, checkpoint_every=NEVER)
     assert sum(behind.working.faults.evicted.values()) > 0
     front = _Ahead(database, "whole state")
-    database.log.append(events[800:])
+    database.log.append(events[800:1_400])
     front.fold_and_project()  # rows rewritten past seq 800, no version kept: nobody asked
     assert _versions(database) == 0
-    with pytest.raises(RowAhead, match="no version of it as of the head was kept"):
-        behind.live.catch_up()
-    head = behind.live.head_seq
-    with caplog.at_level("ERROR", "partbuild"):
-        behind.live.start_tailing(0.01)  # (as `up` tails the log): it stops, said once
-        time.sleep(0.3)
-        behind.live.stop_tailing()
-    said = [record.getMessage() for record in caplog.records if "stops folding" in record.getMessage()]
-    assert len(said) == 1 and f"at seq {head}" in said[0] and "start it again" in said[0], said
-    assert behind.live.head_seq == head
+    database.log.append(events[1_400:1_600])
+    old_state = behind.live.state
+    with caplog.at_level("WARNING", "partbuild"):
+        behind.live.catch_up()  # refused on a row rewritten past its head; loaded again at the rows' seq 1,400
+    said = [record.getMessage() for record in caplog.records if "loading it again" in record.getMessage()]
+    stopped = old_state.head_seq  # (the old state as it was when refused: never past the event it met)
+    assert len(said) == 1 and f"cannot fold past seq {stopped} " in said[0], said
+    assert 800 <= stopped < 1_400 and "no version of it as of the head was kept" in said[0]
+    assert behind.live.loads == 2 and behind.live.state is not old_state and behind.live.head_seq == 1_600
+    assert behind.live.working is not None and behind.live.working.state is behind.live.state
+    evicted_by_the_load = sum(behind.live.working.faults.evicted.values())
+    plain = replayed(events[:1_600])
+    assert rejections(behind.live.state) == rejections(plain)
+    registered = {other.holder: other.head for other in database.projectors.others("", wall_clock_ms())}
+    assert registered[behind.holder] == 1_400  # registered again before the load's first read: the rows' seq
+    assert projector.project() == 1_600  # the passes start over on the state loaded again
+    database.log.append(events[1_600:])
+    behind.live.catch_up()
+    assert projector.project() == len(events) and behind.live.loads == 2
+    working = behind.live.working
+    assert sum(working.faults.evicted.values()) > evicted_by_the_load  # its eviction goes on, on the new one
+    assert_same(database, replayed(events), working)
+    assert store_problems(database.changes, replayed(events)) == []
 
 
 def _folded(plain: BuildState, events: list[pb.Event]) -> None:

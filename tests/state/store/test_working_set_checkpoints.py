@@ -26,9 +26,9 @@ NEVER = 10**9
 def _running(database: Database, events: list[pb.Event], every: int = NEVER) -> tuple[LiveState, Projector]:
     """A working set's live state loaded from `events` (a third of them projected first), its projector passed."""
     projected_then_appended(database, events, max(1, len(events) // 3))
-    live, working = working_live(database)
+    live, _ = working_live(database)
     projector = Projector(live, database.changes, span=50)
-    keep_working_set(live, projector, working, checkpoint_every=every)
+    keep_working_set(live, projector, checkpoint_every=every)
     assert projector.project() == live.head_seq
     return live, projector
 
