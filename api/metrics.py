@@ -47,6 +47,8 @@ class Metrics:
             self.registry.register(_CheckCollector(live))  # (it walks every run: not a working set's)
         if live is None:
             return
+        if live.working is not None:
+            self.registry.register(_WorkingSetCollector(live))
         self.registry.register(_GroupCollector(live))
         self.registry.register(_SourceCollector(live))
         self.registry.register(_SubscriptionCollector(live, db))
@@ -94,6 +96,28 @@ class _StoreCollector(Collector):
         self.store.catch_up()
         head = self.store.head_seq
         yield from _state_gauges(self.store.store.counts(head) or {}, head)
+
+
+class _WorkingSetCollector(Collector):
+    """A working set's size (records held in memory, and gone cold to the store's rows) and how many times it
+    was loaded again (it could not read a record back as of its head: `LiveState.load_again`)."""
+
+    def __init__(self, live: LiveState) -> None:
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        with self.live.read():
+            working, loads = self.live.working, self.live.loads
+            held, cold = working.sizes() if working is not None else (0, 0)
+        records = GaugeMetricFamily(
+            "partbuild_working_set_records", "Records of the working set's kinds, by where they are", labels=["where"]
+        )
+        records.add_metric(["memory"], held)
+        records.add_metric(["store"], cold)
+        yield records
+        again = CounterMetricFamily("partbuild_working_set_loaded_again", "Times the working set was loaded again")
+        again.add_metric([], loads - 1)
+        yield again
 
 
 class _AutomationCollector(Collector):

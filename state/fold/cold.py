@@ -379,6 +379,12 @@ class WorkingSet:
             return dict.__contains__(getattr(state, self.TABLES[kind][0]), key)
         return any(dict.__contains__(getattr(state, name), key) for name in self.TABLES[REF])
 
+    def sizes(self) -> tuple[int, int]:
+        """(records held in memory, keys that went cold to the store's rows), over the kinds that go cold."""
+        state = self.state
+        held = sum(len(dict.keys(getattr(state, names[0]))) for names in self.TABLES.values())
+        return held, sum(len(keys) for keys in self.keys.values())
+
     # ----------------------------------------------------------------- faults
 
     def _peek(self, kind: str, keys: list[str]) -> dict[str, Any]:

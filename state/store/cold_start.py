@@ -105,8 +105,7 @@ def _stop_reading_as_of_checkpoint(working: WorkingSet) -> None:
 
 def _say_held(working: WorkingSet, how: str) -> None:
     state = working.state
-    cold = sum(len(keys) for keys in working.keys.values())
-    held = sum(len(dict.keys(getattr(state, names[0]))) for names in WorkingSet.TABLES.values())
+    held, cold = working.sizes()
     logger.info(
         "holding a working set at seq %d%s: %d records in memory, %d in the store's rows",
         state.head_seq,

@@ -32,7 +32,7 @@ def working(tmp_path: Path) -> Iterator[tuple[Database, Service]]:
         live = LiveState(db.log, load=lambda log, progress: load_working_set(log, db.changes))
         assert live.working is not None and sum(live.working.faults.evicted.values()) > 0
         projector = Projector(live, db.changes)
-        keep_working_set(live, projector, live.working)
+        keep_working_set(live, projector)
         projector.start(0.02)
         try:
             yield db, Service(db, live=live)
@@ -89,7 +89,7 @@ def test_a_working_set_s_metrics_count_from_the_store_and_gauge_its_small_record
 ) -> None:
     """The same gauges as a whole state's over the same log (the counts from the store, the groups', sources',
     subscriptions' and schedules' from the small records it holds), but the check results' counter (it walks
-    every job run)."""
+    every job run); and its own: its records in memory and in the store, the times it was loaded again."""
     db, service = working
     with TestClient(create_app(service)) as client:
         seq = client.post("/api/v1/wants", json={"refs": ["report/1"], "want_id": "m"}).json()["seq"]
@@ -97,7 +97,17 @@ def test_a_working_set_s_metrics_count_from_the_store_and_gauge_its_small_record
         ours = _gauges(client.get("/metrics").text)
     with TestClient(create_app(Service(db))) as client:
         theirs = _gauges(client.get("/metrics").text)
-    assert {name for name in theirs if "check_results" not in name} == set(ours)
+    working = {"partbuild_working_set_records", "partbuild_working_set_loaded_again_total"}  # a working set's only
+    assert {name for name in theirs if "check_results" not in name} == set(ours) - working
+    live = service.live
+    assert live.working is not None
+    held, cold = live.working.sizes()
+    assert held > 0 and cold > 0  # (it evicted at its load)
+    assert ours["partbuild_working_set_records"] == [
+        f'partbuild_working_set_records{{where="memory"}} {held:.1f}',
+        f'partbuild_working_set_records{{where="store"}} {cold:.1f}',
+    ]
+    assert ours["partbuild_working_set_loaded_again_total"] == ["partbuild_working_set_loaded_again_total 0.0"]
     for name in ("partbuild_wants", "partbuild_job_runs", "partbuild_instances", "partbuild_log_head_seq"):
         assert ours[name] == theirs[name] and ours[name], name
     assert "partbuild_schedule_last_tick_failed" in ours

@@ -8,11 +8,15 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+
+from partbuild.state.schema import PROJECTOR_STALE_MS
 
 from upkit import REPORT_GRAPH, ApiProcess, free_port, partbuild_exe, started, wait_healthy
 from waitkit import wait_for
@@ -151,12 +155,7 @@ def test_up_holding_its_working_set_beside_a_folding_server_builds_what_it_is_as
     server are built by `up`, whose fold reads its cold records back as of its own head while the server writes
     the rows past it; killed and started again beside it, nothing is lost; the audit finds the store whole."""
     with ExitStack() as stack:
-        port = free_port()
-        serve_log = tmp_path / "serve.log"
-        serving = stack.enter_context(started([partbuild_exe(), "serve", "--db", db, "--port", str(port)], serve_log))
-        server = ApiProcess()
-        server.url = f"http://127.0.0.1:{port}"
-        wait_healthy(server.url, serving, 60, serve_log)
+        server, serving, serve_log = _folding_server(db, tmp_path, stack)
         up = Up(db, tmp_path, stack, "--snapshot-every", "20").start()
         assert "another process projects this database's state store" in up.log.read_text()
         seq = server.want([f"report/{n}" for n in range(10)], "first")
@@ -200,3 +199,64 @@ def test_run_holding_its_working_set_builds_until_idle_and_starts_again_from_its
         assert f"wants successful {start + 1}" in said, said  # (the summary line)
     audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_up_paused_past_its_registration_loads_its_working_set_again_and_builds_on(db: str, tmp_path: Path) -> None:
+    """`up` (its working set) stopped by SIGSTOP for longer than a registration lives, beside a `serve` that
+    folds and projects: meanwhile partitions `up` left cold are tainted and wanted again there, and their rows
+    rewritten with no version kept for it. Continued, `up` cannot read them back as of its head: it loads its
+    working set again from the store, its orchestrator starts again on it, and it builds them; the audit
+    finds the store whole."""
+    with ExitStack() as stack:
+        server, serving, _ = _folding_server(db, tmp_path, stack)
+        up = Up(db, tmp_path, stack).start()
+        seq = server.want([f"report/{n}" for n in range(8)], "first")
+        wait_for("built", lambda: server.get("/wants/first", min_seq=seq)["state"] == "successful", 120)
+        wait_for("gone cold", lambda: _working_set(up)['records{where="store"}'] >= 16, 60)  # 8 instances, refs
+        assert up.process is not None
+        up.process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep((PROJECTOR_STALE_MS + 2_000) / 1000)  # its registration goes stale
+            for n in (1, 2):
+                tainted = subprocess.run(
+                    [partbuild_exe(), "taint", "--server", server.url, f"report/{n}", "--only-this-ref"],
+                    capture_output=True,
+                    text=True,
+                )
+                assert tainted.returncode == 0, tainted.stdout + tainted.stderr
+            seq = server.want(["report/1", "report/2", "report/9"], "again")
+            time.sleep(3)  # the server's projector rewrites their rows (passes every second)
+        finally:
+            up.process.send_signal(signal.SIGCONT)
+        wait_for("built again", lambda: server.get("/wants/again", min_seq=seq)["state"] == "successful", 120)
+        said = up.log.read_text()
+        assert "loading it again from the store" in said and "a new orchestrator starts" in said, said
+        assert httpx.get(f"{up.url}/healthz", timeout=30).json()["status"] == "ok"
+        assert _working_set(up)["loaded_again_total"] == 1
+        head = server.get("/counts")["seq"]
+        assert up.get("/counts", min_seq=head)["instances"] == server.get("/counts")["instances"]
+        for process in (up.process, serving):
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+    audit = subprocess.run([partbuild_exe(), "replay", "--db", db, "--verify"], capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def _working_set(up: Up) -> dict[str, float]:
+    """`up`'s working-set samples in /metrics, by name after `partbuild_working_set_`."""
+    text = httpx.get(f"{up.url}/metrics", timeout=30).text
+    prefix = "partbuild_working_set_"
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(prefix))
+    return {name.removeprefix(prefix): float(value) for name, value in samples}
+
+
+def _folding_server(db: str, folder: Path, stack: ExitStack) -> tuple[ApiProcess, subprocess.Popen[bytes], Path]:
+    """A `serve` of `db` that folds the log and projects the store (its whole state), healthy: what to ask it,
+    its process, its log."""
+    port = free_port()
+    log = folder / "serve.log"
+    process = stack.enter_context(started([partbuild_exe(), "serve", "--db", db, "--port", str(port)], log))
+    server = ApiProcess()
+    server.url = f"http://127.0.0.1:{port}"
+    wait_healthy(server.url, process, 60, log)
+    return server, process, log
