@@ -92,6 +92,9 @@ def database(db_url: str) -> Iterator[Database]:
     """A Database on `db_url`, schema migrated to head."""
     with Database.open(db_url, auto_upgrade=True) as db:
         yield db
+        kit = sys.modules.get("workingsetkit")
+        if kit is not None:
+            kit.leave_all()
 
 
 @pytest.fixture

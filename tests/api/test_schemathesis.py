@@ -35,6 +35,11 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
+
+# `from_url` imports the OpenAPI loader lazily, and pytest rewrites schemathesis' modules as it imports them
+# (`ast.parse`): in a test, with the server's threads running, CPython 3.11.7 may then raise "AST constructor
+# recursion depth mismatch" (python/cpython#106905, fixed in 3.11.8), so they are imported here, at collection.
+import schemathesis.specs.openapi.schemas
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
 

@@ -126,6 +126,7 @@ class Registered:
 
     def __init__(self, database: Database) -> None:
         self.registration = registration = Registration(database, working_set=True)
+        _REGISTERED.append(registration)
         self.holder = registration.holder
         self.live = LiveState(database.log, load=registration.load(database.changes))
         assert self.live.working is not None
@@ -134,3 +135,14 @@ class Registered:
     def beat(self) -> None:
         """Register the head the fold had at the beat before."""
         self.registration.beat(self.live)
+
+
+# Left at the end of each test that opened a database (tests/conftest.py `database`): a registration whose
+# projector never beats keeps beating for its load in a thread, which must not outlive its test.
+_REGISTERED: list[Registration] = []
+
+
+def leave_all() -> None:
+    """Every registration made since the last call leaves (its loading beats stop)."""
+    while _REGISTERED:
+        _REGISTERED.pop().leave()
