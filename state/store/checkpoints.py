@@ -100,7 +100,7 @@ class _Eviction:
         """Follow the live state's working set as loaded (at start, or again: `LiveState.load_again`)."""
         working = self.live.working
         assert working is not None and working.state is state, "a live state holding its working set"
-        self.working, self.loads = working, self.live.loads
+        self.working = working
         self.evicted_since = -1  # the `touched.since` of the last eviction: a pass that drained nothing, nothing new
         self.saved = state.head_seq  # (the load's head: from a checkpoint, or no more than a span replayed)
         # The rows' watermarks seen, ascending: the rows are whole at each. A load that tracks from the start

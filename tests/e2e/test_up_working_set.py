@@ -201,12 +201,16 @@ def test_run_holding_its_working_set_builds_until_idle_and_starts_again_from_its
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
-def test_up_paused_past_its_registration_loads_its_working_set_again_and_builds_on(db: str, tmp_path: Path) -> None:
+def test_up_paused_past_its_registration_loads_its_working_set_again_and_builds_on(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     """`up` (its working set) stopped by SIGSTOP for longer than a registration lives, beside a `serve` that
     folds and projects: meanwhile partitions `up` left cold are tainted and wanted again there, and their rows
     rewritten with no version kept for it. Continued, `up` cannot read them back as of its head: it loads its
     working set again from the store, its orchestrator starts again on it, and it builds them; the audit
-    finds the store whole."""
+    finds the store whole. On SQLite only (it waits out a registration, 30 s): PostgreSQL's side is the
+    in-process tests' (tests/state/store/test_working_set_beside.py, tests/orchestrator)."""
+    db = sqlite_url
     with ExitStack() as stack:
         server, serving, _ = _folding_server(db, tmp_path, stack)
         up = Up(db, tmp_path, stack).start()
