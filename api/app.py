@@ -26,6 +26,7 @@ from partbuild.api.routes import PROBLEM_JSON, resource_routers
 from partbuild.api.service import Service
 from partbuild.api.web import add_web_ui
 from partbuild.state.db import DatabaseReadOnly, refused_as_read_only
+from partbuild.state.fold.cold import ReadBackFailed
 from partbuild.state.log.store import WriteNotDone
 from partbuild.state.store.reader import ReadReplica, StoreBehind, StoreNotReady
 
@@ -144,6 +145,11 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         # A read replica whose state store has not reached the seq asked for yet: it will (Retry-After).
         return problem(503, str(exc), {"Retry-After": "1"})
 
+    async def read_back_failed(_: Request, exc: Exception) -> JSONResponse:
+        # A working set's check of a write could not read a record back: nothing written; the cause logged only.
+        logger.warning("a write's check could not read a record back: %s", exc)
+        return problem(503, "the state store could not be read to check this write; try again", {"Retry-After": "1"})
+
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         if refused_as_read_only(exc):  # a write outside the log's (a session, a token's use) on a standby
             return await read_only(request, exc)
@@ -159,6 +165,7 @@ def _add_error_handlers(app: FastAPI, routes: list[BaseRoute]) -> None:
         ReadReplica: replica_write,
         StoreBehind: store_behind,
         StoreNotReady: store_behind,
+        ReadBackFailed: read_back_failed,
         Exception: unexpected,
     }
     for error, handler in handlers.items():

@@ -48,6 +48,15 @@ class Conflict(ApiError):
     title = "Conflict"
 
 
+class NotFoldedYet(ApiError):
+    """A write appended to the log that the state could not fold yet (a working set could not read a record
+    back from the state store): it is written, and the fold decides on it once it can; read it back later."""
+
+    status = 503
+    title = "Service Unavailable"
+    headers: ClassVar[dict[str, str]] = {"Retry-After": "1"}
+
+
 class Gone(ApiError, LookupError):
     """A read of the past that needs what retention dropped (its history went with it)."""
 

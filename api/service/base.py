@@ -14,6 +14,7 @@ of the same list gave out; any other cursor is a 404, like an unknown id.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from typing import Any
 from google.protobuf.message import Message
 from prometheus_client import CollectorRegistry
 
-from partbuild.api.errors import Conflict, Gone, InvalidInput, NotFound
+from partbuild.api.errors import Conflict, Gone, InvalidInput, NotFoldedYet, NotFound
 from partbuild.api.metrics import Metrics
 from partbuild.api.models.common import MAX_PAGE, CancelRequest
 from partbuild.orchestrator.graph import Graph, GraphError, Job
@@ -31,6 +32,7 @@ from partbuild.orchestrator.supervisor import Health
 from partbuild.proto.v1 import events_pb2 as pb
 from partbuild.state.database import Database
 from partbuild.state.fold.build_state import BuildState
+from partbuild.state.fold.cold import ReadBackFailed
 from partbuild.state.fold.past import HistoryDropped, PastState
 from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.fold.view import StateReads, StateView
@@ -41,6 +43,8 @@ from partbuild.state.queries.listing import Listing, ListingIndex
 from partbuild.state.queries.staleness import StaleIndex
 from partbuild.state.store.listing import StoredListing, StoredStaleIndex
 from partbuild.state.store.reader import ReadReplica, StoreReader
+
+logger = logging.getLogger("partbuild.api")
 
 MAX_WRITE_ATTEMPTS = 20
 
@@ -182,7 +186,15 @@ class ServiceBase:
                     continue
                 self.metrics.append_seconds.observe(time.perf_counter() - started)
                 self._written = max(self._written, result.last_seq)
-                self.live.catch_up()
+                try:
+                    self.live.catch_up()
+                except ReadBackFailed as exc:  # written: the fold decides once it reads its records back
+                    logger.warning("seqs %d-%d written, not folded yet: %s", result.first_seq, result.last_seq, exc)
+                    self.on_append()
+                    raise NotFoldedYet(
+                        f"written at seq {result.last_seq}, but not folded yet (the state store could not be read): "
+                        f"read it back with min_seq={result.last_seq}"
+                    ) from None
                 self.on_append()
                 with self.live.read() as state:
                     reason = state.rejection_between(result.first_seq, result.last_seq)

@@ -8,16 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from partbuild.api.app import create_app
 from partbuild.api.service import Service
 from partbuild.state.database import Database
+from partbuild.state.fold.cold import REF
 from partbuild.state.log.live import LiveState
 from partbuild.state.store.checkpoints import keep_working_set
 from partbuild.state.store.cold_start import load_working_set
 from partbuild.state.store.projector import Projector
 from partbuild.state.store.reader import StoreReader
+from partbuild.state.store.records import REF as REF_ROW
 
 from timetravelkit import SMALL_PLAN, w1_history
 
@@ -124,3 +127,41 @@ def _gauges(text: str) -> dict[str, list[str]]:
             if name in families:
                 families[name].append(line)
     return families
+
+
+def test_a_write_the_working_set_cannot_read_back_for_is_a_503_that_says_whether_it_was_written(
+    working: tuple[Database, Service],
+) -> None:
+    """The store's rows unreadable for a moment (their table renamed away), of a ref the working set left cold:
+    a taint, whose check reads it, is answered 503 with Retry-After and nothing is appended; a want, appended
+    (its check needs no record) but not folded (the fold reads the ref), is answered 503 saying it was written
+    and at which seq, and is there to read once the rows are back. The causes are logged, never answered."""
+    db, service = working
+    live = service.live
+    assert live.working is not None
+    rows = db.changes.records.all_rows()
+    cold = next(key for kind, key, *_ in rows if kind == REF_ROW and not live.working.is_held(REF, key))
+    engine = db.changes.records.engine
+    with TestClient(create_app(service)) as client:
+        head = db.log.head()
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE state_records RENAME TO state_records_away"))
+        try:
+            tainted = client.post("/api/v1/partitions/taint", json={"ref": cold, "reason": "bad"})
+            after_taint = db.log.head()
+            wanted = client.post("/api/v1/wants", json={"refs": [cold], "want_id": "later"})
+        finally:
+            with engine.begin() as conn:
+                conn.execute(sa.text("ALTER TABLE state_records_away RENAME TO state_records"))
+        assert tainted.status_code == 503 and tainted.headers["Retry-After"] == "1", tainted.text
+        assert tainted.json()["detail"] == "the state store could not be read to check this write; try again"
+        assert after_taint == head  # nothing written
+        assert wanted.status_code == 503 and wanted.headers["Retry-After"] == "1", wanted.text
+        written = db.log.head()
+        assert written == head + 1
+        assert wanted.json()["detail"] == (
+            f"written at seq {written}, but not folded yet (the state store could not be read): "
+            f"read it back with min_seq={written}"
+        )
+        assert "state_records" not in tainted.text + wanted.text
+        assert client.get("/api/v1/wants/later", params={"min_seq": written}).json()["refs"] == [cold]
