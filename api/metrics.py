@@ -108,7 +108,8 @@ class _WorkingSetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.live.read():
             working, loads = self.live.working, self.live.loads
-            held, cold = working.sizes() if working is not None else (0, 0)
+            assert working is not None  # (registered for a working set, which stays one when loaded again)
+            held, cold = working.sizes()
         records = GaugeMetricFamily(
             "partbuild_working_set_records", "Records of the working set's kinds, by where they are", labels=["where"]
         )

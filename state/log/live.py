@@ -189,7 +189,7 @@ class LiveState:
     def load_again(self, why: ReadBackRefused, *, loads: int) -> None:
         """Replace a working set that cannot fold on (`why`) with one loaded again from the store, unless it was
         loaded again since the caller's look (`loads`, the count it saw). Not from under `read()`."""
-        assert self._load is not None, "only a working set is loaded again"
+        assert self._load is not None and self.working is not None, "only a working set is loaded again"
         with self._fold_lock:
             if self.loads != loads:
                 return  # another thread did, after the same refusal
@@ -199,7 +199,7 @@ class LiveState:
             unsettle_loaded_state()  # the old state's records may go: frozen, their cycles would stay
             with self._lock.write_lock():
                 state.strict = self._state.strict
-                working.pins.update(self.working.pins if self.working is not None else {})
+                working.pins.update(self.working.pins)
                 self._state, self.working = state, working
                 self.loads += 1
             settle_loaded_state()
