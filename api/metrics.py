@@ -6,8 +6,6 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from itertools import islice
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,9 +17,8 @@ from partbuild.state.fold.build_state import BuildState
 from partbuild.state.fold.group import FENCE_REJECTION_KINDS, fence_rejection_kind
 from partbuild.state.fold.reaction_notes import ReactionRow, reaction_key, split_reaction_key
 from partbuild.state.fold.reactions import KIND_NAMES
-from partbuild.state.fold.records import ACTIVE_RUN_STATES, InstanceState, JobRun, JobRunState, WantState
+from partbuild.state.fold.records import InstanceState, JobRunState, WantState
 from partbuild.state.log.live import LiveState
-from partbuild.state.rules.check_results import check_result_name
 from partbuild.state.store.reader import StoreReader
 
 
@@ -44,9 +41,9 @@ class Metrics:
         else:
             assert live is not None, "a service serves a live state or the state store"
             self.registry.register(_StateCollector(live))
-            self.registry.register(_CheckCollector(live))  # (it walks every run: not a working set's)
         if live is None:
             return
+        self.registry.register(_CheckCollector(live))
         if live.working is not None:
             self.registry.register(_WorkingSetCollector(live))
         self.registry.register(_GroupCollector(live))
@@ -206,97 +203,25 @@ class _GroupCollector(Collector):
         yield from (members, epochs, unowned, rejected)
 
 
-CheckKey = tuple[str, str, str]  # (job, check, result)
-
-
 class _CheckCollector(Collector):
-    """Quality check results by job, check and result (passed, warning, failed, errored), from the folded outcomes
-    and the checks run again on Live instances (`ChecksRerun`).
-
-    Counted once per job-run outcome and once per answered checks request, incrementally: each scrape
-    takes the runs and requests created since the last one (both tables keep creation order and never
-    drop an entry) and counts a run's checks when it has ended, a request's when it was answered;
-    the others wait for a later scrape. An ended run or an answered request never changes, so nothing
-    is counted twice, and a restarted process counts the same from its replay.
-    """
+    """Quality check results by job, check and result (passed, warning, failed, errored), recorded by job-run
+    outcomes and by the checks run again on Live instances (`ChecksRerun`): the fold's tally
+    (`BuildState.check_totals`), kept whole or working set alike, so a restarted process counts the same."""
 
     def __init__(self, live: LiveState) -> None:
         self.live = live
-        self._lock = threading.Lock()
-        self._counted: weakref.ref[BuildState] | None = None  # the state whose runs were counted
-        self._runs_seen = 0
-        self._pending: dict[str, None] = {}  # runs seen before they ended, oldest first
-        self._requests_seen = 0
-        self._pending_requests: dict[str, None] = {}  # checks requests seen before they were answered
-        self._totals: Counter[CheckKey] = Counter()
-
-    def _count(self, state: BuildState) -> dict[CheckKey, int]:
-        with self._lock:
-            runs, requests = state.job_runs, state.check_requests
-            if (
-                self._counted is None
-                or self._counted() is not state
-                or len(runs) < self._runs_seen
-                or len(requests) < self._requests_seen
-            ):
-                self._counted, self._runs_seen, self._pending, self._totals = weakref.ref(state), 0, {}, Counter()
-                self._requests_seen, self._pending_requests = 0, {}
-            self._runs_seen = _take_new(runs, self._runs_seen, self._pending)
-            self._requests_seen = _take_new(requests, self._requests_seen, self._pending_requests)
-            for run_id in list(self._pending):
-                run = runs[run_id]
-                if run.state not in ACTIVE_RUN_STATES:
-                    del self._pending[run_id]
-                    self._totals.update(_outcome_checks(state, run))
-            for request_id in list(self._pending_requests):
-                uuid, _, answered_seq = requests[request_id]
-                if answered_seq:
-                    del self._pending_requests[request_id]
-                    self._totals.update(_rerun_checks(state, uuid, answered_seq))
-            return dict(self._totals)
 
     def collect(self) -> Iterator[Metric]:
         with self.live.read() as state:
-            totals = self._count(state)
+            totals = sorted(state.check_totals.items())
         family = CounterMetricFamily(
             "partbuild_check_results",
             "Quality check results recorded by job-run outcomes and checks run again, by job, check and result",
             labels=["job", "check", "result"],
         )
-        for (job, check, result), count in sorted(totals.items()):
+        for (job, check, result), count in totals:
             family.add_metric([job, check, result], count)
         yield family
-
-
-def _take_new(table: dict[str, Any], seen: int, pending: dict[str, None]) -> int:
-    """Add the keys created since `seen` entries to `pending` (dicts keep creation order); returns the new count."""
-    new = len(table) - seen
-    if new > 0:
-        pending.update(dict.fromkeys(reversed(list(islice(reversed(table), new)))))
-    return len(table)
-
-
-def _rerun_checks(state: BuildState, uuid: str, answered_seq: int) -> Iterator[CheckKey]:
-    """(job, check, result) of each check a ChecksRerun recorded on an instance (none if it skipped)."""
-    instance = state.instances.get(uuid)
-    run = state.job_runs.get(instance.built_by) if instance is not None and instance.built_by else None
-    if run is None:  # retention dropped the instance: nothing left to say which job it was
-        return
-    for seq, rows in state.check_results.get(uuid, ()):
-        if seq == answered_seq:
-            for name, passed, blocking, errored, *_ in rows:
-                yield run.job_label, name, check_result_name(passed, blocking, errored)
-
-
-def _outcome_checks(state: BuildState, run: JobRun) -> Iterator[CheckKey]:
-    """(job, check, result) of each check an ended run's outcome recorded (the entries at its outcome's seq)."""
-    if run.state not in (JobRunState.SUCCEEDED, JobRunState.FAILED):
-        return
-    for uuid in run.instance_uuids:
-        for seq, rows in state.check_results.get(uuid, ()):
-            if seq == run.updated_seq:
-                for name, passed, blocking, errored, *_ in rows:
-                    yield run.job_label, name, check_result_name(passed, blocking, errored)
 
 
 class _SourceCollector(Collector):

@@ -24,7 +24,7 @@ from typing import ClassVar
 from google.protobuf.message import DecodeError
 
 from partbuild.proto.v1 import events_pb2 as pb
-from partbuild.state.fold.checks import CheckEntry
+from partbuild.state.fold.checks import CheckEntry, CheckTotals
 from partbuild.state.fold.cold import ReadBackFailed
 from partbuild.state.fold.history import CLOCK_MARK_EVERY, mark_clock
 from partbuild.state.fold.layout import (
@@ -131,6 +131,7 @@ class BuildState:
         Lookup(("run_fences",)),  # since 2026-11-30: an index of active runs that older logs never read
         Items(("reaction_pending", "reaction_cursors")),  # since issue 35: empty in every older log
         Lookup(("reactions",)),  # per reaction, from its firings: older logs' ReactionFired must not change digests
+        Lookup(("check_totals",)),  # a tally for /metrics (since 2026-12-01): older logs' digests must not change
     )
     # A slot per declared attribute: a state has exactly LAYOUT's attributes, and `state.x` (a dozen per
     # event in replay) is a slot read. As a plain instance CPython 3.11 keeps at most 30 attributes inline;
@@ -170,6 +171,7 @@ class BuildState:
         self.subscriptions: dict[str, Subscription] = {}
         # instance UUID -> the results of the checks each outcome ran on it, oldest first (state/fold/checks.py).
         self.check_results: dict[str, tuple[CheckEntry, ...]] = {}
+        self.check_totals: CheckTotals = {}  # (job, check, result) -> results since the log began (`/metrics`)
         # checks request id -> (instance UUID, requested seq, answered seq or 0); the pending ones (fold/rechecks.py)
         self.check_requests: dict[str, CheckRequest] = {}
         self.pending_check_requests: dict[str, None] = {}

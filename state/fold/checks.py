@@ -38,6 +38,8 @@ CheckRow = (
 CheckEntry = tuple[int, tuple[CheckRow, ...]]
 # What an outcome records: (instance UUID, its results), in the event's order.
 ChecksPlan = tuple[tuple[str, tuple[CheckRow, ...]], ...]
+# (job, check, result) -> how many results of it were recorded since the log began (`BuildState.check_totals`).
+CheckTotals = dict[tuple[str, str, CheckResultName], int]
 
 NO_CHECKS: ChecksPlan = ()
 
@@ -109,13 +111,17 @@ def gate_problem(required: Sequence[str], plan: ChecksPlan, outputs: Iterable[st
     return None
 
 
-def record_checks(state: BuildState, seq: int, plan: ChecksPlan) -> None:
-    """The apply phase's part: one entry per checked instance."""
-    table, touched = state.check_results, state.touched
+def record_checks(state: BuildState, seq: int, plan: ChecksPlan, job_label: str) -> None:
+    """The apply phase's part: one entry per checked instance, each result tallied under `job_label` (the job
+    whose run checked it: an outcome's run, or the run that built a rechecked instance)."""
+    table, touched, totals = state.check_results, state.touched, state.check_totals
     for uuid, rows in plan:
         table[uuid] = (*table.get(uuid, ()), (seq, rows))
         if touched is not None:  # a recheck's results change no state: the instance's row needs them
             touched.instances.add(uuid)
+        for row in rows:
+            key = (job_label, row[0], check_result_name(row[1], row[2], row[3]))
+            totals[key] = totals.get(key, 0) + 1
 
 
 def latest_checks(entries: tuple[CheckEntry, ...]) -> CheckEntry | None:

@@ -316,7 +316,7 @@ def apply_job_run_success(state: BuildState, seq: int, plan: SuccessPlan, event:
     run, built, run_inputs, outputs, checks, failed = plan
     _move_run(state, run, JobRunState.SUCCEEDED, seq, event)
     if checks:
-        record_checks(state, seq, checks)
+        record_checks(state, seq, checks, run.job_label)
     run.inputs = run_inputs[0]
     run_id = run.job_run_id
     if failed:
@@ -421,7 +421,7 @@ def apply_job_run_failure(state: BuildState, seq: int, plan: FailurePlan, event:
     permanent = msg.error_class == _PERMANENT and not msg.split  # a batch-mate's error fails no output for good
     _move_run(state, run, JobRunState.FAILED, seq, event)
     if checks:
-        record_checks(state, seq, checks)
+        record_checks(state, seq, checks, run.job_label)
     run.error_class = "permanent" if permanent else "retryable"
     run.error_message = msg.message
     run.retry_after_ms = msg.retry_after_ms

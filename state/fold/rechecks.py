@@ -108,7 +108,9 @@ def apply_checks_rerun(state: BuildState, seq: int, plan: RerunPlan, event: pb.E
     if state.touched is not None:
         state.touched.check_requests.add(request_id)
     if rows is not None:
-        record_checks(state, seq, ((uuid, rows),))
+        built_by = state.instances[uuid].built_by  # a request's instance has one (`check_checks_request`)
+        run = state.job_runs.get(built_by) if built_by is not None else None
+        record_checks(state, seq, ((uuid, rows),), run.job_label if run is not None else "")
 
 
 def requests_of(requests: Mapping[str, CheckRequest], uuid: str) -> list[tuple[str, CheckRequest]]:

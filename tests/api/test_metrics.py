@@ -122,3 +122,26 @@ def test_checks_run_again_are_counted_once_each_when_answered(tmp_path: Path) ->
         expected = {("d", "rows_nonzero", "passed"): 1.0, ("d", "rows_nonzero", "failed"): 1.0}
         assert _check_counts(service) == expected
         assert _check_counts(service) == expected  # scraped again: nothing counted twice
+
+
+def test_check_results_stay_counted_after_retention_drops_the_instances_they_were_recorded_on(
+    tmp_path: Path,
+) -> None:
+    """A counter never goes back: the fold keeps the tally, so a process started after retention dropped a
+    checked instance (and its results) counts what one started before it counted."""
+    url = f"sqlite:///{tmp_path / 'pb.db'}"
+    with Database.open(url) as db:
+        service = Service(db)
+        service.log.append(check_events())
+        service.refresh()
+        counted = _check_counts(service)
+        d1 = service.state.canonical["d/1"]
+        assert service.state.check_results[d1] and counted[("d", "url_not_null", "warning")] == 1.0
+        taint = pb.PartitionTaint(partition_ref="d/1", reason="rewritten", instance_uuid=d1)
+        tainted = service.log.append([envelope(taint)]).last_seq
+        service.log.append([envelope(pb.InstanceRetention(drop_superseded_before_seq=tainted + 1))])
+        service.refresh()
+        assert d1 not in service.state.instances and d1 not in service.state.check_results
+        assert _check_counts(service) == counted
+    with Database.open(url) as db:
+        assert _check_counts(Service(db)) == counted
