@@ -631,6 +631,13 @@ class RecordStore:
             found.update((key, seq) for key, seq in _ROW_SEQS.all(conn, ids[start : start + 500], kind=kind))
         return found
 
+    def ids_between(self, conn: Connection, kind: int, low: str, high: str) -> list[str]:
+        """The ids of the rows of `kind` from `low` to `high` (both included; the keys of fixed width whose
+        order is their code points'), in `conn`'s transaction: one index range."""
+        ident = table.c.id.collate("C") if conn.dialect.name == "postgresql" else table.c.id
+        query = sa.select(table.c.id).where(table.c.kind == kind, ident >= low, ident <= high)
+        return list(conn.execute(query).scalars())
+
     def ids(self, conn: Connection, kind: int, prefix: str = "") -> Iterator[str]:
         """The ids of every row of `kind` that start with `prefix`, in `conn`'s transaction (an index range)."""
         query = sa.select(table.c.id).where(table.c.kind == kind)

@@ -151,6 +151,12 @@ class _Fields(Mapping[str, tuple[object, ...]]):
         raise TypeError("kept fields are read by key, not counted")
 
 
+_KEPT_CLOCKS: Final = 10_000  # the clocks of this many seqs kept at most (each read as of a seq needs one)
+
+# The kinds whose point read also reads what a read of them goes on to read (`StoredRecords.prefetch`).
+_FOLLOWED: Final = frozenset((REF, INSTANCE))
+
+
 class StoredRecords:
     """The records as of the store's watermark (`head_seq`), read from its rows: see the module docstring."""
 
@@ -177,6 +183,7 @@ class StoredRecords:
         self.run_heartbeats: Mapping[str, bytearray] = _Beats(self)
         self._walked: dict[int, list[str]] = {}
         self._beats: dict[str, bytearray] = {}
+        self._clocks: dict[int, int] = {}  # seq -> the log's clock as of it
 
     @property
     def _conn(self) -> Connection:
@@ -203,6 +210,9 @@ class StoredRecords:
         """The decoded body of one row (None: there is none), read once per key."""
         found = self._decoded.get((kind, key), self)
         if found is self:
+            if kind in _FOLLOWED:  # what a read of it reads next comes in the same go
+                self.prefetch(kind, (key,))
+                return self._decoded[(kind, key)]
             row = self._records.rows(self._conn, [(kind, key)]).get((kind, key))
             found = self._decoded[(kind, key)] = None if row is None else loads(kind, row[1])
         return found
@@ -223,20 +233,39 @@ class StoredRecords:
     def prefetch(self, kind: int, keys: Iterable[str]) -> None:
         """Read the rows of these keys not read yet, 500 a statement (a grid's refs, a page's records): the
         lookups that follow find them decoded, where one at a time each would be a statement of its own. A
-        ref's canonical instance comes with it, a job run's heartbeats with it."""
-        missing = [(kind, key) for key in keys if (kind, key) not in self._decoded]
+        ref's canonical instance comes with it; an instance's job runs and its consumers (with their builders)
+        with it, as its rebuild as of a seq reads them all (`instance_at`); a job run's heartbeats with it."""
+        keys = list(keys)
+        missing = self._read(kind, keys)
+        if kind == REF:
+            uuids = [body[0] for key in missing if (body := self._decoded[key]) is not None and body[0] is not None]
+            self.prefetch(INSTANCE, uuids)
+        elif kind == INSTANCE:
+            self._read_what_instances_name(missing)
+        elif kind == RUN:
+            runs = list(dict.fromkeys(key for key in keys if key not in self._beats))
+            if runs:
+                self._beats.update(self._records.beats_of_runs(self._conn, runs))
+
+    def _read(self, kind: int, keys: Iterable[str]) -> list[Key]:
+        """Read and decode the rows of these keys not read yet; the keys read now."""
+        missing = list(dict.fromkeys((kind, key) for key in keys if (kind, key) not in self._decoded))
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
             found = self._records.rows(self._conn, chunk)
             for key in chunk:
                 row = found.get(key)
                 self._decoded[key] = None if row is None else loads(kind, row[1])
-        if kind == REF:
-            uuids = (body[0] for key in missing if (body := self._decoded[key]) is not None and body[0] is not None)
-            self.prefetch(INSTANCE, list(uuids))
-        elif kind == RUN:
-            runs = [key for _, key in missing if key not in self._beats]
-            self._beats.update(self._records.beats_of_runs(self._conn, runs))
+        return missing
+
+    def _read_what_instances_name(self, read: list[Key]) -> None:
+        """The rows of the instances' consumers, then of their runs and the consumers' builders, two statements
+        (or a few, 500 keys a statement) for them all."""
+        instances = [body[0] for key in read if (body := self._decoded[key]) is not None]
+        consumers = [uuid for instance in instances for uuid in instance.consumers or ()]
+        self._read(INSTANCE, consumers)
+        builders = (body[0].built_by for uuid in consumers if (body := self._decoded[(INSTANCE, uuid)]) is not None)
+        self._read(RUN, [*(run_id for instance in instances for run_id in instance.attempts), *filter(None, builders)])
 
     def walk(self, kind: int) -> list[str]:
         """The keys of every row of `kind`, each row read and decoded once: records in creation order (created
@@ -343,9 +372,22 @@ class StoredRecords:
             found = self._beats[run_id] = self._records.beats(self._conn, run_id)
         return found
 
-    def rejected(self, seq: int) -> bool:
-        """Whether the event at `seq` was rejected."""
-        return self.decoded(REJECTION, rejection_key(seq)) is not None
+    def clock_as_of(self, seq: int, log: EventLog) -> int:
+        """The log's clock as of `seq`: its mark's, moved by the events the fold applied after it (read once per
+        seq: it never changes)."""
+        found = self._clocks.get(seq)
+        if found is None:
+            if len(self._clocks) >= _KEPT_CLOCKS:
+                self._clocks.clear()
+            mark = self.clock_mark(seq)
+            rejected = self.rejections_between(mark[0], seq)
+            found = self._clocks[seq] = clock_after(log, mark, seq, rejected.__contains__)
+        return found
+
+    def rejections_between(self, first: int, last: int) -> set[int]:
+        """The seqs in (first, last] whose events were rejected: one range of their rows' keys."""
+        keys = self._records.ids_between(self._conn, REJECTION, rejection_key(first + 1), rejection_key(last))
+        return {int(key) for key in keys}
 
     def _seq(self, seq: int | None) -> int:
         if seq is None:
@@ -406,9 +448,7 @@ class _Beats(Mapping[str, bytearray]):
 def stored_state(stored: StoredRecords, seq: int, log: EventLog, counts: CountsReader) -> PastState:
     """The whole state as of `seq` (at most the store's watermark), read from the rows alone (see the module)."""
     # StoredRecords holds every table a PastState reads of its live state, in the forms it reads them.
-    past = PastState(
-        cast(BuildState, stored), seq, lambda: clock_after(log, stored.clock_mark(seq), seq, stored.rejected)
-    )
+    past = PastState(cast(BuildState, stored), seq, lambda: stored.clock_as_of(seq, log))
     past.counts_reader = counts
     return past
 
