@@ -101,7 +101,7 @@ def main() -> None:
     rng = random.Random(37)
     with tempfile.TemporaryDirectory() as tmp, w1_log(args.db, tmp, "replica.db", args.instances) as (url, log):
         head = log.head()
-        project_store(url, snapshot=True)
+        project_store(url, snapshot=not args.replica_only)  # (a snapshot only for the folding server to load)
         ids = {kind: sample_ids(url, kind, args.reads, rng) for kind in (WANT, RUN, REF)}
         db_file: Path | str = Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else url
         results: dict[str, Figures] = {}
