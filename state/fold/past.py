@@ -429,12 +429,20 @@ class PastState:
         self.job_runs: Mapping[str, JobRun] = _PastRuns(self, live.job_runs)
         self.canonical: Mapping[str, str] = _PastCanonical(self)
         self.wants_by_ref: Mapping[str, list[str]] = _PastWantsByRef(self)
-        self.rejections: Sequence[Rejection] = _PastRejections(live.rejections, seq)
         self.check_results: Mapping[str, tuple[CheckEntry, ...]] = PastCheckResults(live.check_results, seq)
-        self.check_requests: Mapping[str, CheckRequest] = PastCheckRequests(live.check_requests, seq)
         # Where the counts as of a seq may be read without a scan (the state store, state/store/counts.py):
         # it answers None when it has not got them yet (its watermark is before the seq).
         self.counts_reader: Callable[[int], dict[str, dict[str, int]] | None] | None = None
+
+    # The rejections and the checks requests, made when read: a live state's are at hand, but the state store's
+    # are walked (every row of their kind), which a read that looks at neither must not pay for.
+    @cached_property
+    def rejections(self) -> Sequence[Rejection]:
+        return _PastRejections(self.live.rejections, self.head_seq)
+
+    @cached_property
+    def check_requests(self) -> Mapping[str, CheckRequest]:
+        return PastCheckRequests(self.live.check_requests, self.head_seq)
 
     @cached_property
     def clock_ms(self) -> int:
